@@ -1,0 +1,95 @@
+"""Config spaces for the Triton kernels, and the pruning that keeps a sweep short and sensible.
+
+A config is a ``triton.Config`` over BLOCK_M/N/K, GROUP, TILE_ORDER, num_warps and num_stages. The lists are kept
+short on purpose: Triton's on-disk autotune cache is keyed on the whole list, and every entry costs a compile and a
+benchmark on first use of a shape bucket.
+"""
+from __future__ import annotations
+
+import itertools
+
+import triton
+
+from ..triton_kernels.tile_order import GROUPED, HILBERT, MORTON, ROW_MAJOR
+
+# Shared memory per block on sm_90 (227 KB opt-in); sm_80 has 163 KB, sm_89/sm_120 99 KB. The pruner takes the
+# device's number when there is a device.
+SMEM_SM90 = 227 * 1024
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) for problems with many tiles: wgmma-sized tiles.
+_LARGE_TILES = [
+    (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3),
+    (128, 256, 64, 8, 4),
+    (128, 128, 64, 8, 4),
+    (128, 128, 64, 4, 4),
+    (128, 128, 128, 8, 3),
+]
+_LARGE_ORDERS = [(GROUPED, 8), (MORTON, 8), (HILBERT, 8), (ROW_MAJOR, 8)]
+
+# Decode-like problems (M <= 64): memory bound on reading B once, so small BLOCK_N gives enough programs to keep
+# every SM streaming, and a deep pipeline keeps enough bytes in flight per SM.
+_SMALL_M_TILES = [
+    (16, 64, 128, 4, 4),
+    (16, 32, 256, 4, 4),
+    (16, 64, 256, 4, 3),
+    (32, 64, 128, 4, 4),
+    (64, 64, 128, 4, 4),
+    (64, 128, 64, 4, 4),
+    (64, 32, 256, 4, 4),
+    (128, 64, 64, 4, 4),
+]
+
+# Under TRITON_INTERPRET=1 each (program x K step) costs ~2-3 ms whatever the tile: big tiles, one config.
+INTERPRETER_CONFIG = triton.Config(
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP": 2, "TILE_ORDER": GROUPED}, num_warps=4, num_stages=2)
+
+
+def gemm_configs() -> list[triton.Config]:
+    """The full GEMM config list (large tiles x tile orders, plus small-M tiles)."""
+    configs = []
+    for (bm, bn, bk, warps, stages), (order, group) in itertools.product(_LARGE_TILES, _LARGE_ORDERS):
+        configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": group,
+                                      "TILE_ORDER": order}, num_warps=warps, num_stages=stages))
+    for bm, bn, bk, warps, stages in _SMALL_M_TILES:
+        configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": 8,
+                                      "TILE_ORDER": GROUPED}, num_warps=warps, num_stages=stages))
+    return configs
+
+
+def gemm_smem_bytes(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store: bool) -> int:
+    """Shared memory a config needs: the operand ring plus the epilogue staging tile for a TMA store."""
+    kw = cfg.kwargs
+    ring = cfg.num_stages * (kw["BLOCK_M"] * kw["BLOCK_K"] + kw["BLOCK_K"] * kw["BLOCK_N"]) * in_bytes
+    epilogue = kw["BLOCK_M"] * kw["BLOCK_N"] * out_bytes if tma_store else 0
+    return ring + epilogue
+
+
+def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes: int, tma_store: bool,
+                       smem_limit: int = SMEM_SM90) -> list[triton.Config]:
+    """Drop configs that cannot fit shared memory or are silly for the shape.
+
+    * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
+    * 64 < M <= 256: both lists (large tiles leave most SMs idle when there are few tile rows);
+    * M > 256: only the large-tile list;
+    * with a single row or column of tiles every tile order is the same, so only GROUPED survives;
+    * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped.
+    """
+    kept = []
+    for cfg in configs:
+        kw = cfg.kwargs
+        is_small_tile = kw["BLOCK_M"] <= 64 or kw["BLOCK_N"] < 128
+        if (is_small_tile and M > 256) or (not is_small_tile and M <= 64):
+            continue
+        if gemm_smem_bytes(cfg, in_bytes, out_bytes, tma_store) > smem_limit:
+            continue
+        if kw["BLOCK_N"] > 2 * max(triton.next_power_of_2(N), 16) or kw["BLOCK_K"] > 2 * max(triton.next_power_of_2(K), 16):
+            continue
+        tiles_m = triton.cdiv(M, kw["BLOCK_M"])
+        tiles_n = triton.cdiv(N, kw["BLOCK_N"])
+        if min(tiles_m, tiles_n) <= 1 and kw["TILE_ORDER"] != GROUPED:
+            continue
+        kept.append(cfg)
+    if not kept:  # never return nothing: the smallest config always fits
+        kept = [min(configs, key=lambda c: gemm_smem_bytes(c, in_bytes, out_bytes, tma_store))]
+    return kept

@@ -1,0 +1,179 @@
+"""GEMM with fused epilogue as a torch op: ``tilewright.matmul`` / ``tilewright.linear``.
+
+One custom op, ``tilewright::gemm``, works on 2-D operands; the public functions flatten leading batch dims, bring
+the residual to the (R0, P, N) form the kernel addresses (see triton_kernels/gemm.py) and check inputs.
+
+Why ``torch.library.custom_op`` on GPU too (DESIGN.md suggests ``triton_op``): it is the only registration style that
+works under the interpreter, so the very code CI tests is what runs on the GPU; for one large kernel launch per op
+the dispatcher overhead ``triton_op`` would remove is noise, and the op stays opaque so the router and autotuner run
+inside it without graph breaks.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import router
+from ..reference import activation_grad_reference, activation_reference
+from ._checks import check_out_dtype, check_same_device, check_same_dtype, check_tensor
+
+ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+
+
+@torch.library.custom_op("tilewright::gemm", mutates_args=())
+def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
+            activation: Optional[str], out_dtype: torch.dtype, save_preact: bool,
+            backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """2-D core: returns (activation(a @ b + bias) + residual, pre-activation or an empty tensor).
+
+    a: (M, K), b: (K, N), bias: (N,), residual: (R0, P, N) with R0 * P == M (row r reads residual[r // P, r % P]).
+    """
+    M, K = a.shape
+    N = b.shape[1]
+    out = torch.empty((M, N), device=a.device, dtype=out_dtype)
+    preact = torch.empty((M, N) if save_preact else (0,), device=a.device, dtype=out_dtype)
+    choice = router.dispatch("gemm", a, b, bias, residual, backend=backend)
+    if M == 0 or N == 0:
+        return out, preact
+    if choice == "torch" or K == 0:
+        # K == 0: a @ b is all zeros; the reference gives torch's answer for the epilogue.
+        z = a @ b if bias is None else a @ b + bias
+        if save_preact:
+            preact.copy_(z)
+        res2d = None if residual is None else residual.reshape(M, N)
+        out.copy_(_epilogue_torch(z, res2d, activation, out_dtype))
+        return out, preact
+    from ..triton_kernels.gemm import launch_gemm
+
+    launch_gemm(a, b, out, bias=bias, residual=residual, activation=ACTIVATION_CODES[activation],
+                preact=preact if save_preact else None)
+    return out, preact
+
+
+def _epilogue_torch(z, res2d, activation, out_dtype):
+    y = activation_reference(z, activation)
+    if res2d is not None:
+        y = y + res2d
+    return y.to(out_dtype)
+
+
+@gemm_op.register_fake
+def _(a, b, bias, residual, activation, out_dtype, save_preact, backend):
+    M, N = a.shape[0], b.shape[1]
+    out = a.new_empty((M, N), dtype=out_dtype)
+    preact = a.new_empty((M, N) if save_preact else (0,), dtype=out_dtype)
+    return out, preact
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, bias, residual, activation, out_dtype, save_preact, backend = inputs
+    ctx.save_for_backward(a, b, output[1])
+    ctx.activation = activation
+    ctx.backend = backend
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.res_shape = None if residual is None else residual.shape
+    ctx.res_dtype = None if residual is None else residual.dtype
+
+
+def _backward(ctx, grad_out, _grad_preact):
+    a, b, preact = ctx.saved_tensors
+    dz = grad_out
+    if ctx.activation is not None:
+        if preact.numel() == 0 and grad_out.numel() > 0:
+            raise RuntimeError("tilewright::gemm backward: the pre-activation was not saved; call the op with "
+                               "save_preact=True when gradients are needed (tilewright.matmul does this)")
+        dz = activation_grad_reference(grad_out, preact, ctx.activation)
+    dz = dz.to(a.dtype)
+    da = db = dbias = dres = None
+    if ctx.needs_input_grad[0]:
+        da = gemm_op(dz, b.t(), None, None, None, a.dtype, False, ctx.backend)[0]
+    if ctx.needs_input_grad[1]:
+        db = gemm_op(a.t(), dz, None, None, None, b.dtype, False, ctx.backend)[0]
+    if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
+        dbias = dz.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+    if ctx.res_shape is not None and ctx.needs_input_grad[3]:
+        dres = grad_out.reshape(ctx.res_shape).to(ctx.res_dtype)
+    return da, db, dbias, dres, None, None, None, None
+
+
+gemm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _residual_3d(residual: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
+    """Residual broadcast to the output, as an (R0, P, N) view (P = output rows per batch) - no copy when the
+    broadcast dims collapse (full residual, pos_embed over the batch, a bias-like row)."""
+    try:
+        r = torch.broadcast_to(residual, out_shape)
+    except RuntimeError:
+        raise ValueError(f"residual: shape {tuple(residual.shape)} is not broadcastable to the output shape "
+                         f"{tuple(out_shape)}") from None
+    if len(out_shape) == 1:
+        return r.reshape(1, 1, out_shape[0])
+    return r.reshape(-1, out_shape[-2], out_shape[-1])
+
+
+def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text):
+    check_tensor(a_name, a, min_dim=1)
+    check_tensor(b_name, b, dims=(2,))
+    check_same_dtype(a_name, a, **{b_name: b})
+    check_same_device(a_name, a, **{b_name: b, "bias": bias, "residual": residual})
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(f"{b_name}: expected {b_shape_text} with K = {a_name}.shape[-1] = {a.shape[-1]}, "
+                         f"got shape {tuple(b.shape if b_name == 'b' else b.t().shape)}")
+    N = b.shape[1]
+    if bias is not None:
+        check_tensor("bias", bias, dims=(1,))
+        check_same_dtype(a_name, a, bias=bias)
+        if bias.shape[0] != N:
+            raise ValueError(f"bias: expected shape ({N},), got {tuple(bias.shape)}")
+    if residual is not None:
+        check_tensor("residual", residual)
+    if activation not in ACTIVATION_CODES:
+        raise ValueError(f"activation: unsupported {activation!r}; expected one of "
+                         f"{[k for k in ACTIVATION_CODES if k]} or None")
+    check_out_dtype(out_dtype)
+    out_shape = (*a.shape[:-1], N)
+    a2 = a.reshape(-1, a.shape[-1])
+    res3 = None if residual is None else _residual_3d(residual, out_shape)
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, bias, residual))
+    save_preact = activation is not None and needs_grad
+    out, _ = gemm_op(a2, b, bias, res3, activation, out_dtype or a.dtype, save_preact, backend)
+    return out.view(out_shape)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None, activation: str | None = None,
+           out_dtype: torch.dtype | None = None, backend: str | None = None) -> torch.Tensor:
+    """``activation(a @ b + bias) + residual`` in one kernel.
+
+    Args:
+        a: (..., M, K) float16 / bfloat16 / float32; leading dims are batch dims sharing ``b``.
+        b: (K, N), same dtype and device as ``a``; any strides (a transposed weight is read in place).
+        bias: optional (N,), same dtype as ``a``.
+        residual: optional tensor broadcastable to the output (..., M, N): a full residual, or e.g. a pos_embed
+            (S, N) broadcast over the batch of a (B, S, K) input - read in place, never materialised.
+        activation: None, "relu", "gelu", "gelu_tanh" or "silu" (applied before the residual add).
+        out_dtype: output dtype (default: ``a.dtype``). Accumulation and the epilogue are fp32; one rounding.
+        backend: None (router decides), "triton" or "torch".
+    Returns:
+        (..., M, N) tensor. Differentiable in a, b, bias and residual.
+    """
+    return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           residual: torch.Tensor | None = None, activation: str | None = None,
+           backend: str | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` followed by the fused ``activation`` and ``+ residual``.
+
+    x: (..., K); weight: (N, K) (the nn.Linear layout, read as a K-major B operand without a copy); bias: (N,).
+    See :func:`matmul` for the rest.
+    """
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        b = weight.t()
+    else:
+        check_tensor("weight", weight, dims=(2,))
+        b = weight
+    return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)")

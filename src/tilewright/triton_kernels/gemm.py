@@ -1,0 +1,280 @@
+"""Persistent Triton GEMM with a fused epilogue: ``out = activation(a @ b + bias) + residual``.
+
+Design
+------
+* **Persistent**: the grid is ``min(#SMs, #tiles)`` programs; program p computes tiles p, p+P, p+2P, ... in the tile
+  order chosen by the tuner (``tile_order.py``). One launch, no tail wave of half-empty CTAs, and the tile order
+  controls L2 reuse.
+* **TMA** (``USE_TMA``): on sm_90+ when every operand's base and row stride is 16-byte aligned, operands are loaded
+  through device-side tensor descriptors (``tl.make_tensor_descriptor``; no host pre-hook, so Triton's on-disk
+  autotune cache works). The descriptor is built over the operand's *memory* layout: an A stored K-major is
+  described as (M, K), one stored M-major as (K, M) and transposed in registers-free fashion by ``.T`` (wgmma reads
+  either smem layout for 16-bit types). TMA zero-fills out-of-bounds boxes, so M/N/K tails need no masks.
+  Otherwise (``USE_TMA=False``) the pointer path uses masked loads with int64 offsets, so tensors with more than
+  2^31 elements index correctly.
+* **Epilogue** in fp32 on the accumulator: + bias (N,), optional store of the pre-activation (autograd needs it for
+  the activation's derivative), activation, + residual, one rounding to the output dtype. The residual is addressed
+  as (R0, P, N) with arbitrary strides: output row r reads residual row ``(r // P, r % P)``, which covers a full
+  (M, N) residual (R0 = 1, P = M), a bias-like (N,) row (row stride 0) and a pos_embed (S, N) broadcast over the
+  batch of a (B, S, K) input (P = S, outer stride 0) without materialising the broadcast.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ..autotune.space import INTERPRETER_CONFIG, gemm_configs, prune_gemm_configs
+from .activation import apply_activation
+from .tile_order import tile_coords
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _load_a(a_desc, a_ptr, offs_m, offs_k, M, K, stride_am, stride_ak,
+            BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, A_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr):
+    if USE_TMA:
+        if A_K_CONTIG:
+            a = a_desc.load([offs_m, offs_k])
+        else:
+            a = a_desc.load([offs_k, offs_m]).T
+    else:
+        rm = offs_m + tl.arange(0, BLOCK_M)
+        rk = offs_k + tl.arange(0, BLOCK_K)
+        ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
+        a = tl.load(ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+    return a
+
+
+@triton.jit
+def _load_b(b_desc, b_ptr, offs_k, offs_n, N, K, stride_bk, stride_bn,
+            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr):
+    if USE_TMA:
+        if B_K_CONTIG:
+            b = b_desc.load([offs_n, offs_k]).T
+        else:
+            b = b_desc.load([offs_k, offs_n])
+    else:
+        rk = offs_k + tl.arange(0, BLOCK_K)
+        rn = offs_n + tl.arange(0, BLOCK_N)
+        ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+        b = tl.load(ptrs, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+    return b
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    stride_res0, stride_res1, stride_res2, RES_PERIOD,
+    M_BUCKET,  # autotune key only: M rounded up to a power of two, so varying batch sizes reuse one tuning
+    # layout / epilogue switches (part of the autotune key)
+    A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr, TMA_STORE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr, STORE_PREACT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    # tuned
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr, TILE_ORDER: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+
+    a_desc = None
+    b_desc = None
+    c_desc = None
+    if USE_TMA:
+        if A_K_CONTIG:
+            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                               block_shape=[BLOCK_M, BLOCK_K])
+        else:
+            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, 1],
+                                               block_shape=[BLOCK_K, BLOCK_M])
+        if B_K_CONTIG:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                               block_shape=[BLOCK_N, BLOCK_K])
+        else:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                               block_shape=[BLOCK_K, BLOCK_N])
+    if TMA_STORE:
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+
+    for tile_id in tl.range(pid, num_tiles, num_programs):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
+        offs_m = pid_m * BLOCK_M
+        offs_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            offs_k = ki * BLOCK_K
+            a = _load_a(a_desc, a_ptr, offs_m, offs_k, M, K, stride_am, stride_ak,
+                        BLOCK_M, BLOCK_K, A_K_CONTIG, USE_TMA)
+            b = _load_b(b_desc, b_ptr, offs_k, offs_n, N, K, stride_bk, stride_bn,
+                        BLOCK_N, BLOCK_K, B_K_CONTIG, USE_TMA)
+            if UPCAST_DOT:
+                # The interpreter multiplies raw bf16 bit patterns in tl.dot (triton#11584); fp32 is exact there.
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+        # ---- epilogue, in fp32 ----
+        rm = offs_m + tl.arange(0, BLOCK_M)
+        rn = offs_n + tl.arange(0, BLOCK_N)
+        mask_m = rm < M
+        mask_n = rn < N
+        mask = mask_m[:, None] & mask_n[None, :]
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + rn, mask=mask_n, other=0.0)
+            acc = acc + bias.to(tl.float32)[None, :]
+        if STORE_PREACT:
+            pre_ptrs = preact_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+            tl.store(pre_ptrs, acc.to(preact_ptr.dtype.element_ty), mask=mask)
+        acc = apply_activation(acc, ACTIVATION)
+        if HAS_RESIDUAL:
+            rm64 = rm.to(tl.int64)
+            row_off = (rm64 // RES_PERIOD) * stride_res0 + (rm64 % RES_PERIOD) * stride_res1
+            res = tl.load(res_ptr + row_off[:, None] + rn[None, :].to(tl.int64) * stride_res2, mask=mask, other=0.0)
+            acc = acc + res.to(tl.float32)
+        out = acc.to(c_ptr.dtype.element_ty)
+        if TMA_STORE:
+            c_desc.store([offs_m, offs_n], out)
+        else:
+            c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
+            tl.store(c_ptrs, out, mask=mask)
+
+
+_TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "HAS_BIAS", "ACTIVATION",
+               "HAS_RESIDUAL", "STORE_PREACT", "DOT_PRECISION"]
+
+
+def _early_prune(configs, named_args, **kwargs):
+    a, c = named_args["a_ptr"], named_args["c_ptr"]
+    return prune_gemm_configs(configs, named_args["M"], named_args["N"], named_args["K"],
+                              a.element_size(), c.element_size(), kwargs.get("TMA_STORE", False),
+                              smem_limit=_smem_limit(a.device))
+
+
+def _smem_limit(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 227 * 1024
+    props = torch.cuda.get_device_properties(device)
+    return getattr(props, "shared_memory_per_block_optin", 227 * 1024)
+
+
+gemm_kernel = triton.autotune(
+    configs=[INTERPRETER_CONFIG] if INTERPRET else gemm_configs(),
+    key=_TUNING_KEY,
+    prune_configs_by={"early_config_prune": _early_prune},
+    cache_results=True,  # a new process re-uses the winners from $TRITON_CACHE_DIR instead of re-tuning
+)(_gemm_kernel)
+
+
+def _alloc_scratch(size: int, alignment: int, stream):
+    return torch.empty(size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8)
+
+
+def _ensure_allocator():
+    """Device-side tensor descriptors need a global-memory scratch allocator; install one unless the user has."""
+    from triton.runtime import _allocation
+
+    current = _allocation._allocator.get()
+    if isinstance(current, _allocation.NullAllocator):
+        triton.set_allocator(_alloc_scratch)
+
+
+def tma_compatible(t: torch.Tensor) -> bool:
+    """True when a 2-D tensor can be described by a TMA descriptor: a unit stride, 16-byte aligned base and stride."""
+    if t.dim() != 2 or t.numel() == 0:
+        return False
+    es = t.element_size()
+    if t.data_ptr() % 16:
+        return False
+    if t.stride(1) == 1:
+        other = t.stride(0)
+    elif t.stride(0) == 1:
+        other = t.stride(1)
+    else:
+        return False
+    return (other * es) % 16 == 0 and other > 0
+
+
+def is_tuned(kernel_args: dict) -> bool:
+    """Whether the autotuner already holds a winner for these arguments (no benchmarking would run)."""
+    if len(gemm_kernel.configs) <= 1:
+        return True
+    key = [kernel_args[k] for k in gemm_kernel.keys if k in kernel_args]
+    for name in gemm_kernel.arg_names:
+        arg = kernel_args.get(name)
+        if hasattr(arg, "dtype"):
+            key.append(str(arg.dtype))
+    return tuple(key) in gemm_kernel.cache
+
+
+def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
+                activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
+                num_programs: int | None = None) -> torch.Tensor:
+    """Compute ``out = act(a @ b + bias) + residual`` into ``out`` with the persistent Triton kernel.
+
+    a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,);
+    residual: (R0, P, N) addressed as row r -> (r // P, r % P); preact: optional (M, N) with out's strides that
+    receives ``a @ b + bias`` before the activation. Shapes and dtypes are checked by the op layer, not here.
+    ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size.
+    """
+    M, K = a.shape
+    N = b.shape[1]
+    if use_tma is None:
+        use_tma = (INTERPRET or (a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9)) and \
+            tma_compatible(a) and tma_compatible(b)
+    tma_store = bool(use_tma) and out.stride(1) == 1 and tma_compatible(out)
+    if use_tma or tma_store:
+        _ensure_allocator()
+    # Same preference as tma_compatible(): a unit stride on the last dim wins when both are 1 (size-1 dims).
+    a_k_contig = a.stride(1) == 1
+    b_k_contig = b.stride(1) != 1
+    if residual is not None:
+        res_strides = residual.stride()
+        res_period = residual.shape[1]
+    else:
+        res_strides, res_period = (0, 0, 0), 1
+    dummy = out
+    if a.is_cuda:
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    else:
+        sms = 4  # interpreter: a few programs, each visiting several tiles, exercises the persistent loop
+    programs = num_programs or sms
+    kernel_args = dict(
+        a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
+        res_ptr=residual if residual is not None else dummy, preact_ptr=preact if preact is not None else dummy,
+        M=M, N=N, K=K,
+        stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
+        stride_cm=out.stride(0), stride_cn=out.stride(1),
+        stride_res0=res_strides[0], stride_res1=res_strides[1], stride_res2=res_strides[2], RES_PERIOD=res_period,
+        M_BUCKET=triton.next_power_of_2(max(M, 1)),
+        A_K_CONTIG=a_k_contig, B_K_CONTIG=b_k_contig, USE_TMA=bool(use_tma), TMA_STORE=tma_store,
+        HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_RESIDUAL=residual is not None,
+        STORE_PREACT=preact is not None,
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        UPCAST_DOT=INTERPRET and a.dtype == torch.bfloat16,
+    )
+
+    def grid(meta):
+        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        return (max(1, min(programs, tiles)),)
+
+    if config is not None:
+        _gemm_kernel[grid](**kernel_args, **config.all_kwargs())
+        return out
+    if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(kernel_args):
+        raise RuntimeError(
+            "tilewright GEMM: this shape/dtype has not been autotuned yet and autotuning cannot run during CUDA-graph "
+            f"capture (M={M}, N={N}, K={K}, dtype={a.dtype}). Run the same call once before capturing (warm-up), or "
+            "load a tuned cache with `tilewright tune`.")
+    gemm_kernel[grid](**kernel_args)
+    return out
