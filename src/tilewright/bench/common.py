@@ -1,0 +1,82 @@
+"""Shared pieces of the side-by-side benchmarks: timing, environment facts, result files.
+
+Every benchmark module (``tilewright.bench.<op>``) exposes ``run(suite: str, progress=print) -> pandas.DataFrame``
+in the long format of :data:`COLUMNS`: one row per (case, provider), with the case's peer measured in the same run and
+``speedup`` = peer time / this provider's time (> 1 means faster than the peer).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+COLUMNS = ["op", "case", "shape", "dtype", "provider", "median_ms", "tflops", "peer", "speedup"]
+
+
+def on_gpu() -> bool:
+    """True when benchmarks can time real kernels (CUDA present, interpreter off)."""
+    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+
+
+def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median time of ``fn()`` in milliseconds.
+
+    GPU: ``triton.testing.do_bench`` (CUDA events, L2 flushed between runs, median). CPU: wall clock median of a few
+    runs - interpreter numbers say nothing about performance and are labelled so by the callers.
+    """
+    if on_gpu():
+        import triton
+
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    fn()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[1]
+
+
+def card_name() -> str:
+    """Short, path-safe name of the card ("h100", "h200", ...) or "cpu-interpreter"."""
+    if not on_gpu():
+        return "cpu-interpreter"
+    name = torch.cuda.get_device_name().lower()
+    for tag in ("h200", "h100", "b200", "a100", "l40s", "rtx"):
+        if tag in name:
+            return tag
+    return name.replace(" ", "-")
+
+
+def environment() -> dict:
+    """Versions and card facts recorded next to every result file."""
+    import triton
+
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+           "card": card_name()}
+    if on_gpu():
+        props = torch.cuda.get_device_properties(0)
+        env.update(device=torch.cuda.get_device_name(), sms=props.multi_processor_count,
+                   cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+    return env
+
+
+def results_dir(root: str | os.PathLike | None = None) -> Path:
+    """``perf/results/<card>/`` under ``root`` (default: the current directory)."""
+    path = Path(root or ".") / "perf" / "results" / card_name()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def add_speedups(df, peer_by_case: dict[str, str]):
+    """Fill the ``peer`` and ``speedup`` columns: peer's median time / provider's median time, per case."""
+    df = df.copy()
+    df["peer"] = df["case"].map(peer_by_case)
+    peer_ms = {(r.case, r.provider): r.median_ms for r in df.itertuples()}
+    df["speedup"] = [peer_ms.get((r.case, r.peer), float("nan")) / r.median_ms for r in df.itertuples()]
+    return df
