@@ -42,18 +42,22 @@ _SMALL_M_TILES = [
 
 # Under TRITON_INTERPRET=1 each (program x K step) costs ~2-3 ms whatever the tile: big tiles, one config.
 INTERPRETER_CONFIG = triton.Config(
-    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP": 2, "TILE_ORDER": GROUPED}, num_warps=4, num_stages=2)
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP": 2, "TILE_ORDER": GROUPED, "EPI_SPLIT": 2},
+    num_warps=4, num_stages=2)
 
 
 def gemm_configs() -> list[triton.Config]:
     """The full GEMM config list (large tiles x tile orders, plus small-M tiles)."""
     configs = []
     for (bm, bn, bk, warps, stages), (order, group) in itertools.product(_LARGE_TILES, _LARGE_ORDERS):
+        # 128x256 / 256x128 accumulators take 128 registers a thread: their epilogue runs in 4 chunks, 128x128 in 2
+        # (the splits that compile without spills with every epilogue; tests/cpu/test_gemm_aot.py checks).
+        split = 4 if bm * bn > 128 * 128 else 2
         configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": group,
-                                      "TILE_ORDER": order}, num_warps=warps, num_stages=stages))
+                                      "TILE_ORDER": order, "EPI_SPLIT": split}, num_warps=warps, num_stages=stages))
     for bm, bn, bk, warps, stages in _SMALL_M_TILES:
         configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": 8,
-                                      "TILE_ORDER": GROUPED}, num_warps=warps, num_stages=stages))
+                                      "TILE_ORDER": GROUPED, "EPI_SPLIT": 1}, num_warps=warps, num_stages=stages))
     return configs
 
 
@@ -61,19 +65,22 @@ def gemm_smem_bytes(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store
     """Shared memory a config needs: the operand ring plus the epilogue staging tile for a TMA store."""
     kw = cfg.kwargs
     ring = cfg.num_stages * (kw["BLOCK_M"] * kw["BLOCK_K"] + kw["BLOCK_K"] * kw["BLOCK_N"]) * in_bytes
-    epilogue = kw["BLOCK_M"] * kw["BLOCK_N"] * out_bytes if tma_store else 0
+    epilogue = kw["BLOCK_M"] * kw["BLOCK_N"] // kw["EPI_SPLIT"] * out_bytes if tma_store else 0
     return ring + epilogue
 
 
 def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes: int, tma_store: bool,
-                       smem_limit: int = SMEM_SM90) -> list[triton.Config]:
+                       smem_limit: int = SMEM_SM90, use_tma: bool = True,
+                       periodic_residual: bool = False) -> list[triton.Config]:
     """Drop configs that cannot fit shared memory or are silly for the shape.
 
     * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
     * 64 < M <= 256: both lists (large tiles leave most SMs idle when there are few tile rows);
     * M > 256: only the large-tile list;
     * with a single row or column of tiles every tile order is the same, so only GROUPED survives;
-    * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped.
+    * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped;
+    * the pointer path (no TMA) and a broadcast (periodic) residual, which needs an integer division per row in the
+      epilogue, keep 128-row tiles at <= 128x128 with 8 warps: larger ones spill (tests/cpu/test_gemm_aot.py).
     """
     kept = []
     for cfg in configs:
@@ -82,6 +89,10 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
         if (is_small_tile and M > 256) or (not is_small_tile and M <= 64):
             continue
         if gemm_smem_bytes(cfg, in_bytes, out_bytes, tma_store) > smem_limit:
+            continue
+        if (not use_tma or periodic_residual) and kw["BLOCK_M"] * kw["BLOCK_N"] > 128 * 128:
+            continue
+        if (not use_tma or periodic_residual) and kw["BLOCK_M"] >= 128 and cfg.num_warps < 8:
             continue
         if kw["BLOCK_N"] > 2 * max(triton.next_power_of_2(N), 16) or kw["BLOCK_K"] > 2 * max(triton.next_power_of_2(K), 16):
             continue

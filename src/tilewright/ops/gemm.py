@@ -10,6 +10,7 @@ inside it without graph breaks.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -44,6 +45,13 @@ def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], resi
         res2d = None if residual is None else residual.reshape(M, N)
         out.copy_(_epilogue_torch(z, res2d, activation, out_dtype))
         return out, preact
+    elif choice == "cuda":
+        from ..cuda_fallback.gemm import try_launch
+
+        # False: the kernel declined (pre-activation output, mixed out dtype) or failed once (warned): Triton runs.
+        if try_launch(a, b, out, bias=bias, residual=residual, activation=activation,
+                      preact=preact if save_preact else None):
+            return out, preact
     from ..triton_kernels.gemm import launch_gemm
 
     launch_gemm(a, b, out, bias=bias, residual=residual, activation=ACTIVATION_CODES[activation],
@@ -134,7 +142,7 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
                          f"{[k for k in ACTIVATION_CODES if k]} or None")
     check_out_dtype(out_dtype)
     out_shape = (*a.shape[:-1], N)
-    a2 = a.reshape(-1, a.shape[-1])
+    a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
     res3 = None if residual is None else _residual_3d(residual, out_shape)
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (a, b, bias, residual))

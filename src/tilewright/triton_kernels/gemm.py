@@ -34,35 +34,12 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _load_a(a_desc, a_ptr, offs_m, offs_k, M, K, stride_am, stride_ak,
-            BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, A_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr):
-    if USE_TMA:
-        if A_K_CONTIG:
-            a = a_desc.load([offs_m, offs_k])
-        else:
-            a = a_desc.load([offs_k, offs_m]).T
-    else:
-        rm = offs_m + tl.arange(0, BLOCK_M)
-        rk = offs_k + tl.arange(0, BLOCK_K)
-        ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
-        a = tl.load(ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-    return a
-
-
-@triton.jit
-def _load_b(b_desc, b_ptr, offs_k, offs_n, N, K, stride_bk, stride_bn,
-            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr):
-    if USE_TMA:
-        if B_K_CONTIG:
-            b = b_desc.load([offs_n, offs_k]).T
-        else:
-            b = b_desc.load([offs_k, offs_n])
-    else:
-        rk = offs_k + tl.arange(0, BLOCK_K)
-        rn = offs_n + tl.arange(0, BLOCK_N)
-        ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
-        b = tl.load(ptrs, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
-    return b
+def _mma(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    if UPCAST_DOT:
+        # The interpreter multiplies raw bf16 bit patterns in tl.dot (triton#11584); fp32 is exact there.
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
 
 @triton.jit
@@ -74,11 +51,12 @@ def _gemm_kernel(
     M_BUCKET,  # autotune key only: M rounded up to a power of two, so varying batch sizes reuse one tuning
     # layout / epilogue switches (part of the autotune key)
     A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr, TMA_STORE: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr, STORE_PREACT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr, RES_PERIODIC: tl.constexpr,
+    STORE_PREACT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, INDEX_64: tl.constexpr,
     # tuned
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP: tl.constexpr, TILE_ORDER: tl.constexpr,
+    GROUP: tl.constexpr, TILE_ORDER: tl.constexpr, EPI_SPLIT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -105,60 +83,127 @@ def _gemm_kernel(
                                                block_shape=[BLOCK_K, BLOCK_N])
     if TMA_STORE:
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N])
+                                           block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
 
     for tile_id in tl.range(pid, num_tiles, num_programs):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            offs_k = ki * BLOCK_K
-            a = _load_a(a_desc, a_ptr, offs_m, offs_k, M, K, stride_am, stride_ak,
-                        BLOCK_M, BLOCK_K, A_K_CONTIG, USE_TMA)
-            b = _load_b(b_desc, b_ptr, offs_k, offs_n, N, K, stride_bk, stride_bn,
-                        BLOCK_N, BLOCK_K, B_K_CONTIG, USE_TMA)
-            if UPCAST_DOT:
-                # The interpreter multiplies raw bf16 bit patterns in tl.dot (triton#11584); fp32 is exact there.
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-
-        # ---- epilogue, in fp32 ----
-        rm = offs_m + tl.arange(0, BLOCK_M)
-        rn = offs_n + tl.arange(0, BLOCK_N)
-        mask_m = rm < M
-        mask_n = rn < N
-        mask = mask_m[:, None] & mask_n[None, :]
-        if HAS_BIAS:
-            bias = tl.load(bias_ptr + rn, mask=mask_n, other=0.0)
-            acc = acc + bias.to(tl.float32)[None, :]
-        if STORE_PREACT:
-            pre_ptrs = preact_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
-            tl.store(pre_ptrs, acc.to(preact_ptr.dtype.element_ty), mask=mask)
-        acc = apply_activation(acc, ACTIVATION)
-        if HAS_RESIDUAL:
-            rm64 = rm.to(tl.int64)
-            row_off = (rm64 // RES_PERIOD) * stride_res0 + (rm64 % RES_PERIOD) * stride_res1
-            res = tl.load(res_ptr + row_off[:, None] + rn[None, :].to(tl.int64) * stride_res2, mask=mask, other=0.0)
-            acc = acc + res.to(tl.float32)
-        out = acc.to(c_ptr.dtype.element_ty)
-        if TMA_STORE:
-            c_desc.store([offs_m, offs_n], out)
+        if USE_TMA:
+            for ki in range(k_tiles):
+                offs_k = ki * BLOCK_K
+                if A_K_CONTIG:
+                    a = a_desc.load([offs_m, offs_k])
+                else:
+                    a = a_desc.load([offs_k, offs_m]).T
+                if B_K_CONTIG:
+                    b = b_desc.load([offs_n, offs_k]).T
+                else:
+                    b = b_desc.load([offs_k, offs_n])
+                acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
         else:
-            c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :].to(tl.int64) * stride_cn
-            tl.store(c_ptrs, out, mask=mask)
+            # Rows/columns past M/N wrap around (modulo) instead of being masked: they read valid memory and their
+            # results are masked at the store, so only the K tail needs a mask. Row/column offsets are int64 (tensors
+            # over 2^31 elements); pointers then advance by a 64-bit step per K block.
+            rm = (offs_m + tl.arange(0, BLOCK_M)) % M
+            rn = (offs_n + tl.arange(0, BLOCK_N)) % N
+            rk = tl.arange(0, BLOCK_K)
+            a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
+            b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+            a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
+            b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
+            for ki in range(k_tiles):
+                k_left = K - ki * BLOCK_K
+                a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+                b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+                acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+                a_ptrs += a_step
+                b_ptrs += b_step
+
+        # ---- epilogue, in fp32, in EPI_SPLIT column chunks ----
+        # Residual row addresses once per tile (BLOCK_M values, not per element). Only a broadcast residual
+        # (pos_embed over the batch, ...) pays for the integer division; a plain (M, N) residual takes the else.
+        res_rows = res_ptr
+        if HAS_RESIDUAL:
+            rows = offs_m + tl.arange(0, BLOCK_M)
+            if INDEX_64:
+                rows = rows.to(tl.int64)
+            if RES_PERIODIC:
+                res_rows = res_ptr + (rows // RES_PERIOD) * stride_res0 + (rows % RES_PERIOD) * stride_res1
+            else:
+                res_rows = res_ptr + rows * stride_res1
+        _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
+                         stride_res2, preact_ptr, BLOCK_M, BLOCK_N, EPI_SPLIT, TMA_STORE, HAS_BIAS, ACTIVATION,
+                         HAS_RESIDUAL, STORE_PREACT, INDEX_64)
+
+
+@triton.jit
+def _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows, stride_res2,
+                     preact_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+                     TMA_STORE: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                     HAS_RESIDUAL: tl.constexpr, STORE_PREACT: tl.constexpr, INDEX_64: tl.constexpr):
+    """Run the epilogue on ``acc`` in SPLIT column chunks (1, 2 or 4), one after the other.
+
+    Chunking keeps the epilogue's temporaries (bias, residual, addresses, activation) small beside a 128-register
+    accumulator (128x256 tile, 8 warps) so nothing spills, and shrinks the TMA-store staging buffer to one chunk,
+    which leaves shared memory for another pipeline stage.
+    """
+    if SPLIT == 1:
+        _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows, stride_res2,
+                  preact_ptr, BLOCK_M, BLOCK_N, TMA_STORE, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, STORE_PREACT,
+                  INDEX_64)
+    else:
+        HALF: tl.constexpr = BLOCK_N // 2
+        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, HALF)), (0, 2, 1)))
+        _epilogue_chunks(left, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
+                         stride_res2, preact_ptr, BLOCK_M, HALF, SPLIT // 2, TMA_STORE, HAS_BIAS, ACTIVATION,
+                         HAS_RESIDUAL, STORE_PREACT, INDEX_64)
+        _epilogue_chunks(right, offs_m, offs_n + HALF, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
+                         stride_res2, preact_ptr, BLOCK_M, HALF, SPLIT // 2, TMA_STORE, HAS_BIAS, ACTIVATION,
+                         HAS_RESIDUAL, STORE_PREACT, INDEX_64)
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows, stride_res2,
+              preact_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA_STORE: tl.constexpr,
+              HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+              STORE_PREACT: tl.constexpr, INDEX_64: tl.constexpr):
+    """+ bias, [store pre-activation], activation, + residual, one rounding, store - for one chunk."""
+    rm = offs_m + tl.arange(0, BLOCK_M)
+    rn = offs_n + tl.arange(0, BLOCK_N)
+    mask_n = rn < N
+    mask = (rm < M)[:, None] & mask_n[None, :]
+    if INDEX_64:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + rn, mask=mask_n, other=0.0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    if STORE_PREACT:
+        tl.store(preact_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(preact_ptr.dtype.element_ty),
+                 mask=mask)
+    acc = apply_activation(acc, ACTIVATION)
+    if HAS_RESIDUAL:
+        res = tl.load(res_rows[:, None] + rn[None, :] * stride_res2, mask=mask, other=0.0)
+        acc = acc + res.to(tl.float32)
+    out = acc.to(c_ptr.dtype.element_ty)
+    if TMA_STORE:
+        c_desc.store([offs_m, offs_n], out)
+    else:
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, out, mask=mask)
 
 
 _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "HAS_BIAS", "ACTIVATION",
-               "HAS_RESIDUAL", "STORE_PREACT", "DOT_PRECISION"]
+               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION"]
 
 
 def _early_prune(configs, named_args, **kwargs):
     a, c = named_args["a_ptr"], named_args["c_ptr"]
     return prune_gemm_configs(configs, named_args["M"], named_args["N"], named_args["K"],
                               a.element_size(), c.element_size(), kwargs.get("TMA_STORE", False),
-                              smem_limit=_smem_limit(a.device))
+                              smem_limit=_smem_limit(a.device), use_tma=kwargs.get("USE_TMA", True),
+                              periodic_residual=kwargs.get("RES_PERIODIC", False))
 
 
 def _smem_limit(device: torch.device) -> int:
@@ -217,6 +262,25 @@ def is_tuned(kernel_args: dict) -> bool:
     return tuple(key) in gemm_kernel.cache
 
 
+def _residual_is_flat(residual: torch.Tensor) -> bool:
+    """An (R0, P, N) residual whose rows are evenly strided is a plain (M, N) matrix: row r at r * stride(1)."""
+    r0, p, _ = residual.shape
+    return r0 == 1 or residual.stride(0) == p * residual.stride(1)
+
+
+def _needs_int64(M: int, N: int, out: torch.Tensor, residual) -> bool:
+    """Whether epilogue offsets can pass 2^31 (with a tile of slack past M and N): then they are computed in int64."""
+    limit = 2**31 - 1
+    pad = 512
+    if (M + pad) * out.stride(0) + (N + pad) * out.stride(1) >= limit:
+        return True
+    if residual is not None:
+        r0, p, _ = residual.shape
+        s0, s1, s2 = residual.stride()
+        return r0 * s0 + (p + pad) * s1 + (N + pad) * s2 >= limit
+    return False
+
+
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                 activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
                 num_programs: int | None = None) -> torch.Tensor:
@@ -259,9 +323,11 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         M_BUCKET=triton.next_power_of_2(max(M, 1)),
         A_K_CONTIG=a_k_contig, B_K_CONTIG=b_k_contig, USE_TMA=bool(use_tma), TMA_STORE=tma_store,
         HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_RESIDUAL=residual is not None,
+        RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and a.dtype == torch.bfloat16,
+        INDEX_64=_needs_int64(M, N, out, residual),
     )
 
     def grid(meta):

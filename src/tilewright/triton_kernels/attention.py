@@ -1,0 +1,637 @@
+"""Flash attention (FlashAttention-2 algorithm) in Triton: forward and backward.
+
+Layout and contract
+-------------------
+q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D), any strides with a unit last dim (a (B, S, H, D) tensor viewed as
+(B, H, S, D) is read in place). GQA/MQA: query head h reads kv head ``h // (Hq // Hkv)`` - the kv head is indexed,
+never copied. D in {32, 64, 96, 128, 192, 256}; 96 and 192 run in a power-of-two register tile (128, 256) whose
+extra columns are masked on load (zero) and on store. Sq != Skv and lengths that are not block multiples are fine.
+
+Causal masking is top-left aligned, exactly like ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``:
+query i sees key j iff ``j <= i`` (whatever Sq and Skv are). With that alignment every query row sees key 0, so a
+row is fully masked only when Skv == 0; the kernels still guard every row: a row with no visible key gets output 0
+and LSE -inf, and its gradients are 0 - never NaN.
+
+Forward
+-------
+One program per (query block, head, batch); the query tile stays in registers while K/V blocks stream through.
+Online softmax in base 2 with the scale folded into one multiplier (``sm_scale * log2(e)``), fp32 statistics and
+fp32 accumulator. The key range is split into *unmasked* blocks (no mask arithmetic at all) and *masked* blocks:
+the causal diagonal blocks and the ragged Skv tail. Causal programs run heaviest-first (last query block first) so
+the short blocks fill the tail of the wave. The stored LSE is the natural-log LSE (like SDPA's), fp32, (B, Hq, Sq).
+On sm_90 the autotuner may pick the TMA variant (``USE_TMA``): device-side tensor descriptors over each (batch,
+head) slice, whose out-of-bounds boxes zero-fill ragged tails and padded head-dim columns and clip stores.
+
+Backward
+--------
+1. preprocess: ``delta = rowsum(dO * O)`` (minus dLSE when the LSE itself receives a gradient), fp32.
+2. dK/dV pass: one program per (key block, kv head, batch) loops over all query heads of its GQA group and all
+   query blocks, accumulating dK and dV in fp32 registers - deterministic, no atomics, no per-head copies.
+3. dQ pass: one program per (query block, head, batch) loops over the key blocks, like the forward.
+Both passes recompute P from the saved LSE and use the same unmasked/masked split as the forward.
+
+Under the interpreter (TRITON_INTERPRET=1) each kernel runs one small config; bf16 operands are upcast to fp32
+before ``tl.dot`` there (the interpreter's bf16 dot is wrong, triton#11584), after the same bf16 rounding of P/dS
+that the GPU path performs. fp32 inputs are supported (IEEE fp32 dots - correct, not fast).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tile loads / stores shared by the kernels
+# ----------------------------------------------------------------------------------------------------------------
+@triton.jit
+def _load_rows(desc, base, row0, n_rows, stride_row,
+               BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+               MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
+    """Rows [row0, row0 + BLOCK) x all head-dim columns of one (batch, head) slice; out-of-range rows/cols -> 0."""
+    if USE_TMA:
+        x = desc.load([row0, 0])
+    else:
+        rows = tl.arange(0, BLOCK)
+        cols = tl.arange(0, HEAD_DIM_PAD)
+        ptrs = base + tl.cast(row0, tl.int64) * stride_row + (rows[:, None] * stride_row + cols[None, :])
+        if MASK_ROWS:
+            mask = (row0 + rows)[:, None] < n_rows
+            if HEAD_DIM != HEAD_DIM_PAD:
+                mask = mask & (cols[None, :] < HEAD_DIM)
+            x = tl.load(ptrs, mask=mask, other=0.0)
+        elif HEAD_DIM != HEAD_DIM_PAD:
+            x = tl.load(ptrs, mask=cols[None, :] < HEAD_DIM, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def _store_rows(desc, base, row0, n_rows, stride_row, x,
+                BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, USE_TMA: tl.constexpr):
+    if USE_TMA:
+        desc.store([row0, 0], x)
+    else:
+        rows = tl.arange(0, BLOCK)
+        cols = tl.arange(0, HEAD_DIM_PAD)
+        ptrs = base + tl.cast(row0, tl.int64) * stride_row + (rows[:, None] * stride_row + cols[None, :])
+        mask = ((row0 + rows)[:, None] < n_rows) & (cols[None, :] < HEAD_DIM)
+        tl.store(ptrs, x, mask=mask)
+
+
+@triton.jit
+def _operand(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """Round to the MMA input dtype; under the interpreter with bf16, continue in fp32 (exact products)."""
+    x = x.to(DTYPE)
+    if UPCAST:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _make_desc(base, n_rows, stride_row, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    return tl.make_tensor_descriptor(base, shape=[n_rows, HEAD_DIM], strides=[stride_row, 1],
+                                     block_shape=[BLOCK, HEAD_DIM_PAD])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# forward
+# ----------------------------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stride_vn,
+               start_m, lo, hi, Skv, qk_scale,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+               MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
+               DOT_PRECISION: tl.constexpr):
+    DTYPE: tl.constexpr = k_base.dtype.element_ty
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        k = _load_rows(k_desc, k_base, start_n, Skv, stride_kn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA)
+        if UPCAST:
+            k = k.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if MASKED:
+            offs_n = start_n + offs_n0
+            mask = offs_n[None, :] < Skv
+            if CAUSAL:
+                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            qk = tl.where(mask, qk * qk_scale, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            # a row with no visible key so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN
+            m_sub = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            qk = qk - m_sub[:, None]
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_sub = m_ij
+            qk = qk * qk_scale - m_sub[:, None]
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = _load_rows(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA)
+        if UPCAST:
+            v = v.to(tl.float32)
+        acc = tl.dot(_operand(p, DTYPE, UPCAST), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    Q, K, V, O, LSE, sm_scale,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
+    Hq, Sq, Skv, GROUP,
+    SQ_BUCKET, SKV_BUCKET,  # autotune key only
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m  # heaviest query blocks first
+    off_h = tl.program_id(1)
+    off_b = tl.program_id(2).to(tl.int64)
+    off_hk = off_h // GROUP
+    q_base = Q + off_b * stride_qb + off_h.to(tl.int64) * stride_qh
+    k_base = K + off_b * stride_kb + off_hk.to(tl.int64) * stride_kh
+    v_base = V + off_b * stride_vb + off_hk.to(tl.int64) * stride_vh
+    o_base = O + off_b * stride_ob + off_h.to(tl.int64) * stride_oh
+    q_desc = None
+    k_desc = None
+    v_desc = None
+    o_desc = None
+    if USE_TMA:
+        q_desc = _make_desc(q_base, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD)
+        k_desc = _make_desc(k_base, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD)
+        v_desc = _make_desc(v_base, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD)
+        o_desc = _make_desc(o_base, Sq, stride_os, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD)
+
+    start_m = pid_m * BLOCK_M
+    q = _load_rows(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA)
+    if UPCAST:
+        q = q.to(tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    skv_full = (Skv // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        # BLOCK_M % BLOCK_N == 0, so start_m is a block boundary: keys < start_m are visible to every row
+        hi_full = tl.minimum(start_m, skv_full)
+        hi = tl.minimum(start_m + BLOCK_M, Skv)
+    else:
+        hi_full = skv_full
+        hi = Skv
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+                               start_m, 0, hi_full, Skv, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
+                               False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+                               start_m, hi_full, hi, Skv, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
+                               True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    acc = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    lse_ptrs = LSE + (off_b * Hq + off_h) * Sq + offs_m
+    tl.store(lse_ptrs, lse, mask=offs_m < Sq)
+    _store_rows(o_desc, o_base, start_m, Sq, stride_os, acc.to(O.dtype.element_ty),
+                BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# backward
+# ----------------------------------------------------------------------------------------------------------------
+@triton.jit
+def _attn_bwd_preprocess(
+    O, DO, DLSE, DELTA,
+    stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos,
+    Hq, Sq,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """delta[b, h, i] = sum_d dO[i, d] * O[i, d]  (- dLSE[i]: dLSE/dS = P folds into the same term)."""
+    start_m = tl.program_id(0) * BLOCK_M
+    off_h = tl.program_id(1)
+    off_b = tl.program_id(2).to(tl.int64)
+    o_base = O + off_b * stride_ob + off_h.to(tl.int64) * stride_oh
+    do_base = DO + off_b * stride_dob + off_h.to(tl.int64) * stride_doh
+    o = _load_rows(None, o_base, start_m, Sq, stride_os, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, False)
+    do = _load_rows(None, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, False)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    row = (off_b * Hq + off_h) * Sq + offs_m
+    if HAS_DLSE:
+        delta = delta - tl.load(DLSE + row, mask=offs_m < Sq, other=0.0)
+    tl.store(DELTA + row, delta, mask=offs_m < Sq)
+
+
+@triton.jit
+def _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M: tl.constexpr, MASK_ROWS: tl.constexpr):
+    """Base-2 row statistic m (= LSE * log2 e, +inf for rows without a visible key so P = 0) and delta."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    if MASK_ROWS:
+        lse = tl.load(LSE + row_base + offs_m, mask=offs_m < Sq, other=0.0)
+        delta = tl.load(DELTA + row_base + offs_m, mask=offs_m < Sq, other=0.0)
+    else:
+        lse = tl.load(LSE + row_base + offs_m)
+        delta = tl.load(DELTA + row_base + offs_m)
+    m = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    return m, delta
+
+
+@triton.jit
+def _dkdv_block(dk, dv, k, v, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
+                start_m, start_n, Sq, qk_scale,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                MASK_ROWS: tl.constexpr, CAUSAL_MASK: tl.constexpr, UPCAST: tl.constexpr,
+                DOT_PRECISION: tl.constexpr):
+    DTYPE: tl.constexpr = q_base.dtype.element_ty
+    q = _load_rows(None, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, False)
+    do = _load_rows(None, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, False)
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    m, delta = _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M, MASK_ROWS)
+    qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M)
+    pT = tl.math.exp2(qkT * qk_scale - m[None, :])
+    if CAUSAL_MASK:
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+    dv = tl.dot(_operand(pT, DTYPE, UPCAST), do, dv, input_precision=DOT_PRECISION)
+    dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+    dsT = pT * (dpT - delta[None, :])
+    dk = tl.dot(_operand(dsT, DTYPE, UPCAST), q, dk, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(
+    Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+    stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
+    Hq, Sq, Skv, GROUP,
+    SQ_BUCKET, SKV_BUCKET,  # autotune key only
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+):
+    start_n = tl.program_id(0) * BLOCK_N1
+    off_hk = tl.program_id(1)
+    off_b = tl.program_id(2).to(tl.int64)
+    k_base = K + off_b * stride_kb + off_hk.to(tl.int64) * stride_kh
+    v_base = V + off_b * stride_vb + off_hk.to(tl.int64) * stride_vh
+    k = _load_rows(None, k_base, start_n, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False)
+    v = _load_rows(None, v_base, start_n, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
+
+    sq_full = (Sq // BLOCK_M1) * BLOCK_M1
+    if CAUSAL:
+        # rows < start_n see none of these keys; rows in [start_n, start_n + BLOCK_N1) straddle the diagonal
+        diag_lo = start_n
+        diag_hi = tl.minimum(start_n + BLOCK_N1, Sq)
+        full_lo = start_n + BLOCK_N1
+    else:
+        diag_lo = 0
+        diag_hi = 0
+        full_lo = 0
+    tail_lo = tl.maximum(full_lo, sq_full)
+
+    for g in range(GROUP):
+        off_h = off_hk * GROUP + g
+        q_base = Q + off_b * stride_qb + off_h.to(tl.int64) * stride_qh
+        do_base = DO + off_b * stride_dob + off_h.to(tl.int64) * stride_doh
+        row_base = (off_b * Hq + off_h) * Sq
+        for start_m in range(diag_lo, diag_hi, BLOCK_M1):
+            dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
+                                 start_m, start_n, Sq, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD,
+                                 True, True, UPCAST, DOT_PRECISION)
+        for start_m in tl.range(full_lo, sq_full, BLOCK_M1):
+            dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
+                                 start_m, start_n, Sq, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD,
+                                 False, False, UPCAST, DOT_PRECISION)
+        if tail_lo < Sq:
+            dk, dv = _dkdv_block(dk, dv, k, v, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
+                                 tail_lo, start_n, Sq, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD,
+                                 True, False, UPCAST, DOT_PRECISION)
+
+    dk = dk * sm_scale
+    dk_base = DK + off_b * stride_dkb + off_hk.to(tl.int64) * stride_dkh
+    dv_base = DV + off_b * stride_dvb + off_hk.to(tl.int64) * stride_dvh
+    _store_rows(None, dk_base, start_n, Skv, stride_dks, dk.to(DK.dtype.element_ty),
+                BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False)
+    _store_rows(None, dv_base, start_n, Skv, stride_dvs, dv.to(DV.dtype.element_ty),
+                BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False)
+
+
+@triton.jit
+def _dq_inner(dq, q, do, m, delta, k_base, v_base, stride_ks, stride_vs, start_m, lo, hi, Skv, qk_scale,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+              MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    DTYPE: tl.constexpr = k_base.dtype.element_ty
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        k = _load_rows(None, k_base, start_n, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, False)
+        v = _load_rows(None, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, False)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        p = tl.math.exp2(qk * qk_scale - m[:, None])
+        if MASKED:
+            offs_n = start_n + offs_n0
+            mask = offs_n[None, :] < Skv
+            if CAUSAL:
+                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(mask, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(_operand(ds, DTYPE, UPCAST), k, dq, input_precision=DOT_PRECISION)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(
+    Q, K, V, DO, DQ, LSE, DELTA, sm_scale,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+    stride_dob, stride_doh, stride_dos, stride_dqb, stride_dqh, stride_dqs,
+    Hq, Sq, Skv, GROUP,
+    SQ_BUCKET, SKV_BUCKET,  # autotune key only
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_h = tl.program_id(1)
+    off_b = tl.program_id(2).to(tl.int64)
+    off_hk = off_h // GROUP
+    start_m = pid_m * BLOCK_M2
+    q_base = Q + off_b * stride_qb + off_h.to(tl.int64) * stride_qh
+    do_base = DO + off_b * stride_dob + off_h.to(tl.int64) * stride_doh
+    k_base = K + off_b * stride_kb + off_hk.to(tl.int64) * stride_kh
+    v_base = V + off_b * stride_vb + off_hk.to(tl.int64) * stride_vh
+    q = _load_rows(None, q_base, start_m, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, False)
+    do = _load_rows(None, do_base, start_m, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, False)
+    if UPCAST:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    m, delta = _load_stats(LSE, DELTA, (off_b * Hq + off_h) * Sq, start_m, Sq, BLOCK_M2, True)
+    qk_scale = sm_scale * 1.4426950408889634
+    dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
+    skv_full = (Skv // BLOCK_N2) * BLOCK_N2
+    if CAUSAL:
+        hi_full = tl.minimum(start_m, skv_full)
+        hi = tl.minimum(start_m + BLOCK_M2, Skv)
+    else:
+        hi_full = skv_full
+        hi = Skv
+    dq = _dq_inner(dq, q, do, m, delta, k_base, v_base, stride_ks, stride_vs, start_m, 0, hi_full, Skv, qk_scale,
+                   BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, UPCAST, DOT_PRECISION)
+    dq = _dq_inner(dq, q, do, m, delta, k_base, v_base, stride_ks, stride_vs, start_m, hi_full, hi, Skv, qk_scale,
+                   BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, UPCAST, DOT_PRECISION)
+    dq = dq * sm_scale
+    dq_base = DQ + off_b * stride_dqb + off_h.to(tl.int64) * stride_dqh
+    _store_rows(None, dq_base, start_m, Sq, stride_dqs, dq.to(DQ.dtype.element_ty),
+                BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# configs and autotuning
+# ----------------------------------------------------------------------------------------------------------------
+# Under the interpreter: one config per kernel, tiles big enough to keep the (program x step) count low, with
+# BLOCK_M != BLOCK_N so the multi-block causal diagonal logic is exercised.
+INTERP_FWD = triton.Config({"BLOCK_M": 64, "BLOCK_N": 32, "USE_TMA": False}, num_warps=4, num_stages=2)
+INTERP_DKDV = triton.Config({"BLOCK_M1": 32, "BLOCK_N1": 64}, num_warps=4, num_stages=2)
+INTERP_DQ = triton.Config({"BLOCK_M2": 64, "BLOCK_N2": 32}, num_warps=4, num_stages=2)
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) by padded head dim. Each is tried with and without TMA (sm_90+).
+_FWD_TILES = {
+    64: [(128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 8, 4)],
+    128: [(128, 128, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
+    256: [(128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3)],
+}
+# dK/dV pass: (BLOCK_M1, BLOCK_N1, warps, stages); BLOCK_N1 % BLOCK_M1 == 0 (causal diagonal alignment)
+_DKDV_TILES = {
+    64: [(32, 128, 4, 5), (64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 4, 3)],
+    128: [(32, 128, 4, 5), (64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 4, 3)],
+    256: [(32, 64, 4, 3), (64, 64, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2)],
+}
+# dQ pass: (BLOCK_M2, BLOCK_N2, warps, stages); BLOCK_M2 % BLOCK_N2 == 0
+_DQ_TILES = {
+    64: [(128, 32, 4, 5), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3)],
+    128: [(128, 32, 4, 5), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3)],
+    256: [(64, 32, 4, 3), (64, 64, 8, 2), (128, 32, 8, 2), (64, 16, 4, 2)],
+}
+
+
+def _tile_class(head_dim_pad: int) -> int:
+    return 64 if head_dim_pad <= 64 else (128 if head_dim_pad <= 128 else 256)
+
+
+def fwd_configs() -> list[triton.Config]:
+    seen, out = set(), []
+    for tiles in _FWD_TILES.values():
+        for bm, bn, w, s in tiles:
+            for tma in (False, True):
+                if (bm, bn, w, s, tma) not in seen:
+                    seen.add((bm, bn, w, s, tma))
+                    out.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "USE_TMA": tma}, num_warps=w, num_stages=s))
+    return out
+
+
+def _configs(table, names) -> list[triton.Config]:
+    seen, out = set(), []
+    for tiles in table.values():
+        for bm, bn, w, s in tiles:
+            if (bm, bn, w, s) not in seen:
+                seen.add((bm, bn, w, s))
+                out.append(triton.Config({names[0]: bm, names[1]: bn}, num_warps=w, num_stages=s))
+    return out
+
+
+def _tma_ok(t: torch.Tensor) -> bool:
+    """A (B, H, S, D) tensor every (b, h) slice of which is a legal TMA global tensor: 16-byte aligned base/strides."""
+    es = t.element_size()
+    return (t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9 and t.data_ptr() % 16 == 0
+            and all((s * es) % 16 == 0 for s in t.stride()[:3]))
+
+
+def _prune_fwd(configs, named_args, **kwargs):
+    # the launchers pass every argument by keyword, so they arrive in kwargs (named_args holds positional ones)
+    args = {**named_args, **kwargs}
+    wanted = set(_FWD_TILES[_tile_class(args["HEAD_DIM_PAD"])])
+    tma = all(_tma_ok(args[n]) for n in ("Q", "K", "V", "O"))
+    kept = [c for c in configs
+            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in wanted
+            and (tma or not c.kwargs["USE_TMA"])]
+    return kept or configs[:1]
+
+
+def _prune_by(table, names):
+    def prune(configs, named_args, **kwargs):
+        wanted = set(table[_tile_class({**named_args, **kwargs}["HEAD_DIM_PAD"])])
+        kept = [c for c in configs
+                if (c.kwargs[names[0]], c.kwargs[names[1]], c.num_warps, c.num_stages) in wanted]
+        return kept or configs[:1]
+    return prune
+
+
+_KEY = ["HEAD_DIM", "HEAD_DIM_PAD", "CAUSAL", "SQ_BUCKET", "SKV_BUCKET", "DOT_PRECISION"]
+
+attn_fwd = triton.autotune(
+    configs=[INTERP_FWD] if INTERPRET else fwd_configs(), key=_KEY,
+    prune_configs_by={"early_config_prune": _prune_fwd}, cache_results=True)(_attn_fwd_kernel)
+attn_bwd_dkdv = triton.autotune(
+    configs=[INTERP_DKDV] if INTERPRET else _configs(_DKDV_TILES, ("BLOCK_M1", "BLOCK_N1")), key=_KEY,
+    prune_configs_by={"early_config_prune": _prune_by(_DKDV_TILES, ("BLOCK_M1", "BLOCK_N1"))},
+    cache_results=True)(_attn_bwd_dkdv_kernel)
+attn_bwd_dq = triton.autotune(
+    configs=[INTERP_DQ] if INTERPRET else _configs(_DQ_TILES, ("BLOCK_M2", "BLOCK_N2")), key=_KEY,
+    prune_configs_by={"early_config_prune": _prune_by(_DQ_TILES, ("BLOCK_M2", "BLOCK_N2"))},
+    cache_results=True)(_attn_bwd_dq_kernel)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# launchers
+# ----------------------------------------------------------------------------------------------------------------
+def head_dim_pad(d: int) -> int:
+    return triton.next_power_of_2(d)
+
+
+def _bucket(n: int) -> int:
+    return max(64, triton.next_power_of_2(max(n, 1)))
+
+
+def _alloc_scratch(size: int, alignment: int, stream):
+    return torch.empty(size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8)
+
+
+def _ensure_tma_allocator():
+    """Device-side tensor descriptors need a global scratch allocator; install one unless the user has."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_alloc_scratch)
+
+
+def _is_tuned(kernel, kernel_args: dict) -> bool:
+    if len(kernel.configs) <= 1:
+        return True
+    key = [kernel_args[k] for k in kernel.keys if k in kernel_args]
+    for name in kernel.arg_names:
+        arg = kernel_args.get(name)
+        if hasattr(arg, "dtype"):
+            key.append(str(arg.dtype))
+    return tuple(key) in kernel.cache
+
+
+def _launch(kernel, plain, grid, kernel_args, config, what):
+    if config is not None:
+        plain[grid](**kernel_args, **config.all_kwargs())
+        return
+    first = next(iter(kernel_args.values()))
+    if first.is_cuda and torch.cuda.is_current_stream_capturing() and not _is_tuned(kernel, kernel_args):
+        raise RuntimeError(
+            f"tilewright attention ({what}): this head dim / causal / dtype / length bucket has not been autotuned "
+            "yet and autotuning cannot run during CUDA-graph capture. Run the same call once before capturing.")
+    kernel[grid](**kernel_args)
+
+
+def _common(q, k, causal):
+    D = q.shape[-1]
+    return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), CAUSAL=bool(causal),
+                UPCAST=INTERPRET and q.dtype == torch.bfloat16,
+                DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+                SQ_BUCKET=_bucket(q.shape[2]), SKV_BUCKET=_bucket(k.shape[2]))
+
+
+def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: triton.Config | None = None):
+    """out (like q) and lse (B, Hq, Sq) fp32, natural log, are written in place. Shapes are checked by the op."""
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    if B == 0 or Hq == 0 or Sq == 0:
+        return out, lse
+    if Skv == 0:
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return out, lse
+    if not INTERPRET:
+        _ensure_tma_allocator()
+    args = dict(Q=q, K=k, V=v, O=out, LSE=lse, sm_scale=float(sm_scale),
+                stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+                stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+                stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+                stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
+                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv, **_common(q, k, causal))
+    if config is not None and config.kwargs.get("USE_TMA"):
+        _ensure_tma_allocator()
+
+    def grid(meta):
+        return (triton.cdiv(Sq, meta["BLOCK_M"]), Hq, B)
+
+    _launch(attn_fwd, _attn_fwd_kernel, grid, args, config, "forward")
+    return out, lse
+
+
+def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
+                       configs: tuple | None = None):
+    """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output."""
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    if B == 0 or Hq == 0:
+        return dq, dk, dv
+    if Sq == 0 or Skv == 0:
+        dq.zero_()
+        dk.zero_()
+        dv.zero_()
+        return dq, dk, dv
+    dp = head_dim_pad(D)
+    delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+    pre_block = 64 if INTERPRET else 128
+    _attn_bwd_preprocess[(triton.cdiv(Sq, pre_block), Hq, B)](
+        out, do, dlse if dlse is not None else delta, delta,
+        out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
+        Hq, Sq, HEAD_DIM=D, HEAD_DIM_PAD=dp, HAS_DLSE=dlse is not None, BLOCK_M=pre_block,
+        num_warps=4)
+    common = _common(q, k, causal)
+    base = dict(Q=q, K=k, V=v, DO=do)
+    strides = dict(stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+                   stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+                   stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+                   stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2))
+    dims = dict(Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv)
+    cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)
+    args_dkdv = dict(**base, DK=dk, DV=dv, LSE=lse, DELTA=delta, sm_scale=float(sm_scale), **strides,
+                     stride_dkb=dk.stride(0), stride_dkh=dk.stride(1), stride_dks=dk.stride(2),
+                     stride_dvb=dv.stride(0), stride_dvh=dv.stride(1), stride_dvs=dv.stride(2), **dims, **common)
+    _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B),
+            args_dkdv, cfg_dkdv, "backward dK/dV")
+    args_dq = dict(**base, DQ=dq, LSE=lse, DELTA=delta, sm_scale=float(sm_scale), **strides,
+                   stride_dqb=dq.stride(0), stride_dqh=dq.stride(1), stride_dqs=dq.stride(2), **dims, **common)
+    _launch(attn_bwd_dq, _attn_bwd_dq_kernel, lambda m: (triton.cdiv(Sq, m["BLOCK_M2"]), Hq, B),
+            args_dq, cfg_dq, "backward dQ")
+    return dq, dk, dv
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

@@ -1,0 +1,66 @@
+"""CPU tier: the Triton GEMM compiled ahead of time for sm_90 - wgmma (HGMMA) in SASS, TMA, zero spills.
+
+Every large-tile config of the autotune space that the pruner keeps for an epilogue is compiled with that epilogue,
+the way a real launch specializes it (unit strides constant, aligned pointers and strides).
+"""
+import pytest
+
+from tilewright.autotune.space import gemm_configs, prune_gemm_configs
+from tilewright.triton_kernels.aot import compile_reports
+from tilewright.triton_kernels.tile_order import GROUPED
+
+PTRS = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "preact_ptr")
+UNIT_STRIDES = ("stride_ak", "stride_bn", "stride_cn", "stride_res2")  # row-major a, b, out, residual
+INTS = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm", "stride_res0", "stride_res1", "RES_PERIOD", "M_BUCKET")
+ALIGNED = PTRS + ("stride_am", "stride_bk", "stride_cm", "stride_res0", "stride_res1")
+
+EPILOGUES = {  # name: (flags, use_tma)
+    "plain": (dict(HAS_BIAS=False, ACTIVATION=0, HAS_RESIDUAL=False, RES_PERIODIC=False), True),
+    "bias-gelu_tanh-residual": (dict(HAS_BIAS=True, ACTIVATION=3, HAS_RESIDUAL=True, RES_PERIODIC=False), True),
+    "bias-silu-pos_embed": (dict(HAS_BIAS=True, ACTIVATION=4, HAS_RESIDUAL=True, RES_PERIODIC=True), True),
+    "pointer-bias-relu-residual": (dict(HAS_BIAS=True, ACTIVATION=1, HAS_RESIDUAL=True, RES_PERIODIC=False), False),
+}
+
+
+def _jobs():
+    jobs, names = [], []
+    for epi_name, (flags, use_tma) in EPILOGUES.items():
+        configs = prune_gemm_configs(gemm_configs(), 8192, 8192, 8192, 2, 2, tma_store=use_tma, use_tma=use_tma,
+                                     periodic_residual=flags["RES_PERIODIC"])
+        seen = set()
+        for cfg in configs:
+            kw = cfg.all_kwargs()
+            tile = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_warps"], kw["num_stages"], kw["EPI_SPLIT"])
+            if tile in seen:  # tile orders differ only in scalar index math: one compile per tile shape
+                continue
+            seen.add(tile)
+            constexprs = {**{k: 1 for k in UNIT_STRIDES}, **flags, "A_K_CONTIG": True, "B_K_CONTIG": False,
+                          "USE_TMA": use_tma, "TMA_STORE": use_tma, "STORE_PREACT": False, "INDEX_64": False,
+                          "DOT_PRECISION": "tf32", "UPCAST_DOT": False, "GROUP": 8, "TILE_ORDER": GROUPED,
+                          **{k: kw[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT")}}
+            jobs.append(dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel",
+                             signature={**{k: "*bf16" for k in PTRS}, **{k: "i32" for k in INTS}},
+                             constexprs=constexprs, arch=90, num_warps=kw["num_warps"],
+                             num_stages=kw["num_stages"], divisible_by_16=ALIGNED))
+            names.append(f"{epi_name}:{tile}")
+    return jobs, names
+
+
+JOBS, NAMES = _jobs()
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return compile_reports(JOBS)
+
+
+@pytest.mark.parametrize("i", range(len(JOBS)), ids=NAMES)
+def test_gemm_compiles_for_sm90_with_wgmma_and_no_spills(reports, i):
+    rep = reports[i]
+    use_tma = JOBS[i]["constexprs"]["USE_TMA"]
+    assert rep.has("HGMMA"), "no wgmma in SASS: the kernel is on a slow path"
+    assert rep.spill_bytes == 0, f"{rep.spill_bytes} bytes spilled ({rep.registers} registers)"
+    if use_tma:
+        assert rep.has("UTMALDG"), "TMA path without TMA loads"
+        assert rep.has("UTMASTG"), "TMA store missing"
+    assert rep.shared_bytes <= 227 * 1024
