@@ -19,11 +19,10 @@ SMEM_SM90 = 227 * 1024
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) for problems with many tiles: wgmma-sized tiles.
 _LARGE_TILES = [
     (128, 256, 64, 8, 3),
-    (256, 128, 64, 8, 3),
     (128, 256, 64, 8, 4),
+    (256, 128, 64, 8, 3),
     (128, 128, 64, 8, 4),
     (128, 128, 64, 4, 4),
-    (128, 128, 128, 8, 3),
 ]
 _LARGE_ORDERS = [(GROUPED, 8), (MORTON, 8), (HILBERT, 8), (ROW_MAJOR, 8)]
 
@@ -104,3 +103,20 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     if not kept:  # never return nothing: the smallest config always fits
         kept = [min(configs, key=lambda c: gemm_smem_bytes(c, in_bytes, out_bytes, tma_store))]
     return kept
+
+
+def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True,
+                        periodic_residual: bool = False) -> triton.Config:
+    """A good untuned config for the shape (``TILEWRIGHT_AUTOTUNE=0``, or where tuning is not possible)."""
+    if M <= 64:
+        bm = 16 if M <= 16 else 32 if M <= 32 else 64
+        return triton.Config({"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP": 8, "TILE_ORDER": GROUPED,
+                              "EPI_SPLIT": 1}, num_warps=4, num_stages=4)
+    if M <= 256:
+        return triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP": 8, "TILE_ORDER": GROUPED,
+                              "EPI_SPLIT": 1}, num_warps=4, num_stages=4)
+    if use_tma and not periodic_residual:
+        return triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP": 8, "TILE_ORDER": GROUPED,
+                              "EPI_SPLIT": 4}, num_warps=8, num_stages=3)
+    return triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP": 8, "TILE_ORDER": GROUPED,
+                          "EPI_SPLIT": 2}, num_warps=8, num_stages=4)

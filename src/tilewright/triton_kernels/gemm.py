@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..autotune.space import INTERPRETER_CONFIG, gemm_configs, prune_gemm_configs
+from ..autotune.space import INTERPRETER_CONFIG, default_gemm_config, gemm_configs, prune_gemm_configs
 from .activation import apply_activation
 from .tile_order import tile_coords
 
@@ -213,10 +213,17 @@ def _smem_limit(device: torch.device) -> int:
     return getattr(props, "shared_memory_per_block_optin", 227 * 1024)
 
 
+def _tuning_bench(fn, quantiles):
+    # Shorter than do_bench's defaults (25 ms warm-up, 100 ms of runs): ~20 runs of a large GEMM per config are
+    # enough to rank configs, and first-use tuning over ~20 configs stays a few seconds per shape bucket.
+    return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=quantiles)
+
+
 gemm_kernel = triton.autotune(
     configs=[INTERPRETER_CONFIG] if INTERPRET else gemm_configs(),
     key=_TUNING_KEY,
     prune_configs_by={"early_config_prune": _early_prune},
+    do_bench=_tuning_bench,
     cache_results=True,  # a new process re-uses the winners from $TRITON_CACHE_DIR instead of re-tuning
 )(_gemm_kernel)
 
@@ -290,6 +297,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     residual: (R0, P, N) addressed as row r -> (r // P, r % P); preact: optional (M, N) with out's strides that
     receives ``a @ b + bias`` before the activation. Shapes and dtypes are checked by the op layer, not here.
     ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size.
+    With ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -334,6 +342,9 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
         return (max(1, min(programs, tiles)),)
 
+    if config is None and not INTERPRET and os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0":
+        config = default_gemm_config(M, N, K, use_tma=bool(use_tma),
+                                     periodic_residual=kernel_args["RES_PERIODIC"])
     if config is not None:
         _gemm_kernel[grid](**kernel_args, **config.all_kwargs())
         return out

@@ -1,0 +1,108 @@
+"""GEMM suite, side by side: tilewright vs cuBLAS (``a @ b``), cuBLASLt bias (``addmm``), cuBLAS + separate add.
+
+Cases per shape (bf16 in, fp32 accumulate, bf16 out; a (M, K) and b (K, N) row-major, BENCHMARKS.md):
+  gemm      tilewright ``matmul(a, b)``                 vs cuBLAS ``a @ b``
+  bias      tilewright ``matmul(a, b, bias=bias)``      vs cuBLASLt ``torch.addmm(bias, a, b)``
+  residual  tilewright ``matmul(a, b, residual=r)``     vs cuBLAS ``a @ b`` + a separate ``+ r`` kernel
+  pos_embed tilewright ``matmul(x, b, residual=pos)``   vs ``x @ b + pos`` (x: (B, S, K), pos: (S, N); large shapes)
+"""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from .. import matmul
+from .common import COLUMNS, add_speedups, on_gpu, time_ms
+
+# tag: (M, N, K)
+SUITES = {
+    "default": {
+        "sq4k": (4096, 4096, 4096),
+        "sq8k": (8192, 8192, 8192),
+        "l3-8b-qkv": (8192, 6144, 4096),
+        "l3-8b-o": (8192, 4096, 4096),
+        "l3-8b-gateup": (8192, 28672, 4096),
+        "l3-8b-down": (8192, 4096, 14336),
+        "l3-70b-qkv": (8192, 10240, 8192),
+        "l3-70b-down": (8192, 8192, 28672),
+        "decode16": (16, 4096, 4096),
+        "decode128": (128, 4096, 4096),
+        "odd": (3000, 5000, 4000),
+    },
+    # CPU interpreter: correctness-sized problems; the numbers say nothing about performance.
+    "tiny": {"tiny-sq": (64, 64, 64), "tiny-odd": (37, 53, 45), "tiny-decode": (4, 64, 64)},
+}
+DECODE_TAGS = ("decode16", "decode128")
+POS_EMBED_SEQ = 1024  # pos_embed case: x viewed as (M / 1024, 1024, K)
+
+
+def _cases(M, N, K, dtype, device):
+    # On CPU the peers are torch's CPU kernels, not cuBLAS: name them so.
+    blas, lt = ("cublas", "cublaslt_addmm") if device == "cuda" else ("torch_cpu", "torch_cpu_addmm")
+    a = torch.randn(M, K, device=device, dtype=dtype)
+    b = torch.randn(K, N, device=device, dtype=dtype) / K ** 0.5
+    bias = torch.randn(N, device=device, dtype=dtype)
+    r = torch.randn(M, N, device=device, dtype=dtype)
+    cases = {
+        "gemm": ({"tilewright": lambda: matmul(a, b), blas: lambda: a @ b}, blas),
+        "bias": ({"tilewright": lambda: matmul(a, b, bias=bias), lt: lambda: torch.addmm(bias, a, b)}, lt),
+        "residual": ({"tilewright": lambda: matmul(a, b, residual=r), f"{blas}+add": lambda: a @ b + r},
+                     f"{blas}+add"),
+    }
+    if M % POS_EMBED_SEQ == 0 and M >= 4 * POS_EMBED_SEQ:
+        x = a.view(M // POS_EMBED_SEQ, POS_EMBED_SEQ, K)
+        pos = torch.randn(POS_EMBED_SEQ, N, device=device, dtype=dtype)
+        cases["pos_embed"] = ({"tilewright": lambda: matmul(x, b, residual=pos),
+                               f"{blas}+add": lambda: x @ b + pos}, f"{blas}+add")
+    return cases
+
+
+def run(suite: str = "default", progress=print, cases: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Time every (shape, case, provider) of ``suite``; one row each, with speedup vs the case's peer."""
+    if suite not in SUITES:
+        raise ValueError(f"suite: unknown {suite!r}; choose from {sorted(SUITES)}")
+    gpu = on_gpu()
+    device = "cuda" if gpu else "cpu"
+    dtype = torch.bfloat16 if gpu else torch.float16
+    rows, peers = [], {}
+    shapes = SUITES[suite]
+    for i, (tag, (M, N, K)) in enumerate(shapes.items(), 1):
+        for case, (providers, peer) in _cases(M, N, K, dtype, device).items():
+            if cases and case not in cases:
+                continue
+            key = f"{tag}/{case}"
+            peers[key] = peer
+            outputs = {}
+            for provider, fn in providers.items():
+                outputs[provider] = fn()  # first call autotunes (GPU) / compiles; keep it out of the timing
+                ms = time_ms(fn)
+                rows.append(dict(op="gemm", case=key, shape=f"{M}x{N}x{K}", dtype=str(dtype).split(".")[-1],
+                                 provider=provider, median_ms=ms, tflops=2 * M * N * K / ms / 1e9))
+            # A fast wrong answer is worth nothing: the tuned kernel's output is compared with the peer's.
+            ref = outputs[peer].float()
+            rel = ((outputs["tilewright"].float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+            rows[-1]["rel_err_vs_peer"] = rows[-2]["rel_err_vs_peer"] = rel
+            if not rel < 1e-2:
+                progress(f"WARNING {key}: tilewright output differs from {peer}: relative error {rel:.3g}")
+            del outputs
+            done = [r for r in rows if r["case"] == key]
+            tw = next(r["median_ms"] for r in done if r["provider"] == "tilewright")
+            pm = next(r["median_ms"] for r in done if r["provider"] == peer)
+            progress(f"[{i}/{len(shapes)}] {key:<24} tilewright {tw:8.4f} ms  {peer} {pm:8.4f} ms  x{pm / tw:5.3f}")
+        if gpu:
+            torch.cuda.empty_cache()
+    df = add_speedups(pd.DataFrame(rows), peers)
+    return df[COLUMNS + ["rel_err_vs_peer"]]
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """Per case kind: geomean of tilewright's speedup over the peer, on large and decode shapes, and the minimum."""
+    import numpy as np
+
+    tw = df[df.provider == "tilewright"].copy()
+    tw["tag"] = tw.case.str.split("/").str[0]
+    tw["kind"] = tw.case.str.split("/").str[1]
+    tw["group"] = np.where(tw.tag.isin(DECODE_TAGS), "decode", "large")
+    out = tw.groupby(["kind", "group"]).speedup.agg(
+        geomean=lambda s: float(np.exp(np.log(s).mean())), min="min", n="count").reset_index()
+    return out

@@ -1,0 +1,175 @@
+"""GPU tier (run on the device): bf16/fp16 numerics across the suite and epilogues, CUDA graphs, >2^31 elements.
+
+Error rule: max |tilewright - fp64 reference| <= 2 x max |torch same-dtype - fp64 reference| (+ tiny floor).
+"""
+import pytest
+import torch
+
+import tilewright
+from tilewright.bench.gemm import SUITES
+from tilewright.reference import gemm_reference
+from tilewright.triton_kernels import gemm as tg
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_tuning_in_numerics_tests():
+    """Numerics tests use the default config per shape (tuning every key would take minutes); the tuned path
+    runs in the benchmark, which checks its outputs, and every config is checked in
+    test_every_config_of_the_space_is_correct."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILEWRIGHT_AUTOTUNE", "0")
+    yield
+    mp.undo()
+
+
+def _err(x, ref):
+    return (x.double() - ref).abs().max().item()
+
+
+def _assert_within_torch_error(out, inputs, **epi):
+    ref = gemm_reference(*[t.double() if t is not None else None for t in inputs], **epi)
+    torch_out = gemm_reference(*inputs, **epi)
+    assert torch.isfinite(out).all()
+    bound = 2 * _err(torch_out, ref) + 1e-6 * ref.abs().max().item()
+    err = _err(out, ref)
+    assert err <= bound, f"tilewright err {err:.4g} > 2x torch err bound {bound:.4g}"
+
+
+@pytest.mark.parametrize("tag", list(SUITES["default"]))
+@pytest.mark.parametrize("epilogue", ["plain", "bias_gelu_residual"])
+def test_suite_bf16(tag, epilogue):
+    M, N, K = SUITES["default"][tag]
+    a = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=DEV, dtype=torch.bfloat16)
+    if epilogue == "plain":
+        out = tilewright.matmul(a, b)
+        _assert_within_torch_error(out, (a, b))
+    else:
+        bias = torch.randn(N, device=DEV, dtype=torch.bfloat16)
+        r = torch.randn(M, N, device=DEV, dtype=torch.bfloat16)
+        out = tilewright.matmul(a, b, bias=bias, residual=r, activation="gelu")
+        _assert_within_torch_error(out, (a, b, bias, r), activation="gelu")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (7, 1000, 3000), (3000, 5000, 4000), (1000, 777, 333)])
+def test_epilogues_odd_shapes(dtype, activation, shape):
+    M, N, K = shape
+    a = torch.randn(M, K, device=DEV, dtype=dtype)
+    b = torch.randn(N, K, device=DEV, dtype=dtype).t()  # K-major B, as nn.Linear weights
+    bias = torch.randn(N, device=DEV, dtype=dtype)
+    r = torch.randn(M, N, device=DEV, dtype=dtype)
+    out = tilewright.matmul(a, b, bias=bias, residual=r, activation=activation)
+    _assert_within_torch_error(out, (a, b, bias, r), activation=activation)
+
+
+def test_pos_embed_bf16():
+    B, S, K, N = 4, 197, 768, 2304  # ViT-B/16: 197 tokens, tiles straddle the period boundary
+    x = torch.randn(B, S, K, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(N, K, device=DEV, dtype=torch.bfloat16)
+    pos = torch.randn(S, N, device=DEV, dtype=torch.bfloat16)
+    out = tilewright.linear(x, w, residual=pos)
+    ref = x.double() @ w.double().t() + pos.double()
+    assert _err(out, ref) <= 2 * _err(x @ w.t() + pos, ref) + 1e-6
+
+
+def test_fp32_is_ieee_not_tf32():
+    a = torch.randn(512, 1024, device=DEV)
+    b = torch.randn(1024, 256, device=DEV)
+    ref = a.double() @ b.double()
+    rel = ((tilewright.matmul(a, b).double() - ref).norm() / ref.norm()).item()
+    assert rel < 1e-5, f"relative error {rel:.2e}: looks like tf32"
+
+
+def test_gradients_bf16():
+    x = torch.randn(4, 256, 512, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(768, 512, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    bias = torch.randn(768, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    out = tilewright.linear(x, w, bias, activation="gelu_tanh")
+    g = torch.randn_like(out)
+    out.backward(g)
+    refs = [t.detach().double().requires_grad_() for t in (x, w, bias)]
+    torch.nn.functional.gelu(torch.nn.functional.linear(*refs), approximate="tanh").backward(g.double())
+    same = [t.detach().clone().requires_grad_() for t in (x, w, bias)]
+    torch.nn.functional.gelu(torch.nn.functional.linear(*same), approximate="tanh").backward(g)
+    for t, r, s in zip((x, w, bias), refs, same):
+        assert _err(t.grad, r.grad) <= 2 * _err(s.grad, r.grad) + 1e-3
+
+
+def test_cuda_graph_capture_after_warmup(monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_AUTOTUNE", "1")
+    a = torch.randn(2048, 1024, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(1024, 3072, device=DEV, dtype=torch.bfloat16)
+    bias = torch.randn(3072, device=DEV, dtype=torch.bfloat16)
+    expected = tilewright.matmul(a, b, bias=bias, activation="silu")  # warm-up: autotunes this key
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = tilewright.matmul(a, b, bias=bias, activation="silu")
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, tilewright.matmul(a, b, bias=bias, activation="silu"))
+    assert not torch.equal(out, expected)
+
+
+def test_capture_of_untuned_shape_raises_clearly(monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_AUTOTUNE", "1")
+    a = torch.randn(1536, 1152, device=DEV, dtype=torch.bfloat16)  # a key nothing else uses
+    b = torch.randn(1152, 2176, device=DEV, dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="autotun"):
+        with torch.cuda.graph(graph):
+            tilewright.matmul(a, b, activation="relu")
+
+
+def test_more_than_2_31_elements_operand():
+    """a has 2.25e9 elements: row offsets past 2^31 must not wrap (TMA path and pointer path)."""
+    M, K, N = 2_200_000, 1024, 64
+    a = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=DEV, dtype=torch.bfloat16)
+    rows = torch.tensor([0, 1, M // 2, M - 2_000, M - 1], device=DEV)
+    ref = a[rows].double() @ b.double()
+    for use_tma in (True, False):
+        out = torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16)
+        tg.launch_gemm(a, b, out, use_tma=use_tma)
+        assert torch.isfinite(out[-1000:]).all()
+        assert _err(out[rows], ref) <= 2 * _err((a[rows] @ b), ref) + 1e-3
+    del a
+
+
+def test_more_than_2_31_elements_output_and_residual():
+    M, K, N = 34_000_000, 16, 64  # out and residual: 2.18e9 elements each
+    a = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=DEV, dtype=torch.bfloat16)
+    r = torch.randn(M, N, device=DEV, dtype=torch.bfloat16)
+    out = tilewright.matmul(a, b, residual=r)
+    rows = torch.tensor([0, M // 2, M - 1], device=DEV)
+    ref = a[rows].double() @ b.double() + r[rows].double()
+    assert _err(out[rows], ref) <= 2 * _err(a[rows] @ b + r[rows], ref) + 1e-3
+
+
+def test_every_config_of_the_space_is_correct():
+    """Each config the tuner may pick (tile, split, order; TMA and pointer paths) gives the right answer."""
+    from tilewright.autotune.space import gemm_configs
+
+    M, N, K = 1000, 1288, 520  # tails in every dim, several tiles per program
+    a = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=DEV, dtype=torch.bfloat16)
+    bias = torch.randn(N, device=DEV, dtype=torch.bfloat16)
+    r = torch.randn(4, 250, N, device=DEV, dtype=torch.bfloat16)[:, :1].expand(4, 250, N)  # periodic residual
+    inputs = (a, b, bias, r.reshape(M, N))
+    ref = gemm_reference(*[t.double() for t in inputs], activation="silu")
+    bound = 2 * _err(gemm_reference(*inputs, activation="silu"), ref) + 1e-6
+    failures = []
+    for cfg in gemm_configs():
+        for use_tma in (True, False):
+            out = torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16)
+            tg.launch_gemm(a, b, out, bias=bias, residual=r, activation=4, use_tma=use_tma, config=cfg,
+                           num_programs=37)
+            if not _err(out, ref) <= bound:
+                failures.append((str(cfg), use_tma, _err(out, ref)))
+    assert not failures, failures
