@@ -4,7 +4,13 @@ Order of decision for every op call:
 1. a forced backend: the op's ``backend=`` argument, else ``tilewright.use_backend(...)``, else the
    ``TILEWRIGHT_BACKEND`` environment variable. A forced backend that is not eligible is an error that says why -
    never a silent substitution;
-2. otherwise the first eligible backend in the op's preference order.
+2. otherwise the first eligible backend in the op's preference order that also prefers these shapes (the "cuda"
+   backend declares per-shape preference from measured results, see ``_cuda_preferred``).
+
+The "cuda" backend (hand-written sm_90a kernels, ``tilewright.cuda_fallback``) is eligible only on a capability it
+has a kernel for, with a CUDA compiler present and its TMA constraints met; before it first serves on a device model
+it runs a self-check against a reference - a failure, or a compile failure, disables it with one warning and Triton
+serves (DESIGN.md section 4). ``TILEWRIGHT_CUDA=0`` turns it off.
 
 Eligibility is per op (dtype, device, interpreter). This module is consulted inside the ops' implementations, which
 are opaque to torch.compile, so device queries here never break a graph.
@@ -18,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-BACKENDS = ("triton", "torch")
+BACKENDS = ("triton", "torch", "cuda")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _local = threading.local()
@@ -30,7 +36,7 @@ def _interpreting() -> bool:
 
 @contextlib.contextmanager
 def use_backend(name: str | None):
-    """Force ``name`` ("triton", "torch", or None for automatic) for the ops called inside the ``with`` block."""
+    """Force ``name`` ("triton", "torch", "cuda", or None for automatic) for the ops called inside the ``with`` block."""
     if name is not None and name not in BACKENDS:
         raise ValueError(f"use_backend: unknown backend {name!r}; expected one of {BACKENDS} or None")
     previous = getattr(_local, "backend", None)
@@ -55,8 +61,11 @@ class Decision:
 
 def _eligible(op: str, backend: str, tensors) -> tuple[bool, str]:
     """Whether ``backend`` can run ``op`` on these tensors, and a one-line reason."""
+    raw = tensors
     tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
     device = tensors[0].device if tensors else torch.device("cpu")
+    if backend == "cuda":
+        return _cuda_eligible(op, raw, device)
     if backend == "torch":
         return True, "torch reference: runs anywhere"
     if backend == "triton":
@@ -71,6 +80,62 @@ def _eligible(op: str, backend: str, tensors) -> tuple[bool, str]:
     return False, f"{backend}: unknown backend"
 
 
+# ---- "cuda" backend: hand-written kernels per (op, compute capability major) ----
+CUDA_KERNELS = {"gemm": {9: "sm_90a WGMMA pingpong GEMM"}}
+
+
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    """Compute capability of a CUDA device, None for other devices (tests fake it by monkeypatching)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
+def _cuda_toolchain():
+    from .cuda_fallback import build
+
+    return build.toolchain()
+
+
+def _cuda_eligible(op: str, raw, device: torch.device) -> tuple[bool, str]:
+    """Capability, toolchain and the kernel's input constraints (no compile, no launch)."""
+    kernels = CUDA_KERNELS.get(op)
+    if not kernels:
+        return False, f"cuda: no hand-written kernel for {op}"
+    if os.environ.get("TILEWRIGHT_CUDA", "1") == "0":
+        return False, "cuda: disabled by TILEWRIGHT_CUDA=0"
+    cap = _capability(device)
+    if cap is None:
+        return False, f"cuda: tensors on {device.type} (needs an NVIDIA GPU)"
+    if cap[0] not in kernels:
+        have = ", ".join(f"sm_{m}x" for m in sorted(kernels))
+        return False, f"cuda: no {op} kernel for sm_{cap[0]}{cap[1]} (have: {have}); Triton covers it"
+    if _cuda_toolchain() is None:
+        return False, "cuda: no CUDA compiler found (nvcc, or `pip install nvidia-cuda-nvrtc`)"
+    from .cuda_fallback import gemm as cuda_gemm
+
+    a, b, bias, residual = (list(raw) + [None] * 4)[:4]
+    ok, why = cuda_gemm.constraints(a, b, bias, residual)
+    return ok, f"cuda: {kernels[cap[0]]}: {why}" if ok else f"cuda: {why}"
+
+
+def _cuda_preferred(op: str, raw) -> tuple[bool, str]:
+    """Whether the automatic choice should take "cuda" for these shapes (measured per-shape preference)."""
+    from .cuda_fallback import gemm as cuda_gemm
+
+    a, b = raw[0], raw[1]
+    return cuda_gemm.preferred(a.shape[0], b.shape[1], a.shape[1])
+
+
+def _cuda_self_check(op: str, raw) -> tuple[bool, str]:
+    """First-use self-check per device model (compiles on first call); False after a failure, with the reason."""
+    from .cuda_fallback import gemm as cuda_gemm
+
+    a, b, bias, residual = (list(raw) + [None] * 4)[:4]
+    ok, why = cuda_gemm.ready(a, b, bias, residual)
+    return ok, f"cuda: {why}"
+
+
 def _forced() -> tuple[str | None, str]:
     ctx = getattr(_local, "backend", None)
     if ctx is not None:
@@ -82,7 +147,7 @@ def _forced() -> tuple[str | None, str]:
 
 
 # Preference order per op, best first. Later issues add "cuda" in front where a hand-written kernel exists.
-PREFERENCE = {"gemm": ("triton", "torch")}
+PREFERENCE = {"gemm": ("cuda", "triton", "torch")}
 
 
 def decide(op: str, *tensors, backend: str | None = None) -> Decision:
@@ -96,12 +161,18 @@ def decide(op: str, *tensors, backend: str | None = None) -> Decision:
         if backend not in BACKENDS:
             raise ValueError(f"{source}: unknown backend {backend!r}; expected one of {BACKENDS}")
         ok, why = _eligible(op, backend, tensors)
+        if ok and backend == "cuda":
+            ok, why = _cuda_self_check(op, tensors)
         if not ok:
             raise ValueError(f"{op}: backend {backend!r} forced by {source} cannot run these inputs: {why}")
         return Decision(op, backend, [f"forced by {source}", why])
     reasons = []
     for candidate in PREFERENCE[op]:
         ok, why = _eligible(op, candidate, tensors)
+        if ok and candidate == "cuda":
+            ok, why = _cuda_preferred(op, tensors)
+            if ok:
+                ok, why = _cuda_self_check(op, tensors)
         reasons.append(("chosen: " if ok else "skipped: ") + why)
         if ok:
             return Decision(op, candidate, reasons)

@@ -1,0 +1,162 @@
+"""``tilewright build-check --arch sm_90a``: compile every CUDA kernel for an arch on any machine (no GPU needed) and
+check the compiler's resource report and the SASS for the instructions the design relies on.
+
+Per build: registers, spills, static + dynamic shared memory, and the SASS markers found. A build fails on a compile
+error, a spill or stack frame, a "Potential Performance Loss" warning (C7504 setmaxnreg ignored with rdc, C7508
+setmaxnreg ignored, C7509/C7515 wgmma serialized), or a missing marker. Kernels for another arch are listed as
+skipped.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import build
+
+# kernel source -> (archs it targets, markers its SASS must contain, builds: (label, defines, dynamic smem bytes))
+
+
+def _gemm_builds():
+    from . import gemm
+
+    out = []
+    for name, a_mn, b_mn, fp16 in gemm.BUILD_CHECK_BUILDS:
+        v = gemm.VARIANTS[name]
+        label = f"{name} {'fp16' if fp16 else 'bf16'} A:{'M' if a_mn else 'K'}-major B:{'N' if b_mn else 'K'}-major"
+        out.append((label, v.defines(a_mn, b_mn, fp16), v.smem_bytes()))
+    return out
+
+
+KERNELS = {
+    "gemm_sm90_pingpong.cu": (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"), _gemm_builds),
+}
+PERF_WARNINGS = re.compile(r"C75(04|08|09|10|15)|Potential Performance Loss", re.I)
+COLUMNS = ("kernel", "build", "arch", "regs", "spills", "stack", "smem", "markers", "status")
+
+
+def _disassembler() -> str | None:
+    """cuobjdump from the CUDA toolkit, else the copy that ships in the triton wheel or an nvidia-* wheel."""
+    extra = []
+    try:
+        import triton
+
+        extra.append(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"))
+    except ImportError:
+        pass
+    for base in sys.path:
+        extra += glob.glob(os.path.join(base, "nvidia", "cu*", "bin", "cuobjdump"))
+    return build.find_cuda_tool("cuobjdump", tuple(extra))
+
+
+def sass(cubin: bytes) -> str | None:
+    """SASS text of a cubin, or None when no cuobjdump is available."""
+    tool = _disassembler()
+    if tool is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        proc = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, timeout=300)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def parse_ptxas(log: str) -> dict:
+    """Registers, spill bytes, stack frame and static smem from ``ptxas -v`` output."""
+    info = {"regs": None, "spills": None, "stack": None, "static_smem": 0}
+    m = re.search(r"Used (\d+) registers", log)
+    if m:
+        info["regs"] = int(m.group(1))
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    if m:
+        info["stack"] = int(m.group(1))
+        info["spills"] = int(m.group(2)) + int(m.group(3))
+    m = re.search(r"(\d+) bytes smem", log)
+    if m:
+        info["static_smem"] = int(m.group(1))
+    return info
+
+
+def build_check(arch: str = "sm_90a", use_cache: bool = True) -> tuple[list[dict], bool]:
+    """Compile every kernel under cuda_fallback/ for ``arch``; one row per build and whether all passed."""
+    rows: list[dict] = []
+    ok = True
+    tc = build.toolchain()
+    sources = sorted(p.name for p in build.SOURCE_DIR.glob("*.cu"))
+    for src in sources:
+        archs, markers, builds = KERNELS.get(src, ((), (), lambda: []))
+        if arch not in archs:
+            rows.append(dict(kernel=src, build="-", arch=arch, regs="", spills="", stack="", smem="", markers="",
+                             status=f"skipped (targets {', '.join(archs) or 'nothing registered'})"))
+            continue
+        for label, defines, dyn_smem in builds():
+            row = dict(kernel=src, build=label, arch=arch, regs="", spills="", stack="", smem="", markers="")
+            rows.append(row)
+            if tc is None:
+                row["status"] = "FAIL: no CUDA compiler (nvcc or NVRTC)"
+                ok = False
+                continue
+            try:
+                b = build.compile_source(src, arch, defines, tc=tc, use_cache=use_cache)
+            except build.CompileError as e:
+                row["status"] = "FAIL: compile error: " + str(e).strip().splitlines()[-1][:200]
+                ok = False
+                continue
+            info = parse_ptxas(b.log)
+            row.update(regs=info["regs"], spills=info["spills"], stack=info["stack"],
+                       smem=info["static_smem"] + dyn_smem)
+            problems = []
+            if info["spills"]:
+                problems.append(f"{info['spills']} B spilled")
+            if info["stack"]:
+                problems.append(f"{info['stack']} B stack frame")
+            warn = [ln.strip() for ln in b.log.splitlines() if PERF_WARNINGS.search(ln)]
+            if warn:
+                problems.append("ptxas: " + warn[0][:160])
+            text = sass(b.cubin)
+            if text is None:
+                row["markers"] = "(no cuobjdump: not checked)"
+            else:
+                found = {m: len(re.findall(rf"\b{m}\b", text)) for m in markers}
+                row["markers"] = " ".join(f"{m}:{n}" for m, n in found.items())
+                missing = [m for m, n in found.items() if n == 0]
+                if missing:
+                    problems.append("missing " + ", ".join(missing))
+            row["status"] = "ok" if not problems else "FAIL: " + "; ".join(problems)
+            ok = ok and not problems
+    return rows, ok
+
+
+def format_table(rows: list[dict]) -> str:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in COLUMNS}
+    lines = ["  ".join(c.ljust(widths[c]) for c in COLUMNS), "  ".join("-" * widths[c] for c in COLUMNS)]
+    for r in rows:
+        lines.append("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in COLUMNS))
+    return "\n".join(lines)
+
+
+def main_build_check(args) -> int:
+    """CLI body: ``args.arch`` is one arch or a list (e.g. ``["sm_90a", "sm_100a"]``); prints a table per arch and
+    returns the exit code (0 when every build passed)."""
+    archs = getattr(args, "arch", None) or ["sm_90a"]
+    if isinstance(archs, str):
+        archs = [archs]
+    tc = build.toolchain()
+    print(f"toolchain: {tc or 'none found'}; cache: {build.cache_dir()}")
+    all_ok = True
+    for arch in archs:
+        rows, ok = build_check(arch)
+        print(f"\n== {arch}: {'ok' if ok else 'FAILED'}")
+        print(format_table(rows))
+        all_ok = all_ok and ok
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":  # python -m tilewright.cuda_fallback.build_check [arch ...]
+    import types
+
+    sys.exit(main_build_check(types.SimpleNamespace(arch=sys.argv[1:] or ["sm_90a"])))

@@ -1,0 +1,399 @@
+// Persistent warp-specialized GEMM for Hopper (sm_90a): out = act(A @ B + bias) + residual, fp32 accumulation.
+//
+// CTA = 384 threads = 3 warpgroups.
+//   WG0  producer: setmaxnreg.dec; one thread issues the TMA loads of every k-block into a STAGES-deep smem ring of
+//        full/empty mbarriers (128B swizzle, BK = 64 = one swizzle span of 16-bit elements).
+//   WG1, WG2 consumers: setmaxnreg.inc; wgmma from smem into fp32 registers, then the fused epilogue.
+//     PINGPONG (TW_COOP=0): each consumer owns whole BM x BN tiles, alternating CTA iterations; an ordered pair of
+//       named barriers lets only one consumer run its mainloop at a time, so one warpgroup's epilogue hides under
+//       the other's MMAs.
+//     COOPERATIVE (TW_COOP=1): both consumers share every tile, each taking BM/2 rows.
+//   Epilogue: + bias, activation, + residual (row r read at (r / P, r % P) with arbitrary strides) in fp32, one
+//   rounding, stmatrix into a 128B-swizzled smem tile, TMA store (which clips the M/N tails).
+// Tails: TMA zero-fills out-of-bounds loads (M, N and K tails), TMA stores clip, bias/residual loads are masked.
+// Tile order: row-major, grouped (bands of `group` tile rows) or Hilbert/Morton inside group x group squares -
+// the same mapping as triton_kernels/tile_order.py, evaluated identically by every role.
+//
+// Compile-time variant (-D): TW_BM, TW_BN, TW_STAGES, TW_COOP, TW_A_MN (A stored M-major), TW_B_MN (B stored
+// N-major, i.e. a row-major (K, N) matrix), TW_FP16 (fp16 instead of bf16); the epilogue is compile-time too:
+// TW_ACT (activation code), TW_BIAS, TW_RES. A run-time activation switch, unrolled over 128 accumulators per
+// thread, made the kernel ~300 KB of SASS and the epilogue instruction-fetch bound (measured: half the throughput
+// of the 128x256 tiles at K = 4096). All PTX lives in ptx/*.cuh.
+#include "ptx/common.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/stmatrix.cuh"
+#include "ptx/sync.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+
+#ifndef TW_BM
+#define TW_BM 128
+#endif
+#ifndef TW_BN
+#define TW_BN 128
+#endif
+#ifndef TW_STAGES
+#define TW_STAGES 4
+#endif
+#ifndef TW_COOP
+#define TW_COOP 0
+#endif
+#ifndef TW_A_MN
+#define TW_A_MN 0
+#endif
+#ifndef TW_B_MN
+#define TW_B_MN 1
+#endif
+#ifndef TW_FP16
+#define TW_FP16 0
+#endif
+#ifndef TW_ACT
+#define TW_ACT 0
+#endif
+#ifndef TW_BIAS
+#define TW_BIAS 0
+#endif
+#ifndef TW_RES
+#define TW_RES 0
+#endif
+#ifndef TW_PRODUCER_REGS
+#define TW_PRODUCER_REGS 40
+#endif
+#ifndef TW_CONSUMER_REGS
+#define TW_CONSUMER_REGS 232
+#endif
+
+namespace tw {
+
+constexpr int BM = TW_BM;
+constexpr int BN = TW_BN;
+constexpr int BK = 64;  // one 128-byte swizzle row of 16-bit elements
+constexpr int STAGES = TW_STAGES;
+constexpr bool COOP = TW_COOP != 0;
+constexpr bool A_MN = TW_A_MN != 0;
+constexpr bool B_MN = TW_B_MN != 0;
+constexpr int WM = COOP ? BM / 2 : BM;  // rows owned by one consumer warpgroup
+constexpr int MA = WM / 64;             // m64 wgmma atoms per consumer
+constexpr int A_STAGE = BM * BK * 2;
+constexpr int B_STAGE = BN * BK * 2;
+constexpr int STAGE_BYTES = A_STAGE + B_STAGE;
+constexpr int C_WG = WM * BN * 2;  // one consumer's output staging tile
+constexpr int BAR_OFFSET = STAGES * STAGE_BYTES + 2 * C_WG;
+constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;  // + slack to align the base to 1024
+
+// Named barrier ids (0 is __syncthreads): consumer c may start its mainloop on ORDER_BAR + c; epilogue of c on
+// EPI_BAR + c.
+constexpr int ORDER_BAR = 1;
+constexpr int EPI_BAR = 3;
+
+static_assert(BM % 64 == 0 && WM % 64 == 0, "tile M must be a multiple of 64 per consumer");
+static_assert(BN % 64 == 0 && BN <= 256, "tile N must be 64, 128, 192 or 256");
+static_assert(MA * BN / 2 <= 128, "accumulator must fit in 128 fp32 registers per thread");
+static_assert(BM <= 256, "TMA boxes hold at most 256 rows");
+static_assert(SMEM_BYTES <= 232448, "shared memory over the sm_90 per-block limit");
+static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "register split over the file");
+
+// One m64nBNk16 wgmma in the compiled dtype.
+template <int TA, int TB>
+TW_DEVICE void mma(float (&d)[BN / 2], tw_u64 da, tw_u64 db, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (BN == 256) {
+    if constexpr (TW_FP16) wgmma_m64n256k16_f16<TA, TB>(d, da, db, scale_d);
+    else wgmma_m64n256k16_bf16<TA, TB>(d, da, db, scale_d);
+  } else if constexpr (BN == 128) {
+    if constexpr (TW_FP16) wgmma_m64n128k16_f16<TA, TB>(d, da, db, scale_d);
+    else wgmma_m64n128k16_bf16<TA, TB>(d, da, db, scale_d);
+  } else {
+    if constexpr (TW_FP16) wgmma_m64n64k16_f16<TA, TB>(d, da, db, scale_d);
+    else wgmma_m64n64k16_bf16<TA, TB>(d, da, db, scale_d);
+  }
+#endif
+}
+
+TW_DEVICE float load_elem(const unsigned short* p) {
+  unsigned short h = *p;
+  if constexpr (TW_FP16) return f16_bits_to_f32(h);
+  else return bf16_bits_to_f32(h);
+}
+
+TW_DEVICE tw_u32 pack2(float lo, float hi) {
+  if constexpr (TW_FP16) return pack_f16x2(lo, hi);
+  else return pack_bf16x2(lo, hi);
+}
+
+// Activation codes match ops/gemm.py ACTIVATION_CODES; CODE is a compile-time constant.
+template <int CODE>
+TW_DEVICE float activation(float x) {
+  if constexpr (CODE == 1) return fmaxf(x, 0.0f);
+  else if constexpr (CODE == 2) return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+  else if constexpr (CODE == 3) return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  else if constexpr (CODE == 4) return x / (1.0f + expf(-x));
+  else return x;
+}
+
+// (row, col) of a Hilbert index inside a 2^log2 x 2^log2 square.
+TW_DEVICE void hilbert_decode(int d, int log2, int& row, int& col) {
+  int x = 0, y = 0, t = d;
+  for (int level = 0; level < log2; ++level) {
+    int s = 1 << level;
+    int rx = (t >> 1) & 1;
+    int ry = (t ^ rx) & 1;
+    if (ry == 0) {
+      if (rx == 1) {
+        x = s - 1 - x;
+        y = s - 1 - y;
+      }
+      int tmp = x;
+      x = y;
+      y = tmp;
+    }
+    x += s * rx;
+    y += s * ry;
+    t >>= 2;
+  }
+  row = y;
+  col = x;
+}
+
+// (row, col) of a Z-order index: even bits are the column, odd bits the row.
+TW_DEVICE void morton_decode(int d, int log2, int& row, int& col) {
+  row = 0;
+  col = 0;
+  for (int b = 0; b < log2; ++b) {
+    col |= ((d >> (2 * b)) & 1) << b;
+    row |= ((d >> (2 * b + 1)) & 1) << b;
+  }
+}
+
+// Linear tile index -> (pid_m, pid_n). order: 0 row-major, 1 grouped, 2 morton, 3 hilbert (group a power of two).
+TW_DEVICE void tile_coords(int t, int num_m, int num_n, int order, int group, int& pm, int& pn) {
+  if (order == 0) {
+    pm = t / num_n;
+    pn = t % num_n;
+    return;
+  }
+  int per_band = group * num_n;
+  int band = t / per_band;
+  int first_m = band * group;
+  int rows = min(num_m - first_m, group);
+  int local = t - band * per_band;
+  pm = first_m + local % rows;
+  pn = local / rows;
+  if (order == 1 || rows != group) return;
+  int per_square = group * group;
+  int square = local / per_square;
+  int first_n = square * group;
+  if (num_n - first_n < group) return;  // partial square at the right edge: grouped order
+  int log2 = 31 - __clz(group);
+  int r, c;
+  if (order == 2) morton_decode(local - square * per_square, log2, r, c);
+  else hilbert_decode(local - square * per_square, log2, r, c);
+  pm = first_m + r;
+  pn = first_n + c;
+}
+
+}  // namespace tw
+
+using namespace tw;
+
+// A: K-major -> map over (K, M) with box (64, BM); M-major -> map over (M, K) with box (64, 64), BM/64 boxes.
+// B: N-major -> map over (N, K) with box (64, 64), BN/64 boxes; K-major -> map over (K, N) with box (64, BN).
+// C: map over (N, M) with box (64, WM), 128B swizzle, BN/64 boxes per consumer tile.
+// bias: (N,) (read when TW_BIAS). res (read when TW_RES): element (r, n) at res[(r / res_period) * rs0 + (r % res_period) * rs1 + n * rs2], or null.
+// pair_tiles: 1 -> a CTA takes tiles in adjacent pairs (both consumers of a pingpong CTA work on neighbours).
+extern "C" __global__ void __launch_bounds__(384, 1)
+    tw_gemm_sm90(const __grid_constant__ TwTensorMap tm_a, const __grid_constant__ TwTensorMap tm_b,
+                 const __grid_constant__ TwTensorMap tm_c, const unsigned short* __restrict__ bias,
+                 const unsigned short* __restrict__ res, long long rs0, long long rs1, long long rs2, int res_period,
+                 int M, int N, int K, int act, int tile_order, int group, int pair_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const tw_u32 raw = smem_u32(smem_raw);
+  const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B swizzle atoms need 1024-byte alignment
+  const tw_u32 bar_full = sbase + BAR_OFFSET;
+  const tw_u32 bar_empty = bar_full + STAGES * 8;
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+  const int num_m = (M + BM - 1) / BM;
+  const int num_n = (N + BN - 1) / BN;
+  const int num_tiles = num_m * num_n;
+  const int kt = (K + BK - 1) / BK;
+  const int W = pair_tiles ? 2 : 1;
+  // Every role walks the same sequence of tiles: iteration it of this CTA computes tile_of(it).
+  auto tile_of = [&](int it) { return (it / W) * (W * (int)gridDim.x) + W * (int)blockIdx.x + (it % W); };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bar_full + 8 * s, 1);                  // one arrive.expect_tx by the producer + TMA bytes
+      mbar_init(bar_empty + 8 * s, COOP ? 2 : 1);      // one arrive per consuming warpgroup
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<TW_PRODUCER_REGS>();
+    if (tid == 0) {
+      tma_prefetch_desc(&tm_a);
+      tma_prefetch_desc(&tm_b);
+      int s = 0;
+      tw_u32 phase = 0;
+      for (int it = 0;; ++it) {
+        const int t = tile_of(it);
+        if (t >= num_tiles) break;
+        int pm, pn;
+        tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+        const int m0 = pm * BM, n0 = pn * BN;
+        for (int kb = 0; kb < kt; ++kb) {
+          const tw_u32 full = bar_full + 8 * s;
+          mbar_wait(bar_empty + 8 * s, phase ^ 1);  // first pass over the ring succeeds at once
+          mbar_arrive_expect_tx(full, STAGE_BYTES);
+          const tw_u32 sa = sbase + s * STAGE_BYTES;
+          const tw_u32 sb = sa + A_STAGE;
+          const int k0 = kb * BK;
+          if constexpr (A_MN) {
+#pragma unroll
+            for (int j = 0; j < BM / 64; ++j) tma_load_2d(sa + j * 64 * 128, &tm_a, full, m0 + 64 * j, k0);
+          } else {
+            tma_load_2d(sa, &tm_a, full, k0, m0);
+          }
+          if constexpr (B_MN) {
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) tma_load_2d(sb + j * BK * 128, &tm_b, full, n0 + 64 * j, k0);
+          } else {
+            tma_load_2d(sb, &tm_b, full, k0, n0);
+          }
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    setmaxnreg_inc<TW_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const tw_u32 cbuf = sbase + STAGES * STAGE_BYTES + c * C_WG;
+    const int atom0 = COOP ? c * MA : 0;  // first m64 atom of the CTA tile this consumer computes
+    float acc[MA][BN / 2];
+
+    if (!COOP && c == 1 && tile_of(0) < num_tiles) named_barrier_arrive(ORDER_BAR + 0, 256);  // consumer 0 first
+
+    for (int it = COOP ? 0 : c;; it += COOP ? 1 : 2) {
+      const int t = tile_of(it);
+      if (t >= num_tiles) break;
+      int pm, pn;
+      tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+      const int n0 = pn * BN;
+      const int row0 = pm * BM + (COOP ? c * WM : 0);
+
+      // ---- mainloop ----
+      if (!COOP) named_barrier_sync(ORDER_BAR + c, 256);
+      const int pos = it * kt;  // ring position of this tile's first k-block
+      int s = pos % STAGES;
+      tw_u32 phase = (pos / STAGES) & 1;
+      int prev = 0;
+      for (int kb = 0; kb < kt; ++kb) {
+        mbar_wait(bar_full + 8 * s, phase);
+        const tw_u32 sa = sbase + s * STAGE_BYTES;
+        const tw_u32 sb = sa + A_STAGE;
+        wgmma_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < BK / 16; ++k16) {
+          tw_u64 db;
+          if constexpr (B_MN) db = wgmma_desc_sw128(sb + k16 * 16 * 128, BK * 128, 1024);
+          else db = wgmma_desc_sw128(sb + k16 * 32, 16, 1024);
+#pragma unroll
+          for (int ma = 0; ma < MA; ++ma) {
+            tw_u64 da;
+            if constexpr (A_MN) da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + k16 * 16 * 128, BK * 128, 1024);
+            else da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + k16 * 32, 16, 1024);
+            mma<A_MN ? 1 : 0, B_MN ? 1 : 0>(acc[ma], da, db, (kb | k16) != 0);
+          }
+        }
+        wgmma_commit();
+        if (kb > 0) {
+          wgmma_wait<1>();  // the previous k-block's MMAs are done: release its stage
+          if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
+        }
+        prev = s;
+        if (++s == STAGES) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) wgmma_reg_fence(acc[ma]);
+      if (!COOP && tile_of(it + 1) < num_tiles) named_barrier_arrive(ORDER_BAR + (1 - c), 256);
+
+      // ---- epilogue ----
+      if (tid == 0) bulk_wait_group_read<0>();  // our previous TMA store no longer reads cbuf
+      named_barrier_sync(EPI_BAR + c, 128);
+
+      long long res_off[MA][2];
+      bool row_ok[MA][2];
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
+          row_ok[ma][h] = r < M;
+          res_off[ma][h] = TW_RES ? (long long)(r / res_period) * rs0 + (long long)(r % res_period) * rs1 : 0;
+        }
+      }
+      const int q = lane >> 3;
+      const int r8 = lane & 7;
+#pragma unroll
+      for (int j = 0; j < BN / 8; j += 2) {
+        tw_u32 packed[MA][4];
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const int col = n0 + 8 * (j + jj) + 2 * (lane & 3);
+          float b0 = 0.0f, b1 = 0.0f;
+          if constexpr (TW_BIAS) {
+            if (col < N) b0 = load_elem(bias + col);
+            if (col + 1 < N) b1 = load_elem(bias + col + 1);
+          }
+#pragma unroll
+          for (int ma = 0; ma < MA; ++ma) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] + b0);
+              float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] + b1);
+              if (TW_RES && row_ok[ma][h]) {
+                const unsigned short* p = res + res_off[ma][h] + (long long)col * rs2;
+                if (col < N) v0 += load_elem(p);
+                if (col + 1 < N) v1 += load_elem(p + rs2);
+              }
+              packed[ma][2 * jj + h] = pack2(v0, v1);
+            }
+          }
+        }
+#pragma unroll
+        for (int ma = 0; ma < MA; ++ma) {
+          // lane supplies row r8 of matrix q: rows +8 for odd q, the next 8-column chunk for q >= 2
+          const int rloc = ma * 64 + warp * 16 + (q & 1) * 8 + r8;
+          const int chunk = j + (q >> 1);
+          const tw_u32 addr = cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4);
+          stmatrix_x4(addr, packed[ma][0], packed[ma][1], packed[ma][2], packed[ma][3]);
+        }
+      }
+      fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA store (async proxy)
+      named_barrier_sync(EPI_BAR + c, 128);
+      if (tid == 0) {
+#pragma unroll
+        for (int b = 0; b < BN / 64; ++b) tma_store_2d(&tm_c, cbuf + b * WM * 128, n0 + 64 * b, row0);
+        bulk_commit_group();
+      }
+    }
+    if (tid == 0) bulk_wait_group<0>();  // stores done before the CTA's shared memory goes away
+  }
+#endif
+}

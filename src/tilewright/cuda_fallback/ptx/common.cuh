@@ -1,0 +1,44 @@
+// Shared definitions for the PTX wrappers. No system headers: the same sources compile under nvcc and NVRTC.
+#pragma once
+
+#define TW_DEVICE __device__ __forceinline__
+
+typedef unsigned int tw_u32;
+typedef unsigned long long tw_u64;
+
+// A TMA tensor map as the driver encodes it (cuTensorMapEncodeTiled): 128 opaque bytes, passed to kernels by value
+// as a `const __grid_constant__` parameter so its address is a valid generic address for the copy engine.
+struct alignas(128) TwTensorMap {
+  tw_u64 opaque[16];
+};
+
+// 32-bit shared-window address of a generic pointer into shared memory (what every shared::cta operand takes).
+TW_DEVICE tw_u32 smem_u32(const void* p) {
+  tw_u32 r;
+  asm volatile("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// Pack two fp32 values into one bf16x2 register (round to nearest even); `lo` lands in the low half.
+TW_DEVICE tw_u32 pack_bf16x2(float lo, float hi) {
+  tw_u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Pack two fp32 values into one f16x2 register (round to nearest even); `lo` lands in the low half.
+TW_DEVICE tw_u32 pack_f16x2(float lo, float hi) {
+  tw_u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// fp16 bits -> fp32 (exact).
+TW_DEVICE float f16_bits_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// bf16 bits -> fp32 (exact: bf16 is the top half of an fp32).
+TW_DEVICE float bf16_bits_to_f32(unsigned short h) { return __uint_as_float(((tw_u32)h) << 16); }

@@ -1,0 +1,35 @@
+// mbarrier: the shared-memory barrier objects that TMA completes into and that pipeline stages hand over with.
+#pragma once
+#include "common.cuh"
+
+// Initialise the barrier at `bar` for `count` arrivals per phase; it starts in phase 0 with no transactions pending.
+TW_DEVICE void mbar_init(tw_u32 bar, tw_u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Make prior mbarrier.init results visible to other threads and to the async proxy (TMA) before any use.
+TW_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+// Arrive once and raise the phase's expected transaction count by `bytes` (the TMA loads that complete_tx into it).
+TW_DEVICE void mbar_arrive_expect_tx(tw_u32 bar, tw_u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// Arrive once (release semantics: this thread's prior memory accesses happen before the phase completes).
+TW_DEVICE void mbar_arrive(tw_u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Spin until the phase with parity `parity` has completed (acquire: its arrivals' writes and TMA bytes are visible).
+// A barrier in phase 0 reports the (virtual) preceding phase of parity 1 as complete - producers start on parity 1.
+TW_DEVICE void mbar_wait(tw_u32 bar, tw_u32 parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "TW_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra TW_WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}

@@ -1,0 +1,282 @@
+"""CPU tier for the CUDA fallback: build-check (compile + SASS markers), the cubin cache, the launcher's input
+constraints, and the router's decisions for faked capabilities. No GPU needed; build tests need nvcc or NVRTC."""
+from __future__ import annotations
+
+import shutil
+import types
+import warnings
+
+import pytest
+import torch
+
+from tilewright import router
+from tilewright.cuda_fallback import build, build_check
+from tilewright.cuda_fallback import gemm as cg
+
+needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A fresh cubin cache for this module (builds once, then every test reads it)."""
+    path = tmp_path_factory.mktemp("twcache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILEWRIGHT_CACHE_DIR", str(path))
+    build._memo.clear()
+    yield path
+    build._memo.clear()
+    mp.undo()
+
+
+# ------------------------------------------------------------------------------------------------ build-check
+@needs_compiler
+def test_build_check_sm90a_passes(cache):
+    rows, ok = build_check.build_check("sm_90a")
+    table = build_check.format_table(rows)
+    assert ok, table
+    built = [r for r in rows if r["kernel"] == "gemm_sm90_pingpong.cu"]
+    assert len(built) == len(cg.BUILD_CHECK_BUILDS)
+    for r in built:
+        assert r["spills"] == 0 and r["stack"] == 0, table
+        assert r["smem"] <= cg.SMEM_LIMIT, table
+        if "not checked" not in r["markers"]:  # a disassembler ships with triton, so normally checked
+            for marker in ("HGMMA", "UTMALDG", "USETMAXREG", "UTMASTG"):
+                assert f"{marker}:0" not in r["markers"] and marker in r["markers"], table
+
+
+@needs_compiler
+def test_build_check_cli_exit_code(cache, capsys):
+    assert build_check.main_build_check(types.SimpleNamespace(arch=["sm_90a"])) == 0
+    out = capsys.readouterr().out
+    assert "sm_90a: ok" in out and "HGMMA" in out
+
+
+def test_build_check_other_arch_is_skipped_not_failed():
+    rows, ok = build_check.build_check("sm_100a")
+    assert ok
+    assert all(r["status"].startswith("skipped") for r in rows)
+
+
+@pytest.mark.skipif(not build._nvrtc_candidates(), reason="no libnvrtc (pip install nvidia-cuda-nvrtc)")
+def test_nvrtc_builds_the_same_kernel(cache, monkeypatch):
+    """The NVRTC path (no nvcc on the user's machine) compiles the kernel with the same markers and no spills."""
+    monkeypatch.setenv("TILEWRIGHT_CUDA_COMPILER", "nvrtc")
+    tc = build.toolchain()
+    if tc is None or tc.kind != "nvrtc":
+        pytest.skip("libnvrtc present but not loadable")
+    b = build.compile_source(cg.SOURCE, "sm_90a", cg.VARIANTS[cg.DEFAULT_VARIANT].defines(False, True, False),
+                             tc=tc)
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] in (0, None)
+    text = build_check.sass(b.cubin)
+    if text is not None:
+        assert "HGMMA" in text and "USETMAXREG" in text and "UTMALDG" in text
+
+
+def test_parse_ptxas_report():
+    log = ("ptxas info    : Function properties for k\n"
+           "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, 1024 bytes smem, used 16 barriers\n")
+    assert build_check.parse_ptxas(log) == {"regs": 168, "spills": 16, "stack": 8, "static_smem": 1024}
+    assert build_check.PERF_WARNINGS.search("ptxas info (C7508) Potential Performance Loss: 'setmaxnreg' ignored")
+
+
+@needs_compiler
+def test_setmaxnreg_dropped_without_min_blocks_is_caught(cache, tmp_path):
+    """The check that guards __launch_bounds__(384, 1): with no register cap at entry ptxas drops setmaxnreg (C7508)
+    and build-check must flag it."""
+    src = (build.SOURCE_DIR / cg.SOURCE).read_text().replace("__launch_bounds__(384, 1)", "")
+    bad = tmp_path / "bad.cu"
+    bad.write_text(src.replace('#include "ptx/', f'#include "{build.SOURCE_DIR}/ptx/'))
+    b = build.compile_source(bad, "sm_90a", cg.VARIANTS[cg.DEFAULT_VARIANT].defines(False, True, False))
+    text = build_check.sass(b.cubin)
+    assert build_check.PERF_WARNINGS.search(b.log), b.log
+    assert text is None or "USETMAXREG" not in text
+
+
+# ------------------------------------------------------------------------------------------------ cache
+@needs_compiler
+def test_cache_hit_and_keying(cache):
+    defines = cg.VARIANTS[cg.DEFAULT_VARIANT].defines(False, True, False)
+    build._memo.clear()
+    first = build.compile_source(cg.SOURCE, "sm_90a", defines)
+    build._memo.clear()  # a new process: only the disk cache is left
+    second = build.compile_source(cg.SOURCE, "sm_90a", defines)
+    assert second.cached and second.key == first.key and second.cubin == first.cubin
+    assert second.path.parent == cache / "cuda"
+    other = build.compile_source(cg.SOURCE, "sm_90a", {**defines, "TW_ACT": 1})
+    assert other.key != first.key and not other.cached
+
+
+def test_cache_key_covers_source_headers_arch_flags_and_compiler(tmp_path, monkeypatch):
+    tc = build.Toolchain("nvcc", "/x/nvcc", "13.0.88")
+    src = build.SOURCE_DIR / cg.SOURCE
+    base = build.cache_key(src, "sm_90a", ("-DA=1",), tc)
+    assert base == build.cache_key(src, "sm_90a", ("-DA=1",), tc)
+    assert base != build.cache_key(src, "sm_100a", ("-DA=1",), tc)
+    assert base != build.cache_key(src, "sm_90a", ("-DA=2",), tc)
+    assert base != build.cache_key(src, "sm_90a", ("-DA=1",), build.Toolchain("nvcc", "/x/nvcc", "13.1.0"))
+    assert base != build.cache_key(src, "sm_90a", ("-DA=1",), build.Toolchain("nvrtc", "/x/lib", "13.0.88"))
+    assert base == build.cache_key(src, "sm_90a", ("-DA=1",), build.Toolchain("nvcc", "/other/nvcc", "13.0.88"))
+    # editing any ptx/ header invalidates every kernel that could include it
+    copy = tmp_path / "ptx"
+    shutil.copytree(build.PTX_DIR, copy)
+    monkeypatch.setattr(build, "PTX_DIR", copy)
+    assert build.cache_key(src, "sm_90a", ("-DA=1",), tc) == base
+    (copy / "mbarrier.cuh").write_text((copy / "mbarrier.cuh").read_text() + "\n// edited\n")
+    assert build.cache_key(src, "sm_90a", ("-DA=1",), tc) != base
+
+
+def test_no_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(build, "toolchain", lambda: None)
+    with pytest.raises(build.CudaUnavailable, match="no CUDA compiler"):
+        build.compile_source(cg.SOURCE, "sm_90a")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_driver_without_gpu_is_a_clear_error():
+    with pytest.raises(build.CudaUnavailable, match="CUDA device"):
+        build.driver()
+
+
+def test_try_launch_never_raises(monkeypatch):
+    def broken(*a, **k):
+        raise build.CompileError("boom")
+
+    monkeypatch.setattr(cg, "_disabled", None)
+    monkeypatch.setattr(cg, "_warned", set())
+    monkeypatch.setattr(build, "compile_source", broken)
+    a = torch.randn(256, 256, dtype=torch.bfloat16)
+    b = torch.randn(256, 256, dtype=torch.bfloat16)
+    out = torch.empty(256, 256, dtype=torch.bfloat16)
+    with pytest.warns(RuntimeWarning, match="Triton serves"):
+        assert cg.try_launch(a, b, out) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cg.try_launch(a, b, out) is False  # disabled now: declines silently, one warning in total
+    assert cg.try_launch(a, b, out, preact=out) is False
+
+
+# ------------------------------------------------------------------------------------------------ constraints
+def test_constraints():
+    bf = torch.bfloat16
+    a = torch.randn(64, 128, dtype=bf)
+    b = torch.randn(128, 64, dtype=bf)
+    assert cg.constraints(a, b)[0]
+    assert cg.constraints(a, torch.randn(64, 128, dtype=bf).t())[0]  # nn.Linear weight, K-major B
+    assert cg.constraints(torch.randn(128, 64, dtype=bf).t(), b)[0]  # M-major A
+    ok, why = cg.constraints(a.float(), b.float())
+    assert not ok and "float32" in why
+    ok, why = cg.constraints(torch.randn(64, 130, dtype=bf)[:, :127], torch.randn(127, 64, dtype=bf))
+    assert not ok and "16 bytes" in why
+    ok, why = cg.constraints(a, torch.randn(128, 66, dtype=bf)[:, 1:65])
+    assert not ok and "16-byte aligned" in why
+    ok, why = cg.constraints(a, torch.randn(60, 128, dtype=bf).t())  # K-major B, but 60-wide output rows
+    assert not ok and "N = 60" in why
+    ok, why = cg.constraints(a, b, residual=torch.randn(1, 64, 64))
+    assert not ok and "residual dtype" in why
+    ok, why = cg.constraints(a[:, ::2], torch.randn(64, 64, dtype=bf))
+    assert not ok and "unit stride" in why
+    # a size-1 dim's stride does not matter (M = 1 decode row with an odd K stride)
+    assert cg.constraints(torch.randn(1, 72, dtype=bf), torch.randn(72, 64, dtype=bf))[0]
+
+
+# ------------------------------------------------------------------------------------------------ router
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Pretend CPU tensors live on a GPU of a chosen capability, with a compiler and a passing self-check."""
+    state = {"cap": (9, 0), "self_check": (True, "cuda: pp128x128s4: self-check passed"), "calls": 0}
+
+    def self_check(op, raw):
+        state["calls"] += 1
+        return state["self_check"]
+
+    monkeypatch.setattr(router, "_capability", lambda device: state["cap"])
+    monkeypatch.setattr(router, "_cuda_toolchain", lambda: build.Toolchain("nvcc", "nvcc", "13.0"))
+    monkeypatch.setattr(router, "_cuda_self_check", self_check)
+    monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
+    return state
+
+
+def _big(dtype=torch.bfloat16, M=2048, N=2048, K=2048):
+    return torch.randn(M, K, dtype=dtype), torch.randn(K, N, dtype=dtype)
+
+
+def test_cuda_is_a_backend():
+    assert "cuda" in router.BACKENDS
+    assert router.PREFERENCE["gemm"][0] == "cuda"
+    with router.use_backend("cuda"):
+        pass
+
+
+def test_router_sm90_large_bf16_goes_to_cuda(fake_gpu):
+    a, b = _big()
+    d = router.decide("gemm", a, b, None, None)
+    assert d.backend == "cuda", str(d)
+    assert fake_gpu["calls"] == 1
+    assert router.decide("gemm", *_big(torch.float16), None, None).backend == "cuda"
+
+
+@pytest.mark.parametrize("cap", [(8, 0), (8, 9), (10, 0), (12, 0)])
+def test_router_other_capabilities_fall_back(fake_gpu, cap):
+    fake_gpu["cap"] = cap
+    d = router.decide("gemm", *_big(), None, None)
+    assert d.backend != "cuda"
+    assert f"sm_{cap[0]}{cap[1]}" in d.reasons[0], str(d)
+    assert fake_gpu["calls"] == 0  # never self-checked where no kernel exists
+    with pytest.raises(ValueError, match=f"sm_{cap[0]}{cap[1]}"):
+        router.decide("gemm", *_big(), None, None, backend="cuda")
+
+
+def test_router_no_gpu(fake_gpu, monkeypatch):
+    monkeypatch.setattr(router, "_capability", lambda device: None)
+    d = router.decide("gemm", *_big(), None, None)
+    assert d.backend != "cuda" and "needs an NVIDIA GPU" in d.reasons[0]
+
+
+def test_router_no_gpu_real_capability():
+    d = router.decide("gemm", *_big(), None, None)  # real _capability: CPU tensors
+    assert d.backend != "cuda" and "needs an NVIDIA GPU" in d.reasons[0]
+
+
+def test_router_constraint_failures(fake_gpu):
+    bf = torch.bfloat16
+    d = router.decide("gemm", *_big(torch.float32), None, None)
+    assert d.backend != "cuda" and "float32" in d.reasons[0]
+    a = torch.randn(2048, 2047, dtype=bf)  # row stride 2047 * 2 B: not TMA-able
+    d = router.decide("gemm", a, torch.randn(2047, 2048, dtype=bf), None, None)
+    assert d.backend != "cuda" and "16 bytes" in d.reasons[0], str(d)
+    assert fake_gpu["calls"] == 0
+
+
+def test_router_decode_shapes_prefer_triton(fake_gpu):
+    a, b = _big(M=16, N=4096, K=4096)
+    d = router.decide("gemm", a, b, None, None)
+    assert d.backend == "triton" and "win region" in d.reasons[0], str(d)
+    assert router.decide("gemm", a, b, None, None, backend="cuda").backend == "cuda"  # forcing still works
+
+
+def test_router_toolchain_missing(fake_gpu, monkeypatch):
+    monkeypatch.setattr(router, "_cuda_toolchain", lambda: None)
+    d = router.decide("gemm", *_big(), None, None)
+    assert d.backend != "cuda" and "no CUDA compiler" in d.reasons[0]
+
+
+def test_router_self_check_failure_falls_back(fake_gpu):
+    fake_gpu["self_check"] = (False, "cuda: self-check failed for pp128x128s4: relative error 0.5")
+    d = router.decide("gemm", *_big(), None, None)
+    assert d.backend == "triton" and "self-check failed" in d.reasons[0]
+    with pytest.raises(ValueError, match="self-check failed"):
+        router.decide("gemm", *_big(), None, None, backend="cuda")
+
+
+def test_router_env_switch(fake_gpu, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CUDA", "0")
+    d = router.decide("gemm", *_big(), None, None)
+    assert d.backend != "cuda" and "TILEWRIGHT_CUDA=0" in d.reasons[0]
+
+
+def test_router_explain_mentions_cuda(fake_gpu):
+    text = router.explain("gemm", *_big(), None, None)
+    assert "backend=cuda" in text and "self-check passed" in text
