@@ -73,7 +73,7 @@ def _eligible(op: str, backend: str, tensors) -> tuple[bool, str]:
         if bad:
             return False, f"triton: dtype {bad[0]} not supported (fp16, bf16, fp32)"
         if device.type == "cuda":
-            return True, f"triton: CUDA device {torch.cuda.get_device_name(device)}"
+            return True, f"triton: CUDA device {device}"
         if _interpreting():
             return True, "triton: CPU tensors under TRITON_INTERPRET=1 (interpreter; correct, not fast)"
         return False, f"triton: tensors on {device.type} and TRITON_INTERPRET is not set"
@@ -147,7 +147,8 @@ def _forced() -> tuple[str | None, str]:
 
 
 # Preference order per op, best first. Later issues add "cuda" in front where a hand-written kernel exists.
-PREFERENCE = {"gemm": ("cuda", "triton", "torch")}
+PREFERENCE = {"gemm": ("cuda", "triton", "torch"), "attention": ("triton", "torch")}
+PREFERENCE["rms_norm_linear"] = ("triton", "torch")
 
 
 def decide(op: str, *tensors, backend: str | None = None) -> Decision:

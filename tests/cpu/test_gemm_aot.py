@@ -30,14 +30,16 @@ def _jobs():
         seen = set()
         for cfg in configs:
             kw = cfg.all_kwargs()
-            tile = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_warps"], kw["num_stages"], kw["EPI_SPLIT"])
-            if tile in seen:  # tile orders differ only in scalar index math: one compile per tile shape
+            tile = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_warps"], kw["num_stages"], kw["EPI_SPLIT"],
+                    kw["FLATTEN"])
+            if tile in seen:  # tile orders / grid size differ only in scalar index math: one compile per tile shape
                 continue
             seen.add(tile)
             constexprs = {**{k: 1 for k in UNIT_STRIDES}, **flags, "A_K_CONTIG": True, "B_K_CONTIG": False,
                           "USE_TMA": use_tma, "TMA_STORE": use_tma, "STORE_PREACT": False, "INDEX_64": False,
                           "DOT_PRECISION": "tf32", "UPCAST_DOT": False, "GROUP": 8, "TILE_ORDER": GROUPED,
-                          **{k: kw[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT")}}
+                          **{k: kw[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT", "PERSISTENT",
+                                                "FLATTEN")}}
             jobs.append(dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel",
                              signature={**{k: "*bf16" for k in PTRS}, **{k: "i32" for k in INTS}},
                              constexprs=constexprs, arch=90, num_warps=kw["num_warps"],

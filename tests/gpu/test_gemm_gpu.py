@@ -2,6 +2,8 @@
 
 Error rule: max |tilewright - fp64 reference| <= 2 x max |torch same-dtype - fp64 reference| (+ tiny floor).
 """
+import os
+
 import pytest
 import torch
 
@@ -120,6 +122,7 @@ def test_capture_of_untuned_shape_raises_clearly(monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_AUTOTUNE", "1")
     a = torch.randn(1536, 1152, device=DEV, dtype=torch.bfloat16)  # a key nothing else uses
     b = torch.randn(1152, 2176, device=DEV, dtype=torch.bfloat16)
+    assert os.environ["TILEWRIGHT_AUTOTUNE"] == "1"
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match="autotun"):
         with torch.cuda.graph(graph):

@@ -25,6 +25,9 @@ _LARGE_TILES = [
     (128, 128, 64, 4, 4),
 ]
 _LARGE_ORDERS = [(GROUPED, 8), (MORTON, 8), (HILBERT, 8), (ROW_MAJOR, 8)]
+# (PERSISTENT, FLATTEN): #SMs programs looping over tiles, with or without the tile and K loops fused into one
+# pipeline, or one program per tile (the hardware scheduler hands out tiles; no tail imbalance inside a program).
+_SCHEDULES = [(True, False), (True, True), (False, False)]
 
 # Decode-like problems (M <= 64): memory bound on reading B once, so small BLOCK_N gives enough programs to keep
 # every SM streaming, and a deep pipeline keeps enough bytes in flight per SM.
@@ -41,7 +44,8 @@ _SMALL_M_TILES = [
 
 # Under TRITON_INTERPRET=1 each (program x K step) costs ~2-3 ms whatever the tile: big tiles, one config.
 INTERPRETER_CONFIG = triton.Config(
-    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP": 2, "TILE_ORDER": GROUPED, "EPI_SPLIT": 2},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP": 2, "TILE_ORDER": GROUPED, "EPI_SPLIT": 2,
+     "PERSISTENT": True, "FLATTEN": False},
     num_warps=4, num_stages=2)
 
 
@@ -52,11 +56,15 @@ def gemm_configs() -> list[triton.Config]:
         # 128x256 / 256x128 accumulators take 128 registers a thread: their epilogue runs in 4 chunks, 128x128 in 2
         # (the splits that compile without spills with every epilogue; tests/cpu/test_gemm_aot.py checks).
         split = 4 if bm * bn > 128 * 128 else 2
-        configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": group,
-                                      "TILE_ORDER": order, "EPI_SPLIT": split}, num_warps=warps, num_stages=stages))
+        for persistent, flatten in _SCHEDULES:
+            configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": group,
+                                          "TILE_ORDER": order, "EPI_SPLIT": split, "PERSISTENT": persistent,
+                                          "FLATTEN": flatten}, num_warps=warps, num_stages=stages))
     for bm, bn, bk, warps, stages in _SMALL_M_TILES:
-        configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": 8,
-                                      "TILE_ORDER": GROUPED, "EPI_SPLIT": 1}, num_warps=warps, num_stages=stages))
+        for persistent in (True, False):
+            configs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": 8,
+                                          "TILE_ORDER": GROUPED, "EPI_SPLIT": 1, "PERSISTENT": persistent,
+                                          "FLATTEN": False}, num_warps=warps, num_stages=stages))
     return configs
 
 
@@ -93,6 +101,8 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
             continue
         if (not use_tma or periodic_residual) and kw["BLOCK_M"] >= 128 and cfg.num_warps < 8:
             continue
+        if not use_tma and kw["FLATTEN"]:  # flattened pointer pipelines hold two tiles' addresses: spills
+            continue
         if kw["BLOCK_N"] > 2 * max(triton.next_power_of_2(N), 16) or kw["BLOCK_K"] > 2 * max(triton.next_power_of_2(K), 16):
             continue
         tiles_m = triton.cdiv(M, kw["BLOCK_M"])
@@ -111,12 +121,13 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True,
     if M <= 64:
         bm = 16 if M <= 16 else 32 if M <= 32 else 64
         return triton.Config({"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP": 8, "TILE_ORDER": GROUPED,
-                              "EPI_SPLIT": 1}, num_warps=4, num_stages=4)
+                              "EPI_SPLIT": 1, "PERSISTENT": False, "FLATTEN": False},
+                             num_warps=4, num_stages=4)
     if M <= 256:
         return triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP": 8, "TILE_ORDER": GROUPED,
-                              "EPI_SPLIT": 1}, num_warps=4, num_stages=4)
+                              "EPI_SPLIT": 1, "PERSISTENT": False, "FLATTEN": False}, num_warps=4, num_stages=4)
     if use_tma and not periodic_residual:
         return triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP": 8, "TILE_ORDER": GROUPED,
-                              "EPI_SPLIT": 4}, num_warps=8, num_stages=3)
+                              "EPI_SPLIT": 4, "PERSISTENT": True, "FLATTEN": False}, num_warps=8, num_stages=3)
     return triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP": 8, "TILE_ORDER": GROUPED,
-                          "EPI_SPLIT": 2}, num_warps=8, num_stages=4)
+                          "EPI_SPLIT": 2, "PERSISTENT": True, "FLATTEN": False}, num_warps=8, num_stages=4)

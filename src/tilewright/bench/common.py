@@ -22,15 +22,19 @@ def on_gpu() -> bool:
     return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
 
 
-def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100) -> float:
+def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, cudagraph: bool = False) -> float:
     """Median time of ``fn()`` in milliseconds.
 
-    GPU: ``triton.testing.do_bench`` (CUDA events, L2 flushed between runs, median). CPU: wall clock median of a few
-    runs - interpreter numbers say nothing about performance and are labelled so by the callers.
+    GPU: ``triton.testing.do_bench`` (CUDA events, L2 flushed between runs, median). With ``cudagraph=True`` the
+    calls are captured in a CUDA graph and the replays timed (``do_bench_cudagraph``): for microsecond kernels this
+    measures the GPU work rather than Python launch overhead - use it for every provider of a case, never for one.
+    CPU: wall clock median of a few runs - interpreter numbers say nothing about performance and are labelled so.
     """
     if on_gpu():
         import triton
 
+        if cudagraph:
+            return float(triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
         return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
     fn()
     times = []

@@ -20,6 +20,7 @@ Design
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -57,6 +58,9 @@ def _gemm_kernel(
     # tuned
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr, TILE_ORDER: tl.constexpr, EPI_SPLIT: tl.constexpr,
+    PERSISTENT: tl.constexpr,  # read by the launcher's grid: #SMs programs (True) or one program per tile (False)
+    FLATTEN: tl.constexpr,  # fuse the tile and K loops into one software pipeline (next tile's loads overlap this
+                            # tile's epilogue)
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -85,7 +89,7 @@ def _gemm_kernel(
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
 
-    for tile_id in tl.range(pid, num_tiles, num_programs):
+    for tile_id in tl.range(pid, num_tiles, num_programs, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
@@ -199,18 +203,25 @@ _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA
 
 
 def _early_prune(configs, named_args, **kwargs):
-    a, c = named_args["a_ptr"], named_args["c_ptr"]
-    return prune_gemm_configs(configs, named_args["M"], named_args["N"], named_args["K"],
+    args = {**named_args, **kwargs}  # launch_gemm passes everything by keyword: named_args is then empty
+    a, c = args["a_ptr"], args["c_ptr"]
+    return prune_gemm_configs(configs, args["M"], args["N"], args["K"],
                               a.element_size(), c.element_size(), kwargs.get("TMA_STORE", False),
                               smem_limit=_smem_limit(a.device), use_tma=kwargs.get("USE_TMA", True),
                               periodic_residual=kwargs.get("RES_PERIODIC", False))
 
 
+@functools.lru_cache(maxsize=None)
+def _device_facts(index: int) -> tuple[int, int, int]:
+    """(multiprocessors, major capability, opt-in shared memory per block) - queried once per device."""
+    props = torch.cuda.get_device_properties(index)
+    return props.multi_processor_count, props.major, getattr(props, "shared_memory_per_block_optin", 227 * 1024)
+
+
 def _smem_limit(device: torch.device) -> int:
     if device.type != "cuda":
         return 227 * 1024
-    props = torch.cuda.get_device_properties(device)
-    return getattr(props, "shared_memory_per_block_optin", 227 * 1024)
+    return _device_facts(device.index if device.index is not None else torch.cuda.current_device())[2]
 
 
 def _tuning_bench(fn, quantiles):
@@ -232,13 +243,19 @@ def _alloc_scratch(size: int, alignment: int, stream):
     return torch.empty(size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8)
 
 
+_allocator_checked = False
+
+
 def _ensure_allocator():
     """Device-side tensor descriptors need a global-memory scratch allocator; install one unless the user has."""
+    global _allocator_checked
+    if _allocator_checked:
+        return
     from triton.runtime import _allocation
 
-    current = _allocation._allocator.get()
-    if isinstance(current, _allocation.NullAllocator):
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
         triton.set_allocator(_alloc_scratch)
+    _allocator_checked = True
 
 
 def tma_compatible(t: torch.Tensor) -> bool:
@@ -301,9 +318,12 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     """
     M, K = a.shape
     N = b.shape[1]
+    if a.is_cuda:
+        sms, major, _ = _device_facts(a.device.index if a.device.index is not None else torch.cuda.current_device())
+    else:
+        sms, major = 4, 9  # interpreter: a few programs, each visiting several tiles, exercises the persistent loop
     if use_tma is None:
-        use_tma = (INTERPRET or (a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9)) and \
-            tma_compatible(a) and tma_compatible(b)
+        use_tma = major >= 9 and tma_compatible(a) and tma_compatible(b)
     tma_store = bool(use_tma) and out.stride(1) == 1 and tma_compatible(out)
     if use_tma or tma_store:
         _ensure_allocator()
@@ -316,10 +336,6 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     else:
         res_strides, res_period = (0, 0, 0), 1
     dummy = out
-    if a.is_cuda:
-        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    else:
-        sms = 4  # interpreter: a few programs, each visiting several tiles, exercises the persistent loop
     programs = num_programs or sms
     kernel_args = dict(
         a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
@@ -340,7 +356,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
 
     def grid(meta):
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-        return (max(1, min(programs, tiles)),)
+        return (max(1, min(programs, tiles) if meta["PERSISTENT"] else tiles),)
 
     if config is None and not INTERPRET and os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0":
         config = default_gemm_config(M, N, K, use_tma=bool(use_tma),
@@ -348,6 +364,9 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     if config is not None:
         _gemm_kernel[grid](**kernel_args, **config.all_kwargs())
         return out
+    if os.environ.get("TILEWRIGHT_DEBUG"):
+        print(f"launch_gemm: M={M} N={N} K={K} capturing={a.is_cuda and torch.cuda.is_current_stream_capturing()} "
+              f"tuned={is_tuned(kernel_args)}")
     if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(kernel_args):
         raise RuntimeError(
             "tilewright GEMM: this shape/dtype has not been autotuned yet and autotuning cannot run during CUDA-graph "
