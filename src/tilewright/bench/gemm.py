@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .. import matmul
+from .. import matmul, router
 from .common import COLUMNS, add_speedups, on_gpu, time_ms
 
 # tag: (M, N, K)
@@ -37,6 +37,18 @@ POS_EMBED_SEQ = 1024
 CUDAGRAPH_MAX_M = 256  # pos_embed case: x viewed as (M / 1024, 1024, K)
 
 
+def _backends(a, b) -> list[str]:
+    """The tilewright backends that can run this problem here (each gets its own column)."""
+    found = []
+    for backend in ("triton", "cuda"):
+        try:
+            router.decide("gemm", a, b, backend=backend)
+            found.append(backend)
+        except ValueError:
+            pass
+    return found
+
+
 def _cases(M, N, K, dtype, device):
     # On CPU the peers are torch's CPU kernels, not cuBLAS: name them so.
     blas, lt = ("cublas", "cublaslt_addmm") if device == "cuda" else ("torch_cpu", "torch_cpu_addmm")
@@ -44,17 +56,20 @@ def _cases(M, N, K, dtype, device):
     b = torch.randn(K, N, device=device, dtype=dtype) / K ** 0.5
     bias = torch.randn(N, device=device, dtype=dtype)
     r = torch.randn(M, N, device=device, dtype=dtype)
+    backends = _backends(a, b)
+
+    def ours(x, **kw):
+        return {f"tilewright_{be}": (lambda be=be: matmul(x, b, backend=be, **kw)) for be in backends}
+
     cases = {
-        "gemm": ({"tilewright": lambda: matmul(a, b), blas: lambda: a @ b}, blas),
-        "bias": ({"tilewright": lambda: matmul(a, b, bias=bias), lt: lambda: torch.addmm(bias, a, b)}, lt),
-        "residual": ({"tilewright": lambda: matmul(a, b, residual=r), f"{blas}+add": lambda: a @ b + r},
-                     f"{blas}+add"),
+        "gemm": ({**ours(a), blas: lambda: a @ b}, blas),
+        "bias": ({**ours(a, bias=bias), lt: lambda: torch.addmm(bias, a, b)}, lt),
+        "residual": ({**ours(a, residual=r), f"{blas}+add": lambda: a @ b + r}, f"{blas}+add"),
     }
     if M % POS_EMBED_SEQ == 0 and M >= 4 * POS_EMBED_SEQ:
         x = a.view(M // POS_EMBED_SEQ, POS_EMBED_SEQ, K)
         pos = torch.randn(POS_EMBED_SEQ, N, device=device, dtype=dtype)
-        cases["pos_embed"] = ({"tilewright": lambda: matmul(x, b, residual=pos),
-                               f"{blas}+add": lambda: x @ b + pos}, f"{blas}+add")
+        cases["pos_embed"] = ({**ours(x, residual=pos), f"{blas}+add": lambda: x @ b + pos}, f"{blas}+add")
     return cases
 
 
@@ -83,17 +98,20 @@ def run(suite: str = "default", progress=print, cases: tuple[str, ...] | None = 
                 rows.append(dict(op="gemm", case=key, shape=f"{M}x{N}x{K}", dtype=str(dtype).split(".")[-1],
                                  provider=provider, median_ms=ms, tflops=2 * M * N * K / ms / 1e9,
                                  timing="cudagraph" if graphed else "events"))
-            # A fast wrong answer is worth nothing: the tuned kernel's output is compared with the peer's.
+            # A fast wrong answer is worth nothing: each tuned kernel's output is compared with the peer's.
             ref = outputs[peer].float()
-            rel = ((outputs["tilewright"].float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-            rows[-1]["rel_err_vs_peer"] = rows[-2]["rel_err_vs_peer"] = rel
-            if not rel < 1e-2:
-                progress(f"WARNING {key}: tilewright output differs from {peer}: relative error {rel:.3g}")
+            done = {r["provider"]: r for r in rows if r["case"] == key}
+            line = []
+            for provider, out in outputs.items():
+                rel = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                done[provider]["rel_err_vs_peer"] = rel
+                if not rel < 1e-2:
+                    progress(f"WARNING {key}: {provider} output differs from {peer}: relative error {rel:.3g}")
+                if provider != peer:
+                    ratio = done[peer]["median_ms"] / done[provider]["median_ms"]
+                    line.append(f"{provider} {done[provider]['median_ms']:8.4f} ms x{ratio:5.3f}")
             del outputs
-            done = [r for r in rows if r["case"] == key]
-            tw = next(r["median_ms"] for r in done if r["provider"] == "tilewright")
-            pm = next(r["median_ms"] for r in done if r["provider"] == peer)
-            progress(f"[{i}/{len(shapes)}] {key:<24} tilewright {tw:8.4f} ms  {peer} {pm:8.4f} ms  x{pm / tw:5.3f}")
+            progress(f"[{i}/{len(shapes)}] {key:<22} {peer} {done[peer]['median_ms']:8.4f} ms | " + " | ".join(line))
         if gpu:
             torch.cuda.empty_cache()
     df = add_speedups(pd.DataFrame(rows), peers)
@@ -101,13 +119,13 @@ def run(suite: str = "default", progress=print, cases: tuple[str, ...] | None = 
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Per case kind: geomean of tilewright's speedup over the peer, on large and decode shapes, and the minimum."""
+    """Per tilewright backend and case kind: geomean of the speedup over the peer on large and decode shapes, min."""
     import numpy as np
 
-    tw = df[df.provider == "tilewright"].copy()
+    tw = df[df.provider.str.startswith("tilewright")].copy()
     tw["tag"] = tw.case.str.split("/").str[0]
     tw["kind"] = tw.case.str.split("/").str[1]
     tw["group"] = np.where(tw.tag.isin(DECODE_TAGS), "decode", "large")
-    out = tw.groupby(["kind", "group"]).speedup.agg(
+    out = tw.groupby(["provider", "kind", "group"]).speedup.agg(
         geomean=lambda s: float(np.exp(np.log(s).mean())), min="min", n="count").reset_index()
     return out
