@@ -56,3 +56,66 @@ def gemm_reference(a, b, bias=None, residual=None, activation=None, out_dtype=No
     if residual is not None:
         y = y + residual
     return y.to(out_dtype or a.dtype)
+
+
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention, unfused, in the inputs' dtype: returns (out, lse).
+
+    q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (kv heads are repeated here - a reference may copy).
+    causal: top-left aligned like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key j iff j <= i.
+    lse: natural-log logsumexp of the scaled scores, (B, Hq, Sq); a row with no visible key gives out 0 and lse -inf.
+    """
+    import math
+
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    if group != 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-2, -1)) * scale
+    if causal:
+        Sq, Skv = q.shape[-2], k.shape[-2]
+        visible = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    # rows without a visible key: subtract 0 (exp(-inf) = 0) rather than -inf (NaN, also in the gradient)
+    lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    p = torch.exp(s - lse_safe.unsqueeze(-1))
+    return p @ v, lse
+
+
+def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             causal: bool = False, scale: float | None = None,
+                             grad_lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of :func:`attention_reference` by the explicit formulas (no autograd, so it also runs inside a
+    custom op's implementation): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O) + dLSE), dQ = scale dS K,
+    dK = scale dS^T Q; kv-head gradients are summed over their query-head group."""
+    import math
+
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    kr = k.repeat_interleave(group, dim=1) if group != 1 else k
+    vr = v.repeat_interleave(group, dim=1) if group != 1 else v
+    out, lse = attention_reference(q, k, v, causal, scale)
+    lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    s = (q @ kr.transpose(-2, -1)) * scale
+    if causal:
+        visible = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~visible, float("-inf"))
+    p = torch.exp(s - lse_safe.unsqueeze(-1))
+    dv = p.transpose(-2, -1) @ grad_out
+    dp = grad_out @ vr.transpose(-2, -1)
+    delta = (grad_out * out).sum(-1, keepdim=True)
+    if grad_lse is not None:
+        delta = delta - grad_lse.unsqueeze(-1).to(delta.dtype)
+    ds = p * (dp - delta)
+    dq = (ds @ kr) * scale
+    dk = (ds.transpose(-2, -1) @ q) * scale
+    if group != 1:
+        dk = dk.view(B, Hkv, group, Skv, D).sum(2)
+        dv = dv.view(B, Hkv, group, Skv, D).sum(2)
+    return dq, dk, dv

@@ -1,0 +1,229 @@
+"""Attention benchmark: tilewright's Triton flash attention side by side with torch's SDPA backends.
+
+``run(suite)`` returns the long format of :data:`tilewright.bench.common.COLUMNS`: one row per (case, provider),
+case = ``"<B>x<Hq>/<Hkv>x<S>x<D>|<causal|full>|<fwd|bwd>"``. Providers on GPU: ``tilewright-triton``,
+``sdpa-flash`` (FlashAttention-2), ``sdpa-cudnn``, ``sdpa-efficient`` (each forced with
+``torch.nn.attention.sdpa_kernel``) and ``flex`` (``torch.compile(flex_attention)``; skipped with a note when it does
+not compile). The peer for ``speedup`` is cuDNN. Suite ``tiny`` runs on CPU under the interpreter with providers
+tilewright + torch math (numbers say nothing about speed there).
+
+FLOPs = 4 * B * Hq * S^2 * D, x0.5 causal, x2.5 backward. The backward is timed as ``torch.autograd.grad`` of a
+forward output that was computed once (so it includes the preprocess, dK/dV and dQ kernels, nothing of the forward).
+"""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import torch
+
+from .common import COLUMNS, add_speedups, card_name, environment, on_gpu, time_ms
+
+# (B, Hq, Hkv, S, D) - BENCHMARKS.md attention suite
+SUITES = {
+    "default": [(4, 16, 16, 512, 64), (2, 8, 8, 8192, 64), (8, 16, 16, 2048, 128), (4, 32, 32, 4096, 128),
+                (2, 16, 16, 8192, 128), (1, 16, 16, 16384, 128), (4, 32, 8, 4096, 128), (4, 16, 16, 4096, 256)],
+    "tiny": [(1, 2, 2, 128, 64), (1, 2, 1, 96, 32)],
+}
+PEER = "sdpa-cudnn"
+
+
+def shape_tag(B, Hq, Hkv, S, D) -> str:
+    return f"{B}x{Hq}/{Hkv}x{S}x{D}"
+
+
+def flops(B, Hq, S, D, causal: bool, mode: str) -> float:
+    f = 4.0 * B * Hq * S * S * D
+    if causal:
+        f *= 0.5
+    if mode == "bwd":
+        f *= 2.5
+    return f
+
+
+def _providers(gpu: bool, with_flex: bool):
+    import tilewright
+
+    def ours(q, k, v, causal):
+        return tilewright.flash_attention(q, k, v, causal=causal, backend="triton")
+
+    if not gpu:
+        def math_ref(q, k, v, causal):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+        return {"tilewright-triton": ours, "torch-math": math_ref}
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(backend):
+        def fn(q, k, v, causal):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+        return fn
+
+    provs = {"tilewright-triton": ours, "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
+             "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "sdpa-efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION)}
+    if with_flex:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            compiled = torch.compile(flex_attention, dynamic=False)
+            masks = {}
+
+            def flex(q, k, v, causal):
+                bm = None
+                if causal:
+                    key = (q.shape[2], k.shape[2])
+                    if key not in masks:
+                        masks[key] = create_block_mask(lambda b, h, qi, kv: qi >= kv, None, None, *key,
+                                                       device=q.device)
+                    bm = masks[key]
+                return compiled(q, k, v, block_mask=bm, enable_gqa=q.shape[1] != k.shape[1])
+            provs["flex"] = flex
+        except Exception as e:  # pragma: no cover - depends on the torch build
+            print(f"flex_attention unavailable: {type(e).__name__}: {e}")
+    return provs
+
+
+def _make(B, Hq, Hkv, S, D, dtype, device):
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(B, Hq, S, D, device=device, dtype=dtype, generator=g)
+    k = torch.randn(B, Hkv, S, D, device=device, dtype=dtype, generator=g)
+    v = torch.randn(B, Hkv, S, D, device=device, dtype=dtype, generator=g)
+    return q, k, v
+
+
+def precompile(shapes, dtype=torch.bfloat16, workers: int | None = None, progress=print) -> None:
+    """Compile every Triton config the autotuner will try for ``shapes`` in parallel worker processes (fills the
+    on-disk kernel cache), so autotuning in this process only benchmarks. GPU only; a no-op elsewhere."""
+    if not on_gpu():
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import time
+
+    tasks = sorted({(B, Hq, Hkv, S, D, causal, str(dtype).split(".")[-1]) for B, Hq, Hkv, S, D in shapes
+                    for causal in (False, True)})
+    workers = workers or min(len(tasks) * 3, os.cpu_count() or 4, 16)
+    t0 = time.time()
+    jobs = [(t, kern) for t in tasks for kern in ("fwd", "dkdv", "dq")]
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        done = list(ex.map(_precompile_one, jobs))
+    progress(f"precompiled {sum(done)} kernel variants with {workers} processes in {time.time() - t0:.1f}s")
+
+
+def _precompile_one(job) -> int:
+    (B, Hq, Hkv, S, D, causal, dtype_name), kern = job
+    from ..triton_kernels import attention as A
+
+    try:
+        dtype = getattr(torch, dtype_name)
+        q, k, v = _make(B, Hq, Hkv, S, D, dtype, "cuda")
+        return A.warmup(kern, q, k, v, causal)
+    except Exception as e:
+        print(f"precompile {job}: {type(e).__name__}: {e}")
+        return 0
+
+
+def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex: bool | None = None,
+        csv_path: str | None = None) -> pd.DataFrame:
+    """Benchmark ``suite`` ("default" = BENCHMARKS.md attention suite on GPU, "tiny" = CPU interpreter smoke run).
+
+    with_flex: include FlexAttention (default: on, unless TILEWRIGHT_BENCH_FLEX=0). csv_path: rewrite this CSV after
+    every row (a run cut short still leaves its rows).
+    """
+    if suite not in SUITES:
+        raise ValueError(f"suite: unknown {suite!r}; expected one of {sorted(SUITES)}")
+    gpu = on_gpu()
+    device = "cuda" if gpu else "cpu"
+    if not gpu:
+        dtype = torch.float32
+    if with_flex is None:
+        with_flex = os.environ.get("TILEWRIGHT_BENCH_FLEX", "1") != "0"
+    provs = _providers(gpu, with_flex and gpu)
+    only = os.environ.get("TILEWRIGHT_BENCH_ONLY")  # e.g. "flex": run a subset (a separate, slow-compiling pass)
+    if only:
+        provs = {k: v for k, v in provs.items() if k in only.split(",")}
+    peer = PEER if gpu else "torch-math"
+    env = environment()
+    progress(f"attention bench, suite={suite}, card={card_name()}, dtype={dtype}, providers={list(provs)}")
+    if gpu and "tilewright-triton" in provs:
+        try:
+            precompile(SUITES[suite], dtype, progress=progress)
+        except Exception as e:  # compiling in this process later is slower, never wrong
+            progress(f"precompile failed ({type(e).__name__}: {e}); compiling serially instead")
+    rows = []
+    for B, Hq, Hkv, S, D in SUITES[suite]:
+        q, k, v = _make(B, Hq, Hkv, S, D, dtype, device)
+        tag = shape_tag(B, Hq, Hkv, S, D)
+        for causal in (False, True):
+            ref_out = None
+            for name, fn in provs.items():
+                for mode in ("fwd", "bwd"):
+                    case = f"{tag}|{'causal' if causal else 'full'}|{mode}"
+                    try:
+                        if mode == "fwd":
+                            out = fn(q, k, v, causal)
+                            if name == "tilewright-triton":
+                                ref_out = out
+                            elif ref_out is not None and name in ("sdpa-flash", "torch-math"):
+                                err = (ref_out.float() - out.float()).abs().max().item()
+                                progress(f"  {case}: max |tilewright - {name}| = {err:.3e}")
+                            ms = time_ms(lambda: fn(q, k, v, causal))
+                        else:
+                            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                            out = fn(qg, kg, vg, causal)
+                            dout = torch.randn_like(out)
+                            ms = time_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
+                            del out
+                    except Exception as e:
+                        progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+                        continue
+                    tf = flops(B, Hq, S, D, causal, mode) / (ms * 1e-3) / 1e12
+                    rows.append(dict(op="attention", case=case, shape=tag, dtype=str(dtype).split(".")[-1],
+                                     provider=name, median_ms=ms, tflops=tf))
+                    progress(f"  {case:40s} {name:18s} {ms:9.4f} ms {tf:8.1f} TFLOP/s")
+                    if csv_path:
+                        _frame(rows, peer, env).to_csv(csv_path, index=False)
+        del q, k, v
+        if gpu:
+            torch.cuda.empty_cache()
+    return _frame(rows, peer, env)
+
+
+def _frame(rows, peer, env) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("peer", "speedup")])
+    df = add_speedups(df, {c: peer for c in df["case"].unique()})
+    for key in ("card", "torch", "triton", "cudnn"):
+        if key in env:
+            df[key] = env[key]
+    return df
+
+
+def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One line per case: tilewright TFLOP/s and its ratios to cuDNN and FA2 (sdpa-flash)."""
+    piv = df.pivot_table(index="case", columns="provider", values="median_ms")
+    out = pd.DataFrame(index=piv.index)
+    tf = df[df.provider == "tilewright-triton"].set_index("case")["tflops"]
+    out["tw_tflops"] = tf
+    for peer in ("sdpa-cudnn", "sdpa-flash", "flex"):
+        if peer in piv and "tilewright-triton" in piv:
+            out[f"vs_{peer}"] = piv[peer] / piv["tilewright-triton"]
+    return out.reset_index()
+
+
+def main() -> None:  # python -m tilewright.bench.attention [suite] [csv]
+    import sys
+
+    suite = sys.argv[1] if len(sys.argv) > 1 else "default"
+    path = sys.argv[2] if len(sys.argv) > 2 else None
+    df = run(suite, csv_path=path)
+    if path:
+        df.to_csv(path, index=False)
+    pd.set_option("display.width", 200)
+    print(ratio_table(df).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    main()

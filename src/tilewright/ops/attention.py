@@ -1,0 +1,192 @@
+"""Flash attention as a torch op: ``tilewright.flash_attention`` and the SDPA drop-in
+``tilewright.scaled_dot_product_attention``.
+
+Two custom ops: ``tilewright::flash_attn_fwd`` -> (out, lse) and ``tilewright::flash_attn_bwd`` -> (dq, dk, dv);
+the forward op's autograd calls the backward op, so both halves run through the router and stay opaque to
+torch.compile (no graph breaks). Why ``torch.library.custom_op`` rather than ``triton_op``: see ops/gemm.py - it is
+the only style that works under the interpreter, so CI tests the very registration the GPU runs.
+
+Semantics (documented contract):
+* q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D), Hq % Hkv == 0 (GQA/MQA: query head h uses kv head h // (Hq // Hkv)).
+  Any strides with a unit last dim are read in place; a tensor whose last dim is not unit-stride is copied once.
+* dtypes: float16, bfloat16 (the fast path) and float32 (supported, computed with IEEE fp32 dots - correct, slow).
+* head dims: 32, 64, 96, 128, 192, 256; others raise ValueError.
+* causal=True is top-left aligned exactly like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key
+  j iff j <= i, also when Sq != Skv (this is NOT the bottom-right alignment some decoding kernels use).
+* a row with no visible key (only possible with Skv == 0) gives output 0 and LSE -inf, and zero gradients.
+* lse: natural-log logsumexp of the scaled scores, fp32, (B, Hq, Sq); it is differentiable.
+* the output has q's layout (``torch.empty_like(q)``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from .. import router
+from ..reference import attention_grad_reference, attention_reference
+from ._checks import check_same_device, check_same_dtype, check_tensor
+
+SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+
+
+@torch.library.custom_op("tilewright::flash_attn_fwd", mutates_args=())
+def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                      backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of softmax(scale * q k^T [causal mask]) v; inputs already checked by the public functions."""
+    B, Hq, Sq, _ = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+    choice = router.dispatch("attention", q, k, v, backend=backend)
+    if choice == "torch":
+        o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale)
+        out.copy_(o32)
+        lse.copy_(l32)
+        return out, lse
+    from ..triton_kernels.attention import attention_forward
+
+    attention_forward(q, k, v, out, lse, causal, scale)
+    return out, lse
+
+
+@flash_attn_fwd_op.register_fake
+def _(q, k, v, causal, scale, backend):
+    B, Hq, Sq, _ = q.shape
+    return torch.empty_like(q), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+
+
+@torch.library.custom_op("tilewright::flash_attn_bwd", mutates_args=())
+def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
+                      backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) given dOut (and optionally dLSE) and the forward's saved out / lse."""
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    choice = router.dispatch("attention", q, k, v, backend=backend)
+    if choice == "torch":
+        g = attention_grad_reference(grad_out.float(), q.float(), k.float(), v.float(), causal, scale,
+                                     None if grad_lse is None else grad_lse.float())
+        for dst, src in zip((dq, dk, dv), g):
+            dst.copy_(src)
+        return dq, dk, dv
+    from ..triton_kernels.attention import attention_backward
+
+    if grad_out.stride(-1) != 1:
+        grad_out = grad_out.contiguous()
+    dlse = None if grad_lse is None else grad_lse.float().contiguous()
+    attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse)
+    return dq, dk, dv
+
+
+@flash_attn_bwd_op.register_fake
+def _(grad_out, grad_lse, q, k, v, out, lse, causal, scale, backend):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, backend = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal = causal
+    ctx.scale = scale
+    ctx.backend = backend
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = flash_attn_bwd_op(grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.backend)
+    return dq, dk, dv, None, None, None
+
+
+flash_attn_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _check(q, k, v, names=("q", "k", "v")) -> None:
+    nq, nk, nv = names
+    for name, t in zip(names, (q, k, v)):
+        check_tensor(name, t, dims=(4,))
+    check_same_dtype(nq, q, **{nk: k, nv: v})
+    check_same_device(nq, q, **{nk: k, nv: v})
+    B, Hq, Sq, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"{nk}/{nv}: batch sizes {k.shape[0]}/{v.shape[0]} differ from {nq}'s {B}; expected "
+                         f"{nq} (B, Hq, Sq, D) and {nk}/{nv} (B, Hkv, Skv, D)")
+    if k.shape[-1] != D:
+        raise ValueError(f"{nk}: head dim {k.shape[-1]} differs from {nq}'s head dim {D}; they must be equal")
+    if v.shape[-1] != D:
+        raise ValueError(f"{nv}: head dim {v.shape[-1]} differs from {nq}'s head dim {D}; a different value head "
+                         "dim is not supported")
+    if k.shape[1:3] != v.shape[1:3]:
+        raise ValueError(f"{nv}: shape {tuple(v.shape)} must match {nk}'s {tuple(k.shape)} in heads and length")
+    Hkv = k.shape[1]
+    if Hkv == 0 or Hq % Hkv != 0:
+        raise ValueError(f"{nk}: {Hkv} kv heads do not divide {nq}'s {Hq} query heads; GQA/MQA needs Hq % Hkv == 0")
+    if D not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"{nq}: head dim {D} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+
+
+def _unit_last(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                    scale: float | None = None, return_lse: bool = False, backend: str | None = None):
+    """Softmax attention ``softmax(scale * q @ k^T) @ v`` in one flash-attention kernel (forward and backward).
+
+    Args:
+        q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA/MQA without copies). float16 / bfloat16
+            (float32 is accepted and computed in IEEE fp32, slowly). Any strides with a unit last dim, e.g. a
+            (B, S, H, D) tensor ``.transpose(1, 2)``. D in {32, 64, 96, 128, 192, 256}.
+        causal: top-left aligned causal mask, identical to SDPA's ``is_causal=True``: query i sees key j iff j <= i.
+        scale: score scale (default 1/sqrt(D)).
+        return_lse: also return the natural-log LSE (B, Hq, Sq) in fp32 (-inf for a row with no visible key).
+        backend: None (router), "triton" or "torch".
+    Returns:
+        out (B, Hq, Sq, D) with q's layout, or (out, lse).
+    """
+    _check(q, k, v)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    out, lse = flash_attn_fwd_op(_unit_last(q), _unit_last(k), _unit_last(v), bool(causal), scale, backend)
+    return (out, lse) if return_lse else out
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> torch.Tensor:
+    """Drop-in for ``torch.nn.functional.scaled_dot_product_attention`` on (B, H, S, D) or (H, S, D) inputs.
+
+    Supported: is_causal (top-left, same as SDPA), scale, enable_gqa (Hq % Hkv == 0). Not supported, with a
+    NotImplementedError: attn_mask (use is_causal=True for a causal mask, or torch's SDPA / FlexAttention for
+    arbitrary masks) and dropout_p > 0 (use torch's SDPA for attention dropout).
+    """
+    if attn_mask is not None:
+        raise NotImplementedError(
+            "tilewright.scaled_dot_product_attention: attn_mask is not supported. For a causal mask pass "
+            "is_causal=True; for arbitrary or padding masks use torch.nn.functional.scaled_dot_product_attention "
+            "or torch.nn.attention.flex_attention.")
+    if dropout_p > 0.0:
+        raise NotImplementedError(
+            f"tilewright.scaled_dot_product_attention: dropout_p={dropout_p} is not supported (no attention "
+            "dropout); pass dropout_p=0.0 (e.g. in eval), or use torch.nn.functional.scaled_dot_product_attention "
+            "when training with attention dropout.")
+    squeeze = False
+    if isinstance(query, torch.Tensor) and query.dim() == 3:
+        if not (isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor) and key.dim() == value.dim() == 3):
+            raise ValueError("key/value: expected 3-D (H, S, D) like query")
+        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+        squeeze = True
+    names = ("query", "key", "value")
+    for name, t in zip(names, (query, key, value)):
+        check_tensor(name, t, dims=(4,))
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise ValueError(f"key: {key.shape[1]} heads differ from query's {query.shape[1]}; pass enable_gqa=True "
+                         "for grouped-query attention")
+    _check(query, key, value, names)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    out, _ = flash_attn_fwd_op(_unit_last(query), _unit_last(key), _unit_last(value), bool(is_causal), scale, None)
+    return out.squeeze(0) if squeeze else out

@@ -1,0 +1,283 @@
+"""Flash attention, CPU tier: the Triton kernels under TRITON_INTERPRET=1 against an fp64 reference.
+
+Shapes are small (the interpreter costs ~2-3 ms per program x loop step) but cover every code path: causal and not,
+GQA/MQA, Sq != Skv both ways, ragged lengths, every supported head dim (96/192 exercise the padded tile), fp16 / fp32
+(and bf16 through the interpreter's upcast path), strided inputs, the TMA-descriptor path, rows without a visible
+key, the LSE output and its gradient, the op registration (opcheck, torch.compile fullgraph) and every input check.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilewright
+from tilewright.ops.attention import flash_attn_bwd_op, flash_attn_fwd_op
+from tilewright.reference import attention_grad_reference, attention_reference
+
+pytestmark = pytest.mark.interpreter
+
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def _inputs(B, Hq, Hkv, Sq, Skv, D, dtype, requires_grad=True):
+    q = torch.randn(B, Hq, Sq, D, dtype=dtype)
+    k = torch.randn(B, Hkv, Skv, D, dtype=dtype)
+    v = torch.randn(B, Hkv, Skv, D, dtype=dtype)
+    return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+
+
+def _check(got, ref64, lowp, dtype, what, factor=2.0):
+    """flash-attn convention: error vs fp64 <= factor x the same-dtype torch reference's error (floor: TOL)."""
+    err = (got.double() - ref64).abs().max().item()
+    floor = TOL[dtype] * max(1.0, ref64.abs().max().item())  # relative to the values' size (one rounding)
+    bound = max(factor * (lowp.double() - ref64).abs().max().item(), floor) if lowp is not None else floor
+    assert err <= bound, f"{what}: max error {err:.3e} > bound {bound:.3e}"
+
+
+def _fwd_bwd_check(B, Hq, Hkv, Sq, Skv, D, causal, dtype, scale=None):
+    q, k, v = _inputs(B, Hq, Hkv, Sq, Skv, D, dtype)
+    out, lse = tilewright.flash_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out64, lse64 = attention_reference(q64, k64, v64, causal, scale)
+    out64.backward(dout.double())
+    low = None
+    if dtype != torch.bfloat16:  # torch CPU math in the same low precision (bf16 CPU matmul is not representative)
+        ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        low, _ = attention_reference(ql, kl, vl, causal, scale)
+        low.backward(dout)
+    _check(out, out64, low, dtype, "out")
+    assert (lse.double() - lse64).abs().max().item() < 1e-4, "lse"
+    for name, t, t64, tl_ in (("dq", q, q64, "q"), ("dk", k, k64, "k"), ("dv", v, v64, "v")):
+        lowgrad = None if low is None else {"q": ql, "k": kl, "v": vl}[tl_].grad
+        _check(t.grad, t64.grad, lowgrad, dtype, name, factor=3.0)
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Skv,D,causal,dtype", [
+    (1, 2, 2, 64, 64, 64, False, torch.float32),
+    (1, 2, 2, 70, 70, 64, True, torch.float16),     # ragged causal
+    (2, 4, 1, 40, 100, 32, True, torch.float32),    # MQA, Sq < Skv, causal
+    (1, 4, 2, 100, 40, 128, True, torch.float16),   # GQA, Sq > Skv, causal
+    (1, 2, 2, 33, 47, 96, False, torch.float16),    # padded head dim, ragged
+    (1, 1, 1, 50, 50, 192, True, torch.float32),    # padded head dim 192 -> 256 tile
+    (1, 1, 1, 65, 64, 256, False, torch.float16),
+    (1, 2, 1, 48, 48, 64, True, torch.bfloat16),    # bf16 through the interpreter's upcast path
+])
+def test_forward_backward_vs_fp64(B, Hq, Hkv, Sq, Skv, D, causal, dtype):
+    _fwd_bwd_check(B, Hq, Hkv, Sq, Skv, D, causal, dtype)
+
+
+def test_custom_scale():
+    _fwd_bwd_check(1, 1, 1, 40, 40, 64, True, torch.float32, scale=0.3)
+
+
+def test_causal_alignment_matches_sdpa_top_left():
+    """is_causal=True is top-left aligned in SDPA (query i sees keys j <= i) whatever Sq and Skv are."""
+    for Sq, Skv in ((20, 50), (50, 20)):
+        q, k, v = _inputs(1, 2, 2, Sq, Skv, 32, torch.float32, requires_grad=False)
+        ours = tilewright.flash_attention(q, k, v, causal=True)
+        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-5)
+
+
+def test_strided_bshd_inputs_read_in_place():
+    B, S, H, D = 2, 37, 3, 64
+    qb, kb, vb = (torch.randn(B, S, H, D) for _ in range(3))
+    q, k, v = (t.transpose(1, 2) for t in (qb, kb, vb))  # (B, H, S, D) views, no copy
+    assert not q.is_contiguous()
+    out = tilewright.flash_attention(q, k, v, causal=True)
+    assert out.stride() == q.stride(), "output takes q's layout"
+    ref, _ = attention_reference(q.double(), k.double(), v.double(), True)
+    assert (out.double() - ref).abs().max().item() < TOL[torch.float32]
+    # a non-unit last-dim stride is copied once, still correct
+    q2 = torch.randn(B, H, D, S).transpose(-1, -2)
+    out2 = tilewright.flash_attention(q2, k, v)
+    ref2, _ = attention_reference(q2.double(), k.double(), v.double())
+    assert (out2.double() - ref2).abs().max().item() < TOL[torch.float32]
+
+
+def test_tma_descriptor_path_and_configs():
+    """The sm_90 descriptor path (forced on; the interpreter emulates TMA) with padded D, GQA, ragged, causal."""
+    import triton
+
+    from tilewright.triton_kernels import attention as A
+
+    B, Hq, Hkv, Sq, Skv, D = 1, 2, 1, 45, 70, 96
+    q, k, v = _inputs(B, Hq, Hkv, Sq, Skv, D, torch.float16, requires_grad=False)
+    out, lse = torch.empty_like(q), torch.empty(B, Hq, Sq)
+    A.attention_forward(q, k, v, out, lse, True, 0.125, use_tma=True,
+                        config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}))
+    ref, ref_lse = attention_reference(q.double(), k.double(), v.double(), True, 0.125)
+    assert (out.double() - ref).abs().max().item() < TOL[torch.float16]
+    assert (lse.double() - ref_lse).abs().max().item() < 1e-4
+    dout = torch.randn_like(out)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    A.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, True, 0.125, use_tma=True)
+    g64 = attention_grad_reference(dout.double(), q.double(), k.double(), v.double(), True, 0.125)
+    for got, want in zip((dq, dk, dv), g64):
+        assert (got.double() - want).abs().max().item() < 5e-3
+
+
+def test_config_tables_respect_causal_alignment():
+    from tilewright.triton_kernels import attention as A
+
+    for table in (A._FWD_TILES, A._FWD_TILES_PTR, A._DQ_TILES, A._DQ_TILES_PTR):
+        for tiles in table.values():
+            assert all(bm % bn == 0 for bm, bn, _, _ in tiles)
+    for table in (A._DKDV_TILES, A._DKDV_TILES_PTR):
+        for tiles in table.values():
+            assert all(bn % bm == 0 for bm, bn, _, _ in tiles)
+
+
+def test_rows_without_visible_key_give_zero_and_neg_inf():
+    """Top-left causal never empties a row, so the empty case is Skv == 0: output 0, LSE -inf, grads 0, no NaN."""
+    for backend in ("triton", "torch"):
+        q, k, v = _inputs(1, 2, 2, 5, 0, 64, torch.float32)
+        out, lse = tilewright.flash_attention(q, k, v, causal=True, return_lse=True, backend=backend)
+        assert torch.equal(out, torch.zeros_like(out))
+        assert torch.isneginf(lse).all()
+        (out.sum() + 0 * lse.sum()).backward()
+        assert torch.equal(q.grad, torch.zeros_like(q))
+    q, k, v = _inputs(1, 2, 2, 0, 8, 64, torch.float32)
+    assert tilewright.flash_attention(q, k, v).shape == (1, 2, 0, 64)
+
+
+def test_lse_gradient():
+    q, k, v = _inputs(1, 2, 1, 30, 45, 32, torch.float32)
+    w = torch.randn(1, 2, 30)
+    out, lse = tilewright.flash_attention(q, k, v, causal=True, return_lse=True)
+    (out.sum() + (lse * w).sum()).backward()
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    o64, l64 = attention_reference(q64, k64, v64, True)
+    (o64.sum() + (l64 * w.double()).sum()).backward()
+    for t, t64 in ((q, q64), (k, k64), (v, v64)):
+        assert (t.grad.double() - t64.grad).abs().max().item() < 1e-4
+
+
+def test_torch_backend_and_router():
+    q, k, v = _inputs(1, 4, 2, 20, 30, 64, torch.float32)
+    assert "triton" in tilewright.explain("attention", q, k, v).splitlines()[0]
+    out = tilewright.flash_attention(q, k, v, causal=True, backend="torch")
+    out.sum().backward()
+    g = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    out_t = tilewright.flash_attention(q, k, v, causal=True, backend="triton")
+    out_t.sum().backward()
+    torch.testing.assert_close(out, out_t, atol=2e-5, rtol=1e-5)
+    for a, t in zip(g, (q, k, v)):
+        torch.testing.assert_close(a, t.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_sdpa_drop_in():
+    q, k, v = _inputs(2, 4, 2, 24, 24, 32, torch.float32, requires_grad=False)
+    ours = tilewright.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-5)
+    ours3 = tilewright.scaled_dot_product_attention(q[0], k[0].repeat_interleave(2, 0), v[0].repeat_interleave(2, 0),
+                                                   scale=0.2)
+    theirs3 = F.scaled_dot_product_attention(q[0], k[0].repeat_interleave(2, 0), v[0].repeat_interleave(2, 0),
+                                             scale=0.2)
+    torch.testing.assert_close(ours3, theirs3, atol=2e-5, rtol=1e-5)
+    with pytest.raises(NotImplementedError, match="attn_mask.*is_causal=True"):
+        tilewright.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(24, 24, dtype=torch.bool))
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        tilewright.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    with pytest.raises(ValueError, match="enable_gqa"):
+        tilewright.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("make, exc, match", [
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64, dtype=torch.float16), torch.randn(1, 2, 8, 64)),
+     TypeError, "^k: dtype"),
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 32), torch.randn(1, 2, 8, 64)), ValueError,
+     "^k: head dim 32"),
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 32)), ValueError,
+     "^v: head dim 32"),
+    (lambda: (torch.randn(1, 6, 8, 64), torch.randn(1, 4, 8, 64), torch.randn(1, 4, 8, 64)), ValueError,
+     "^k: 4 kv heads do not divide"),
+    (lambda: (torch.randn(2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)), ValueError, "^q: expected 4-D"),
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64, device="meta"), torch.randn(1, 2, 8, 64)),
+     ValueError, "^k: on device meta"),
+    (lambda: (torch.randn(1, 2, 8, 80), torch.randn(1, 2, 8, 80), torch.randn(1, 2, 8, 80)), ValueError,
+     "^q: head dim 80 is not supported"),
+    (lambda: (torch.ones(1, 2, 8, 64, dtype=torch.int32),) * 3, TypeError, "^q: dtype torch.int32"),
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(2, 2, 8, 64), torch.randn(2, 2, 8, 64)), ValueError,
+     "batch sizes"),
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 9, 64)), ValueError,
+     "^v: shape"),
+])
+def test_input_checks(make, exc, match):
+    q, k, v = make()
+    with pytest.raises(exc, match=match):
+        tilewright.flash_attention(q, k, v)
+
+
+def test_unknown_backend_is_an_error():
+    q, k, v = _inputs(1, 1, 1, 8, 8, 32, torch.float32, requires_grad=False)
+    with pytest.raises(ValueError, match="unknown backend"):
+        tilewright.flash_attention(q, k, v, backend="cudnn")
+
+
+def test_opcheck():
+    q, k, v = _inputs(1, 2, 1, 24, 40, 32, torch.float32)
+    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, 0.2, None))
+    out, lse = flash_attn_fwd_op(q.detach(), k.detach(), v.detach(), True, 0.2, None)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(flash_attn_bwd_op, (dout, None, q.detach(), k.detach(), v.detach(), out, lse, True, 0.2,
+                                              None))
+
+
+class _Block(torch.nn.Module):
+    """Pre-norm transformer block whose attention is tilewright's SDPA drop-in (GQA, causal)."""
+
+    def __init__(self, dim=64, heads=2, kv_heads=1):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.norm1 = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * self.hd)
+        self.proj = torch.nn.Linear(heads * self.hd, dim)
+        self.norm2 = torch.nn.LayerNorm(dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        B, S, _ = x.shape
+        qkv = self.qkv(self.norm1(x)).view(B, S, self.heads + 2 * self.kv_heads, self.hd)
+        q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
+        a = tilewright.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                    is_causal=True, enable_gqa=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(B, S, -1))
+        return x + self.mlp(self.norm2(x))
+
+
+def test_torch_compile_fullgraph_transformer_block():
+    torch._dynamo.reset()
+    block = _Block()
+    x = torch.randn(2, 20, 64)
+    ref = block(x)
+    ref.sum().backward()
+    ref_grads = [p.grad.clone() for p in block.parameters()]
+    block.zero_grad()
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    out = compiled(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for p, g in zip(block.parameters(), ref_grads):
+        torch.testing.assert_close(p.grad, g, atol=1e-4, rtol=1e-4)
+
+
+def test_bench_tiny_suite():
+    from tilewright.bench import attention as bench
+    from tilewright.bench.common import COLUMNS
+
+    df = bench.run("tiny", progress=lambda *a, **k: None)
+    assert list(df.columns)[:len(COLUMNS)] == COLUMNS
+    assert set(df["provider"]) == {"tilewright-triton", "torch-math"}
+    assert df["median_ms"].gt(0).all() and len(df) == 2 * 2 * 2 * 2
+    flops = 4 * 1 * 2 * 128 ** 2 * 64
+    row = df[(df.case.str.startswith("1x2/2x128x64")) & (df.provider == "torch-math")].iloc[0]
+    assert math.isfinite(row.tflops) and row.tflops > 0 and flops > 0

@@ -1,0 +1,130 @@
+"""Flash attention, GPU tier: bf16/fp16 forward and backward on the suite's shapes (fewer heads/batch so the fp64
+reference fits), against an fp64 reference with the flash-attn bound: error <= 2x torch's own same-dtype math
+attention error (+ a small floor); plus determinism, odd shapes, strided inputs and CUDA-graph capture.
+
+Set TILEWRIGHT_AUTOTUNE=0 to test each kernel's default config only (fast); the benchmark tunes.
+"""
+import pytest
+import torch
+
+import tilewright
+from tilewright.reference import attention_reference
+
+pytestmark = pytest.mark.gpu
+
+# (B, Hq, Hkv, S, D): BENCHMARKS.md suite rows with heads/batch cut so the fp64 reference stays small
+SUITE_SHAPES = [(2, 2, 2, 512, 64), (1, 2, 2, 8192, 64), (1, 2, 2, 2048, 128), (1, 2, 2, 4096, 128),
+                (1, 1, 1, 8192, 128), (1, 1, 1, 16384, 128), (1, 4, 1, 4096, 128), (1, 2, 2, 4096, 256)]
+ODD_SHAPES = [(1, 3, 3, 1000, 777, 96), (2, 2, 1, 300, 1100, 32), (1, 2, 2, 513, 513, 192), (1, 4, 2, 1537, 200, 128)]
+
+
+def _run(q, k, v, causal):
+    out = tilewright.flash_attention(q, k, v, causal=causal)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    return out, grads, dout
+
+
+def _compare(B, Hq, Hkv, Sq, Skv, D, causal, dtype, factor_fwd=2.0, factor_bwd=2.0):
+    torch.manual_seed(0)
+    q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
+    out, grads, dout = _run(q, k, v, causal)
+    assert torch.isfinite(out).all()
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out64, _ = attention_reference(q64, k64, v64, causal)
+    g64 = torch.autograd.grad(out64, (q64, k64, v64), dout.double())
+    del out64
+    ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    outl, _ = attention_reference(ql, kl, vl, causal)  # torch math attention in the same low precision
+    gl = torch.autograd.grad(outl, (ql, kl, vl), dout)
+    ref64 = attention_reference(q64.detach(), k64.detach(), v64.detach(), causal)[0]
+    e_ours = (out.double() - ref64).abs().max().item()
+    e_torch = (outl.double() - ref64).abs().max().item()
+    assert e_ours <= factor_fwd * e_torch + 1e-5, f"out: {e_ours:.3e} vs torch {e_torch:.3e}"
+    for name, a, b, r in zip(("dq", "dk", "dv"), grads, gl, g64):
+        e_ours = (a.double() - r).abs().max().item()
+        e_torch = (b.double() - r).abs().max().item()
+        assert e_ours <= factor_bwd * e_torch + 1e-4, f"{name}: {e_ours:.3e} vs torch {e_torch:.3e}"
+
+
+@pytest.mark.parametrize("shape", SUITE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True])
+def test_suite_shapes_bf16(shape, causal):
+    B, Hq, Hkv, S, D = shape
+    _compare(B, Hq, Hkv, S, S, D, causal, torch.bfloat16)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 2, 2048, 128), (1, 4, 1, 1024, 64)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp16(shape, causal):
+    B, Hq, Hkv, S, D = shape
+    _compare(B, Hq, Hkv, S, S, D, causal, torch.float16)
+
+
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_odd_shapes_causal(shape):
+    _compare(*shape, True, torch.bfloat16)
+
+
+def test_strided_bshd_and_fp32():
+    torch.manual_seed(0)
+    B, S, H, D = 2, 700, 4, 128
+    qkv = torch.randn(B, S, 3, H, D, device="cuda", dtype=torch.bfloat16)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # packed qkv, no copies
+    out = tilewright.flash_attention(q, k, v, causal=True)
+    ref = attention_reference(q.double(), k.double(), v.double(), True)[0]
+    low = attention_reference(q, k, v, True)[0]
+    assert (out.double() - ref).abs().max() <= 2 * (low.double() - ref).abs().max() + 1e-5
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    out32 = tilewright.flash_attention(q32, k32, v32, causal=True)
+    assert (out32.double() - ref).abs().max() < 1e-4
+
+
+def test_deterministic():
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, 1024, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 2, 1024, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 2, 1024, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dout = torch.randn_like(q)
+    first = None
+    for _ in range(3):
+        out = tilewright.flash_attention(q, k, v, causal=True)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        now = (out, *grads)
+        if first is None:
+            first = now
+        else:
+            for a, b in zip(first, now):
+                assert torch.equal(a, b), "forward/backward must be bitwise reproducible"
+
+
+def test_empty_kv_rows():
+    q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 0, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = tilewright.flash_attention(q, k, k, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+def test_cuda_graph_capture_after_warmup():
+    q = torch.randn(1, 4, 512, 64, device="cuda", dtype=torch.bfloat16)
+    tilewright.flash_attention(q, q, q, causal=True)  # warm-up tunes this key
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = tilewright.flash_attention(q, q, q, causal=True)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, tilewright.flash_attention(q, q, q, causal=True))
+
+
+def test_opcheck_and_compile_gpu():
+    from tilewright.ops.attention import flash_attn_fwd_op
+
+    q = torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch.library.opcheck(flash_attn_fwd_op, (q, q.detach().clone().requires_grad_(), q.detach().clone(), True,
+                                              0.125, None))
+    f = torch.compile(lambda a: tilewright.scaled_dot_product_attention(a, a, a, is_causal=True).sum(),
+                      fullgraph=True, backend="aot_eager")
+    f(q).backward()
+    assert torch.isfinite(q.grad).all()
