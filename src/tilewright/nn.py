@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .ops.gemm import ACTIVATION_CODES, linear
+from .ops.rms_norm_linear import rms_norm_linear
 
 
 class Linear(torch.nn.Linear):
@@ -39,3 +40,51 @@ class Linear(torch.nn.Linear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", activation={self.activation}"
+
+
+class RMSNormLinear(torch.nn.Module):
+    """``nn.RMSNorm`` followed by ``nn.Linear``, computed by one fused kernel (``tilewright.rms_norm_linear``).
+
+    Parameters: ``norm_weight`` (in_features,), ``weight`` (out_features, in_features), ``bias`` (out_features,) or
+    None. ``eps=None`` means ``torch.finfo(x.dtype).eps`` at call time, as in ``torch.nn.RMSNorm``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, eps: float | None = 1e-6,
+                 device=None, dtype=None, backend: str | None = None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.in_features, self.out_features, self.eps, self.backend = in_features, out_features, eps, backend
+        self.norm_weight = torch.nn.Parameter(torch.ones(in_features, **kw))
+        linear_init = torch.nn.Linear(in_features, out_features, bias=bias, **kw)  # nn.Linear's initialisation
+        self.weight = linear_init.weight
+        self.bias = linear_init.bias
+
+    @classmethod
+    def from_modules(cls, rmsnorm: torch.nn.RMSNorm, linear_module: torch.nn.Linear) -> "RMSNormLinear":
+        """A fused module sharing the parameters (no copy) of an ``nn.RMSNorm`` + ``nn.Linear`` pair.
+
+        An RMSNorm without affine weight gets a ones buffer (not a parameter) as norm weight.
+        """
+        shape = tuple(rmsnorm.normalized_shape)
+        if shape != (linear_module.in_features,):
+            raise ValueError(f"rmsnorm: normalized_shape {shape} must be ({linear_module.in_features},), the "
+                             "linear's in_features (the fused kernel normalises over the last dim only)")
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new.in_features, new.out_features = linear_module.in_features, linear_module.out_features
+        new.eps, new.backend = rmsnorm.eps, None
+        if rmsnorm.weight is not None:
+            new.norm_weight = rmsnorm.weight
+        else:
+            w = linear_module.weight
+            new.register_buffer("norm_weight", torch.ones(new.in_features, device=w.device, dtype=w.dtype))
+        new.weight, new.bias = linear_module.weight, linear_module.bias
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        return rms_norm_linear(x, self.norm_weight, self.weight, self.bias, eps=eps, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, eps={self.eps}")

@@ -119,3 +119,8 @@ def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.T
         dk = dk.view(B, Hkv, group, Skv, D).sum(2)
         dv = dv.view(B, Hkv, group, Skv, D).sum(2)
     return dq, dk, dv
+
+
+def rms_norm_linear_reference(x, norm_weight, weight, bias=None, eps: float = 1e-6) -> torch.Tensor:
+    """``F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)``: the unfused pipeline, in x's dtype."""
+    return F.linear(F.rms_norm(x, (x.shape[-1],), norm_weight, eps), weight, bias)

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from ..autotune.space import INTERPRETER_CONFIG, gemm_configs
 from .gemm import (INTERPRET, _early_prune, _ensure_allocator, _epilogue_chunks, _mma, _needs_int64,
-                   _residual_is_flat, tma_compatible)
+                   _residual_is_flat, _tuning_bench, tma_compatible)
 from .tile_order import tile_coords
 
 
@@ -66,6 +66,8 @@ def _rmsnorm_gemm_kernel(
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, INDEX_64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr, TILE_ORDER: tl.constexpr, EPI_SPLIT: tl.constexpr,
+    PERSISTENT: tl.constexpr,  # read by the launcher's grid (as in gemm.py)
+    FLATTEN: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -94,7 +96,7 @@ def _rmsnorm_gemm_kernel(
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
 
-    for tile_id in tl.range(pid, num_tiles, num_programs):
+    for tile_id in tl.range(pid, num_tiles, num_programs, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
@@ -155,11 +157,29 @@ def _rmsnorm_gemm_kernel(
 _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "APPLY_G", "HAS_BIAS",
                "ACTIVATION", "HAS_RESIDUAL", "RES_PERIODIC", "DOT_PRECISION"]
 
-# Same space and pruning as the plain GEMM (the pruner reads a_ptr, c_ptr, M, N, K and TMA_STORE, named alike here).
+_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP", "TILE_ORDER", "EPI_SPLIT", "PERSISTENT", "FLATTEN")
+
+
+def fused_configs(configs) -> list[triton.Config]:
+    """The GEMM's config space restricted to the meta-parameters this kernel takes (a key added to the GEMM's space
+    later is dropped here, and configs that then coincide are kept once)."""
+    seen, out = set(), []
+    for cfg in configs:
+        kw = {k: v for k, v in cfg.kwargs.items() if k in _CONFIG_KEYS}
+        ident = (tuple(sorted(kw.items())), cfg.num_warps, cfg.num_stages)
+        if ident not in seen:
+            seen.add(ident)
+            out.append(triton.Config(kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    return out
+
+
+# Same space, pruning and tuning benchmark as the plain GEMM (the pruner reads a_ptr, c_ptr, M, N, K and the
+# layout switches, named alike here).
 rmsnorm_gemm_kernel = triton.autotune(
-    configs=[INTERPRETER_CONFIG] if INTERPRET else gemm_configs(),
+    configs=fused_configs([INTERPRETER_CONFIG] if INTERPRET else gemm_configs()),
     key=_TUNING_KEY,
     prune_configs_by={"early_config_prune": _early_prune},
+    do_bench=_tuning_bench,
     cache_results=True,
 )(_rmsnorm_gemm_kernel)
 
@@ -218,10 +238,10 @@ def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor | None, b: to
 
     def grid(meta):
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-        return (max(1, min(programs, tiles)),)
+        return (max(1, min(programs, tiles) if meta.get("PERSISTENT", True) else tiles),)
 
     if config is not None:
-        _rmsnorm_gemm_kernel[grid](**kernel_args, **config.all_kwargs())
+        _rmsnorm_gemm_kernel[grid](**kernel_args, **fused_configs([config])[0].all_kwargs())
         return out
     if x.is_cuda and torch.cuda.is_current_stream_capturing() and not _is_tuned(kernel_args):
         raise RuntimeError(

@@ -1,0 +1,187 @@
+"""RMSNorm-fused linear as a torch op: ``tilewright.rms_norm_linear``.
+
+``y = F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)`` with the norm computed inside the GEMM's
+forward kernel (triton_kernels/rmsnorm_gemm.py): one read of x, no normalised copy of x in memory.
+
+Ops (``torch.library.custom_op`` for the reason given in ops/gemm.py):
+
+* ``tilewright::rms_norm_linear(x, norm_weight, weight, bias, eps, backend) -> (y, rstd)``: 2-D core. ``rstd``
+  (fp32, (M,)) is the per-row ``1/sqrt(mean(x^2) + eps)`` that the kernel computed; the backward reuses it.
+* ``tilewright::rms_norm_backward(x, du, norm_weight, rstd, need_dx, need_dg, need_u, backend) -> (dx, dg, u)``:
+  the norm's backward given ``du = dy @ weight``, plus ``u = rms_norm(x) * g`` for the weight gradient.
+
+Backward (registered with ``register_autograd``), with dy (M, N):
+``du = dy @ W`` (GEMM op) -> ``dx, dg, u`` (one Triton pass over x and du) -> ``dW = dy^T @ u`` (GEMM op),
+``dbias = sum_m dy`` (fp32). Memory: the forward saves x, rstd (and the parameters) - less than the unfused pipeline,
+which keeps the normalised (M, K) activation alive between forward and backward; the backward's (M, K) temporaries
+(du, u, dx) are the ones the unfused backward has too (it holds u from the forward, and du, dx).
+"""
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Optional
+
+import torch
+
+from .. import router
+from ..reference import rms_norm_linear_reference
+from ._checks import check_same_device, check_same_dtype, check_tensor
+from .gemm import gemm_op
+
+
+@torch.library.custom_op("tilewright::rms_norm_linear", mutates_args=())
+def rms_norm_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                       eps: float, backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """2-D core: x (M, K), norm_weight (K,), weight (N, K), bias (N,) -> (y (M, N), rstd (M,) fp32)."""
+    M, K = x.shape
+    N = weight.shape[0]
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    rstd = torch.empty((M,), device=x.device, dtype=torch.float32)
+    choice = router.dispatch("rms_norm_linear", x, norm_weight, weight, bias, backend=backend)
+    if M == 0:
+        return y, rstd
+    if choice == "torch" or K == 0 or N == 0:
+        rstd.copy_(_rstd_torch(x, eps))
+        if N:
+            y.copy_(rms_norm_linear_reference(x, norm_weight, weight, bias, eps))
+        return y, rstd
+    from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_gemm
+
+    launch_rmsnorm_gemm(x, norm_weight, weight.t(), y, rstd, eps, bias=bias)
+    return y, rstd
+
+
+def _rstd_torch(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.rsqrt(x.float().pow(2).mean(-1) + eps) if x.shape[-1] else \
+        torch.full(x.shape[:-1], 1.0 / math.sqrt(eps), device=x.device)
+
+
+@rms_norm_linear_op.register_fake
+def _(x, norm_weight, weight, bias, eps, backend):
+    return x.new_empty((x.shape[0], weight.shape[0])), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+@torch.library.custom_op("tilewright::rms_norm_backward", mutates_args=())
+def rms_norm_backward_op(x: torch.Tensor, du: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.Tensor,
+                         need_dx: bool, need_dg: bool, need_u: bool,
+                         backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward of ``u = x * rstd * g`` given du: (dx, dg (fp32), u); an output not asked for is an empty tensor.
+
+    x, du: (M, K); norm_weight: (K,); rstd: (M,) fp32 from the forward.
+    """
+    M, K = x.shape
+    choice = router.dispatch("rms_norm_linear", x, du, norm_weight, backend=backend)
+    if choice == "torch" or M == 0 or K == 0:
+        xhat = x.float() * rstd[:, None]
+        g = norm_weight.float()
+        dx = dg = u = None
+        if need_dx:
+            dug = du.float() * g
+            dx = (rstd[:, None] * (dug - xhat * (dug * xhat).mean(-1, keepdim=True))).to(x.dtype)
+        if need_dg:
+            dg = (du.float() * xhat).sum(0)
+        if need_u:
+            u = (xhat * g).to(x.dtype)
+    else:
+        from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_bwd
+
+        x = x if x.stride(-1) == 1 else x.contiguous()
+        du = du if du.stride(-1) == 1 else du.contiguous()
+        dx, u, dg = launch_rmsnorm_bwd(x, du, norm_weight, rstd, need_dx=need_dx, need_u=need_u, need_dg=need_dg)
+    # outputs not asked for are distinct empty tensors (custom ops may not return aliases of each other)
+    return (dx if need_dx else x.new_empty((0,)), dg if need_dg else x.new_empty((0,), dtype=torch.float32),
+            u if need_u else x.new_empty((0,)))
+
+
+@rms_norm_backward_op.register_fake
+def _(x, du, norm_weight, rstd, need_dx, need_dg, need_u, backend):
+    M, K = x.shape
+    return (x.new_empty((M, K) if need_dx else (0,)),
+            x.new_empty((K,) if need_dg else (0,), dtype=torch.float32),
+            x.new_empty((M, K) if need_u else (0,)))
+
+
+def _setup_context(ctx, inputs, output):
+    x, norm_weight, weight, bias, eps, backend = inputs
+    ctx.save_for_backward(x, norm_weight, weight, output[1])
+    ctx.has_bias = bias is not None
+    ctx.backend = backend
+
+
+def _backward(ctx, dy, _drstd):
+    x, norm_weight, weight, rstd = ctx.saved_tensors
+    need_dx, need_dg, need_dw, need_db = ctx.needs_input_grad[:4]
+    need_db = need_db and ctx.has_bias
+    dx = dg = dw = db = None
+    dy = dy.to(x.dtype)
+    if need_dx or need_dg:
+        du = gemm_op(dy, weight, None, None, None, x.dtype, False, ctx.backend)[0]  # (M, N) @ (N, K)
+    else:
+        du = x.new_empty((0, x.shape[1]))
+    if need_dx or need_dg or need_dw:
+        dx, dg, u = rms_norm_backward_op(x, du, norm_weight, rstd, need_dx, need_dg, need_dw, ctx.backend)
+        del du
+        dx = dx if need_dx else None
+        dg = dg.to(norm_weight.dtype) if need_dg else None
+        if need_dw:
+            dw = gemm_op(dy.t(), u, None, None, None, weight.dtype, False, ctx.backend)[0]  # (N, M) @ (M, K)
+    if need_db:
+        db = dy.sum(0, dtype=torch.float32).to(x.dtype)
+    return dx, dg, dw, db, None, None
+
+
+rms_norm_linear_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, Real):
+        raise TypeError(f"eps: expected a positive float, got {type(eps).__name__}")
+    eps = float(eps)
+    if not (eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"eps: must be a finite number > 0 (the norm divides by sqrt(mean(x^2) + eps)), got {eps}")
+    return eps
+
+
+def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                    bias: torch.Tensor | None = None, *, eps: float = 1e-6,
+                    backend: str | None = None) -> torch.Tensor:
+    """``F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)`` with the norm fused into the GEMM.
+
+    Args:
+        x: (..., K) float16 / bfloat16 / float32.
+        norm_weight: (K,), the RMSNorm scale (``torch.nn.RMSNorm.weight``).
+        weight: (N, K), the ``nn.Linear`` layout.
+        bias: optional (N,).
+        eps: > 0, added to the mean square (note: ``F.rms_norm``'s default ``eps=None`` means
+            ``torch.finfo(x.dtype).eps``; pass that explicitly to match it).
+        backend: None (router decides), "triton" or "torch".
+    Returns:
+        (..., N) in x's dtype; differentiable in x, norm_weight, weight and bias.
+
+    Numerics: sum of squares and rstd in fp32; the GEMM operand is ``x * norm_weight`` rounded once to x's dtype
+    (exact for an all-ones norm weight) and rstd scales the fp32 accumulator, so the normalised x is never rounded to
+    bf16/fp16 as it is in the unfused pipeline. See docs/numerics_rmsnorm.md. fp16: ``|x * norm_weight|`` must stay
+    below 65504 (the product is formed before normalising).
+    """
+    check_tensor("x", x, min_dim=1)
+    check_tensor("norm_weight", norm_weight, dims=(1,))
+    check_tensor("weight", weight, dims=(2,))
+    check_same_dtype("x", x, norm_weight=norm_weight, weight=weight)
+    check_same_device("x", x, norm_weight=norm_weight, weight=weight, bias=bias)
+    K = x.shape[-1]
+    if norm_weight.shape[0] != K:
+        raise ValueError(f"norm_weight: expected shape ({K},) with K = x.shape[-1] = {K}, "
+                         f"got {tuple(norm_weight.shape)}")
+    if weight.shape[1] != K:
+        raise ValueError(f"weight: expected shape (N, {K}) with K = x.shape[-1] = {K}, got {tuple(weight.shape)}")
+    N = weight.shape[0]
+    if bias is not None:
+        check_tensor("bias", bias, dims=(1,))
+        check_same_dtype("x", x, bias=bias)
+        if bias.shape[0] != N:
+            raise ValueError(f"bias: expected shape ({N},) with N = weight.shape[0], got {tuple(bias.shape)}")
+    eps = _check_eps(eps)
+    x2 = x.reshape(math.prod(x.shape[:-1]), K)
+    y, _ = rms_norm_linear_op(x2, norm_weight, weight, bias, eps, backend)
+    return y.view(*x.shape[:-1], N)

@@ -1,0 +1,344 @@
+"""CPU tier: the RMSNorm-fused GEMM under the Triton interpreter - numerics against fp64 (measured against torch's own
+unfused error, not against loose thresholds), rstd, tails, zero and large-magnitude rows, the folded-weight variant,
+gradients, the backward kernel's long-row path, opcheck, torch.compile, input checks, module and router."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilewright
+from tilewright import router
+from tilewright.ops.rms_norm_linear import rms_norm_backward_op, rms_norm_linear_op
+from tilewright.reference import rms_norm_linear_reference
+from tilewright.triton_kernels.gemm import tma_compatible
+from tilewright.triton_kernels.rmsnorm_gemm import launch_rmsnorm_bwd, launch_rmsnorm_gemm
+
+pytestmark = pytest.mark.interpreter
+
+EPS = 1e-6
+
+
+def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of ``dtype`` numbers at |t| (t in fp64): 2^(floor(log2|t|) - mantissa bits), floored at the
+    smallest normal's spacing."""
+    info = torch.finfo(dtype)
+    mant = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23}[dtype]
+    a = t.abs().clamp_min(info.tiny)
+    return torch.exp2(torch.floor(torch.log2(a)) - mant)
+
+
+def ref64(x, g, w, b, eps=EPS):
+    """fp64 reference of the unfused expression."""
+    return rms_norm_linear_reference(x.double(), g.double(), w.double(), None if b is None else b.double(), eps)
+
+
+def fused_operand_ref64(x, g, w, b, eps=EPS):
+    """fp64 evaluation of what the fused kernel computes *exactly*: operand ``round(x * g)`` to x's dtype, rstd and
+    the dot in fp64. The kernel's only remaining errors are fp32 accumulation and the final rounding."""
+    xd = x.double()
+    rstd = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
+    a = (xd * g.double()).to(x.dtype).double()
+    y = rstd * (a @ w.double().t())
+    return y if b is None else y + b.double()
+
+
+def make(M, N, K, dtype, bias=True, seed=0, g_kind="randn"):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=gen).to(dtype)
+    g = (torch.randn(K, generator=gen) if g_kind == "randn" else torch.ones(K)).to(dtype)
+    w = (torch.randn(N, K, generator=gen) / math.sqrt(K)).to(dtype)
+    b = torch.randn(N, generator=gen).to(dtype) if bias else None
+    return x, g, w, b
+
+
+def run_fused(x, g, w, b, use_tma=None, eps=EPS, **kw):
+    M, N = x.shape[0], w.shape[0]
+    out = torch.empty(M, N, dtype=x.dtype)
+    rstd = torch.empty(M, dtype=torch.float32)
+    launch_rmsnorm_gemm(x, g, w.t(), out, rstd, eps, bias=b, use_tma=use_tma, **kw)
+    return out, rstd
+
+
+def exact_class_check(y, x, g, w, b, dtype):
+    """The fused result vs the exact value of the computation it performs: within one rounding of the output plus
+    an fp32-accumulation bound (K * 2^-24 * sum_k |terms|)."""
+    ref = fused_operand_ref64(x, g, w, b)
+    xd = x.double()
+    rstd = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS)
+    terms = rstd * ((xd * g.double()).abs() @ w.double().abs().t())
+    bound = ulp(ref, dtype) / 2 + x.shape[1] * 2.0 ** -24 * terms + 1e-30
+    err = (y.double() - ref).abs()
+    assert (err <= bound).all(), f"{(err > bound).sum().item()} elements beyond one rounding; max excess " \
+                                 f"{(err - bound).max().item():.3g}"
+
+
+SHAPES = [(70, 72, 80), (64, 64, 64), (5, 40, 48), (129, 33, 100)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("use_tma", [True, False])
+def test_forward_vs_fp64_and_torch(dtype, shape, use_tma):
+    M, N, K = shape
+    x, g, w, b = make(M, N, K, dtype, bias=shape[0] % 2 == 0)
+    use_tma = use_tma and tma_compatible(x) and tma_compatible(w)  # K * itemsize must be a multiple of 16 for TMA
+    y, rstd = run_fused(x, g, w, b, use_tma=use_tma)
+    y64 = ref64(x, g, w, b)
+    # 1) exact class: the result is the correctly rounded value of the computation the kernel does
+    exact_class_check(y, x, g, w, b, dtype)
+    # 2) against the fp64 truth, norm-wise no worse than torch's own unfused pipeline in this dtype (x1.5)
+    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
+    err_fused = (y.double() - y64).norm().item()
+    err_torch = (y_torch.double() - y64).norm().item()
+    assert err_fused <= 1.5 * err_torch + 1e-12, (err_fused, err_torch)
+    # 3) rstd, fp32, per row
+    r64 = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
+    assert torch.allclose(rstd.double(), r64, rtol=2 ** -22, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16])
+def test_unit_norm_weight_per_element_within_torch_error_plus_one_ulp(dtype):
+    """With the RMSNorm initialisation (g = 1) the operand x * g is exact, so the fused output is within one ulp of
+    the truth wherever torch's is - the per-element criterion of the GPU tier, checked here in fp16."""
+    x, g, w, b = make(96, 80, 112, dtype, g_kind="ones")
+    y, _ = run_fused(x, g, w, b)
+    y64 = ref64(x, g, w, b)
+    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
+    err_f = (y.double() - y64).abs()
+    err_t = (y_torch.double() - y64).abs()
+    assert (err_f <= err_t + ulp(torch.maximum(y64.abs(), y.double().abs()), dtype)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_large_and_small_magnitude_rows(dtype):
+    """Rows scaled by 1e3 and 1e-3: rstd absorbs the scale (fp32 sum of squares); tiny rows feel eps as the formula
+    says. fp16: |x * g| stays below 65504 here (see the fp16 caveat in the op's docstring)."""
+    M, N, K = 40, 24, 72
+    x, g, w, b = make(M, N, K, torch.float32)
+    scale = torch.ones(M, 1)
+    scale[::3] = 1e3
+    scale[1::3] = 1e-3
+    x = (x * scale).to(dtype)
+    g, w, b = g.to(dtype), w.to(dtype), b.to(dtype)
+    y, rstd = run_fused(x, g, w, b)
+    assert torch.isfinite(y).all()
+    exact_class_check(y, x, g, w, b, dtype)
+    y64 = ref64(x, g, w, b)
+    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
+    assert (y.double() - y64).norm() <= 1.5 * (y_torch.double() - y64).norm() + 1e-12
+    assert torch.allclose(rstd.double(), torch.rsqrt(x.double().pow(2).mean(-1) + EPS), rtol=2 ** -22, atol=0)
+
+
+def test_zero_rows_give_bias_and_rstd_one_over_sqrt_eps():
+    x, g, w, b = make(70, 40, 48, torch.float16)
+    x[3] = 0
+    x[65:] = 0  # includes rows of the tail tile
+    y, rstd = run_fused(x, g, w, b)
+    zero = x.abs().sum(-1) == 0
+    assert torch.equal(y[zero], b.expand(int(zero.sum()), -1))
+    assert torch.allclose(rstd[zero], torch.full((int(zero.sum()),), 1 / math.sqrt(EPS)), rtol=2 ** -22)
+
+
+def test_folded_norm_weight_variant_error():
+    """APPLY_G=False with W * g folded (one rounding per weight element instead of per x element): the same error
+    class - exact for the folded operands, and norm-wise within 1.5x torch's own error against fp64."""
+    dtype = torch.float16
+    x, g, w, b = make(96, 72, 80, dtype)
+    w_folded = (w.float() * g.float()).to(dtype)
+    out = torch.empty(96, 72, dtype=dtype)
+    launch_rmsnorm_gemm(x, None, w_folded.t(), out, None, EPS, bias=b)
+    y64 = ref64(x, g, w, b)
+    ones = torch.ones_like(g)
+    exact_class_check(out, x, ones, w_folded, b, dtype)
+    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
+    assert (out.double() - y64).norm() <= 1.5 * (y_torch.double() - y64).norm()
+
+
+def test_epilogue_activation_and_residual():
+    from tilewright.reference import activation_reference
+
+    x, g, w, b = make(50, 40, 64, torch.float32)
+    res = torch.randn(5, 10, 40)  # (R0, P, N), R0 * P == M
+    y, _ = run_fused(x, g, w, b, activation=4, residual=res)
+    ref = activation_reference(ref64(x, g, w, b), "silu") + res.reshape(50, 40).double()
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_m_major_x_and_batched_input():
+    x, g, w, b = make(48, 40, 64, torch.float32)
+    xt = x.t().contiguous().t()  # (M, K) with strides (1, M): A is M-major
+    y = tilewright.rms_norm_linear(xt, g, w, b)
+    assert torch.allclose(y.double(), ref64(x, g, w, b), rtol=1e-5, atol=1e-5)
+    x3 = torch.randn(2, 7, 64)
+    y3 = tilewright.rms_norm_linear(x3, g, w, b, eps=1e-5)
+    assert y3.shape == (2, 7, 40)
+    assert torch.allclose(y3.double(), ref64(x3.reshape(14, 64), g, w, b, 1e-5).reshape(2, 7, 40), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------- autograd
+@pytest.mark.parametrize("bias", [True, False])
+def test_gradients_match_torch_autograd(bias):
+    B, S, K, N = 2, 9, 40, 24
+    x = torch.randn(B, S, K, requires_grad=True)
+    g = (1 + 0.3 * torch.randn(K)).requires_grad_()
+    w = torch.randn(N, K, requires_grad=True)
+    b = torch.randn(N, requires_grad=True) if bias else None
+    y = tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    leaves = [t for t in (x, g, w, b) if t is not None]
+    refs = [t.detach().double().requires_grad_() for t in leaves]
+    y64 = rms_norm_linear_reference(refs[0], refs[1], refs[2], refs[3] if bias else None, 1e-5)
+    y64.backward(dy.double())
+    for name, t, r in zip(("x", "norm_weight", "weight", "bias"), leaves, refs):
+        assert t.grad.shape == r.shape, name
+        assert torch.allclose(t.grad.double(), r.grad, rtol=1e-4, atol=1e-4), (name, (t.grad.double() - r.grad).abs().max())
+
+
+def test_gradients_fp16_within_torch_error():
+    M, N, K = 33, 24, 48
+    x, g, w, b = make(M, N, K, torch.float16)
+    leaves = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    dy = torch.randn(M, N).half()
+    tilewright.rms_norm_linear(*leaves).backward(dy)
+    torch_leaves = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*torch_leaves, EPS).backward(dy)
+    refs = [t.double().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*refs, EPS).backward(dy.double())
+    for name, t, tt, r in zip(("x", "norm_weight", "weight", "bias"), leaves, torch_leaves, refs):
+        e_ours = (t.grad.double() - r.grad).norm().item()
+        e_torch = (tt.grad.double() - r.grad).norm().item()
+        assert e_ours <= 1.5 * e_torch + 1e-3 * r.grad.norm().item() * 2 ** -10, (name, e_ours, e_torch)
+
+
+def test_only_some_gradients():
+    x, g, w, b = make(20, 16, 32, torch.float32)
+    w.requires_grad_()
+    y = tilewright.rms_norm_linear(x, g, w, b)
+    y.sum().backward()
+    ref = w.detach().double().requires_grad_()
+    rms_norm_linear_reference(x.double(), g.double(), ref, b.double(), EPS).sum().backward()
+    assert torch.allclose(w.grad.double(), ref.grad, atol=1e-4)
+    assert x.grad is None and g.grad is None
+
+
+@pytest.mark.parametrize("max_block_k", [None, 16])
+def test_norm_backward_kernel_single_and_chunked(max_block_k):
+    M, K = 37, 80
+    x = torch.randn(M, K)
+    g = torch.randn(K)
+    du = torch.randn(M, K)
+    xr, gr = x.double().requires_grad_(), g.double().requires_grad_()
+    u64 = F.rms_norm(xr, (K,), gr, EPS)
+    u64.backward(du.double())
+    rstd = torch.rsqrt(x.double().pow(2).mean(-1) + EPS).float()
+    dx, u, dg = launch_rmsnorm_bwd(x, du, g, rstd, need_dx=True, need_u=True, need_dg=True, max_block_k=max_block_k)
+    assert torch.allclose(dx.double(), xr.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(u.double(), u64.detach(), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(dg.double(), gr.grad, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------- torch integration, checks
+def _opcheck_samples():
+    x, g, w, b = make(12, 8, 16, torch.float32)
+    yield (x, g, w, None, 1e-6, None)
+    yield (x.half(), g.half(), w.half(), b.half(), 1e-5, "triton")
+    yield (x.clone().requires_grad_(), g.clone().requires_grad_(), w.clone().requires_grad_(),
+           b.clone().requires_grad_(), 1e-6, None)
+
+
+@pytest.mark.parametrize("args", list(_opcheck_samples()))
+def test_opcheck_forward(args):
+    torch.library.opcheck(rms_norm_linear_op, args)
+
+
+def test_opcheck_backward_op():
+    x, g, _, _ = make(12, 8, 16, torch.float32)
+    du = torch.randn(12, 16)
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + EPS)
+    torch.library.opcheck(rms_norm_backward_op, (x, du, g, rstd, True, True, True, None))
+    torch.library.opcheck(rms_norm_backward_op, (x, du, g, rstd, False, False, True, "triton"))
+
+
+def test_torch_compile_fullgraph_with_backward():
+    mod = tilewright.nn.RMSNormLinear(32, 16)
+
+    def f(x):
+        return torch.relu(mod(x)).sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x = torch.randn(3, 5, 32, requires_grad=True)
+    loss = compiled(x)
+    loss.backward()
+    ref_x = x.detach().clone().requires_grad_()
+    f(ref_x).backward()
+    assert torch.allclose(x.grad, ref_x.grad, atol=1e-5)
+
+
+def test_input_checks_name_the_argument():
+    x, g, w, b = make(4, 8, 16, torch.float32)
+    with pytest.raises(ValueError, match="norm_weight"):
+        tilewright.rms_norm_linear(x, g[:8], w, b)
+    with pytest.raises(ValueError, match="weight"):
+        tilewright.rms_norm_linear(x, g, w[:, :8], b)
+    with pytest.raises(TypeError, match="weight.*dtype"):
+        tilewright.rms_norm_linear(x, g, w.half(), b)
+    with pytest.raises(TypeError, match="norm_weight.*dtype"):
+        tilewright.rms_norm_linear(x, g.half(), w, b)
+    with pytest.raises(TypeError, match="bias.*dtype"):
+        tilewright.rms_norm_linear(x, g, w, b.double())
+    with pytest.raises(ValueError, match="bias"):
+        tilewright.rms_norm_linear(x, g, w, b[:3])
+    for bad in (0.0, -1e-6, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eps"):
+            tilewright.rms_norm_linear(x, g, w, b, eps=bad)
+    with pytest.raises(TypeError, match="eps"):
+        tilewright.rms_norm_linear(x, g, w, b, eps=None)
+    with pytest.raises(ValueError, match="norm_weight"):
+        tilewright.rms_norm_linear(x, g[None], w, b)
+
+
+def test_module_from_modules_shares_parameters():
+    norm = torch.nn.RMSNorm(32, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.normal_()
+    lin = torch.nn.Linear(32, 24)
+    fused = tilewright.nn.RMSNormLinear.from_modules(norm, lin)
+    assert fused.weight is lin.weight and fused.norm_weight is norm.weight and fused.bias is lin.bias
+    x = torch.randn(2, 3, 32)
+    assert torch.allclose(fused(x), lin(norm(x)), atol=1e-5)
+    # eps=None (torch: finfo(dtype).eps) and no affine weight
+    norm2 = torch.nn.RMSNorm(32, elementwise_affine=False)
+    lin2 = torch.nn.Linear(32, 8, bias=False)
+    fused2 = tilewright.nn.RMSNormLinear.from_modules(norm2, lin2)
+    assert torch.allclose(fused2(x), lin2(norm2(x)), atol=1e-5)
+    assert [n for n, _ in fused2.named_parameters()] == ["weight"]
+    with pytest.raises(ValueError, match="normalized_shape"):
+        tilewright.nn.RMSNormLinear.from_modules(torch.nn.RMSNorm((4, 8)), lin)
+
+
+def test_module_init_matches_shapes():
+    m = tilewright.nn.RMSNormLinear(16, 8, bias=False, eps=1e-5)
+    assert m.norm_weight.shape == (16,) and m.weight.shape == (8, 16) and m.bias is None
+    assert torch.equal(m.norm_weight, torch.ones(16))
+    assert m(torch.randn(5, 16)).shape == (5, 8)
+
+
+def test_router_entry_and_torch_backend():
+    x, g, w, b = make(10, 8, 16, torch.float32)
+    text = router.explain("rms_norm_linear", x, g, w, b)
+    assert "triton" in text
+    y_torch = tilewright.rms_norm_linear(x, g, w, b, backend="torch")
+    assert torch.allclose(y_torch, rms_norm_linear_reference(x, g, w, b, EPS))
+    y = tilewright.rms_norm_linear(x, g, w, b)
+    assert torch.allclose(y, y_torch, atol=1e-5)
+    with tilewright.use_backend("torch"):
+        assert torch.equal(tilewright.rms_norm_linear(x, g, w, b), y_torch)
+
+
+def test_empty_and_k_zero_edges():
+    g, w = torch.randn(16), torch.randn(8, 16)
+    assert tilewright.rms_norm_linear(torch.randn(0, 16), g, w).shape == (0, 8)
+    y = tilewright.rms_norm_linear(torch.randn(3, 0), torch.randn(0), torch.randn(8, 0), torch.ones(8))
+    assert torch.equal(y, torch.ones(3, 8))

@@ -1,0 +1,146 @@
+"""GPU tier: bf16 numerics of the RMSNorm-fused GEMM on the K = 4096 suite shapes, against fp64, measured side by side
+with torch's unfused bf16 pipeline; gradients; CUDA-graph safety. Set TILEWRIGHT_NUMERICS_CSV to also write the
+measured errors (docs/numerics_rmsnorm.md reports them)."""
+import csv
+import os
+
+import pytest
+import torch
+
+import tilewright
+from tilewright.bench.rms_norm_linear import GEMM_SUITE
+from tilewright.reference import rms_norm_linear_reference
+
+pytestmark = pytest.mark.gpu
+
+EPS = 1e-6
+K4096 = [s for s in GEMM_SUITE if s[3] == 4096]
+
+
+def ulp_bf16(t: torch.Tensor) -> torch.Tensor:
+    """bf16 spacing at |t| (fp64 in, fp64 out): 2^(floor(log2|t|) - 7)."""
+    return torch.exp2(torch.floor(torch.log2(t.abs().clamp_min(torch.finfo(torch.bfloat16).tiny))) - 7)
+
+
+def _inputs(M, N, K, g_kind, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    w = torch.randn(N, K, device="cuda", generator=gen).bfloat16()  # randn weights: |y| ~ sqrt(K) = 64
+    g = torch.ones(K, device="cuda") if g_kind == "ones" else torch.randn(K, device="cuda", generator=gen)
+    return x, g.bfloat16(), w
+
+
+def _record(row):
+    path = os.environ.get("TILEWRIGHT_NUMERICS_CSV")
+    if not path:
+        return
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
+@pytest.mark.parametrize("g_kind", ["ones", "randn"])
+@pytest.mark.parametrize("tag,M,N,K", K4096, ids=[s[0] for s in K4096])
+def test_bf16_errors_vs_fp64_against_torch_unfused(tag, M, N, K, g_kind):
+    x, g, w = _inputs(M, N, K, g_kind)
+    y = tilewright.rms_norm_linear(x, g, w, eps=EPS)
+    y_torch = rms_norm_linear_reference(x, g, w, None, EPS)
+    x64, g64, w64 = x.double(), g.double(), w.double()
+    rstd = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS)
+    y64 = (x64 * rstd * g64) @ w64.t()
+    e_f = (y.double() - y64).abs()
+    e_t = (y_torch.double() - y64).abs()
+    ulp = ulp_bf16(torch.maximum(y64.abs(), y.double().abs()))
+    per_elem_ok = e_f <= e_t + ulp
+    # The exact-class check: against the exact value of what the kernel computes (operand bf16(x * g), rstd and the
+    # dot in fp64), the error is one output rounding plus fp32 accumulation.
+    y_same_op = rstd * ((x64 * g64).bfloat16().double() @ w64.t())
+    acc_bound = K * 2.0 ** -24 * (rstd * ((x64 * g64).abs() @ w64.abs().t()))
+    exact_ok = (y.double() - y_same_op).abs() <= ulp / 2 + acc_bound
+    row = dict(case=tag, g=g_kind, M=M, N=N, K=K,
+               fused_fro=(y.double() - y64).norm().item(), torch_fro=(y_torch.double() - y64).norm().item(),
+               fused_max=e_f.max().item(), torch_max=e_t.max().item(),
+               fused_max_ulps=(e_f / ulp).max().item(), torch_max_ulps=(e_t / ulp).max().item(),
+               frac_elem_gt_torch_plus_ulp=1.0 - per_elem_ok.double().mean().item(),
+               flat_rule_flags_fused_vs_torch=int(((y.double() - y_torch.double()).abs() > 1).sum().item()),
+               flat_rule_flags_torch_vs_fp64=int((e_t > 1).sum().item()),
+               max_abs_y=y64.abs().max().item())
+    _record(row)
+    assert torch.isfinite(y).all()
+    assert row["fused_fro"] <= 1.5 * row["torch_fro"], row
+    assert exact_ok.all(), row
+    if g_kind == "ones":
+        # g = 1 (RMSNorm's initialisation): the operand x * g is exact, so per element we are within torch's own
+        # error plus one ulp of the output everywhere.
+        assert per_elem_ok.all(), row
+    # With a random g the operand bf16(x * g) carries one rounding per element (torch's carries two), independent of
+    # torch's; per element neither dominates the other, so the per-element rule is reported (the CSV), not asserted:
+    # the norm-wise and exact-class assertions above are the evidence.
+
+
+def test_flat_abs_threshold_flags_correct_bf16_results():
+    """Why "abs error > 1 means wrong" misjudges bf16 outputs of magnitude ~sqrt(K) = 64.
+
+    With randn x and weights and K = 4096, y has a standard deviation of ~64 and tails past 256. bf16 keeps 8
+    significant bits, so one ulp is 0.5 on [64, 128), 1 on [128, 256) and 2 on [256, 512). Two results that are each
+    within one rounding of the truth - torch's unfused bf16 pipeline and the fused kernel - can therefore differ by
+    2 (one ulp) or 4 wherever |y| >= 256, and a flat ``|a - b| > 1`` rule calls them wrong there. This test counts
+    those flags on l3-8b-gateup (235M outputs) and shows that every flagged element (a) has |y| >= 128, i.e. sits
+    where 1 is no more than one ulp, and (b) is within torch's own error + 1 ulp of the fp64 truth: the flags say
+    nothing about correctness. The evidence that does is the fp64 comparison in the test above.
+    """
+    tag, M, N, K = next(s for s in GEMM_SUITE if s[0] == "l3-8b-gateup")
+    x, g, w = _inputs(M, N, K, "randn", seed=1)
+    y = tilewright.rms_norm_linear(x, g, w, eps=EPS).double()
+    y_torch = rms_norm_linear_reference(x, g, w, None, EPS).double()
+    flagged = (y - y_torch).abs() > 1
+    n_flagged = int(flagged.sum())
+    x64 = x.double()
+    y64 = (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS) * g.double()) @ w.double().t()
+    _record(dict(case=tag, g="randn-flat-rule", M=M, N=N, K=K, flagged=n_flagged,
+                 min_abs_y_flagged=y64[flagged].abs().min().item() if n_flagged else float("nan")))
+    assert n_flagged > 0, "expected the flat rule to fire at this magnitude"
+    assert (y64[flagged].abs() >= 128).all()
+    ulp = ulp_bf16(torch.maximum(y64.abs(), y.abs()))[flagged]
+    assert ((y - y64).abs()[flagged] <= (y_torch - y64).abs()[flagged] + ulp).all()
+
+
+@pytest.mark.parametrize("tag,M,N,K", [s for s in K4096 if s[0] in ("l3-8b-o", "decode128")],
+                         ids=["l3-8b-o", "decode128"])
+def test_bf16_gradients_vs_fp64_against_torch_unfused(tag, M, N, K):
+    x, g, w = _inputs(M, N, K, "randn")
+    w = (w / 64).bfloat16()
+    b = torch.randn(N, device="cuda").bfloat16()
+    dy = torch.randn(M, N, device="cuda").bfloat16()
+    ours = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    tilewright.rms_norm_linear(*ours, eps=EPS).backward(dy)
+    theirs = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*theirs, EPS).backward(dy)
+    ref = [t.double().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*ref, EPS).backward(dy.double())
+    for name, a, t, r in zip(("x", "norm_weight", "weight", "bias"), ours, theirs, ref):
+        e_ours = (a.grad.double() - r.grad).norm().item()
+        e_torch = (t.grad.double() - r.grad).norm().item()
+        _record(dict(case=tag, g=f"grad-{name}", M=M, N=N, K=K, fused_fro=e_ours, torch_fro=e_torch))
+        assert e_ours <= 1.5 * e_torch, (name, e_ours, e_torch)
+
+
+def test_cuda_graph_capture_after_warmup():
+    x, g, w = _inputs(256, 512, 1024, "ones")
+    y = tilewright.rms_norm_linear(x, g, w)  # tunes
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y2 = tilewright.rms_norm_linear(x, g, w)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, y2)
+
+
+def test_compile_fullgraph_on_gpu():
+    x, g, w = _inputs(512, 256, 1024, "randn")
+    f = torch.compile(lambda a: tilewright.rms_norm_linear(a, g, w), fullgraph=True)
+    assert torch.equal(f(x), tilewright.rms_norm_linear(x, g, w))
