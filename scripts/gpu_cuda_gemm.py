@@ -66,6 +66,19 @@ def needed_builds():
             out.add((*b, *EPI_CODES[epi[0]]))
     for name in cg.VARIANTS:  # router self-check epilogue
         out.add((name, False, True, False, 2, 1, 1))
+    # tests/gpu/test_cuda_gemm_gpu.py
+    for name in cg.VARIANTS:
+        for a_mn in (False, True):
+            for b_mn in (False, True):
+                for fp16 in (False, True):
+                    out.add((name, a_mn, b_mn, fp16, 2, 1, 1))
+                out.add((name, a_mn, b_mn, False, 0, 0, 0))
+    for name in (cg.DEFAULT_VARIANT, cg.SMALL_M_VARIANT):
+        for codes in EPI_CODES.values():
+            out.add((name, False, True, False, *codes))
+        out.add((name, True, True, False, 0, 0, 0))
+    out.add((cg.DEFAULT_VARIANT, False, False, False, 2, 1, 0))
+    out.add((cg.DEFAULT_VARIANT, False, True, False, 1, 1, 1))
     return sorted(out)
 
 
@@ -244,13 +257,12 @@ def bench_ms(fn):
 
 
 def triton_fn(a, b, out):
+    """The Triton kernel with its shape-based default config (untuned; tuned numbers live in the lead's bench)."""
     try:
-        import triton
-
+        from tilewright.autotune.space import default_gemm_config
         from tilewright.triton_kernels.gemm import launch_gemm
 
-        cfg = triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP": 8, "TILE_ORDER": 1,
-                             "EPI_SPLIT": 2}, num_warps=8, num_stages=3)
+        cfg = default_gemm_config(a.shape[0], b.shape[1], a.shape[1])
         f = lambda: launch_gemm(a, b, out, config=cfg)  # noqa: E731
         f()
         return f
@@ -281,6 +293,38 @@ def phase_bench(args):
             else:
                 use_triton = False
         ref = (a @ b).float()
+        import tilewright
+
+        for prov, fn in (("cuda-auto", lambda: cg.launch_cuda_gemm(a, b, out)),
+                         ("op-cuda", lambda: tilewright.matmul(a, b, backend="cuda")),
+                         ("op-triton", lambda: tilewright.matmul(a, b, backend="triton"))):
+            try:
+                fn()
+                t = bench_ms(fn)
+                rows.append(dict(case=tag, M=M, N=N, K=K, provider=prov, ms=t, tflops=flops / t / 1e9))
+            except Exception as e:  # noqa: BLE001
+                log("bench error", tag, prov, type(e).__name__, str(e)[:200])
+        if tag in ("sq4k", "l3-8b-o", "odd"):
+            bias = torch.randn(N, device=DEV, dtype=dtype)
+            res = torch.randn(M, N, device=DEV, dtype=dtype)
+            pe = torch.randn(M // 8, N, device=DEV, dtype=dtype)
+            pe3 = pe.unsqueeze(0).expand(8, M // 8, N)
+            epi = (("addmm", lambda: torch.addmm(bias, a, b)),
+                   ("cuda-bias", lambda: cg.launch_cuda_gemm(a, b, out, bias=bias)),
+                   ("cublas+add", lambda: torch.matmul(a, b) + res),
+                   ("cuda-residual", lambda: cg.launch_cuda_gemm(a, b, out, residual=res.reshape(1, M, N))),
+                   ("cublas+pos", lambda: (torch.matmul(a, b).view(8, M // 8, N) + pe)),
+                   ("cuda-pos", lambda: cg.launch_cuda_gemm(a, b, out, residual=pe3)),
+                   ("cublas+bias+gelu+add", lambda: torch.nn.functional.gelu(torch.addmm(bias, a, b)) + res),
+                   ("cuda-bias-gelu-res", lambda: cg.launch_cuda_gemm(a, b, out, bias=bias, activation="gelu",
+                                                                       residual=res.reshape(1, M, N))))
+            for prov, fn in epi:
+                try:
+                    fn()
+                    t = bench_ms(fn)
+                    rows.append(dict(case=tag + "/epi", M=M, N=N, K=K, provider=prov, ms=t, tflops=flops / t / 1e9))
+                except Exception as e:  # noqa: BLE001
+                    log("bench error", tag, prov, type(e).__name__, str(e)[:200])
         for name in names:
             for order, group in orders:
                 try:
@@ -293,9 +337,14 @@ def phase_bench(args):
                     continue
                 rows.append(dict(case=tag, M=M, N=N, K=K, provider=f"cuda-{name}-{order}{group}", ms=t,
                                  tflops=flops / t / 1e9, err=f"{err:.1e}"))
+        from tilewright import router as _router
+
+        choice = _router.decide("gemm", a, b, None, None).backend
+        rows.append(dict(case=tag, M=M, N=N, K=K, provider=f"router-default={choice}", ms=float("nan"),
+                         tflops=float("nan")))
         best = min((r for r in rows if r["case"] == tag and r["provider"].startswith("cuda")), key=lambda r: r["ms"])
         log(f"{tag:13s} cublas {flops / t_cublas / 1e9:6.0f} TF  best {best['provider']:32s} "
-            f"{best['tflops']:6.0f} TF  x{t_cublas / best['ms']:.3f}")
+            f"{best['tflops']:6.0f} TF  x{t_cublas / best['ms']:.3f}  router: {choice}")
     with open(os.path.join(OUT, "bench.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["case", "M", "N", "K", "provider", "ms", "tflops", "err"])
         w.writeheader()
@@ -323,6 +372,41 @@ def phase_bench(args):
         log(f"{tag:13s} {cub['tflops']:7.0f} {(tri['tflops'] if tri else float('nan')):7.0f} " + " ".join(cells))
     log("geomean x cuBLAS over the 8 large shapes: " + "  ".join(
         f"{n}={math.exp(sum(map(math.log, g)) / len(g)):.3f}" for n, g in geo.items() if g))
+    log(f"\n{'case':13s} {'cublas':>7s} {'cuda-auto':>14s} {'op-cuda':>14s} {'op-triton':>14s}  router")
+    auto = []
+    for tag, *_ in SUITE:
+        rs = {r["provider"]: r for r in rows if r["case"] == tag}
+        cub = rs["cublas"]
+        cells = []
+        for prov in ("cuda-auto", "op-cuda", "op-triton"):
+            r = rs.get(prov)
+            cells.append(f"{r['tflops']:6.0f} x{cub['ms'] / r['ms']:5.3f}" if r else f"{'-':>14s}")
+        if tag in LARGE and "cuda-auto" in rs:
+            auto.append(cub["ms"] / rs["cuda-auto"]["ms"])
+        choice = next((p for p in rs if p.startswith("router-default=")), "?")
+        log(f"{tag:13s} {cub['tflops']:7.0f} " + " ".join(cells) + "  " + choice.split("=")[-1])
+    if auto:
+        log(f"cuda-auto geomean x cuBLAS over the 8 large shapes: {math.exp(sum(map(math.log, auto)) / len(auto)):.3f}")
+    log("\nepilogues (ms; fused CUDA vs cuBLAS + separate ops):")
+    for tag in ("sq4k", "l3-8b-o", "odd"):
+        rs = {r["provider"]: r["ms"] for r in rows if r["case"] == tag + "/epi"}
+        pairs = (("addmm", "cuda-bias"), ("cublas+add", "cuda-residual"), ("cublas+pos", "cuda-pos"),
+                 ("cublas+bias+gelu+add", "cuda-bias-gelu-res"))
+        log(f"{tag:9s} " + "  ".join(f"{c}: {rs.get(c, float('nan')):.3f} vs {p} {rs.get(p, float('nan')):.3f} "
+                                     f"(x{rs.get(p, float('nan')) / rs.get(c, float('nan')):.2f})" for p, c in pairs))
+
+
+def phase_one(args):
+    """A few launches of one variant on one shape (for ncu: profile one of them)."""
+    M, N, K = map(int, args.shape.split(","))
+    a, b = make_inputs(M, N, K, torch.bfloat16, False, True)
+    out = torch.empty(M, N, device=DEV, dtype=torch.bfloat16)
+    for _ in range(5):
+        cg.launch_cuda_gemm(a, b, out, variant=args.variants or cg.DEFAULT_VARIANT, tile_order=args.order,
+                            group=args.group)
+    torch.cuda.synchronize()
+    ref = (a @ b).float()
+    log(f"one {args.variants} {M}x{N}x{K} rel err {((out.float() - ref).norm() / ref.norm()).item():.2e}")
 
 
 def phase_router(args):
@@ -349,11 +433,14 @@ def phase_router(args):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("phase", choices=["build", "smoke", "numerics", "stress", "bench", "router"])
+    p.add_argument("phase", choices=["build", "smoke", "numerics", "stress", "bench", "router", "one"])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--variants", default="")
     p.add_argument("--no-triton", action="store_true")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--shape", default="8192,8192,8192")
+    p.add_argument("--order", default="grouped")
+    p.add_argument("--group", type=int, default=8)
     a = p.parse_args()
     globals()[f"phase_{a.phase}"](a)

@@ -61,11 +61,12 @@ VARIANTS = {v.name: v for v in (
     Variant(128, 128, 4), Variant(128, 128, 5), Variant(64, 256, 4),
     Variant(128, 256, 3, coop=True), Variant(256, 128, 3, coop=True),
 )}
-DEFAULT_VARIANT = "pp128x128s4"
+DEFAULT_VARIANT = "coop128x256s3"  # large problems (H200 run 2: 1.003-1.073x cuBLAS on the 8 LLM/square shapes)
+SMALL_M_VARIANT = "pp128x128s5"    # M <= 256: fewer, smaller tiles; the fastest variant on decode16/decode128
 # compiled by build-check (CPU CI): the default and the other families, bf16 + one fp16 / K-major-B build
 BUILD_CHECK_BUILDS = (
-    ("pp128x128s4", False, True, False), ("pp128x128s4", False, False, True), ("pp64x256s4", False, True, False),
-    ("coop128x256s3", False, True, False),
+    ("coop128x256s3", False, True, False), ("coop128x256s3", False, False, True), ("pp128x128s5", False, True, False),
+    ("pp64x256s4", False, True, False),
 )
 
 
@@ -74,22 +75,24 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
     forced = os.environ.get("TILEWRIGHT_CUDA_GEMM_VARIANT")
     if forced:
         return VARIANTS[forced]
-    return VARIANTS[DEFAULT_VARIANT]
+    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
 
 
-# Measured preference (router, automatic mode): the shapes on which this kernel beat the Triton GEMM in the same
-# run. Small-M (decode) problems leave most of a 128-row tile empty and go to Triton.
-PREFER_MIN_M = 1024
+# Measured preference (router, automatic mode), from one H200 run with Triton's default config and cuBLAS beside it
+# (perf/results/h200/cuda_gemm_2026-11-26.csv): this kernel was faster on every suite shape with full 64-row /
+# 128-column tiles and M >= 128 (all eight LLM/square shapes, decode128: 157 vs 73 TF/s), Triton on decode16 (22 vs
+# 19) and on `odd` (3000x5000x4000: 549 vs 511). Outside that region Triton keeps the default.
+PREFER_MIN_M = 128
 PREFER_MIN_N = 1024
 PREFER_MIN_K = 512
 
 
 def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
     """Whether the router's automatic choice should take this kernel for an (M, N, K) problem, and why."""
-    if M >= PREFER_MIN_M and N >= PREFER_MIN_N and K >= PREFER_MIN_K:
-        return True, f"cuda: ({M}, {N}, {K}) is in the measured win region (M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N})"
-    return False, (f"cuda: ({M}, {N}, {K}) is outside the measured win region (M >= {PREFER_MIN_M}, "
-                   f"N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}); Triton is faster there")
+    region = (f"M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}, M % 64 == 0, N % 128 == 0")
+    if M >= PREFER_MIN_M and N >= PREFER_MIN_N and K >= PREFER_MIN_K and M % 64 == 0 and N % 128 == 0:
+        return True, f"cuda: ({M}, {N}, {K}) is in the measured win region ({region})"
+    return False, f"cuda: ({M}, {N}, {K}) is outside the measured win region ({region}); Triton is faster there"
 
 
 # ------------------------------------------------------------------------------------------------ constraints
@@ -144,12 +147,12 @@ def constraints(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None) -> t
 # ------------------------------------------------------------------------------------------------ launch
 def launch_cuda_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                      activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
-                     group: int = 8, num_ctas: int | None = None) -> torch.Tensor:
+                     group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
     """``out = act(a @ b + bias) + residual`` with the sm_90a kernel (no checks beyond :func:`constraints`).
 
     a: (M, K), b: (K, N), out: (M, N) row-major; residual: (R0, P, N) with R0 * P == M (row r reads
     residual[r // P, r % P]) or None; activation: a name or an ACTIVATIONS code; tile_order: a TILE_ORDERS name or
-    code (group must be a power of two for morton/hilbert).
+    code (group must be a power of two for morton/hilbert). Grouped-16 won 6 of the 8 large suite shapes on H200.
     """
     M, K = a.shape
     N = b.shape[1]

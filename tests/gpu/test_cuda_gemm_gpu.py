@@ -1,0 +1,157 @@
+"""GPU tier for the sm_90a CUDA GEMM (Hopper only): numerics of every variant / layout / dtype / epilogue on odd
+shapes against fp64, with the rule "error <= 2x torch's own unfused error in the same dtype"; randomized repeated
+launches (the persistent-kernel bug class: fine once, wrong or hung after many runs); the op and router path."""
+from __future__ import annotations
+
+import math
+import os
+import random
+
+import pytest
+import torch
+
+import tilewright
+from tilewright import router
+from tilewright.reference import gemm_reference
+
+pytestmark = pytest.mark.gpu
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+needs_hopper = pytest.mark.skipif(not _hopper(), reason="sm_90a kernel: needs an H100/H200")
+DEV = "cuda"
+
+
+def _cg():
+    from tilewright.cuda_fallback import build, gemm
+
+    if build.toolchain() is None:
+        pytest.skip("no CUDA compiler on this machine")
+    return gemm
+
+
+def _inputs(M, N, K, dtype, a_mn=False, b_mn=True):
+    a = torch.randn(M, K, device=DEV).to(dtype)
+    b = (torch.randn(K, N, device=DEV) / math.sqrt(K)).to(dtype)
+    if a_mn:
+        a = a.t().contiguous().t()
+    if not b_mn:
+        b = b.t().contiguous().t()
+    return a, b
+
+
+def _check(cg, M, N, K, dtype, *, variant=None, a_mn=False, b_mn=True, bias=False, act=None, res=None,
+           order="grouped", group=8):
+    a, b = _inputs(M, N, K, dtype, a_mn, b_mn)
+    if not cg.constraints(a, b)[0]:
+        return None
+    bias_t = torch.randn(N, device=DEV, dtype=dtype) if bias else None
+    res3 = res2d = None
+    if res == "full":
+        res2d = torch.randn(M, N, device=DEV, dtype=dtype)
+        res3 = res2d.reshape(1, M, N)
+    elif res == "pos":  # pos_embed (S, N) broadcast over a batch of M // S rows
+        S = next(s for s in (7, 5, 3, 2, 1) if M % s == 0)
+        pe = torch.randn(S, N, device=DEV, dtype=dtype)
+        res3 = pe.unsqueeze(0).expand(M // S, S, N)
+        res2d = res3.reshape(M, N)
+    out = torch.full((M, N), float("nan"), device=DEV, dtype=dtype)  # poisoned: every element must be written
+    cg.launch_cuda_gemm(a, b, out, bias=bias_t, residual=res3, activation=act, variant=variant, tile_order=order,
+                        group=group)
+    ref = gemm_reference(a.double(), b.double(), None if bias_t is None else bias_t.double(),
+                         None if res2d is None else res2d.double(), act)
+    ours = (out.double() - ref).norm() / ref.norm()
+    theirs = (gemm_reference(a, b, bias_t, res2d, act, dtype).double() - ref).norm() / ref.norm()
+    assert torch.isfinite(out).all(), f"unwritten or non-finite output ({M}, {N}, {K})"
+    assert ours <= 2 * theirs + 1e-5, f"({M}, {N}, {K}) {variant} err {ours:.3e} vs torch {theirs:.3e}"
+    return ours.item()
+
+
+ODD = [(1, 8, 8), (5, 136, 72), (127, 136, 72), (300, 264, 200), (513, 776, 1000), (1000, 4096, 120),
+       (5000, 1032, 336), (129, 264, 4104)]
+EPILOGUES = [dict(), dict(bias=True), dict(bias=True, act="relu"), dict(bias=True, act="gelu"),
+             dict(bias=True, act="gelu_tanh"), dict(bias=True, act="silu"), dict(res="full"),
+             dict(bias=True, res="pos"), dict(bias=True, act="gelu", res="full")]
+
+
+@needs_hopper
+@pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()) or "plain")
+@pytest.mark.parametrize("shape", ODD, ids=str)
+def test_epilogues_odd_shapes(shape, epi):
+    _check(_cg(), *shape, torch.bfloat16, **epi)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", ["pp128x128s4", "pp128x128s5", "pp64x256s4", "coop128x256s3", "coop256x128s3"])
+@pytest.mark.parametrize("layout", [(False, True), (True, True), (False, False), (True, False)],
+                         ids=["AK-BN", "AM-BN", "AK-BK", "AM-BK"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_variants_layouts_dtypes(variant, layout, dtype):
+    cg = _cg()
+    for shape in ((300, 264, 200), (2 * 256 + 8, 3 * 256 + 8, 1000)):
+        _check(cg, *shape, dtype, variant=variant, a_mn=layout[0], b_mn=layout[1], bias=True, act="gelu",
+               res="full")
+
+
+@needs_hopper
+@pytest.mark.parametrize("order", ["row_major", "grouped", "morton", "hilbert"])
+@pytest.mark.parametrize("group", [1, 4, 8, 16])
+def test_tile_orders(order, group):
+    _check(_cg(), 2048 + 64, 3000, 256, torch.bfloat16, bias=True, order=order, group=group)
+
+
+@needs_hopper
+def test_many_randomized_launches():
+    """TW_STRESS_N launches (default 2000; the issue's 10,000 with TW_STRESS_N=10000) over random shapes,
+    variants, layouts, tile orders and epilogues; each checked."""
+    cg = _cg()
+    rng = random.Random(0)
+    n_target = int(os.environ.get("TW_STRESS_N", "2000"))
+    n = 0
+    while n < n_target:
+        a_mn, b_mn = rng.random() < 0.2, rng.random() < 0.7
+        M = rng.choice([rng.randint(1, 300), rng.randint(1, 3000)])
+        K = rng.randint(1, 1500)
+        if a_mn:
+            M = 8 * -(-M // 8)
+        if not (a_mn and b_mn):
+            K = 8 * -(-K // 8)
+        epi = rng.choice([dict(), dict(bias=True, act="gelu", res="full")])
+        r = _check(cg, M, 8 * rng.randint(1, 300), K, torch.bfloat16, variant=rng.choice(list(cg.VARIANTS)),
+                   a_mn=a_mn, b_mn=b_mn, order=rng.choice(list(cg.TILE_ORDERS)),
+                   group=rng.choice([1, 2, 4, 8, 16]), **epi)
+        n += r is not None
+    torch.cuda.synchronize()
+
+
+@needs_hopper
+def test_op_and_router_path():
+    cg = _cg()
+    a = torch.randn(2048, 1024, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(3072, 1024, device=DEV, dtype=torch.bfloat16) / 32
+    bias = torch.randn(3072, device=DEV, dtype=torch.bfloat16)
+    d = router.decide("gemm", a, w.t(), bias, None)
+    assert d.backend == "cuda", str(d)  # large bf16 on Hopper: in the win region, self-check passes
+    y = tilewright.linear(a, w, bias, activation="gelu", backend="cuda")
+    ref = gemm_reference(a.double(), w.t().double(), bias.double(), None, "gelu")
+    assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
+    # decode-sized problems follow the measured preference; misaligned strides never reach TMA
+    expect = "cuda" if cg.preferred(16, 3072, 1024)[0] else "triton"
+    assert router.decide("gemm", a[:16], w.t(), None, None).backend == expect
+    odd_k = torch.randn(2048, 1023, device=DEV, dtype=torch.bfloat16)  # row stride 2046 B: not TMA-able
+    assert router.decide("gemm", odd_k, torch.randn(1023, 3072, device=DEV, dtype=torch.bfloat16), None,
+                         None).backend == "triton"
+    assert cg.try_launch(a, w.t(), torch.empty(2048, 3072, device=DEV, dtype=torch.bfloat16))
+
+
+@needs_hopper
+def test_cuda_gemm_bench_entry():
+    cg = _cg()
+    a, b = _inputs(1024, 2048, 512, torch.bfloat16)
+    res = torch.randn(2048, device=DEV, dtype=torch.bfloat16)
+    y = cg.cuda_gemm(a, b, bias=res, residual=res, activation="relu")
+    ref = gemm_reference(a.double(), b.double(), res.double(), res.double(), "relu")
+    assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
