@@ -73,7 +73,7 @@ def test_persistent_loop_and_tile_orders(order):
     a, b = torch.randn(M, K), torch.randn(K, N)
     bias = torch.randn(N)
     cfg = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP": 4, "TILE_ORDER": TILE_ORDERS[order],
-                         "EPI_SPLIT": 2 if order != "row_major" else 1, "PERSISTENT": True,
+                         "EPI_SPLIT": 2 if order != "row_major" else 1, "PERSISTENT": True, "TMA_LOADS": True,
                          "FLATTEN": order == "hilbert"},
                         num_warps=4, num_stages=2)
     out = torch.full((M, N), float("nan"))

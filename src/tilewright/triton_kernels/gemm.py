@@ -58,6 +58,7 @@ def _gemm_kernel(
     # tuned
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr, TILE_ORDER: tl.constexpr, EPI_SPLIT: tl.constexpr,
+    TMA_LOADS: tl.constexpr,  # tuned: load through descriptors (when USE_TMA allows) or through pointers
     PERSISTENT: tl.constexpr,  # read by the launcher's grid: #SMs programs (True) or one program per tile (False)
     FLATTEN: tl.constexpr,  # fuse the tile and K loops into one software pipeline (next tile's loads overlap this
                             # tile's epilogue)
@@ -72,7 +73,8 @@ def _gemm_kernel(
     a_desc = None
     b_desc = None
     c_desc = None
-    if USE_TMA:
+    LOAD_DESC: tl.constexpr = USE_TMA and TMA_LOADS
+    if LOAD_DESC:
         if A_K_CONTIG:
             a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
                                                block_shape=[BLOCK_M, BLOCK_K])
@@ -94,7 +96,7 @@ def _gemm_kernel(
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if USE_TMA:
+        if LOAD_DESC:
             for ki in range(k_tiles):
                 offs_k = ki * BLOCK_K
                 if A_K_CONTIG:
@@ -107,20 +109,22 @@ def _gemm_kernel(
                     b = b_desc.load([offs_k, offs_n])
                 acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
         else:
-            # Rows/columns past M/N wrap around (modulo) instead of being masked: they read valid memory and their
-            # results are masked at the store, so only the K tail needs a mask. Row/column offsets are int64 (tensors
-            # over 2^31 elements); pointers then advance by a 64-bit step per K block.
-            rm = (offs_m + tl.arange(0, BLOCK_M)) % M
-            rn = (offs_n + tl.arange(0, BLOCK_N)) % N
+            # Masked loads on all three dims. (Wrapping rows/columns with `% M` would save the M/N masks but hides
+            # the unit-stride dimension's contiguity from the compiler: loads went scalar and ran 10x slower.)
+            # Row/column offsets are int64 (tensors over 2^31 elements); pointers advance by a 64-bit step.
+            rm = offs_m + tl.arange(0, BLOCK_M)
+            rn = offs_n + tl.arange(0, BLOCK_N)
             rk = tl.arange(0, BLOCK_K)
             a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
             b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
             a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
             b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
+            mask_m = rm[:, None] < M
+            mask_n = rn[None, :] < N
             for ki in range(k_tiles):
                 k_left = K - ki * BLOCK_K
-                a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
-                b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+                a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
+                b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
                 acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
                 a_ptrs += a_step
                 b_ptrs += b_step
