@@ -66,6 +66,7 @@ def _rmsnorm_gemm_kernel(
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, INDEX_64: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr, TILE_ORDER: tl.constexpr, EPI_SPLIT: tl.constexpr,
+    TMA_LOADS: tl.constexpr,  # tuned: descriptor loads (when USE_TMA allows) or pointer loads
     PERSISTENT: tl.constexpr,  # read by the launcher's grid (as in gemm.py)
     FLATTEN: tl.constexpr,
 ):
@@ -79,7 +80,8 @@ def _rmsnorm_gemm_kernel(
     a_desc = None
     b_desc = None
     c_desc = None
-    if USE_TMA:
+    LOAD_DESC: tl.constexpr = USE_TMA and TMA_LOADS
+    if LOAD_DESC:
         if A_K_CONTIG:
             a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
                                                block_shape=[BLOCK_M, BLOCK_K])
@@ -102,7 +104,7 @@ def _rmsnorm_gemm_kernel(
         offs_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        if USE_TMA:
+        if LOAD_DESC:
             # TMA zero-fills out-of-bounds boxes: tail rows get ss = 0 and are masked at the stores.
             for ki in range(k_tiles):
                 offs_k = ki * BLOCK_K
@@ -117,19 +119,21 @@ def _rmsnorm_gemm_kernel(
                 a, ss = _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G, BLOCK_K)
                 acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
         else:
-            # As in gemm.py: rows/columns past M/N wrap around (valid memory, results masked at the stores), only
-            # the K tail is masked (zeros add nothing to the sum of squares), int64 offsets.
-            rm = (offs_m + tl.arange(0, BLOCK_M)) % M
-            rn = (offs_n + tl.arange(0, BLOCK_N)) % N
+            # As in gemm.py: masked loads on all three dims (masked-off zeros add nothing to the sum of squares),
+            # int64 offsets.
+            rm = offs_m + tl.arange(0, BLOCK_M)
+            rn = offs_n + tl.arange(0, BLOCK_N)
             rk = tl.arange(0, BLOCK_K)
             a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
             b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
             a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
             b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
+            mask_m = rm[:, None] < M
+            mask_n = rn[None, :] < N
             for ki in range(k_tiles):
                 k_left = K - ki * BLOCK_K
-                a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
-                b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+                a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
+                b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
                 a, ss = _norm_step(a, ss, g_ptr, ki * BLOCK_K, K, APPLY_G, BLOCK_K)
                 acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
                 a_ptrs += a_step
@@ -157,20 +161,32 @@ def _rmsnorm_gemm_kernel(
 _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "APPLY_G", "HAS_BIAS",
                "ACTIVATION", "HAS_RESIDUAL", "RES_PERIODIC", "DOT_PRECISION"]
 
-_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP", "TILE_ORDER", "EPI_SPLIT", "PERSISTENT", "FLATTEN")
+_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP", "TILE_ORDER", "EPI_SPLIT", "TMA_LOADS", "PERSISTENT",
+                "FLATTEN")
+_SOURCE_CONFIG = {}  # id(our config) -> the GEMM config it came from (the GEMM's pruner reads its keys)
 
 
 def fused_configs(configs) -> list[triton.Config]:
-    """The GEMM's config space restricted to the meta-parameters this kernel takes (a key added to the GEMM's space
-    later is dropped here, and configs that then coincide are kept once)."""
-    seen, out = set(), []
+    """The GEMM's config space restricted to the meta-parameters this kernel takes.
+
+    A key the GEMM's space gains later is dropped here (configs that then coincide are kept once) and does not break
+    this kernel; pruning still runs on the GEMM's own configs (``_prune``), so the pruner may read any key.
+    """
+    seen, out = {}, []
     for cfg in configs:
         kw = {k: v for k, v in cfg.kwargs.items() if k in _CONFIG_KEYS}
         ident = (tuple(sorted(kw.items())), cfg.num_warps, cfg.num_stages)
         if ident not in seen:
-            seen.add(ident)
-            out.append(triton.Config(kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+            seen[ident] = triton.Config(kw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            out.append(seen[ident])
+        _SOURCE_CONFIG.setdefault(id(seen[ident]), cfg)
     return out
+
+
+def _prune(configs, named_args, **kwargs):
+    source = [_SOURCE_CONFIG.get(id(c), c) for c in configs]
+    kept = {id(c) for c in _early_prune(source, named_args, **kwargs)}
+    return [c for c, src in zip(configs, source) if id(src) in kept] or configs[:1]
 
 
 # Same space, pruning and tuning benchmark as the plain GEMM (the pruner reads a_ptr, c_ptr, M, N, K and the
@@ -178,7 +194,7 @@ def fused_configs(configs) -> list[triton.Config]:
 rmsnorm_gemm_kernel = triton.autotune(
     configs=fused_configs([INTERPRETER_CONFIG] if INTERPRET else gemm_configs()),
     key=_TUNING_KEY,
-    prune_configs_by={"early_config_prune": _early_prune},
+    prune_configs_by={"early_config_prune": _prune},
     do_bench=_tuning_bench,
     cache_results=True,
 )(_rmsnorm_gemm_kernel)
