@@ -1,4 +1,4 @@
-"""``tilewright`` command line: info | bench | build-check."""
+"""``tilewright`` command line: info | bench | tune | report | build-check."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,17 @@ import sys
 
 BENCH_OPS = {"gemm": "tilewright.bench.gemm", "rms_norm_linear": "tilewright.bench.rms_norm_linear",
              "attention": "tilewright.bench.attention"}
+
+
+def _run_bench_op(op: str, suite: str):
+    """Run one op's benchmark; (module, DataFrame) or (None, None) when it is unavailable."""
+    try:
+        module = importlib.import_module(BENCH_OPS[op])
+    except ModuleNotFoundError as e:
+        print(f"[{op}] benchmark not available: {e}")
+        return None, None
+    print(f"== {op} ==")
+    return module, module.run(suite, progress=lambda line: print("  " + line, flush=True))
 
 
 def _bench(args) -> int:
@@ -27,29 +38,49 @@ def _bench(args) -> int:
           ", ".join(f"{k}={v}" for k, v in env.items() if k != "date"))
     out_dir = results_dir(args.out)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
-    frames = []
+    frames, failed = [], []
     for op in ops:
-        try:
-            module = importlib.import_module(BENCH_OPS[op])
-        except ModuleNotFoundError as e:
-            print(f"[{op}] benchmark not available: {e}")
+        if args.op == "all":
+            try:  # one op failing must not lose the others' results
+                module, df = _run_bench_op(op, suite)
+            except Exception as e:  # noqa: BLE001
+                print(f"[{op}] FAILED: {type(e).__name__}: {e}")
+                failed.append(op)
+                continue
+        else:
+            module, df = _run_bench_op(op, suite)
+        if df is None:
             continue
-        print(f"== {op} ==")
-        df = module.run(suite, progress=lambda line: print("  " + line, flush=True))
-        path = out_dir / f"{op}_{suite}_{stamp}.csv"
-        df.to_csv(path, index=False)
-        (out_dir / f"{op}_{suite}_{stamp}.env.json").write_text(json.dumps(env, indent=1))
-        print(f"  wrote {path}")
+        if args.op != "all":
+            path = out_dir / f"{op}_{suite}_{stamp}.csv"
+            df.to_csv(path, index=False)
+            (out_dir / f"{op}_{suite}_{stamp}.env.json").write_text(json.dumps(env, indent=1))
+            print(f"  wrote {path}")
         if hasattr(module, "summarize"):
             print(module.summarize(df).to_string(index=False))
         frames.append(df)
-    if frames:
-        df = pd.concat(frames)
-        table = df[df.provider.str.startswith("tilewright")][["op", "case", "provider", "median_ms", "tflops",
-                                                              "peer", "speedup"]]
-        print("\n== speedup of tilewright vs the peer measured in the same run (>1: faster) ==")
+    if not frames:
+        return 1
+    df = pd.concat(frames, ignore_index=True)
+    if args.op == "all":
+        from .autotune.report import ratio_table, write_bench_report
+
+        day_dir = out_dir / datetime.date.today().isoformat()
+        paths = write_bench_report(df, {**env, "suite": suite}, day_dir, plots=not args.no_plots)
+        print(f"\nwrote {day_dir}/: " + ", ".join(sorted(p.name for p in paths.values())))
+        print("\n== tilewright vs the peer measured in the same run: speedup = peer time / ours (>1: faster) ==")
         with pd.option_context("display.width", 200, "display.max_rows", 500):
-            print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+            print(ratio_table(df).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        if not on_gpu():
+            print("(Triton interpreter on CPU: these ratios are NOT performance numbers.)")
+        if failed:
+            print(f"FAILED ops: {', '.join(failed)}")
+        return 1 if failed else 0
+    table = df[df.provider.str.startswith("tilewright")][["op", "case", "provider", "median_ms", "tflops",
+                                                          "peer", "speedup"]]
+    print("\n== speedup of tilewright vs the peer measured in the same run (>1: faster) ==")
+    with pd.option_context("display.width", 200, "display.max_rows", 500):
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     return 0
 
 
@@ -75,6 +106,141 @@ def _info(args) -> int:
             print(router.explain(op, a, a))
         except ValueError as e:
             print(f"{op}: {e}")
+    _info_cache(torch.device(device))
+    _info_router_per_shape(torch.device(device))
+    return 0
+
+
+def _info_cache(device) -> None:
+    """What the tilewright autotune cache holds for this device and software stack."""
+    from .autotune import cache
+
+    entries = cache.entries(device)
+    others = cache.other_devices(device)
+    print(f"\nAutotune cache: {cache.cache_path()} | this device: {cache.device_key(device)}")
+    if not entries:
+        print("  no tuned shapes for this device (run `tilewright tune --op gemm`)")
+    for key, rec in sorted(entries.items()):
+        parts = []
+        for backend, best in sorted((rec.get("backends") or {}).items()):
+            mark = "*" if backend == rec.get("winner") else " "
+            parts.append(f"{mark}{backend} {best.get('name')} {best.get('median_ms', float('nan')):.4g} ms")
+        peer = f" | {rec.get('peer')} {rec['peer_ms']:.4g} ms" if rec.get("peer_ms") else ""
+        print(f"  {key}: " + " | ".join(parts) + peer)
+    if others:
+        print("  other devices / versions in the file (ignored here): " +
+              ", ".join(f"{k} ({n} shapes)" for k, n in others.items()))
+
+
+def _info_router_per_shape(device) -> None:
+    """The router's pick and reasons for every GEMM suite shape, next to the tuned winner when there is one."""
+    import torch
+
+    from . import router
+    from .autotune import cache
+    from .bench.common import on_gpu
+    from .bench.gemm import SUITES
+
+    suite = "default" if on_gpu() else "tiny"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+    print(f"\nRouter pick per GEMM suite shape ('{suite}', {str(dtype).replace('torch.', '')}, a @ b row-major):")
+    for tag, (M, N, K) in SUITES[suite].items():
+        a = torch.empty(M, K, device=device, dtype=dtype)
+        b = torch.empty(K, N, device=device, dtype=dtype)
+        try:
+            d = router.decide("gemm", a, b)
+            why = "; ".join(d.reasons)
+            choice = d.backend
+        except ValueError as e:
+            choice, why = "error", str(e)
+        rec = cache.lookup("gemm", device, dtype, M, N, K)
+        tuned = f" [tuned winner: {rec['winner']} {rec['backends'][rec['winner']].get('name')}]" if rec else ""
+        print(f"  {tag:<13} {M}x{N}x{K}: {choice}{tuned}\n      {why}")
+        del a, b
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    """argparse type for ``M,N,K``."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) <= 0:
+        raise argparse.ArgumentTypeError(f"expected M,N,K (three positive integers, e.g. 4096,4096,4096), got {text!r}")
+    return shape
+
+
+def _positive_int(text: str) -> int:
+    """argparse type for a count >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+TUNE_OPS = ("gemm",)
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _tune(args) -> int:
+    import torch
+
+    from .autotune import tuner
+    from .autotune.report import write_report
+    from .bench.common import card_name, on_gpu
+    from .bench.gemm import SUITES
+
+    if args.op not in TUNE_OPS:
+        print(f"tilewright tune: error: --op {args.op}: tuning is implemented for {', '.join(TUNE_OPS)} only so far "
+              f"(the {args.op} kernel tunes itself on first use through triton.autotune)", file=sys.stderr)
+        return 2
+    if args.shapes:
+        shapes = args.shapes
+    else:
+        suite = args.suite or ("default" if on_gpu() else "tiny")
+        shapes = list(SUITES[suite].values())
+    dtype = getattr(torch, _DTYPES[args.dtype]) if args.dtype else None
+    try:
+        sweep = tuner.tune_gemm(shapes, dtype=dtype, backends=args.backend, reuse=not args.force,
+                                max_configs=args.max_configs)
+    except tuner.TuneError as e:
+        print(f"tilewright tune: error: {e}", file=sys.stderr)
+        return 2
+    if not on_gpu():
+        print("No usable GPU: the sweep ran on the Triton interpreter; its times are NOT performance numbers.")
+    if sweep.df.empty:
+        print("nothing tuned (every shape was in the cache)")
+        return 0
+    from .autotune.report import winners
+
+    with __import__("pandas").option_context("display.width", 200, "display.max_colwidth", 60):
+        print(winners(sweep.df)[["shape", "winner", "winner_config", "winner_ms", "winner_tflops", "vs_peer"]]
+              .to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    from .autotune import cache
+
+    print(f"stored winners in {cache.cache_path()}")
+    if not args.no_report:
+        out = args.out or os.path.join("perf", "tune", card_name(), datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+        paths = write_report(sweep, out, plots=not args.no_plots)
+        print(f"report: {paths['report_html']} (+ sweep.csv, winners.csv, report.md"
+              f"{', plots/' if any(k.startswith('plot_') for k in paths) else ''})")
+    return 0
+
+
+def _report(args) -> int:
+    from .autotune.report import render
+
+    try:
+        paths = render(args.path, args.out, plots=not args.no_plots)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"tilewright report: error: {e}", file=sys.stderr)
+        return 2
+    for name, path in sorted(paths.items()):
+        print(f"  {name}: {path}")
     return 0
 
 
@@ -95,8 +261,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op", choices=[*BENCH_OPS, "all"], default="gemm")
     p.add_argument("--suite", default=None, help="shape suite (default on GPU: 'default'; on CPU: 'tiny')")
     p.add_argument("--out", default=None, help="root folder for perf/results/<card>/ (default: current directory)")
+    p.add_argument("--no-plots", action="store_true", help="--op all: skip the PNG plots")
     p.set_defaults(fn=_bench)
-    p = sub.add_parser("info", help="device, versions, and which backend the router picks per op")
+    from .bench.gemm import SUITES as GEMM_SUITES
+
+    p = sub.add_parser("tune", help="sweep every eligible backend's configs, store the winners in the autotune cache, "
+                                    "write a report")
+    p.add_argument("--op", default="gemm", choices=[*BENCH_OPS], help="op to tune (gemm so far)")
+    shapes = p.add_mutually_exclusive_group()
+    shapes.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="problem shapes")
+    shapes.add_argument("--suite", choices=sorted(GEMM_SUITES),
+                        help="the benchmark suite's shapes (default on GPU: 'default'; on CPU: 'tiny')")
+    p.add_argument("--backend", nargs="+", choices=["triton", "cuda"],
+                   help="backends to sweep (default: every one that can run here)")
+    p.add_argument("--dtype", choices=sorted(_DTYPES), help="default: bf16 on GPU, fp16 on the interpreter")
+    p.add_argument("--force", action="store_true", help="re-tune shapes already in the cache")
+    p.add_argument("--max-configs", type=_positive_int, default=None, metavar="N", help="at most N configs per backend")
+    p.add_argument("--out", default=None, help="report folder (default: perf/tune/<card>/<timestamp>)")
+    p.add_argument("--no-report", action="store_true", help="only update the cache")
+    p.add_argument("--no-plots", action="store_true", help="report without PNG plots")
+    p.set_defaults(fn=_tune)
+    p = sub.add_parser("report", help="re-render a saved tune sweep or bench results (CSV, markdown, HTML, PNG)")
+    p.add_argument("path", help="a tune report folder / sweep.csv, or a bench results folder / CSV")
+    p.add_argument("--out", default=None, help="output folder (default: next to the input)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.set_defaults(fn=_report)
+    p = sub.add_parser("info", help="device, versions, autotune cache contents, and the router's pick per op and "
+                                    "per suite shape")
     p.set_defaults(fn=_info)
     p = sub.add_parser("build-check", help="compile every CUDA kernel for an arch and check its SASS")
     p.add_argument("--arch", default="sm_90a", choices=["sm_90a", "sm_100a", "sm_120a"])

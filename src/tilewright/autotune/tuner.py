@@ -1,0 +1,358 @@
+"""Sweep every eligible backend's GEMM configs for given shapes, keep the winners in the persistent cache.
+
+For each shape the tuner builds the operands once, runs the peer (cuBLAS ``a @ b``; torch's CPU matmul off-GPU)
+and then every candidate: the Triton configs of ``autotune/space.py`` that survive its pruning for the shape (run
+through ``launch_gemm(config=...)``, so the autotuner itself is bypassed) and, where the router finds the "cuda"
+backend eligible, each CUDA variant x tile order (``launch_cuda_gemm(variant=..., tile_order=...)``). Each
+candidate's output is compared with the peer's before it is timed: a fast wrong config is recorded as ``wrong`` and
+can never win. Timing goes through a pluggable ``timer(candidate, fn) -> ms`` (default: ``do_bench`` median, CUDA
+graph replays for decode-sized M) so the CPU tests drive the whole pipeline with a deterministic fake timer.
+
+The result is a :class:`tilewright.autotune.report.Sweep` (one row per shape x backend x config) and, per shape, a
+cache record (:mod:`tilewright.autotune.cache`) naming the fastest backend and each backend's best config.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import cache
+from .report import Sweep, winners
+
+PEER_BACKEND = "peer"
+TUNABLE_BACKENDS = ("triton", "cuda")
+DECODE_MAX_M = 256  # time CUDA-graph replays below this M (microsecond kernels; as bench/gemm.py)
+MAX_REL_ERR = 1e-2
+
+
+class TuneError(ValueError):
+    """A request the tuner cannot serve (a forced backend that cannot run here, an empty shape list, ...)."""
+
+
+@dataclass
+class Candidate:
+    """One thing to time: a backend's config for one shape, and the call that runs it."""
+
+    backend: str
+    name: str
+    config: dict
+    run: Callable[[], torch.Tensor]
+    params: dict = field(default_factory=dict)  # report columns: block_m, block_n, tile_order, ...
+    cudagraph: bool = False
+
+
+def default_timer(candidate: Candidate, fn: Callable[[], object]) -> float:
+    """Median milliseconds of ``fn`` (``triton.testing.do_bench``, shortened; graph replays where flagged)."""
+    from ..bench.common import time_ms
+
+    return time_ms(fn, warmup_ms=10, rep_ms=50, cudagraph=candidate.cudagraph)
+
+
+# ------------------------------------------------------------------------------------------------ progress
+class _PlainProgress:
+    """One-line progress without tqdm: ``desc: done/total configs, ETA, best so far``; ``\\r`` on a terminal,
+    a line every few seconds elsewhere (CI logs)."""
+
+    def __init__(self, total: int, desc: str, stream=None):
+        self.total, self.desc, self.done = total, desc, 0
+        self.stream = stream or sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.t0 = self.last = time.monotonic()
+        self.best = ""
+
+    def update(self, n: int = 1, best: str | None = None) -> None:
+        self.done += n
+        if best:
+            self.best = best
+        now = time.monotonic()
+        if self.tty or now - self.last >= 5 or self.done >= self.total:
+            self.last = now
+            self.stream.write(("\r" if self.tty else "") + self._line(now) + ("" if self.tty else "\n"))
+            self.stream.flush()
+
+    def _line(self, now: float) -> str:
+        elapsed = now - self.t0
+        eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
+        eta_s = f"ETA {eta:4.0f}s" if math.isfinite(eta) else "ETA    ?"
+        return f"{self.desc}: {self.done}/{self.total} configs, {eta_s}, best {self.best or '-'}"
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class _TqdmProgress:
+    def __init__(self, total: int, desc: str, stream=None):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="cfg", file=stream or sys.stderr, leave=True)
+
+    def update(self, n: int = 1, best: str | None = None) -> None:
+        if best:
+            self.bar.set_postfix_str(f"best {best}", refresh=False)
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def make_progress(total: int, desc: str, stream=None, plain: bool | None = None):
+    """A progress bar over ``total`` configs: tqdm when installed (and ``plain`` is not True), else a one-liner."""
+    if not plain:
+        try:
+            import tqdm  # noqa: F401
+
+            return _TqdmProgress(total, desc, stream)
+        except ImportError:
+            pass
+    return _PlainProgress(total, desc, stream)
+
+
+# ------------------------------------------------------------------------------------------------ candidates
+def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
+    from ..triton_kernels.gemm import launch_gemm, tma_compatible
+    from ..triton_kernels.tile_order import TILE_ORDER_NAMES
+    from .space import SMEM_SM90, gemm_configs, prune_gemm_configs
+
+    M, K = a.shape
+    N = b.shape[1]
+    if a.is_cuda:
+        props = torch.cuda.get_device_properties(a.device)
+        major, smem = props.major, getattr(props, "shared_memory_per_block_optin", SMEM_SM90)
+    else:
+        major, smem = 9, SMEM_SM90  # the interpreter plays an sm_90, as launch_gemm does
+    use_tma = major >= 9 and tma_compatible(a) and tma_compatible(b)
+    tma_store = use_tma and tma_compatible(out)
+    configs = prune_gemm_configs(gemm_configs(), M, N, K, a.element_size(), out.element_size(), tma_store,
+                                 smem_limit=smem, use_tma=use_tma)
+    if max_configs:
+        configs = configs[:max_configs]
+    found = []
+    for cfg in configs:
+        kw = dict(cfg.kwargs)
+        order = TILE_ORDER_NAMES.get(kw["TILE_ORDER"], str(kw["TILE_ORDER"]))
+        schedule = ("persistent+flatten" if kw["FLATTEN"] else "persistent") if kw["PERSISTENT"] else "per-tile"
+        loads = "tma" if kw["TMA_LOADS"] and use_tma else "ptr"
+        name = (f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{cfg.num_warps} s{cfg.num_stages} "
+                f"{order}{kw['GROUP'] if order != 'row_major' else ''} {schedule} {loads}")
+        config = {**kw, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        params = dict(block_m=kw["BLOCK_M"], block_n=kw["BLOCK_N"], block_k=kw["BLOCK_K"], stages=cfg.num_stages,
+                      warps=cfg.num_warps, tile_order=order, schedule=schedule, loads=loads)
+        found.append(Candidate("triton", name, config, (lambda cfg=cfg: launch_gemm(a, b, out, config=cfg)),
+                               params))
+    return found
+
+
+def _cuda_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
+    from ..cuda_fallback import gemm as cg
+
+    if torch.cuda.get_device_capability(a.device)[0] != 9:
+        return []  # the variants below are the sm_90a WGMMA kernel's; other families are not swept yet
+    found = []
+    for vname, v in cg.VARIANTS.items():
+        if v.smem_bytes() > cg.SMEM_LIMIT:
+            continue
+        for order in cg.TILE_ORDERS:
+            group = 16
+            config = {"variant": vname, "tile_order": order, "group": group}
+            params = dict(block_m=v.bm, block_n=v.bn, block_k=64, stages=v.stages, warps=float("nan"),
+                          tile_order=order, schedule="cooperative" if v.coop else "pingpong", loads="tma")
+            run = (lambda v=v, order=order, group=group:
+                   cg.launch_cuda_gemm(a, b, out, variant=v, tile_order=order, group=group))
+            found.append(Candidate("cuda", f"{vname} {order}{group if order != 'row_major' else ''}", config, run,
+                                   params))
+    return found[:max_configs] if max_configs else found
+
+
+def eligible_backends(a, b, requested=None) -> tuple[list[str], dict[str, str]]:
+    """The tunable backends that can run GEMM on ``a``, ``b`` here (router's verdict), and the reason for each."""
+    from .. import router
+
+    names = list(requested) if requested else list(TUNABLE_BACKENDS)
+    found, reasons = [], {}
+    for name in names:
+        if name not in TUNABLE_BACKENDS:
+            raise TuneError(f"--backend {name!r}: not a tunable backend; choose from {', '.join(TUNABLE_BACKENDS)}")
+        try:
+            d = router.decide("gemm", a, b, backend=name)
+            found.append(name)
+            reasons[name] = d.reasons[-1]
+        except ValueError as e:
+            reasons[name] = str(e)
+    return found, reasons
+
+
+def _peer(a, b) -> Candidate:
+    name = "cublas" if a.is_cuda else "torch_cpu"
+    return Candidate(PEER_BACKEND, name, {"call": "a @ b"}, lambda: a @ b, {})
+
+
+def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+# ------------------------------------------------------------------------------------------------ peak
+def measured_peak(device, dtype, timer=None) -> float | None:
+    """The card's dense peak for ``dtype``, measured once as cuBLAS on an 8192^3 GEMM and kept in the cache.
+
+    None off-GPU (interpreter numbers are not performance)."""
+    device = torch.device(device)
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return None
+    known = cache.peak_tflops(device, dtype)
+    if known:
+        return known
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    cand = Candidate(PEER_BACKEND, "peak", {}, lambda: a @ b)
+    ms = (timer or default_timer)(cand, cand.run)
+    peak = 2 * n ** 3 / ms / 1e9
+    cache.store_many([], device, peak={str(dtype).replace("torch.", ""): peak})
+    del a, b
+    return peak
+
+
+# ------------------------------------------------------------------------------------------------ sweep
+def _winner_label(row) -> str:
+    return f"{row['backend']} {row['config']} {row['median_ms']:.4g} ms ({row['tflops']:.4g} TF/s)"
+
+
+def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, progress: bool = True,
+              progress_stream=None, check: bool = True, max_configs: int | None = None, reuse: bool = True,
+              store: bool = True, peak: float | None = None, log=print) -> Sweep:
+    """Tune GEMM for each ``(M, N, K)`` in ``shapes``; return the sweep and store each shape's winners in the cache.
+
+    dtype: default bf16 on GPU, fp16 on CPU (the interpreter); backends: names to sweep (default: every eligible
+    one; a named backend that cannot run here raises :class:`TuneError`); timer: ``timer(candidate, fn) -> ms``;
+    check: run each candidate once and compare with the peer before timing (off only for fake-timer tests);
+    max_configs: cap per backend (smoke runs); reuse: shapes already in the cache are reported and not re-tuned;
+    peak: the card's peak TFLOP/s for the % of peak column (default: measured once per card, see
+    :func:`measured_peak`); log: where one-line messages go.
+    """
+    shapes = [tuple(int(x) for x in s) for s in shapes]
+    if not shapes:
+        raise TuneError("no shapes to tune")
+    for s in shapes:
+        if len(s) != 3 or min(s) <= 0:
+            raise TuneError(f"shape {s}: expected (M, N, K) with three positive integers")
+    gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    device = torch.device(device or ("cuda" if gpu else "cpu"))
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float16)
+    timer = timer or default_timer
+    if peak is None and timer is default_timer:
+        peak = measured_peak(device, dtype)
+    rows, records, cached = [], [], []
+    for M, N, K in shapes:
+        if reuse and (rec := cache.lookup("gemm", device, dtype, M, N, K)):
+            best = rec["backends"].get(rec["winner"], {})
+            log(f"cached: gemm {M}x{N}x{K} {str(dtype).replace('torch.', '')}: {rec['winner']} "
+                f"{best.get('name', '?')} {best.get('median_ms', float('nan')):.4g} ms (tuned {rec.get('tuned_at')});"
+                " use --force to re-tune")
+            cached.append((M, N, K))
+            continue
+        shape_rows = _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_stream, check,
+                                  max_configs, log)
+        rows.extend(shape_rows)
+        rec = _record(shape_rows)
+        if rec:
+            records.append(("gemm", dtype, M, N, K, rec))
+    if store and records:
+        cache.store_many(records, device)
+    from ..bench.common import environment
+
+    meta = {"op": "gemm", "dtype": str(dtype).replace("torch.", ""), "device_key": cache.device_key(device),
+            "facts": cache.device_facts(device), "env": environment(), "peak_tflops": peak,
+            "timer": getattr(timer, "__name__", type(timer).__name__), "cached_shapes": cached,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return Sweep.from_rows(rows, meta)
+
+
+def _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_stream, check, max_configs, log):
+    a = torch.randn(M, K, device=device, dtype=dtype)
+    b = torch.randn(K, N, device=device, dtype=dtype) / K ** 0.5
+    out = torch.empty(M, N, device=device, dtype=dtype)
+    names, reasons = eligible_backends(a, b, backends)
+    if backends and len(names) < len(list(backends)):
+        bad = [n for n in backends if n not in names]
+        raise TuneError(f"backend {bad[0]!r} cannot run gemm {M}x{N}x{K} here: {reasons[bad[0]]}")
+    if not names:
+        raise TuneError(f"no tunable backend can run gemm {M}x{N}x{K} here: " + "; ".join(reasons.values()))
+    cands = [_peer(a, b)]
+    if "triton" in names:
+        cands += _triton_candidates(a, b, out, max_configs)
+    if "cuda" in names:
+        cands += _cuda_candidates(a, b, out, max_configs)
+    graphed = device.type == "cuda" and M <= DECODE_MAX_M
+    for c in cands:
+        c.cudagraph = graphed
+    bar = make_progress(len(cands), f"tune gemm {M}x{N}x{K}", progress_stream) if progress else None
+    ref, rows, best = None, [], None
+    shape = f"{M}x{N}x{K}"
+    for cand in cands:
+        row = dict(op="gemm", shape=shape, M=M, N=N, K=K, dtype=str(dtype).replace("torch.", ""),
+                   backend=cand.backend, config=cand.name, **cand.params, median_ms=float("nan"),
+                   tflops=float("nan"), rel_err=float("nan"), status="ok", config_json=json.dumps(cand.config))
+        try:
+            if check:
+                got = cand.run()
+                if cand.backend == PEER_BACKEND:
+                    ref = got.float()
+                elif ref is not None:
+                    row["rel_err"] = _rel_err(got, ref)
+                    if not row["rel_err"] < MAX_REL_ERR:
+                        row["status"] = "wrong"
+            if row["status"] == "ok":
+                ms = float(timer(cand, cand.run))
+                row["median_ms"], row["tflops"] = ms, 2 * M * N * K / ms / 1e9
+        except Exception as e:  # noqa: BLE001 - one config that fails to compile or launch must not end a sweep
+            row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        rows.append(row)
+        if row["status"] == "ok" and cand.backend != PEER_BACKEND and (best is None or
+                                                                        row["median_ms"] < best["median_ms"]):
+            best = row
+        if bar:
+            bar.update(1, _winner_label(best) if best else None)
+    if bar:
+        bar.close()
+    bad = [r for r in rows if r["status"] != "ok"]
+    if bad:
+        log(f"  {shape}: {len(bad)} of {len(rows)} candidates not timed ({bad[0]['config']}: {bad[0]['status']})")
+    if device.type == "cuda":
+        del a, b, out, ref
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _record(shape_rows) -> dict | None:
+    """The cache record of one shape's rows: each backend's best config, the overall winner, the peer's time."""
+    import pandas as pd
+
+    df = pd.DataFrame(shape_rows)
+    win = winners(df)
+    if win.empty:
+        return None
+    w = win.iloc[0]
+    backends = {}
+    for backend in TUNABLE_BACKENDS:
+        ms_col = f"{backend}_ms"
+        if ms_col in win and not math.isnan(w[ms_col]):
+            best = df[(df.backend == backend) & (df.config == w[f"{backend}_config"])].iloc[0]
+            backends[backend] = {"name": best.config, "config": json.loads(best.config_json),
+                                 "median_ms": float(best.median_ms), "tflops": float(best.tflops)}
+    if not backends:
+        return None
+    peer = df[df.backend == PEER_BACKEND]
+    return {"winner": w["winner"], "backends": backends,
+            "peer": peer.config.iloc[0] if len(peer) else None,
+            "peer_ms": float(peer.median_ms.iloc[0]) if len(peer) else None,
+            "candidates": int((df.backend != PEER_BACKEND).sum())}

@@ -1,0 +1,275 @@
+"""CPU tier: tuner (fake timer), persistent cache, reports, plots and the tune/report CLI (issue 6)."""
+import json
+import sys
+import warnings
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+import torch
+
+from tilewright import cli
+from tilewright.autotune import cache, report, tuner
+
+SHAPE = (256, 512, 128)
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _fake_timer(fastest: str | None = None):
+    """Deterministic times: every config a different time from its name; ``fastest`` (a name) 0.001 ms."""
+    import zlib
+
+    seen = []
+
+    def timer(cand, fn):
+        seen.append(cand.name)
+        if cand.name == fastest:
+            return 0.001
+        return 0.01 + zlib.crc32(cand.name.encode()) % 1000 / 1e4
+
+    timer.seen = seen
+    return timer
+
+
+def _tune(shapes=(SHAPE,), fastest=None, **kw):
+    return tuner.tune_gemm(list(shapes), timer=_fake_timer(fastest), check=False, progress=False, peak=10.0,
+                           log=lambda *_: None, **kw)
+
+
+# ------------------------------------------------------------------------------------------------ tuner + cache
+def test_fake_timer_winner_is_chosen_and_cached():
+    names = list(_tune(store=False).df.query("backend == 'triton'").config)
+    assert len(names) > 5
+    target = names[len(names) // 2]
+    sweep = _tune(fastest=target)
+    win = report.winners(sweep.df)
+    assert list(win["shape"]) == ["256x512x128"] and win.winner[0] == "triton" and win.triton_config[0] == target
+    assert win.winner_ms[0] == 0.001
+    rec = cache.lookup("gemm", "cpu", torch.float16, *SHAPE)
+    assert rec["winner"] == "triton" and rec["backends"]["triton"]["name"] == target
+    cfg = cache.triton_config(rec)
+    row = sweep.df[sweep.df.config == target].iloc[0]
+    assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps) == (row.block_m, row.block_n, row.warps)
+
+
+def test_cached_shapes_are_not_retuned():
+    _tune()
+    timer = _fake_timer()
+    sweep = tuner.tune_gemm([SHAPE], timer=timer, check=False, progress=False, peak=10.0, log=lambda *_: None)
+    assert timer.seen == [] and sweep.df.empty and sweep.meta["cached_shapes"] == [SHAPE]
+    sweep = tuner.tune_gemm([SHAPE], timer=timer, check=False, progress=False, peak=10.0, log=lambda *_: None,
+                            reuse=False)
+    assert len(timer.seen) == len(sweep.df) > 1
+
+
+def test_winners_across_backends_and_wrong_configs_never_win():
+    rows = [dict(shape="s", M=1, N=1, K=1, backend="peer", config="cublas", median_ms=2.0, tflops=1, status="ok"),
+            dict(shape="s", M=1, N=1, K=1, backend="triton", config="t1", median_ms=1.5, tflops=1, status="ok"),
+            dict(shape="s", M=1, N=1, K=1, backend="triton", config="t0", median_ms=0.1, tflops=1, status="wrong"),
+            dict(shape="s", M=1, N=1, K=1, backend="cuda", config="c1", median_ms=1.0, tflops=1, status="ok"),
+            dict(shape="s", M=1, N=1, K=1, backend="cuda", config="c2", median_ms=1.2, tflops=1, status="ok")]
+    win = report.winners(report.analyze(pd.DataFrame(rows)))
+    assert (win.winner[0], win.winner_config[0], win.triton_config[0]) == ("cuda", "c1", "t1")
+    assert win.vs_peer[0] == pytest.approx(2.0)
+
+
+def test_cache_round_trip_buckets_and_dtypes():
+    rec = {"winner": "triton", "backends": {"triton": {"name": "x", "config": {"BLOCK_M": 64, "num_warps": 4,
+                                                                                "num_stages": 3}}}}
+    assert cache.store("gemm", "cpu", torch.bfloat16, 3000, 5000, 4000, rec)
+    got = cache.lookup("gemm", "cpu", torch.bfloat16, 4000, 5000, 4000)  # same M bucket (4096)
+    assert got["winner"] == "triton" and got["shape"] == [3000, 5000, 4000]
+    assert cache.lookup("gemm", "cpu", torch.float16, 3000, 5000, 4000) is None
+    assert cache.lookup("gemm", "cpu", torch.bfloat16, 5000, 5000, 4000) is None  # next bucket
+    assert cache.lookup("gemm", "cpu", torch.bfloat16, 3000, 5001, 4000) is None
+    assert cache.triton_config(got).num_stages == 3
+    assert list(cache.cache_dir().glob(".autotune-*")) == []  # atomic write leaves no temporary behind
+    assert cache.entries("cpu").keys() == {"gemm|bfloat16|M4096,N5000,K4000"}
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 0, "devices": {}}),
+                                     json.dumps({"format": cache.FORMAT, "devices": []}), "\xff\xfe"])
+def test_corrupted_or_mismatched_cache_warns_once_and_is_rewritten(content):
+    path = cache.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    with pytest.warns(RuntimeWarning, match="ignored") as record:
+        assert cache.lookup("gemm", "cpu", torch.float16, *SHAPE) is None
+        assert cache.lookup("gemm", "cpu", torch.float16, *SHAPE) is None
+    assert len([w for w in record if "autotune cache" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _tune()
+    data = json.loads(path.read_text())
+    assert data["format"] == cache.FORMAT and cache.lookup("gemm", "cpu", torch.float16, *SHAPE)
+
+
+def test_stale_versions_are_ignored_not_applied():
+    _tune()
+    data = json.loads(cache.cache_path().read_text())
+    key = cache.device_key("cpu")
+    stale = key.replace(f"torch {torch.__version__}", "torch 0.0")
+    data["devices"] = {stale: data["devices"][key]}
+    cache.cache_path().write_text(json.dumps(data))
+    assert cache.lookup("gemm", "cpu", torch.float16, *SHAPE) is None
+    assert cache.other_devices("cpu") == {stale: 1}
+    _tune()  # re-tuning adds this stack's entry beside the stale one
+    assert cache.lookup("gemm", "cpu", torch.float16, *SHAPE) and cache.other_devices("cpu") == {stale: 1}
+
+
+def test_unwritable_cache_dir_warns_and_does_not_crash(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(blocker / "sub"))
+    with pytest.warns(RuntimeWarning, match="cannot write"):
+        _tune()
+
+
+def test_plain_progress_line():
+    import io
+
+    stream = io.StringIO()
+    bar = tuner.make_progress(3, "tune gemm 1x2x3", stream, plain=True)
+    for i in range(3):
+        bar.update(1, best=f"cfg{i}")
+    bar.close()
+    assert "tune gemm 1x2x3: 3/3 configs, ETA" in stream.getvalue() and "best cfg2" in stream.getvalue()
+
+
+def test_tuner_rejects_bad_requests():
+    with pytest.raises(tuner.TuneError, match="three positive"):
+        tuner.tune_gemm([(1, 2, 0)], timer=_fake_timer(), check=False)
+    with pytest.raises(tuner.TuneError, match="cuda"):
+        tuner.tune_gemm([SHAPE], backends=["cuda"], timer=_fake_timer(), check=False, progress=False)
+
+
+# ------------------------------------------------------------------------------------------------ reports
+class _Checker(HTMLParser):
+    VOID = {"meta", "img", "br", "hr", "link", "input"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.errors, self.tags, self.imgs = [], [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "img":
+            self.imgs.append(dict(attrs)["src"])
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack.pop() != tag:
+            self.errors.append(tag)
+
+
+def _check_html(path):
+    text = path.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    p = _Checker()
+    p.feed(text)
+    p.close()
+    assert p.errors == [] and p.stack == [], (p.errors, p.stack)
+    return p
+
+
+def test_report_files_columns_and_html(tmp_path):
+    pytest.importorskip("matplotlib")
+    sweep = _tune(shapes=(SHAPE, (16, 256, 256)))
+    paths = report.write_report(sweep, tmp_path / "r")
+    df = pd.read_csv(paths["sweep_csv"])
+    assert list(df.columns[:len(report.SWEEP_COLUMNS)]) == report.SWEEP_COLUMNS
+    assert set(df.backend) == {"peer", "triton"} and (df[df.backend == "peer"].pct_of_peer == 100).all()
+    win = pd.read_csv(paths["winners_csv"])
+    assert list(win.columns) == report.WINNER_COLUMNS and len(win) == 2
+    assert "## Winners per shape" in paths["report_md"].read_text()
+    checker = _check_html(paths["report_html"])
+    assert checker.tags.count("table") == 2
+    pngs = sorted(p.name for p in (tmp_path / "r" / "plots").glob("*.png"))
+    assert pngs == ["shapes.png", "tile_orders.png", "tiles_256x512x128.png"]
+    assert len(checker.imgs) == 3 and all(s.startswith("data:image/png;base64,") for s in checker.imgs)
+    for p in pngs:
+        assert (tmp_path / "r" / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # re-render the saved sweep elsewhere: same tables
+    again = report.render(tmp_path / "r", tmp_path / "r2")
+    assert pd.read_csv(again["winners_csv"]).equals(win)
+
+
+def test_plots_skipped_cleanly_without_matplotlib(tmp_path, monkeypatch):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    paths = report.write_report(_tune(), tmp_path / "r")
+    assert not any(k.startswith("plot_") for k in paths) and not (tmp_path / "r" / "plots").exists()
+    assert "matplotlib not installed" in paths["report_md"].read_text()
+    assert _check_html(paths["report_html"]).imgs == []
+
+
+def test_bench_report_and_ratio_table(tmp_path):
+    rows = []
+    for case, ours, peer in (("a/gemm", 1.0, 1.1), ("b/gemm", 2.0, 2.0), ("a/bias", 1.0, 0.5)):
+        rows += [dict(op="gemm", case=case, shape="1x1x1", dtype="bf16", provider="tilewright_triton",
+                      median_ms=ours, tflops=1.0), dict(op="gemm", case=case, shape="1x1x1", dtype="bf16",
+                                                        provider="cublas", median_ms=peer, tflops=1.0)]
+    from tilewright.bench.common import add_speedups
+
+    df = add_speedups(pd.DataFrame(rows), {"a/gemm": "cublas", "b/gemm": "cublas", "a/bias": "cublas"})
+    ratios = report.ratio_table(df)
+    g = ratios[ratios.kind == "gemm"].iloc[0]
+    assert g.geomean == pytest.approx((1.1 * 1.0) ** 0.5) and g.cases == 2 and g["min"] == pytest.approx(1.0)
+    paths = report.write_bench_report(df, {"card": "cpu-interpreter"}, tmp_path / "b", plots=False)
+    assert {"gemm_csv", "ratios_csv", "summary_md", "summary_html"} <= paths.keys()
+    assert "say nothing" in paths["summary_md"].read_text()
+    _check_html(paths["summary_html"])
+    assert report.render(tmp_path / "b", plots=False)["ratios_csv"].exists()
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "--shapes", "4096,4096"], "expected M,N,K"),
+    (["tune", "--shapes", "1,2,x"], "expected M,N,K"),
+    (["tune", "--shapes", "64,64,64", "--suite", "tiny"], "not allowed with"),
+    (["tune", "--backend", "tpu"], "invalid choice"),
+    (["tune", "--max-configs", "0"], "positive integer"),
+    (["report"], "required: path"),
+])
+def test_cli_argument_errors_are_clear(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "--op", "attention"], "implemented for gemm only"),
+    (["tune", "--shapes", "64,64,64", "--backend", "cuda"], "backend 'cuda' cannot run"),
+    (["report", "/nonexistent/sweep"], "no such file"),
+])
+def test_cli_request_errors_exit_2_with_reason(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_report_rejects_unrelated_csv(tmp_path, capsys):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    assert cli.main(["report", str(tmp_path / "x.csv")]) == 2
+    assert "neither a tune sweep" in capsys.readouterr().err
+
+
+@pytest.mark.interpreter
+def test_cli_tune_runs_checks_and_reuses_cache(tmp_path, capsys):
+    """A real (interpreter) sweep of two configs: outputs checked against the peer, winner stored, then reused."""
+    out = tmp_path / "rep"
+    assert cli.main(["tune", "--shapes", "48,64,40", "--max-configs", "2", "--out", str(out), "--no-plots"]) == 0
+    df = pd.read_csv(out / "sweep.csv")
+    tri = df[df.backend == "triton"]
+    assert len(tri) == 2 and (tri.status == "ok").all() and (tri.rel_err < 1e-2).all()
+    assert cache.lookup("gemm", "cpu", torch.float16, 48, 64, 40)["winner"] == "triton"
+    capsys.readouterr()
+    assert cli.main(["tune", "--shapes", "48,64,40", "--no-report"]) == 0
+    assert "cached: gemm 48x64x40" in capsys.readouterr().out
+    assert cli.main(["info"]) == 0
+    assert "gemm|float16|M64,N64,K40" in capsys.readouterr().out
