@@ -81,7 +81,10 @@ def _eligible(op: str, backend: str, tensors) -> tuple[bool, str]:
 
 
 # ---- "cuda" backend: hand-written kernels per (op, compute capability major) ----
-CUDA_KERNELS = {"gemm": {9: "sm_90a WGMMA pingpong GEMM"}}
+# sm_100/103 and sm_120/121 kernels have never run on such a card here: they are built and SASS-checked in CI and
+# serve only after their first-use self-check passes on the device (cuda_fallback/dispatch.py lists the families).
+CUDA_KERNELS = {"gemm": {9: "sm_90a WGMMA pingpong GEMM", 10: "sm_100a tcgen05 + TMEM GEMM",
+                         12: "sm_120 ldmatrix + mma.sync GEMM"}}
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
@@ -119,20 +122,38 @@ def _cuda_eligible(op: str, raw, device: torch.device) -> tuple[bool, str]:
     return ok, f"cuda: {kernels[cap[0]]}: {why}" if ok else f"cuda: {why}"
 
 
-def _cuda_preferred(op: str, raw) -> tuple[bool, str]:
-    """Whether the automatic choice should take "cuda" for these shapes (measured per-shape preference)."""
-    from .cuda_fallback import gemm as cuda_gemm
+def _cuda_family(raw):
+    """The cuda_fallback GEMM module for the device of ``raw[0]`` (sm_90 WGMMA, sm_100 tcgen05, sm_120 mma.sync)."""
+    from .cuda_fallback import dispatch
 
+    cap = _capability(raw[0].device)
+    return dispatch.gemm_module(cap[0] if cap else 9) or dispatch.gemm_module(9)
+
+
+def _cuda_preferred(op: str, raw) -> tuple[bool, str]:
+    """Whether the automatic choice should take "cuda" for these shapes (measured per-shape preference; on
+    capabilities never measured the reason says "not yet run on this hardware by the project's tests")."""
     a, b = raw[0], raw[1]
-    return cuda_gemm.preferred(a.shape[0], b.shape[1], a.shape[1])
+    residual = raw[3] if len(raw) > 3 else None
+    M, N, K = a.shape[0], b.shape[1], a.shape[1]
+    from .autotune import cache
+
+    rec = cache.lookup("gemm", a.device, a.dtype, M, N, K)
+    if rec and "cuda" in rec.get("backends", {}):
+        if rec.get("winner") == "cuda":
+            return True, f"cuda: tuned winner in the autotune cache ({rec['backends']['cuda'].get('name')})"
+        return False, "cuda: triton won the tuning in the autotune cache"
+    if residual is not None:
+        # Measured on H200 (perf/results/h200/gemm_default_*_v3.csv): the CUDA kernel reads the residual with
+        # 2-byte loads after its mainloop (0.82-0.98x cuBLAS+add), Triton's chunked epilogue hides it (0.99-1.14x).
+        return False, "cuda: fused residual epilogue is faster in Triton (measured)"
+    return _cuda_family(raw).preferred(M, N, K)
 
 
 def _cuda_self_check(op: str, raw) -> tuple[bool, str]:
     """First-use self-check per device model (compiles on first call); False after a failure, with the reason."""
-    from .cuda_fallback import gemm as cuda_gemm
-
     a, b, bias, residual = (list(raw) + [None] * 4)[:4]
-    ok, why = cuda_gemm.ready(a, b, bias, residual)
+    ok, why = _cuda_family(raw).ready(a, b, bias, residual)
     return ok, f"cuda: {why}"
 
 
@@ -172,8 +193,9 @@ def decide(op: str, *tensors, backend: str | None = None) -> Decision:
         ok, why = _eligible(op, candidate, tensors)
         if ok and candidate == "cuda":
             ok, why = _cuda_preferred(op, tensors)
-            if ok:
-                ok, why = _cuda_self_check(op, tensors)
+            if ok:  # keep the preference reason (which kernel family, measured or not) beside the self-check's
+                ok, checked = _cuda_self_check(op, tensors)
+                why = f"{why}; {checked}"
         reasons.append(("chosen: " if ok else "skipped: ") + why)
         if ok:
             return Decision(op, candidate, reasons)

@@ -313,6 +313,23 @@ def _needs_int64(M: int, N: int, out: torch.Tensor, residual) -> bool:
     return False
 
 
+def _tuned_config(a, out, M, N, K, use_tma, tma_store, periodic_residual) -> triton.Config | None:
+    """The Triton winner `tilewright tune` stored for this device/dtype/shape bucket, if it suits this call.
+
+    Tuning runs the plain epilogue on TMA-aligned operands, so the stored config is re-checked against the pruner for
+    this call (pointer path, periodic residual, shared memory): a winner the pruner would drop is not used, and
+    Triton's own autotuner decides instead.
+    """
+    from ..autotune import cache
+
+    cfg = cache.triton_config(cache.lookup("gemm", a.device, a.dtype, M, N, K))
+    if cfg is None:
+        return None
+    kept = prune_gemm_configs([cfg], M, N, K, a.element_size(), out.element_size(), tma_store,
+                              smem_limit=_smem_limit(a.device), use_tma=use_tma, periodic_residual=periodic_residual)
+    return cfg if kept[0] is cfg else None
+
+
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                 activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
                 num_programs: int | None = None) -> torch.Tensor:
@@ -369,6 +386,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     if config is None and not INTERPRET and os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0":
         config = default_gemm_config(M, N, K, use_tma=bool(use_tma),
                                      periodic_residual=kernel_args["RES_PERIODIC"])
+    if config is None and not INTERPRET and a.is_cuda:
+        config = _tuned_config(a, out, M, N, K, bool(use_tma), tma_store, kernel_args["RES_PERIODIC"])
     if config is not None:
         _gemm_kernel[grid](**kernel_args, **config.all_kwargs())
         return out
