@@ -32,8 +32,30 @@ def _gemm_builds():
     return out
 
 
+def _family_builds(module: str):
+    """build-check rows of a family module with BUILD_CHECK_BUILDS = (variant, a_mn, b_mn, fp16, act, bias, res)."""
+    def builds():
+        import importlib
+
+        mod = importlib.import_module(f".{module}", __package__)
+        out = []
+        for name, a_mn, b_mn, fp16, act, bias, res in mod.BUILD_CHECK_BUILDS:
+            v = mod.VARIANTS[name]
+            epi = f" act{act}" * bool(act) + " bias" * bias + " res" * res
+            label = (f"{name} {'fp16' if fp16 else 'bf16'} A:{'M' if a_mn else 'K'}-major "
+                     f"B:{'N' if b_mn else 'K'}-major{epi}")
+            out.append((label, v.defines(a_mn, b_mn, fp16, act, bias, res), v.smem_bytes()))
+        return out
+    return builds
+
+
 KERNELS = {
     "gemm_sm90_pingpong.cu": (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"), _gemm_builds),
+    # tcgen05: the MMA (UTCHMMA), TMEM alloc/dealloc (UTCATOMSWS), TMEM loads (LDTM), tcgen05.commit (UTCBAR)
+    "gemm_sm100_tcgen05.cu": (("sm_100a",), ("UTCHMMA", "UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"),
+                              _family_builds("gemm_sm100")),
+    # mma.sync: built for sm_120a (its target) and sm_90a (the arch the project runs it on)
+    "gemm_sm120_mma.cu": (("sm_120a", "sm_90a"), ("HMMA", "LDSM", "UTMALDG"), _family_builds("gemm_mma")),
 }
 PERF_WARNINGS = re.compile(r"C75(04|08|09|10|15)|Potential Performance Loss", re.I)
 COLUMNS = ("kernel", "build", "arch", "regs", "spills", "stack", "smem", "markers", "status")

@@ -255,8 +255,12 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _self_check_one(device, v: Variant, a_mn: bool, b_mn: bool, dtype) -> tuple[bool, str]:
-    """Small problems with tails in M, N and K and every epilogue piece, against an fp32 reference."""
+def _self_check_one(device, v, a_mn: bool, b_mn: bool, dtype, launch=None) -> tuple[bool, str]:
+    """Small problems with tails in M, N and K and every epilogue piece, against an fp32 reference.
+
+    ``v`` is a variant with ``bm``/``bn``/``name``; ``launch`` (default :func:`launch_cuda_gemm`) takes
+    ``(a, b, out, bias=, residual=, activation=, variant=)`` - the other CUDA GEMM families reuse this check."""
+    launch = launch or launch_cuda_gemm
     g = torch.Generator(device="cpu").manual_seed(1234)
     worst = 0.0
     # one epilogue build (bias + gelu + residual) checks the machinery every build shares: TMA, ring, wgmma, stores
@@ -271,8 +275,8 @@ def _self_check_one(device, v: Variant, a_mn: bool, b_mn: bool, dtype) -> tuple[
         bias = torch.randn(N, generator=g).to(device=device, dtype=dtype)
         res = torch.randn(M, N, generator=g).to(device=device, dtype=dtype) if use_res else None
         out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
-        launch_cuda_gemm(a, b, out, bias=bias, residual=None if res is None else res.reshape(1, M, N),
-                         activation=act, variant=v)
+        launch(a, b, out, bias=bias, residual=None if res is None else res.reshape(1, M, N), activation=act,
+               variant=v)
         z = a.float() @ b.float() + bias.float()
         from ..reference import activation_reference
 

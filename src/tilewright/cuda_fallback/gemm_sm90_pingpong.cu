@@ -20,6 +20,7 @@
 // thread, made the kernel ~300 KB of SASS and the epilogue instruction-fetch bound (measured: half the throughput
 // of the 128x256 tiles at K = 4096). All PTX lives in ptx/*.cuh.
 #include "ptx/common.cuh"
+#include "ptx/gemm_common.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/stmatrix.cuh"
 #include "ptx/sync.cuh"
@@ -119,77 +120,6 @@ TW_DEVICE float load_elem(const unsigned short* p) {
 TW_DEVICE tw_u32 pack2(float lo, float hi) {
   if constexpr (TW_FP16) return pack_f16x2(lo, hi);
   else return pack_bf16x2(lo, hi);
-}
-
-// Activation codes match ops/gemm.py ACTIVATION_CODES; CODE is a compile-time constant.
-template <int CODE>
-TW_DEVICE float activation(float x) {
-  if constexpr (CODE == 1) return fmaxf(x, 0.0f);
-  else if constexpr (CODE == 2) return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-  else if constexpr (CODE == 3) return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-  else if constexpr (CODE == 4) return x / (1.0f + expf(-x));
-  else return x;
-}
-
-// (row, col) of a Hilbert index inside a 2^log2 x 2^log2 square.
-TW_DEVICE void hilbert_decode(int d, int log2, int& row, int& col) {
-  int x = 0, y = 0, t = d;
-  for (int level = 0; level < log2; ++level) {
-    int s = 1 << level;
-    int rx = (t >> 1) & 1;
-    int ry = (t ^ rx) & 1;
-    if (ry == 0) {
-      if (rx == 1) {
-        x = s - 1 - x;
-        y = s - 1 - y;
-      }
-      int tmp = x;
-      x = y;
-      y = tmp;
-    }
-    x += s * rx;
-    y += s * ry;
-    t >>= 2;
-  }
-  row = y;
-  col = x;
-}
-
-// (row, col) of a Z-order index: even bits are the column, odd bits the row.
-TW_DEVICE void morton_decode(int d, int log2, int& row, int& col) {
-  row = 0;
-  col = 0;
-  for (int b = 0; b < log2; ++b) {
-    col |= ((d >> (2 * b)) & 1) << b;
-    row |= ((d >> (2 * b + 1)) & 1) << b;
-  }
-}
-
-// Linear tile index -> (pid_m, pid_n). order: 0 row-major, 1 grouped, 2 morton, 3 hilbert (group a power of two).
-TW_DEVICE void tile_coords(int t, int num_m, int num_n, int order, int group, int& pm, int& pn) {
-  if (order == 0) {
-    pm = t / num_n;
-    pn = t % num_n;
-    return;
-  }
-  int per_band = group * num_n;
-  int band = t / per_band;
-  int first_m = band * group;
-  int rows = min(num_m - first_m, group);
-  int local = t - band * per_band;
-  pm = first_m + local % rows;
-  pn = local / rows;
-  if (order == 1 || rows != group) return;
-  int per_square = group * group;
-  int square = local / per_square;
-  int first_n = square * group;
-  if (num_n - first_n < group) return;  // partial square at the right edge: grouped order
-  int log2 = 31 - __clz(group);
-  int r, c;
-  if (order == 2) morton_decode(local - square * per_square, log2, r, c);
-  else hilbert_decode(local - square * per_square, log2, r, c);
-  pm = first_m + r;
-  pn = first_n + c;
 }
 
 }  // namespace tw

@@ -17,6 +17,17 @@ TW_DEVICE void tma_load_2d(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c
       : "memory");
 }
 
+// tma_load_2d with a shared::cta destination (PTX ISA 8.6+, CUDA 12.8+). On sm_120 ptxas lowers the shared::cluster
+// form to UTMALDG plus a run-time check and a syscall fallback (for a destination in another CTA of the cluster);
+// this form has no such path. Same completion semantics: the box's bytes complete_tx on `bar`, OOB reads as zeros.
+TW_DEVICE void tma_load_2d_cta(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
+          "r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
 // Copy smem `src` into the box at (c0, c1) of `map`; elements outside the tensor are not written (clipped).
 // Joins the calling thread's current bulk async-group.
 TW_DEVICE void tma_store_2d(const TwTensorMap* map, tw_u32 src, int c0, int c1) {

@@ -1,0 +1,178 @@
+"""Host side of the mma.sync GEMM (``gemm_sm120_mma.cu``): the CUDA GEMM for sm_120/121 (RTX 50xx, RTX PRO 6000
+Blackwell), which has neither WGMMA nor TMEM. Its instructions (TMA, mbarrier parity waits, ldmatrix, mma.sync)
+all exist from sm_90 on, so it is also built for and tested on H100/H200 (where WGMMA is faster - the router never
+picks it there).
+
+Same contract as :mod:`.gemm` (operands, (R0, P, N) residual, activations, tile orders, constraints); the
+difference is a persistent grid sized from the occupancy API and direct fragment stores instead of a TMA store.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+import torch
+
+from . import build
+from . import family
+from . import gemm as _sm90
+
+SOURCE = "gemm_sm120_mma.cu"
+KERNEL = "tw_gemm_mma"
+SMEM_LIMIT = 101376  # sm_120: 99 KB per block
+BUILD_CHECK_ARCH = "sm_120a"
+# where results from real sm_120 cards would be committed (see measured_on_hardware)
+RESULT_GLOB = "sm120_gemm_*.csv"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled configuration: CTA tile, ring depth, consumer warp grid (plus one producer warp)."""
+
+    bm: int
+    bn: int
+    stages: int
+    warps_m: int = 2
+    warps_n: int = 4
+
+    @property
+    def name(self) -> str:
+        return f"mma{self.bm}x{self.bn}s{self.stages}"
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.warps_m * self.warps_n + 1)
+
+    def smem_bytes(self) -> int:
+        return 1024 + self.stages * (self.bm + self.bn) * 128 + 16 * self.stages
+
+    def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
+                res: bool = False) -> dict:
+        return {"TW_BM": self.bm, "TW_BN": self.bn, "TW_STAGES": self.stages, "TW_WARPS_M": self.warps_m,
+                "TW_WARPS_N": self.warps_n, "TW_A_MN": int(a_mn), "TW_B_MN": int(b_mn), "TW_FP16": int(fp16),
+                "TW_ACT": int(act), "TW_BIAS": int(bias), "TW_RES": int(res)}
+
+
+VARIANTS = {v.name: v for v in (Variant(128, 128, 3), Variant(128, 128, 2), Variant(64, 128, 4))}
+DEFAULT_VARIANT = "mma128x128s3"
+SMALL_M_VARIANT = "mma64x128s4"
+BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
+    ("mma128x128s3", False, True, False, 0, False, False), ("mma128x128s3", False, False, True, 0, False, False),
+    ("mma128x128s3", True, True, False, 2, True, True), ("mma128x128s2", False, True, False, 0, False, False),
+    ("mma64x128s4", False, False, False, 4, True, False),
+)
+
+
+def pick_variant(M: int, N: int, K: int) -> Variant:
+    forced = os.environ.get("TILEWRIGHT_CUDA_MMA_VARIANT")
+    if forced:
+        return VARIANTS[forced]
+    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
+
+
+def device_arch(device) -> str:
+    """The arch to build for on ``device``: its own (sm_90, sm_120, sm_121...), no arch-specific 'a' features."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+constraints = _sm90.constraints  # identical operand rules (TMA-describable, bf16/fp16, 16-byte rows)
+
+
+def measured_on_hardware() -> list[str]:
+    """Result files from a real sm_120/121 card in this checkout's perf/results (not sm_90 stand-in runs)."""
+    return family.result_files(RESULT_GLOB)
+
+
+def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
+    """Automatic choice on sm_120: no measurement exists yet, so the sm_90 win region stands in for one."""
+    note = "" if measured_on_hardware() else f" ({family.NOT_RUN_NOTE})"
+    ok, why = _sm90.preferred(M, N, K)
+    return ok, why.replace("cuda:", "cuda mma.sync:", 1) + note
+
+
+# ------------------------------------------------------------------------------------------------ launch
+_prepared: dict = {}
+
+
+def launch_mma_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
+                    activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
+                    group: int = 8, num_ctas: int | None = None, arch: str | None = None) -> torch.Tensor:
+    """``out = act(a @ b + bias) + residual`` with the mma.sync kernel; arguments as :func:`.gemm.launch_cuda_gemm`."""
+    activation, tile_order, rs, res_ptr, res_period = family.launch_args(
+        "mma gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=4)
+    M, K = a.shape
+    N = b.shape[1]
+    v = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant(M, N, K))
+    key = (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.shape, b.stride(), out.data_ptr(),
+           out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, res_ptr, rs, res_period,
+           activation, tile_order, group, num_ctas, arch)
+    prepared = _prepared.get(key)
+    if prepared is None:
+        prepared = _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
+                            arch)
+        if len(_prepared) >= 256:
+            _prepared.pop(next(iter(_prepared)))
+        _prepared[key] = prepared
+    fn, grid, args = prepared
+    stream = torch.cuda.current_stream(a.device).cuda_stream
+    with torch.cuda.device(a.device):
+        build.driver().launch(fn, (grid, 1, 1), (v.threads, 1, 1), v.smem_bytes(), stream, args)
+    return out
+
+
+def _occupancy(drv, fn, threads: int, smem: int) -> int:
+    """CTAs per SM the driver can co-schedule (cuOccupancyMaxActiveBlocksPerMultiprocessor), at least 1."""
+    n = ctypes.c_int()
+    f = drv.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor
+    f.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    drv.check(f(ctypes.byref(n), fn, threads, smem), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    return max(1, n.value)
+
+
+def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, arch):
+    M, K = a.shape
+    N = b.shape[1]
+    (a_mn, lda), _ = _sm90._layout(a, "a")
+    (b_kcontig_first, ldb), _ = _sm90._layout(b, "b")
+    b_mn = not b_kcontig_first
+    dt = _sm90._DTYPES[a.dtype]
+    arch = arch or device_arch(a.device)
+    bld = build.compile_source(SOURCE, arch, v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
+                                                       bias is not None, res_ptr != 0))
+    drv = build.driver()
+    with torch.cuda.device(a.device):
+        fn = drv.function(bld, KERNEL, v.smem_bytes())
+        if a_mn:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
+        else:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, v.bm), 128)
+        if b_mn:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
+        else:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+        per_sm = _occupancy(drv, fn, v.threads, v.smem_bytes())
+    tiles = -(-M // v.bm) * -(-N // v.bn)
+    grid = num_ctas or min(sms * per_sm, tiles)  # persistent: every co-resident CTA slot, never more than tiles
+    args = [tm_a, tm_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int64(out.stride(0)),
+            ctypes.c_uint64(bias.data_ptr() if bias is not None else 0), ctypes.c_uint64(res_ptr),
+            ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]), ctypes.c_int32(res_period),
+            ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K), ctypes.c_int32(tile_order),
+            ctypes.c_int32(group)]
+    return fn, grid, args
+
+
+def mma_gemm(a, b, bias=None, residual=None, activation=None, **kw) -> torch.Tensor:
+    """``activation(a @ b + bias) + residual`` -> new (M, N) tensor; residual broadcastable to (M, N)."""
+    M, N = a.shape[0], b.shape[1]
+    out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    res3 = None if residual is None else torch.broadcast_to(residual, (M, N)).unsqueeze(0)
+    return launch_mma_gemm(a, b, out, bias=bias, residual=res3, activation=activation, **kw)
+
+
+# ------------------------------------------------------------------------------------------------ self-check
+guard = family.Guard("mma.sync", launch_mma_gemm, pick_variant, RESULT_GLOB)
+ready = guard.ready
+try_launch = guard.try_launch

@@ -1,0 +1,159 @@
+"""Host side of the tcgen05 GEMM (``gemm_sm100_tcgen05.cu``) for sm_100/103 (B200, GB200, B300).
+
+NEVER RUN on an sm_100 device by this project: it compiles, passes build-check's SASS checks, and reaches users only
+through :func:`ready`, whose first-use self-check must pass on the device first (else Triton serves, one warning).
+A wrong answer or a launch error is caught that way; a protocol hang (mbarrier parity, TMEM handshake) would not be,
+so the first test on a B200 is a bounded one: ``timeout 60 python -c`` running :func:`ready` on a 4096 x 4096 bf16
+problem (the self-check: M/N/K tails, bias + gelu + residual), then the GPU tier with ``TILEWRIGHT_BACKEND=cuda``.
+
+Same contract as :mod:`.gemm` (operands, (R0, P, N) residual, activations, tile orders, constraints).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+import torch
+
+from . import build
+from . import family
+from . import gemm as _sm90
+from . import sm100_descriptors as desc
+
+SOURCE = "gemm_sm100_tcgen05.cu"
+KERNEL = "tw_gemm_sm100"
+BM = 128
+THREADS = 192
+SMEM_LIMIT = 232448
+BUILD_CHECK_ARCH = "sm_100a"
+RESULT_GLOB = "tcgen05_gemm_*.csv"
+
+
+@dataclass(frozen=True)
+class Variant:
+    bn: int
+    stages: int
+
+    bm = BM
+
+    @property
+    def name(self) -> str:
+        return f"tc128x{self.bn}s{self.stages}"
+
+    def smem_bytes(self) -> int:
+        return 1024 + self.stages * (BM + self.bn) * 128 + (2 * self.stages + 4) * 8 + 16
+
+    def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
+                res: bool = False) -> dict:
+        return {"TW_BN": self.bn, "TW_STAGES": self.stages, "TW_A_MN": int(a_mn), "TW_B_MN": int(b_mn),
+                "TW_FP16": int(fp16), "TW_ACT": int(act), "TW_BIAS": int(bias), "TW_RES": int(res)}
+
+
+VARIANTS = {v.name: v for v in (Variant(256, 4), Variant(128, 6))}
+DEFAULT_VARIANT = "tc128x256s4"
+SMALL_M_VARIANT = "tc128x128s6"
+BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
+    ("tc128x256s4", False, False, False, 0, False, False), ("tc128x256s4", False, True, False, 0, False, False),
+    ("tc128x256s4", True, True, True, 2, True, True), ("tc128x128s6", False, False, False, 4, True, False),
+)
+
+
+def pick_variant(M: int, N: int, K: int) -> Variant:
+    forced = os.environ.get("TILEWRIGHT_CUDA_SM100_VARIANT")
+    if forced:
+        return VARIANTS[forced]
+    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
+
+
+def kernel_descriptors(v: Variant, a_mn: bool, b_mn: bool, dtype) -> tuple[int, int, int]:
+    """(instruction descriptor, A smem-descriptor high bits, B smem-descriptor high bits) for one build."""
+    fmt = "float16" if dtype == torch.float16 else "bfloat16"
+    return (desc.instr_desc(BM, v.bn, fmt, a_mn=a_mn, b_mn=b_mn), desc.operand_desc_hi(a_mn),
+            desc.operand_desc_hi(b_mn))
+
+
+def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:
+    ok, why = _sm90.constraints(a, b, bias, residual)
+    return ok, why.replace("WGMMA", "tcgen05")
+
+
+def measured_on_hardware() -> list[str]:
+    """Result files from a real sm_100/103 card in this checkout's perf/results (none so far)."""
+    return family.result_files(RESULT_GLOB)
+
+
+def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
+    """No sm_100 measurement exists: the sm_90 win region stands in, and the reason says so."""
+    note = "" if measured_on_hardware() else f" ({family.NOT_RUN_NOTE})"
+    ok, why = _sm90.preferred(M, N, K)
+    return ok, why.replace("cuda:", "cuda tcgen05:", 1) + note
+
+
+# ------------------------------------------------------------------------------------------------ launch
+_prepared: dict = {}
+
+
+def launch_sm100_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
+                      activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
+                      group: int = 8, num_ctas: int | None = None) -> torch.Tensor:
+    """``out = act(a @ b + bias) + residual`` with the tcgen05 kernel; arguments as :func:`.gemm.launch_cuda_gemm`."""
+    activation, tile_order, rs, res_ptr, res_period = family.launch_args(
+        "tcgen05 gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=16)
+    M, K = a.shape
+    N = b.shape[1]
+    v = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant(M, N, K))
+    key = (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.shape, b.stride(), out.data_ptr(),
+           out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, res_ptr, rs, res_period,
+           activation, tile_order, group, num_ctas)
+    prepared = _prepared.get(key)
+    if prepared is None:
+        prepared = _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas)
+        if len(_prepared) >= 256:
+            _prepared.pop(next(iter(_prepared)))
+        _prepared[key] = prepared
+    fn, grid, args = prepared
+    stream = torch.cuda.current_stream(a.device).cuda_stream
+    with torch.cuda.device(a.device):
+        build.driver().launch(fn, (grid, 1, 1), (THREADS, 1, 1), v.smem_bytes(), stream, args)
+    return out
+
+
+def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas):
+    M, K = a.shape
+    N = b.shape[1]
+    (a_mn, lda), _ = _sm90._layout(a, "a")
+    (b_kcontig_first, ldb), _ = _sm90._layout(b, "b")
+    b_mn = not b_kcontig_first
+    dt = _sm90._DTYPES[a.dtype]
+    major, minor = torch.cuda.get_device_capability(a.device)
+    arch = f"sm_{major}{minor}a"  # tcgen05 is arch-specific: sm_100a / sm_103a
+    bld = build.compile_source(SOURCE, arch, v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
+                                                       bias is not None, res_ptr != 0))
+    idesc, a_hi, b_hi = kernel_descriptors(v, a_mn, b_mn, a.dtype)
+    drv = build.driver()
+    with torch.cuda.device(a.device):
+        fn = drv.function(bld, KERNEL, v.smem_bytes())
+        if a_mn:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
+        else:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, BM), 128)
+        if b_mn:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
+        else:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    tiles = -(-M // BM) * -(-N // v.bn)
+    grid = num_ctas or min(sms, tiles)  # one CTA per SM (its smem ring takes the SM)
+    args = [tm_a, tm_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int64(out.stride(0)),
+            ctypes.c_uint64(bias.data_ptr() if bias is not None else 0), ctypes.c_uint64(res_ptr),
+            ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]), ctypes.c_int32(res_period),
+            ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K), ctypes.c_int32(tile_order),
+            ctypes.c_int32(group), ctypes.c_uint32(idesc), ctypes.c_uint64(a_hi), ctypes.c_uint64(b_hi)]
+    return fn, grid, args
+
+
+# ------------------------------------------------------------------------------------------------ self-check
+guard = family.Guard("tcgen05", launch_sm100_gemm, pick_variant, RESULT_GLOB)
+ready = guard.ready
+try_launch = guard.try_launch

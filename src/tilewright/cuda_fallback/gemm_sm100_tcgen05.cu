@@ -1,0 +1,280 @@
+// Persistent warp-specialized GEMM for datacenter Blackwell (sm_100a / sm_103a): out = act(A @ B + bias) + residual,
+// fp32 accumulation in tensor memory (TMEM).
+//
+// NEVER RUN: no sm_100 GPU has been available to the project. This file compiles for sm_100a and passes the SASS
+// checks of build-check (UTCHMMA, TMEM alloc, UTMALDG, 0 spills); the router only routes here after the first-use
+// self-check passed on the device, and falls back to Triton with one warning otherwise.
+//
+// CTA = 6 warps (cta_group::1, no cluster):
+//   warp 0, lane 0  TMA producer: k-blocks of A and B into a STAGES-deep smem ring (128B swizzle, BK = 64 =
+//                   one 128-byte swizzle row of 16-bit elements); full/empty mbarriers with parity.
+//   warp 1          TMEM owner: allocates 2 x BN columns (two accumulators), relinquishes the allocation permit,
+//                   deallocates at the end (alloc and dealloc must be the same warp). Lane 0 is the MMA issuer:
+//                   one thread issues every tcgen05.mma (M = 128, N = BN, K = 16 each) into accumulator it & 1,
+//                   releases each smem stage with tcgen05.commit -> empty[s] (arrives when those MMAs finished
+//                   reading it) and hands a finished accumulator over with tcgen05.commit -> tmem_full[buf].
+//   warps 2-5       epilogue: warp w may only touch TMEM lanes 32 * (w % 4) .. + 31, i.e. rows of the tile;
+//                   tcgen05.ld 32x32b.x16 (16 fp32 columns of one row per thread) + wait::ld, + bias, activation,
+//                   + residual in fp32, one rounding, 2 x 16-byte stores per chunk, then arrive tmem_empty[buf].
+//   Double-buffered accumulators: the MMA warp runs tile i + 1's K loop into the other buffer while the epilogue
+//   drains tile i (2 x BN <= 512 columns).
+// Descriptors: instruction descriptor and smem-descriptor high bits come from sm100_descriptors.py as kernel
+// arguments (CPU unit-tested against the PTX ISA tables); the static_asserts below pin ptx/tcgen05.cuh's constexpr
+// mirror to the same examples.
+// Compile-time variant (-D): TW_BN (64..256), TW_STAGES, TW_A_MN, TW_B_MN, TW_FP16, TW_ACT, TW_BIAS, TW_RES.
+#include "ptx/common.cuh"
+#include "ptx/gemm_common.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/st_global.cuh"
+#include "ptx/tcgen05.cuh"
+#include "ptx/tma.cuh"
+
+#ifndef TW_BN
+#define TW_BN 256
+#endif
+#ifndef TW_STAGES
+#define TW_STAGES 4
+#endif
+#ifndef TW_A_MN
+#define TW_A_MN 0
+#endif
+#ifndef TW_B_MN
+#define TW_B_MN 0
+#endif
+#ifndef TW_FP16
+#define TW_FP16 0
+#endif
+#ifndef TW_ACT
+#define TW_ACT 0
+#endif
+#ifndef TW_BIAS
+#define TW_BIAS 0
+#endif
+#ifndef TW_RES
+#define TW_RES 0
+#endif
+
+namespace tw {
+
+constexpr int BM = 128;  // cta_group::1 MMA M; one TMEM lane per output row
+constexpr int BN = TW_BN;
+constexpr int BK = 64;
+constexpr int STAGES = TW_STAGES;
+constexpr bool A_MN = TW_A_MN != 0;
+constexpr bool B_MN = TW_B_MN != 0;
+constexpr bool FP16 = TW_FP16 != 0;
+constexpr int THREADS = 192;
+constexpr int EPI_THREADS = 128;
+constexpr int A_STAGE = BM * BK * 2;
+constexpr int B_STAGE = BN * BK * 2;
+constexpr int STAGE_BYTES = A_STAGE + B_STAGE;
+constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
+// barriers: full[STAGES], empty[STAGES], tmem_full[2], tmem_empty[2]; then the 4-byte TMEM address slot
+constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + (2 * STAGES + 4) * 8 + 16;
+// TMEM columns: two fp32 accumulators of BN columns, rounded up to the power of two alloc requires
+constexpr int TMEM_COLS = 2 * BN <= 32 ? 32 : 2 * BN <= 64 ? 64 : 2 * BN <= 128 ? 128 : 2 * BN <= 256 ? 256 : 512;
+
+static_assert(BN % 16 == 0 && BN >= 32 && BN <= 256, "M = 128 MMAs take N in 16..256, multiples of 16");
+static_assert(BN % 32 == 0 || !B_MN, "N-major B is loaded in 64-column boxes");
+static_assert(!B_MN || BN % 64 == 0, "N-major B is loaded in 64-column boxes");
+static_assert(2 * BN <= 512, "two accumulators must fit TMEM's 512 columns");
+static_assert(SMEM_BYTES <= 232448, "over the sm_100 per-block shared memory limit");
+
+// The constexpr mirror of sm100_descriptors.py, checked on the examples tests/cpu/test_sm100_descriptors.py checks.
+static_assert(tc_idesc_f16(128, 256, true, false, false) == 0x08400490u, "idesc bf16 M128 N256 K-major");
+static_assert(tc_idesc_f16(128, 128, false, false, true) == 0x08210010u, "idesc f16 M128 N128 B MN-major");
+static_assert(tc_idesc_f16(64, 64, true, true, true) == 0x04118490u, "idesc bf16 M64 N64 both MN-major");
+static_assert(tc_smem_desc_hi(16, 1024, 2) == 0x4000404000010000ull, "smem desc K-major SW128");
+static_assert(tc_smem_desc_hi(8192, 1024, 2) == 0x4000404002000000ull, "smem desc MN-major SW128");
+
+template <int CODE>
+TW_DEVICE float epilogue_value(float acc, float b, const unsigned short* r) {
+  float v = activation<CODE>(acc + b);
+  if constexpr (TW_RES) v += elem_to_f32<FP16>(*r);
+  return v;
+}
+
+}  // namespace tw
+
+using namespace tw;
+
+// A: K-major -> map (K, M), box (64, 128); M-major -> map (M, K), box (64, 64), 2 boxes.
+// B: K-major -> map (K, N), box (64, BN); N-major -> map (N, K), box (64, 64), BN/64 boxes.
+// idesc: instruction descriptor; a_hi / b_hi: smem-descriptor fields above the start address (sm100_descriptors.py).
+// out: row-major (M, N), row stride ldo (elements, multiple of 8). bias (TW_BIAS): (N,). res (TW_RES): element (r, n)
+// at res[(r / res_period) * rs0 + (r % res_period) * rs1 + n * rs2].
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    tw_gemm_sm100(const __grid_constant__ TwTensorMap tm_a, const __grid_constant__ TwTensorMap tm_b,
+                  unsigned short* __restrict__ out, long long ldo, const unsigned short* __restrict__ bias,
+                  const unsigned short* __restrict__ res, long long rs0, long long rs1, long long rs2,
+                  int res_period, int M, int N, int K, int tile_order, int group, unsigned int idesc,
+                  unsigned long long a_hi, unsigned long long b_hi) {
+#if defined(TW_HAS_TCGEN05)
+  extern __shared__ unsigned char smem_raw[];
+  const tw_u32 sbase = (smem_u32(smem_raw) + 1023) & ~1023u;  // 128B swizzle atoms need 1024-byte alignment
+  const tw_u32 bar_full = sbase + BAR_OFFSET;
+  const tw_u32 bar_empty = bar_full + 8 * STAGES;
+  const tw_u32 bar_tfull = bar_empty + 8 * STAGES;
+  const tw_u32 bar_tempty = bar_tfull + 16;
+  const tw_u32 tmem_slot = bar_tempty + 16;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int num_m = (M + BM - 1) / BM;
+  const int num_n = (N + BN - 1) / BN;
+  const int num_tiles = num_m * num_n;
+  const int kt = (K + BK - 1) / BK;  // >= 1: the launcher rejects K == 0 (TMEM would be read uninitialised)
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bar_full + 8 * s, 1);   // producer's arrive.expect_tx + TMA bytes
+      mbar_init(bar_empty + 8 * s, 1);  // one tcgen05.commit by the MMA thread
+    }
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(bar_tfull + 8 * b, 1);             // one tcgen05.commit after a tile's last MMA
+      mbar_init(bar_tempty + 8 * b, EPI_THREADS);  // every epilogue thread, after its last tcgen05.ld
+    }
+    fence_mbarrier_init();  // inits visible to all threads and to the async proxy (TMA, tcgen05.commit)
+  }
+  if (warp == 1) {
+    __syncwarp();
+    tmem_alloc(tmem_slot, TMEM_COLS);  // whole warp; writes the TMEM base address to tmem_slot
+    tmem_relinquish_alloc_permit();    // we never allocate again: let a co-resident CTA's alloc proceed
+  }
+  // Publish the TMEM address: alloc's write is ordered by the before/after fence pair around the CTA barrier.
+  tc_fence_before_sync();
+  __syncthreads();
+  tc_fence_after_sync();
+  const tw_u32 tmem_base = *reinterpret_cast<volatile tw_u32*>(smem_raw + (tmem_slot - smem_u32(smem_raw)));
+
+  if (warp == 0) {
+    // ---------------- TMA producer ----------------
+    if (lane == 0) {
+      tma_prefetch_desc(&tm_a);
+      tma_prefetch_desc(&tm_b);
+      int s = 0;
+      tw_u32 phase = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        int pm, pn;
+        tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+        const int m0 = pm * BM, n0 = pn * BN;
+        for (int kb = 0; kb < kt; ++kb) {
+          const tw_u32 full = bar_full + 8 * s;
+          mbar_wait(bar_empty + 8 * s, phase ^ 1);  // fresh barrier: parity 1 counts as complete, first lap free
+          mbar_arrive_expect_tx(full, STAGE_BYTES);  // OOB zero-filled bytes count: always the whole stage
+          const tw_u32 sa = sbase + s * STAGE_BYTES;
+          const tw_u32 sb = sa + A_STAGE;
+          const int k0 = kb * BK;
+          if constexpr (A_MN) {
+#pragma unroll
+            for (int j = 0; j < BM / 64; ++j) tma_load_2d_cta(sa + j * BK * 128, &tm_a, full, m0 + 64 * j, k0);
+          } else {
+            tma_load_2d_cta(sa, &tm_a, full, k0, m0);
+          }
+          if constexpr (B_MN) {
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) tma_load_2d_cta(sb + j * BK * 128, &tm_b, full, n0 + 64 * j, k0);
+          } else {
+            tma_load_2d_cta(sb, &tm_b, full, k0, n0);
+          }
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else if (warp == 1) {
+    // ---------------- MMA issuer (one thread) ----------------
+    if (lane == 0) {
+      int s = 0;
+      tw_u32 phase = 0;
+      int it = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++it) {
+        const int buf = it & 1;
+        const tw_u32 d_tmem = tmem_base + buf * BN;  // column offset; lane field 0
+        // The epilogue must have drained this accumulator (its use two tiles ago); first use of each is free.
+        mbar_wait(bar_tempty + 8 * buf, ((it >> 1) & 1) ^ 1);
+        tc_fence_after_sync();  // order our MMAs after the epilogue's tcgen05.ld of this buffer
+        for (int kb = 0; kb < kt; ++kb) {
+          mbar_wait(bar_full + 8 * s, phase);  // TMA bytes of the stage have landed
+          tc_fence_after_sync();
+          const tw_u32 sa = sbase + s * STAGE_BYTES;
+          const tw_u32 sb = sa + A_STAGE;
+#pragma unroll
+          for (int k16 = 0; k16 < BK / 16; ++k16) {
+            // K-major: the next 16 elements are the next 32 bytes inside the 128-byte swizzle row (the hardware
+            // applies the swizzle to the computed addresses); MN-major: the next 16 K rows, 16 x 128 bytes on.
+            const tw_u32 a_off = A_MN ? k16 * 16 * 128 : k16 * 32;
+            const tw_u32 b_off = B_MN ? k16 * 16 * 128 : k16 * 32;
+            tc_mma_f16(d_tmem, tc_smem_desc(a_hi, sa + a_off), tc_smem_desc(b_hi, sb + b_off), idesc,
+                       (kb | k16) != 0);
+          }
+          tc_commit(bar_empty + 8 * s);  // stage s is free once these MMAs have read it
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+        tc_commit(bar_tfull + 8 * buf);  // accumulator complete once every MMA above has finished
+      }
+    }
+  } else {
+    // ---------------- epilogue (warps 2..5) ----------------
+    const int quarter = warp % 4;  // the TMEM lane quarter (tile rows) this warp may access
+    const int row_in_tile = quarter * 32 + lane;
+    int it = 0;
+    for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++it) {
+      int pm, pn;
+      tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+      const int buf = it & 1;
+      mbar_wait(bar_tfull + 8 * buf, (it >> 1) & 1);
+      __syncwarp();           // lanes leave the spin loop independently; tcgen05.ld is .sync.aligned
+      tc_fence_after_sync();  // order our tcgen05.ld after the MMAs the commit covered
+      const int row = pm * BM + row_in_tile;
+      const bool row_ok = row < M;
+      const long long roff = TW_RES ? (long long)(row / res_period) * rs0 + (long long)(row % res_period) * rs1 : 0;
+      unsigned short* orow = out + (long long)row * ldo;
+      const tw_u32 taddr = tmem_base + ((tw_u32)(quarter * 32) << 16) + buf * BN;
+#pragma unroll 1
+      for (int c0 = 0; c0 < BN; c0 += 16) {
+        tw_u32 v[16];
+        tmem_ld_32x32b_x16(taddr + c0, v);  // warp-collective: every lane issues it, even rows past M
+        tc_wait_ld();
+        tc_reg_fence(v);
+        const int col0 = pn * BN + c0;
+        if (!row_ok || col0 >= N) continue;  // N % 8 == 0: a 16-column chunk is either in, half in, or out
+        tw_u32 packed[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int col = col0 + 2 * j;
+          packed[j] = 0;
+          if (col < N) {  // N % 8 == 0: col < N implies col + 1 < N
+            float b0 = 0.0f, b1 = 0.0f;
+            if constexpr (TW_BIAS) {
+              b0 = elem_to_f32<FP16>(bias[col]);
+              b1 = elem_to_f32<FP16>(bias[col + 1]);
+            }
+            const unsigned short* rp = TW_RES ? res + roff + (long long)col * rs2 : nullptr;
+            const float v0 = epilogue_value<TW_ACT>(__uint_as_float(v[2 * j]), b0, rp);
+            const float v1 = epilogue_value<TW_ACT>(__uint_as_float(v[2 * j + 1]), b1, TW_RES ? rp + rs2 : nullptr);
+            packed[j] = pack_pair<FP16>(v0, v1);
+          }
+        }
+        st_global_v4_b32(orow + col0, packed[0], packed[1], packed[2], packed[3]);
+        if (col0 + 8 < N) st_global_v4_b32(orow + col0 + 8, packed[4], packed[5], packed[6], packed[7]);
+      }
+      tc_fence_before_sync();          // our tcgen05.ld of this buffer are ordered before the arrive below
+      mbar_arrive(bar_tempty + 8 * buf);  // the MMA warp may overwrite it
+    }
+  }
+
+  // Teardown: every role is done (the epilogue waited for the last accumulator, so every MMA has completed).
+  tc_fence_before_sync();
+  __syncthreads();
+  if (warp == 1) {
+    __syncwarp();  // .sync.aligned: the whole warp, converged
+    tc_fence_after_sync();
+    tmem_dealloc(tmem_base, TMEM_COLS);  // by the allocating warp, same column count
+  }
+#endif
+}

@@ -1,0 +1,192 @@
+"""CPU tier for the Blackwell CUDA GEMMs (issue 8): build-check for sm_100a (tcgen05) and sm_120a (mma.sync), the
+tcgen05 descriptor encoders against hand-computed PTX ISA examples, and the router on faked sm_100 / sm_120 devices
+(including a failing first-use self-check). No GPU needed; build tests need nvcc or NVRTC."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tilewright import router
+from tilewright.cuda_fallback import build, build_check, dispatch
+from tilewright.cuda_fallback import gemm as cg
+from tilewright.cuda_fallback import gemm_mma as mg
+from tilewright.cuda_fallback import gemm_sm100 as tg
+from tilewright.cuda_fallback import sm100_descriptors as d
+
+needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    path = tmp_path_factory.mktemp("twcache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILEWRIGHT_CACHE_DIR", str(path))
+    build._memo.clear()
+    yield path
+    build._memo.clear()
+    mp.undo()
+
+
+# ------------------------------------------------------------------------------------------------ build-check
+@needs_compiler
+@pytest.mark.parametrize("arch,kernel,markers,module", [
+    ("sm_100a", "gemm_sm100_tcgen05.cu", ("UTCHMMA", "UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"), tg),
+    ("sm_120a", "gemm_sm120_mma.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
+    ("sm_90a", "gemm_sm120_mma.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
+])
+def test_build_check_blackwell(cache, arch, kernel, markers, module):
+    rows, ok = build_check.build_check(arch)
+    table = build_check.format_table(rows)
+    assert ok, table
+    built = [r for r in rows if r["kernel"] == kernel]
+    assert len(built) == len(module.BUILD_CHECK_BUILDS), table
+    for r in built:
+        assert r["status"] == "ok" and r["spills"] == 0 and r["stack"] == 0, table
+        assert r["smem"] <= module.SMEM_LIMIT, table
+        if "not checked" not in r["markers"]:
+            for m in markers:
+                assert f"{m}:0" not in r["markers"] and m in r["markers"], table
+
+
+@needs_compiler
+def test_sm120_build_has_no_tma_syscall_fallback(cache):
+    """On sm_120 the shared::cluster TMA form compiles to UTMALDG plus a syscall slow path; the kernel uses the
+    shared::cta form there, so its SASS must carry no CALL at all."""
+    b = build.compile_source(mg.SOURCE, "sm_120a", mg.VARIANTS[mg.DEFAULT_VARIANT].defines(False, True, False))
+    text = build_check.sass(b.cubin)
+    if text is None:
+        pytest.skip("no cuobjdump")
+    assert "CALL" not in text and "UTMALDG" in text
+
+
+# ------------------------------------------------------------------------------------------------ descriptors
+def test_instr_desc_hand_computed():
+    # bf16 x bf16 -> f32, M = 128, N = 256, both K-major:
+    #   D=F32 (1 << 4) = 0x10, A=BF16 (1 << 7) = 0x80, B=BF16 (1 << 10) = 0x400,
+    #   N >> 3 = 32 -> 32 << 17 = 0x400000, M >> 4 = 8 -> 8 << 24 = 0x8000000  => 0x08400490
+    assert d.instr_desc(128, 256, "bfloat16") == 0x08400490
+    # f16, M = 128, N = 128, B MN-major: 0x10 | (1 << 16) = 0x10000 | (16 << 17) = 0x200000 | 0x8000000
+    assert d.instr_desc(128, 128, "float16", b_mn=True) == 0x08210010
+    # bf16, M = 64, N = 64, both MN-major: 0x10|0x80|0x400|0x8000|0x10000 | (8 << 17)=0x100000 | (4 << 24)
+    assert d.instr_desc(64, 64, "bfloat16", a_mn=True, b_mn=True) == 0x04118490
+    # kind::f8f6f4: e4m3 x e5m2 -> f32, M = 128, N = 128: 0x10 | (0 << 7) | (1 << 10) | 0x200000 | 0x8000000
+    assert d.instr_desc(128, 128, "e4m3", "e5m2", kind="f8f6f4") == 0x08200410
+    f = d.decode_instr_desc(d.instr_desc(128, 256, "bfloat16", b_mn=True))
+    assert (f["m"], f["n"], f["a_format"], f["b_format"], f["d_format"], f["a_mn"], f["b_mn"], f["reserved"],
+            f["sparse"], f["max_shift"]) == (128, 256, 1, 1, 1, 0, 1, 0, 0, 0)
+
+
+@pytest.mark.parametrize("bad", [dict(m=256, n=128), dict(m=128, n=264), dict(m=128, n=24), dict(m=64, n=4),
+                                 dict(m=128, n=128, a_format="e4m3")])
+def test_instr_desc_rejects_invalid_shapes(bad):
+    with pytest.raises(ValueError):
+        d.instr_desc(**bad)
+
+
+def test_smem_desc_hand_computed():
+    # 128B-swizzled K-major tile at 0x8400: start 0x8400 >> 4 = 0x840, LBO 16 >> 4 = 1 at bit 16 (0x10000),
+    # SBO 1024 >> 4 = 64 at bit 32 (0x40_0000_0000), version 1 at bit 46 (0x4000_0000_0000), layout 2 at bit 61
+    # (0x4000_0000_0000_0000)  => 0x4000_4040_0001_0840
+    assert d.smem_desc(0x8400, 16, 1024) == 0x4000404000010840
+    # the Hopper encoding of the same tile (no version bit, 128B = 1 in bits 62-63) must differ
+    hopper = (0x8400 >> 4) | (1 << 16) | (64 << 32) | (1 << 62)
+    assert d.smem_desc(0x8400, 16, 1024) != hopper
+    f = d.decode_smem_desc(d.smem_desc(0x8400 + 32, 8192, 1024))
+    assert f == {"addr": 0x8420, "lbo": 8192, "sbo": 1024, "version": 1, "base_offset": 0, "lbo_mode": 0,
+                 "layout": "128B"}
+    assert d.decode_smem_desc(d.smem_desc(0, 16, 1024, "64B"))["layout"] == "64B"
+    assert (d.smem_desc(0, 16, 1024, "32B") >> 61) == 6
+    with pytest.raises(ValueError):
+        d.smem_desc(0x8408, 16, 1024)  # not 16-byte aligned
+    with pytest.raises(ValueError):
+        d.smem_desc_hi(24, 1024)
+
+
+def test_kernel_descriptors_match_the_cu_static_asserts():
+    """gemm_sm100_tcgen05.cu static_asserts its constexpr mirror on these literals; keep both sides in sync."""
+    src = (build.SOURCE_DIR / tg.SOURCE).read_text()
+    for lit, val in (("0x08400490u", d.instr_desc(128, 256, "bfloat16")),
+                     ("0x08210010u", d.instr_desc(128, 128, "float16", b_mn=True)),
+                     ("0x04118490u", d.instr_desc(64, 64, "bfloat16", a_mn=True, b_mn=True)),
+                     ("0x4000404000010000ull", d.operand_desc_hi(False)),
+                     ("0x4000404002000000ull", d.operand_desc_hi(True))):
+        assert lit in src and int(lit.rstrip("ul"), 16) == val
+    idesc, a_hi, b_hi = tg.kernel_descriptors(tg.VARIANTS["tc128x256s4"], False, True, torch.bfloat16)
+    assert idesc == 0x08410490 and a_hi == d.operand_desc_hi(False) and b_hi == d.operand_desc_hi(True)
+
+
+# ------------------------------------------------------------------------------------------------ router
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    state = {"cap": (10, 0), "calls": 0}
+    monkeypatch.setattr(router, "_capability", lambda device: state["cap"])
+    monkeypatch.setattr(router, "_cuda_toolchain", lambda: build.Toolchain("nvcc", "nvcc", "13.0"))
+    monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
+    return state
+
+
+def _big(M=2048, N=2048, K=2048):
+    return torch.randn(M, K, dtype=torch.bfloat16), torch.randn(K, N, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("cap,module,label", [((10, 0), tg, "tcgen05"), ((10, 3), tg, "tcgen05"),
+                                              ((12, 0), mg, "mma.sync"), ((12, 1), mg, "mma.sync")])
+def test_router_blackwell_goes_to_its_family(fake_gpu, monkeypatch, cap, module, label):
+    fake_gpu["cap"] = cap
+    seen = []
+
+    def ready(a, b, bias=None, residual=None):
+        seen.append(module.__name__)
+        return True, "x: self-check passed; not yet run on this hardware by the project's tests"
+
+    monkeypatch.setattr(module, "ready", ready)
+    dec = router.decide("gemm", *_big(), None, None)
+    assert dec.backend == "cuda", str(dec)
+    assert seen == [module.__name__]
+    text = router.explain("gemm", *_big(), None, None)
+    assert label in text and "not yet run on this hardware by the project's tests" in text
+    a, b = _big(M=16, N=4096, K=4096)  # decode: outside the stand-in win region, Triton
+    dec = router.decide("gemm", a, b, None, None)
+    assert dec.backend == "triton" and "not yet run on this hardware" in dec.reasons[0], str(dec)
+
+
+@pytest.mark.parametrize("cap,module", [((10, 0), tg), ((12, 0), mg)])
+def test_router_blackwell_failing_self_check_falls_back_with_one_warning(fake_gpu, monkeypatch, cap, module):
+    """The real ready(): a failing self-check disables the family (Triton serves) and warns exactly once."""
+    fake_gpu["cap"] = cap
+    monkeypatch.setattr(module.guard, "checked", {})
+    monkeypatch.setattr(module.guard, "disabled", None)
+    monkeypatch.setattr(cg, "_warned", set())
+    monkeypatch.setattr(cg, "_device_model", lambda device: f"Fake Blackwell (sm_{cap[0]}{cap[1]})")
+    monkeypatch.setattr(cg, "_self_check_one",
+                        lambda *a, **k: (False, "self-check failed on (300, 264, 200): relative error 0.9"))
+    with pytest.warns(RuntimeWarning, match="Triton serves"):
+        dec = router.decide("gemm", *_big(), None, None)
+    assert dec.backend == "triton" and "self-check failed" in dec.reasons[0], str(dec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # second decision: cached result, no second warning
+        assert router.decide("gemm", *_big(), None, None).backend == "triton"
+    with pytest.raises(ValueError, match="self-check failed"):
+        router.decide("gemm", *_big(), None, None, backend="cuda")
+
+
+def test_dispatch_families():
+    assert dispatch.gemm_module(9) is cg and dispatch.gemm_module(10) is tg and dispatch.gemm_module(12) is mg
+    assert dispatch.gemm_module(8) is None and dispatch.gemm_module(11) is None
+    a, b = _big(64, 64, 64)
+    assert dispatch.try_launch(a, b, torch.empty(64, 64, dtype=torch.bfloat16)) is False  # CPU: declines
+
+
+def test_no_result_file_from_blackwell_yet():
+    assert tg.measured_on_hardware() == []
+    assert all("_on_sm90" not in p for p in mg.measured_on_hardware())
+
+
+def test_variant_smem_fits():
+    for v in mg.VARIANTS.values():
+        assert v.smem_bytes() <= mg.SMEM_LIMIT and v.threads == 288
+    for v in tg.VARIANTS.values():
+        assert v.smem_bytes() <= tg.SMEM_LIMIT and 2 * v.bn <= 512
