@@ -125,9 +125,17 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
 
 def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True,
                         periodic_residual: bool = False) -> triton.Config:
-    """A good untuned config for the shape (``TILEWRIGHT_AUTOTUNE=0``, or where tuning is not possible)."""
-    if M <= 64:
-        return _config(16 if M <= 16 else 32 if M <= 32 else 64, 32, 256, 4, 4, persistent=False, tma=False)
+    """A good untuned config for the shape: the only config for M <= 256 (see triton_kernels/gemm.SMALL_M) unless
+    `tilewright tune` stored a winner, and everywhere with ``TILEWRIGHT_AUTOTUNE=0``.
+
+    Small M reads B once and is memory bound: pointer loads with narrow, deep tiles were fastest on H200
+    (perf/results/h200/gemm_experiments_20261126-0140.log: 16x4096x4096 in 8.6 us with 16x32x256 tiles = 1.04x
+    cuBLAS; 128x4096x4096 in 12.8 us with 64x64x128 = 1.02x; TMA loads were 20-40% slower at these sizes).
+    """
+    if M <= 16:
+        return _config(16, 32, 256, 4, 4, tma=False)
+    if M <= 32:
+        return _config(32, 32, 256, 4, 4, tma=False)
     if M <= 256:
         return _config(64, 64, 128, 4, 4, tma=False)
     if use_tma and not periodic_residual:

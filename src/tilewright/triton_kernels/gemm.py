@@ -230,17 +230,18 @@ def _smem_limit(device: torch.device) -> int:
 
 
 def _tuning_bench(fn, quantiles):
-    """Time one config for the autotuner: CUDA-graph replays of ~40 ms of runs.
+    """Time one config for the autotuner: CUDA events over ~40 ms of runs (do_bench's default is 100 ms), enough to
+    rank configs of the large problems it tunes (M > SMALL_M) while keeping first-use tuning to seconds per bucket.
 
-    Graph replays, not event-timed Python calls: a decode-sized GEMM runs in ~10 us, less than one Python launch, so
-    event timing ranked every config at the launch overhead and the tuner picked at random (seen on H200: decode128
-    went from 0.92x to 0.70x cuBLAS between two tunings). Shorter than do_bench's defaults (100 ms), which is enough to
-    rank configs and keeps first-use tuning to a few seconds per shape bucket.
+    (CUDA-graph timing was tried here and picked 2x-slow configs on H200 - perf/LOG.md - so it is not used.)
     """
-    try:
-        return triton.testing.do_bench_cudagraph(fn, rep=40, quantiles=quantiles)
-    except RuntimeError:  # e.g. called while the caller's stream is already capturing: fall back to events
-        return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=quantiles)
+    return triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=quantiles)
+
+
+# Problems with M <= SMALL_M run in microseconds, less than one Python launch: event timing would rank every config
+# at the launch overhead. They use measured defaults (autotune/space.default_gemm_config) unless `tilewright tune`
+# (which times CUDA-graph replays) stored a winner.
+SMALL_M = 256
 
 
 gemm_kernel = triton.autotune(
@@ -383,11 +384,11 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
         return (max(1, min(programs, tiles) if meta["PERSISTENT"] else tiles),)
 
-    if config is None and not INTERPRET and os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0":
-        config = default_gemm_config(M, N, K, use_tma=bool(use_tma),
-                                     periodic_residual=kernel_args["RES_PERIODIC"])
     if config is None and not INTERPRET and a.is_cuda:
         config = _tuned_config(a, out, M, N, K, bool(use_tma), tma_store, kernel_args["RES_PERIODIC"])
+    if config is None and not INTERPRET and (M <= SMALL_M or os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0"):
+        config = default_gemm_config(M, N, K, use_tma=bool(use_tma),
+                                     periodic_residual=kernel_args["RES_PERIODIC"])
     if config is not None:
         _gemm_kernel[grid](**kernel_args, **config.all_kwargs())
         return out
