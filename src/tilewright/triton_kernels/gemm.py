@@ -45,6 +45,103 @@ def _mma(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
 
 
 @triton.jit
+def operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A_K_CONTIG: tl.constexpr,
+                        B_K_CONTIG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Device-side TMA descriptors over each operand's memory layout: a K-major A is (M, K), an M-major one (K, M);
+    a K-major B is (N, K), an N-major one (K, N). The mainloop transposes the loaded box back where needed."""
+    if A_K_CONTIG:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, 1], block_shape=[BLOCK_K, BLOCK_M])
+    if B_K_CONTIG:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    return a_desc, b_desc
+
+
+@triton.jit
+def _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G: tl.constexpr, BLOCK_K: tl.constexpr):
+    """RMSNorm prologue for one A tile: add its rows' fp32 sums of squares to ``ss``; return the tile scaled by g."""
+    af = a.to(tl.float32)
+    ss += tl.sum(af * af, axis=1)
+    if APPLY_G:
+        rk = offs_k + tl.arange(0, BLOCK_K)
+        g = tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+        a = (af * g[None, :]).to(a.dtype)
+    return a, ss
+
+
+@triton.jit
+def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+             A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, LOAD_DESC: tl.constexpr, NORM: tl.constexpr,
+             APPLY_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One output tile's K loop: returns the fp32 accumulator and, with NORM (the RMSNorm-fused GEMM), the fp32 row
+    sums of squares of A gathered from the very tiles the loop loads (A scaled by g first when APPLY_G).
+
+    Descriptor loads need no masks (TMA zero-fills out-of-bounds boxes, so tail rows add 0 to the sums); the pointer
+    path masks all three dims. (Wrapping rows/columns with `% M` would save the M/N masks but hides the unit-stride
+    dim's contiguity from the compiler: loads went scalar and ran 10x slower.) Its row/column offsets are int64
+    (tensors over 2^31 elements) and pointers advance by a 64-bit step.
+    """
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    if LOAD_DESC:
+        for ki in range(k_tiles):
+            offs_k = ki * BLOCK_K
+            if A_K_CONTIG:
+                a = a_desc.load([offs_m, offs_k])
+            else:
+                a = a_desc.load([offs_k, offs_m]).T
+            if B_K_CONTIG:
+                b = b_desc.load([offs_n, offs_k]).T
+            else:
+                b = b_desc.load([offs_k, offs_n])
+            if NORM:
+                a, ss = _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G, BLOCK_K)
+            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+    else:
+        rm = offs_m + tl.arange(0, BLOCK_M)
+        rn = offs_n + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
+        b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+        a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
+        b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
+        mask_m = rm[:, None] < M
+        mask_n = rn[None, :] < N
+        for ki in range(k_tiles):
+            k_left = K - ki * BLOCK_K
+            a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
+            if NORM:
+                a, ss = _norm_step(a, ss, g_ptr, ki * BLOCK_K, K, APPLY_G, BLOCK_K)
+            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+            a_ptrs += a_step
+            b_ptrs += b_step
+    return acc, ss
+
+
+@triton.jit
+def residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M: tl.constexpr,
+                  HAS_RESIDUAL: tl.constexpr, RES_PERIODIC: tl.constexpr, INDEX_64: tl.constexpr):
+    """Row addresses of the residual for one tile, computed once per tile (BLOCK_M values, not per element). Output
+    row r reads residual[r // P, r % P]; only a broadcast (periodic) residual pays for the integer division."""
+    res_rows = res_ptr
+    if HAS_RESIDUAL:
+        rows = offs_m + tl.arange(0, BLOCK_M)
+        if INDEX_64:
+            rows = rows.to(tl.int64)
+        if RES_PERIODIC:
+            res_rows = res_ptr + (rows // RES_PERIOD) * stride_res0 + (rows % RES_PERIOD) * stride_res1
+        else:
+            res_rows = res_ptr + rows * stride_res1
+    return res_rows
+
+
+@triton.jit
 def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr,
     M, N, K,
@@ -69,26 +166,15 @@ def _gemm_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
 
-    a_desc = None
+    LOAD_DESC: tl.constexpr = USE_TMA and TMA_LOADS
+    a_desc = None  # the compiler drops unused (None) descriptors; a jit helper cannot return None, so set them here
     b_desc = None
     c_desc = None
-    LOAD_DESC: tl.constexpr = USE_TMA and TMA_LOADS
     if LOAD_DESC:
-        if A_K_CONTIG:
-            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                               block_shape=[BLOCK_M, BLOCK_K])
-        else:
-            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, 1],
-                                               block_shape=[BLOCK_K, BLOCK_M])
-        if B_K_CONTIG:
-            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
-                                               block_shape=[BLOCK_N, BLOCK_K])
-        else:
-            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
-                                               block_shape=[BLOCK_K, BLOCK_N])
-    if TMA_STORE:
+        a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                             A_K_CONTIG, B_K_CONTIG, BLOCK_M, BLOCK_N, BLOCK_K)
+    if TMA_STORE:  # the output box is one epilogue chunk
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
 
@@ -96,52 +182,11 @@ def _gemm_kernel(
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if LOAD_DESC:
-            for ki in range(k_tiles):
-                offs_k = ki * BLOCK_K
-                if A_K_CONTIG:
-                    a = a_desc.load([offs_m, offs_k])
-                else:
-                    a = a_desc.load([offs_k, offs_m]).T
-                if B_K_CONTIG:
-                    b = b_desc.load([offs_n, offs_k]).T
-                else:
-                    b = b_desc.load([offs_k, offs_n])
-                acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
-        else:
-            # Masked loads on all three dims. (Wrapping rows/columns with `% M` would save the M/N masks but hides
-            # the unit-stride dimension's contiguity from the compiler: loads went scalar and ran 10x slower.)
-            # Row/column offsets are int64 (tensors over 2^31 elements); pointers advance by a 64-bit step.
-            rm = offs_m + tl.arange(0, BLOCK_M)
-            rn = offs_n + tl.arange(0, BLOCK_N)
-            rk = tl.arange(0, BLOCK_K)
-            a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
-            b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
-            a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
-            b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
-            mask_m = rm[:, None] < M
-            mask_n = rn[None, :] < N
-            for ki in range(k_tiles):
-                k_left = K - ki * BLOCK_K
-                a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
-                b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
-                acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
-                a_ptrs += a_step
-                b_ptrs += b_step
-
-        # ---- epilogue, in fp32, in EPI_SPLIT column chunks ----
-        # Residual row addresses once per tile (BLOCK_M values, not per element). Only a broadcast residual
-        # (pos_embed over the batch, ...) pays for the integer division; a plain (M, N) residual takes the else.
-        res_rows = res_ptr
-        if HAS_RESIDUAL:
-            rows = offs_m + tl.arange(0, BLOCK_M)
-            if INDEX_64:
-                rows = rows.to(tl.int64)
-            if RES_PERIODIC:
-                res_rows = res_ptr + (rows // RES_PERIOD) * stride_res0 + (rows % RES_PERIOD) * stride_res1
-            else:
-                res_rows = res_ptr + rows * stride_res1
+        acc, _ = mainloop(a_desc, b_desc, a_ptr, b_ptr, a_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
+                          stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, False, False, DOT_PRECISION,
+                          UPCAST_DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+        res_rows = residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M, HAS_RESIDUAL,
+                                 RES_PERIODIC, INDEX_64)
         _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
                          stride_res2, preact_ptr, BLOCK_M, BLOCK_N, EPI_SPLIT, TMA_STORE, HAS_BIAS, ACTIVATION,
                          HAS_RESIDUAL, STORE_PREACT, INDEX_64)

@@ -36,21 +36,9 @@ import triton
 import triton.language as tl
 
 from ..autotune.space import INTERPRETER_CONFIG, gemm_configs
-from .gemm import (INTERPRET, _early_prune, _ensure_allocator, _epilogue_chunks, _mma, _needs_int64,
-                   _residual_is_flat, _tuning_bench, tma_compatible)
+from .gemm import (INTERPRET, _early_prune, _ensure_allocator, _epilogue_chunks, _needs_int64, _residual_is_flat,
+                   _tuning_bench, mainloop, operand_descriptors, residual_rows, tma_compatible)
 from .tile_order import tile_coords
-
-
-@triton.jit
-def _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One K step of the norm: add the tile's row sums of squares to ``ss``; return the A tile scaled by g."""
-    af = a.to(tl.float32)
-    ss += tl.sum(af * af, axis=1)
-    if APPLY_G:
-        rk = offs_k + tl.arange(0, BLOCK_K)
-        g = tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-        a = (af * g[None, :]).to(a.dtype)
-    return a, ss
 
 
 @triton.jit
@@ -75,26 +63,15 @@ def _rmsnorm_gemm_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
 
-    a_desc = None
+    LOAD_DESC: tl.constexpr = USE_TMA and TMA_LOADS
+    a_desc = None  # the compiler drops unused (None) descriptors; a jit helper cannot return None, so set them here
     b_desc = None
     c_desc = None
-    LOAD_DESC: tl.constexpr = USE_TMA and TMA_LOADS
     if LOAD_DESC:
-        if A_K_CONTIG:
-            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                               block_shape=[BLOCK_M, BLOCK_K])
-        else:
-            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, 1],
-                                               block_shape=[BLOCK_K, BLOCK_M])
-        if B_K_CONTIG:
-            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
-                                               block_shape=[BLOCK_N, BLOCK_K])
-        else:
-            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
-                                               block_shape=[BLOCK_K, BLOCK_N])
-    if TMA_STORE:
+        a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                             A_K_CONTIG, B_K_CONTIG, BLOCK_M, BLOCK_N, BLOCK_K)
+    if TMA_STORE:  # the output box is one epilogue chunk
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
 
@@ -102,42 +79,11 @@ def _rmsnorm_gemm_kernel(
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        if LOAD_DESC:
-            # TMA zero-fills out-of-bounds boxes: tail rows get ss = 0 and are masked at the stores.
-            for ki in range(k_tiles):
-                offs_k = ki * BLOCK_K
-                if A_K_CONTIG:
-                    a = a_desc.load([offs_m, offs_k])
-                else:
-                    a = a_desc.load([offs_k, offs_m]).T
-                if B_K_CONTIG:
-                    b = b_desc.load([offs_n, offs_k]).T
-                else:
-                    b = b_desc.load([offs_k, offs_n])
-                a, ss = _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G, BLOCK_K)
-                acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
-        else:
-            # As in gemm.py: masked loads on all three dims (masked-off zeros add nothing to the sum of squares),
-            # int64 offsets.
-            rm = offs_m + tl.arange(0, BLOCK_M)
-            rn = offs_n + tl.arange(0, BLOCK_N)
-            rk = tl.arange(0, BLOCK_K)
-            a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
-            b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
-            a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
-            b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
-            mask_m = rm[:, None] < M
-            mask_n = rn[None, :] < N
-            for ki in range(k_tiles):
-                k_left = K - ki * BLOCK_K
-                a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
-                b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
-                a, ss = _norm_step(a, ss, g_ptr, ki * BLOCK_K, K, APPLY_G, BLOCK_K)
-                acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
-                a_ptrs += a_step
-                b_ptrs += b_step
+        # The GEMM's K loop with its RMSNorm prologue on: the row sums of squares come from the A tiles it loads
+        # (zero-filled / masked tails add nothing), A scaled by g before the dot when APPLY_G.
+        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
+                           stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, True, APPLY_G, DOT_PRECISION,
+                           UPCAST_DOT, BLOCK_M, BLOCK_N, BLOCK_K)
 
         # ---- epilogue, in fp32: rstd (IEEE sqrt), scale the rows, then the GEMM's chunked epilogue ----
         rstd = 1.0 / tl.sqrt_rn(ss / K + eps)
@@ -145,14 +91,8 @@ def _rmsnorm_gemm_kernel(
         if STORE_RSTD:
             tl.store(rstd_ptr + rows, rstd, mask=(rows < M) & (pid_n == 0))
         acc = acc * rstd[:, None]
-        res_rows = res_ptr
-        if HAS_RESIDUAL:
-            if INDEX_64:
-                rows = rows.to(tl.int64)
-            if RES_PERIODIC:
-                res_rows = res_ptr + (rows // RES_PERIOD) * stride_res0 + (rows % RES_PERIOD) * stride_res1
-            else:
-                res_rows = res_ptr + rows * stride_res1
+        res_rows = residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M, HAS_RESIDUAL,
+                                 RES_PERIODIC, INDEX_64)
         _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
                          stride_res2, c_ptr, BLOCK_M, BLOCK_N, EPI_SPLIT, TMA_STORE, HAS_BIAS, ACTIVATION,
                          HAS_RESIDUAL, False, INDEX_64)
