@@ -9,7 +9,7 @@ from tilewright.autotune.space import gemm_configs, prune_gemm_configs
 from tilewright.triton_kernels.aot import compile_reports
 from tilewright.triton_kernels.tile_order import GROUPED
 
-PTRS = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "preact_ptr")
+PTRS = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "preact_ptr", "g_ptr", "rstd_ptr")
 UNIT_STRIDES = ("stride_ak", "stride_bn", "stride_cn", "stride_res2")  # row-major a, b, out, residual
 INTS = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm", "stride_res0", "stride_res1", "RES_PERIOD", "M_BUCKET")
 ALIGNED = PTRS + ("stride_am", "stride_bk", "stride_cm", "stride_res0", "stride_res1")
@@ -44,11 +44,12 @@ def _jobs():
             seen.add(tile)
             constexprs = {**{k: 1 for k in UNIT_STRIDES}, **flags, "A_K_CONTIG": True, "B_K_CONTIG": False,
                           "USE_TMA": use_tma, "TMA_STORE": use_tma, "STORE_PREACT": False, "INDEX_64": False,
+                          "NORM": False, "APPLY_G": False, "STORE_RSTD": False,
                           "DOT_PRECISION": "tf32", "UPCAST_DOT": False, "GROUP": 8, "TILE_ORDER": GROUPED,
                           **{k: kw[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT", "PERSISTENT",
                                                 "FLATTEN", "TMA_LOADS")}}
             jobs.append(dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel",
-                             signature={**{k: "*bf16" for k in PTRS}, **{k: "i32" for k in INTS}},
+                             signature={**{k: "*bf16" for k in PTRS}, **{k: "i32" for k in INTS}, "eps": "fp32"},
                              constexprs=constexprs, arch=90, num_warps=kw["num_warps"],
                              num_stages=kw["num_stages"], divisible_by_16=ALIGNED))
             names.append(f"{epi_name}:{tile}")

@@ -397,18 +397,19 @@ def test_fused_kernel_compiles_for_sm90_with_wgmma_and_no_spills():
     variant (A straight from shared memory)."""
     from tilewright.triton_kernels.aot import compile_reports
 
-    ptrs = ("a_ptr", "b_ptr", "c_ptr", "g_ptr", "bias_ptr", "res_ptr")
+    ptrs = ("a_ptr", "b_ptr", "c_ptr", "g_ptr", "bias_ptr", "res_ptr", "preact_ptr")
     ints = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm", "stride_res0", "stride_res1", "RES_PERIOD",
             "M_BUCKET")
     sig = {**{k: "*bf16" for k in ptrs}, "rstd_ptr": "*fp32", **{k: "i32" for k in ints}, "eps": "fp32"}
 
     def job(apply_g, bias):
         ce = dict(stride_ak=1, stride_bn=1, stride_cn=1, stride_res2=1, A_K_CONTIG=True, B_K_CONTIG=True,
-                  USE_TMA=True, TMA_STORE=True, APPLY_G=apply_g, STORE_RSTD=True, HAS_BIAS=bias, ACTIVATION=0,
+                  USE_TMA=True, TMA_STORE=True, NORM=True, APPLY_G=apply_g, STORE_RSTD=True, STORE_PREACT=False,
+                  HAS_BIAS=bias, ACTIVATION=0,
                   HAS_RESIDUAL=False, RES_PERIODIC=False, DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False,
                   BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP=8, TILE_ORDER=1, EPI_SPLIT=4, TMA_LOADS=True,
                   PERSISTENT=True, FLATTEN=False)
-        return dict(kernel="tilewright.triton_kernels.rmsnorm_gemm:_rmsnorm_gemm_kernel", signature=sig,
+        return dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel", signature=sig,
                     constexprs=ce, arch=90, num_warps=8, num_stages=3,
                     divisible_by_16=ptrs + ("rstd_ptr", "stride_am", "stride_bk", "stride_cm", "stride_res1"))
 

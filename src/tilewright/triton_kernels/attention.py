@@ -44,6 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._runtime import ensure_allocator, is_tuned
+
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 LOG2E = 1.4426950408889634
@@ -565,37 +567,14 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def _alloc_scratch(size: int, alignment: int, stream):
-    return torch.empty(size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8)
-
-
-def _ensure_tma_allocator():
-    """Device-side tensor descriptors need a global scratch allocator; install one unless the user has."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_alloc_scratch)
-
-
-def _is_tuned(kernel, kernel_args: dict) -> bool:
-    if len(kernel.configs) <= 1:
-        return True
-    key = [kernel_args[k] for k in kernel.keys if k in kernel_args]
-    for name in kernel.arg_names:
-        arg = kernel_args.get(name)
-        if hasattr(arg, "dtype"):
-            key.append(str(arg.dtype))
-    return tuple(key) in kernel.cache
-
-
 def _launch(kernel, plain, grid, kernel_args, config, what):
     if kernel_args["USE_TMA"]:
-        _ensure_tma_allocator()
+        ensure_allocator()
     if config is not None:
         plain[grid](**kernel_args, **config.all_kwargs())
         return
     q = kernel_args["Q"]
-    if q.is_cuda and torch.cuda.is_current_stream_capturing() and not _is_tuned(kernel, kernel_args):
+    if q.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(kernel, kernel_args):
         raise RuntimeError(
             f"tilewright attention ({what}): this head dim / causal / dtype / length bucket has not been autotuned "
             "yet and autotuning cannot run during CUDA-graph capture. Run the same call once before capturing.")

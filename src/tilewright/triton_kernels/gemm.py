@@ -26,10 +26,10 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.runtime import _allocation
 
 from ..autotune.space import INTERPRETER_CONFIG, default_gemm_config, gemm_configs, prune_gemm_configs
 from .activation import apply_activation
+from ._runtime import ensure_allocator, is_tuned
 from .tile_order import tile_coords
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -143,8 +143,8 @@ def residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M
 
 @triton.jit
 def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr,
-    M, N, K,
+    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr, g_ptr, rstd_ptr,
+    M, N, K, eps,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     stride_res0, stride_res1, stride_res2, RES_PERIOD,
     M_BUCKET,  # autotune key only: M rounded up to a power of two, so varying batch sizes reuse one tuning
@@ -152,6 +152,9 @@ def _gemm_kernel(
     A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr, TMA_STORE: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr, RES_PERIODIC: tl.constexpr,
     STORE_PREACT: tl.constexpr,
+    # RMSNorm-fused GEMM (rmsnorm_gemm.py): x's row sums of squares from the A tiles, A * g before the dot (APPLY_G;
+    # else g is folded into b), the accumulator scaled by rstd before the bias, rstd stored for the backward.
+    NORM: tl.constexpr, APPLY_G: tl.constexpr, STORE_RSTD: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, INDEX_64: tl.constexpr,
     # tuned
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -182,9 +185,16 @@ def _gemm_kernel(
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
-        acc, _ = mainloop(a_desc, b_desc, a_ptr, b_ptr, a_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
-                          stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, False, False, DOT_PRECISION,
-                          UPCAST_DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
+                           stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM, APPLY_G, DOT_PRECISION,
+                           UPCAST_DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+        if NORM:
+            # rstd in fp32 with an IEEE sqrt; stored once per row (by the tiles of the first column) for backward.
+            rstd = 1.0 / tl.sqrt_rn(ss / K + eps)
+            if STORE_RSTD:
+                rows = offs_m + tl.arange(0, BLOCK_M)
+                tl.store(rstd_ptr + rows, rstd, mask=(rows < M) & (pid_n == 0))
+            acc = acc * rstd[:, None]
         res_rows = residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M, HAS_RESIDUAL,
                                  RES_PERIODIC, INDEX_64)
         _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
@@ -309,20 +319,6 @@ gemm_kernel = triton.autotune(
 )(_gemm_kernel)
 
 
-def _alloc_scratch(size: int, alignment: int, stream):
-    return torch.empty(size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8)
-
-
-def _ensure_allocator():
-    """Device-side tensor descriptors need a global-memory scratch allocator; install one unless the user has.
-
-    Triton keeps the allocator in a ContextVar, i.e. per thread: autograd runs backward on its own thread, so this
-    is checked at every launch (a ContextVar read), not once per process.
-    """
-    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        triton.set_allocator(_alloc_scratch)
-
-
 def tma_compatible(t: torch.Tensor) -> bool:
     """True when a 2-D tensor can be described by a TMA descriptor: a unit stride, 16-byte aligned base and stride."""
     if t.dim() != 2 or t.numel() == 0:
@@ -337,18 +333,6 @@ def tma_compatible(t: torch.Tensor) -> bool:
     else:
         return False
     return (other * es) % 16 == 0 and other > 0
-
-
-def is_tuned(kernel_args: dict) -> bool:
-    """Whether the autotuner already holds a winner for these arguments (no benchmarking would run)."""
-    if len(gemm_kernel.configs) <= 1:
-        return True
-    key = [kernel_args[k] for k in gemm_kernel.keys if k in kernel_args]
-    for name in gemm_kernel.arg_names:
-        arg = kernel_args.get(name)
-        if hasattr(arg, "dtype"):
-            key.append(str(arg.dtype))
-    return tuple(key) in gemm_kernel.cache
 
 
 def _residual_is_flat(residual: torch.Tensor) -> bool:
@@ -389,7 +373,7 @@ def _tuned_config(a, out, M, N, K, use_tma, tma_store, periodic_residual) -> tri
 
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                 activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
-                num_programs: int | None = None) -> torch.Tensor:
+                num_programs: int | None = None, norm: dict | None = None) -> torch.Tensor:
     """Compute ``out = act(a @ b + bias) + residual`` into ``out`` with the persistent Triton kernel.
 
     a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,);
@@ -397,6 +381,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     receives ``a @ b + bias`` before the activation. Shapes and dtypes are checked by the op layer, not here.
     ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size.
     With ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning.
+    ``norm`` (from rmsnorm_gemm.launch_rmsnorm_gemm) turns on the fused RMSNorm: ``{"weight": g or None, "rstd":
+    (M,) fp32 out or None, "eps": float, "tuner": its autotuner}``.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -408,7 +394,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         use_tma = major >= 9 and tma_compatible(a) and tma_compatible(b)
     tma_store = bool(use_tma) and out.stride(1) == 1 and tma_compatible(out)
     if use_tma or tma_store:
-        _ensure_allocator()
+        ensure_allocator()
     # Same preference as tma_compatible(): a unit stride on the last dim wins when both are 1 (size-1 dims).
     a_k_contig = a.stride(1) == 1
     b_k_contig = b.stride(1) != 1
@@ -422,7 +408,9 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     kernel_args = dict(
         a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
         res_ptr=residual if residual is not None else dummy, preact_ptr=preact if preact is not None else dummy,
-        M=M, N=N, K=K,
+        g_ptr=norm["weight"] if norm and norm["weight"] is not None else dummy,
+        rstd_ptr=norm["rstd"] if norm and norm["rstd"] is not None else dummy,
+        M=M, N=N, K=K, eps=float(norm["eps"]) if norm else 0.0,
         stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
         stride_cm=out.stride(0), stride_cn=out.stride(1),
         stride_res0=res_strides[0], stride_res1=res_strides[1], stride_res2=res_strides[2], RES_PERIOD=res_period,
@@ -431,6 +419,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_RESIDUAL=residual is not None,
         RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
+        NORM=norm is not None, APPLY_G=bool(norm) and norm["weight"] is not None,
+        STORE_RSTD=bool(norm) and norm["rstd"] is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and a.dtype == torch.bfloat16,
         INDEX_64=_needs_int64(M, N, out, residual),
@@ -440,7 +430,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
         return (max(1, min(programs, tiles) if meta["PERSISTENT"] else tiles),)
 
-    if config is None and not INTERPRET and a.is_cuda:
+    if config is None and not INTERPRET and a.is_cuda and norm is None:
         config = _tuned_config(a, out, M, N, K, bool(use_tma), tma_store, kernel_args["RES_PERIODIC"])
     if config is None and not INTERPRET and (M <= SMALL_M or os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0"):
         config = default_gemm_config(M, N, K, use_tma=bool(use_tma),
@@ -452,10 +442,11 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
             kernel_args["TMA_STORE"] = False
         _gemm_kernel[grid](**kernel_args, **config.all_kwargs())
         return out
-    if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(kernel_args):
+    tuner = norm["tuner"] if norm else gemm_kernel
+    if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(tuner, kernel_args):
         raise RuntimeError(
-            "tilewright GEMM: this shape/dtype has not been autotuned yet and autotuning cannot run during CUDA-graph "
-            f"capture (M={M}, N={N}, K={K}, dtype={a.dtype}). Run the same call once before capturing (warm-up), or "
-            "load a tuned cache with `tilewright tune`.")
-    gemm_kernel[grid](**kernel_args)
+            f"tilewright {'rms_norm_linear' if norm else 'GEMM'}: this shape/dtype has not been autotuned yet and "
+            f"autotuning cannot run during CUDA-graph capture (M={M}, N={N}, K={K}, dtype={a.dtype}). Run the same "
+            "call once before capturing (warm-up), or load a tuned cache with `tilewright tune`.")
+    tuner[grid](**kernel_args)
     return out
