@@ -106,6 +106,70 @@ def _make_desc(base, n_rows, stride_row, BLOCK: tl.constexpr, HEAD_DIM: tl.const
                                      block_shape=[BLOCK, HEAD_DIM_PAD])
 
 
+@triton.jit
+def _tile_desc(base, n_rows, stride_row, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+               USE_TMA: tl.constexpr):
+    """The TMA descriptor of one (batch, head) slice when ``USE_TMA``, else None (the pointer path ignores it)."""
+    desc = None
+    if USE_TMA:
+        desc = _make_desc(base, n_rows, stride_row, BLOCK, HEAD_DIM, HEAD_DIM_PAD)
+    return desc
+
+
+@triton.jit
+def _head_base(X, off_b, off_h, stride_b, stride_h):
+    """Base pointer of the (batch ``off_b`` (int64), head ``off_h``) slice of a (B, H, S, D) tensor, int64 offsets."""
+    return X + off_b * stride_b + off_h.to(tl.int64) * stride_h
+
+
+@triton.jit
+def _load_operand(desc, base, row0, n_rows, stride_row,
+                  BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                  MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr):
+    """``_load_rows`` of an MMA operand, upcast to fp32 under the interpreter with bf16 (``UPCAST``)."""
+    x = _load_rows(desc, base, row0, n_rows, stride_row, BLOCK, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA)
+    if UPCAST:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _query_program(GROUP, CAUSAL: tl.constexpr):
+    """(query block index, query head, batch (int64), kv head) of a program of a per-query-block grid."""
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m  # heaviest query blocks first
+    off_h = tl.program_id(1)
+    off_b = tl.program_id(2).to(tl.int64)
+    off_hk = off_h // GROUP
+    return pid_m, off_h, off_b, off_hk
+
+
+@triton.jit
+def _key_ranges(start_m, Skv, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """Key range of a query block, split as ``[0, hi_full)`` unmasked blocks and ``[hi_full, hi)`` masked ones
+    (causal diagonal and ragged Skv tail)."""
+    skv_full = (Skv // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        # BLOCK_M % BLOCK_N == 0, so start_m is a block boundary: keys < start_m are visible to every row
+        hi_full = tl.minimum(start_m, skv_full)
+        hi = tl.minimum(start_m + BLOCK_M, Skv)
+    else:
+        hi_full = skv_full
+        hi = Skv
+    return hi_full, hi
+
+
+@triton.jit
+def _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL: tl.constexpr):
+    """(BLOCK_M, BLOCK_N) visibility of keys ``start_n + offs_n0`` to queries ``offs_m``: in range, and causal."""
+    offs_n = start_n + offs_n0
+    mask = offs_n[None, :] < Skv
+    if CAUSAL:
+        mask = mask & (offs_n[None, :] <= offs_m[:, None])
+    return mask
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # forward
 # ----------------------------------------------------------------------------------------------------------------
@@ -119,15 +183,11 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k = _load_rows(k_desc, k_base, start_n, Skv, stride_kn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA)
-        if UPCAST:
-            k = k.to(tl.float32)
+        k = _load_operand(k_desc, k_base, start_n, Skv, stride_kn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+                          UPCAST)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if MASKED:
-            offs_n = start_n + offs_n0
-            mask = offs_n[None, :] < Skv
-            if CAUSAL:
-                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL)
             qk = tl.where(mask, qk * qk_scale, float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
             # a row with no visible key so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN
@@ -141,9 +201,8 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
         alpha = tl.math.exp2(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_rows(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA)
-        if UPCAST:
-            v = v.to(tl.float32)
+        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+                          UPCAST)
         acc = tl.dot(_operand(p, DTYPE, UPCAST), v, acc, input_precision=DOT_PRECISION)
         m_i = m_ij
     return acc, l_i, m_i
@@ -160,43 +219,24 @@ def _attn_fwd_kernel(
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - pid_m  # heaviest query blocks first
-    off_h = tl.program_id(1)
-    off_b = tl.program_id(2).to(tl.int64)
-    off_hk = off_h // GROUP
-    q_base = Q + off_b * stride_qb + off_h.to(tl.int64) * stride_qh
-    k_base = K + off_b * stride_kb + off_hk.to(tl.int64) * stride_kh
-    v_base = V + off_b * stride_vb + off_hk.to(tl.int64) * stride_vh
-    o_base = O + off_b * stride_ob + off_h.to(tl.int64) * stride_oh
-    q_desc = None
-    k_desc = None
-    v_desc = None
-    o_desc = None
-    if USE_TMA:
-        q_desc = _make_desc(q_base, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD)
-        k_desc = _make_desc(k_base, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD)
-        v_desc = _make_desc(v_base, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD)
-        o_desc = _make_desc(o_base, Sq, stride_os, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD)
+    pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
+    q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
+    k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
+    v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
+    o_base = _head_base(O, off_b, off_h, stride_ob, stride_oh)
+    q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    o_desc = _tile_desc(o_base, Sq, stride_os, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
 
     start_m = pid_m * BLOCK_M
-    q = _load_rows(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA)
-    if UPCAST:
-        q = q.to(tl.float32)
+    q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    skv_full = (Skv // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        # BLOCK_M % BLOCK_N == 0, so start_m is a block boundary: keys < start_m are visible to every row
-        hi_full = tl.minimum(start_m, skv_full)
-        hi = tl.minimum(start_m + BLOCK_M, Skv)
-    else:
-        hi_full = skv_full
-        hi = Skv
+    hi_full, hi = _key_ranges(start_m, Skv, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
                                start_m, 0, hi_full, Skv, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
                                False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
@@ -228,8 +268,8 @@ def _attn_bwd_preprocess(
     start_m = tl.program_id(0) * BLOCK_M
     off_h = tl.program_id(1)
     off_b = tl.program_id(2).to(tl.int64)
-    o_base = O + off_b * stride_ob + off_h.to(tl.int64) * stride_oh
-    do_base = DO + off_b * stride_dob + off_h.to(tl.int64) * stride_doh
+    o_base = _head_base(O, off_b, off_h, stride_ob, stride_oh)
+    do_base = _head_base(DO, off_b, off_h, stride_dob, stride_doh)
     o = _load_rows(None, o_base, start_m, Sq, stride_os, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, False)
     do = _load_rows(None, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, False)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
@@ -261,11 +301,10 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
                 MASK_ROWS: tl.constexpr, CAUSAL_MASK: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
                 DOT_PRECISION: tl.constexpr):
     DTYPE: tl.constexpr = q_base.dtype.element_ty
-    q = _load_rows(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA)
-    do = _load_rows(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA)
-    if UPCAST:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
+    q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA,
+                      UPCAST)
+    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA,
+                       UPCAST)
     m, delta = _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M, MASK_ROWS)
     qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M)
     pT = tl.math.exp2(qkT * qk_scale - m[None, :])
@@ -294,24 +333,16 @@ def _attn_bwd_dkdv_kernel(
     start_n = tl.program_id(0) * BLOCK_N1
     off_hk = tl.program_id(1)
     off_b = tl.program_id(2).to(tl.int64)
-    k_base = K + off_b * stride_kb + off_hk.to(tl.int64) * stride_kh
-    v_base = V + off_b * stride_vb + off_hk.to(tl.int64) * stride_vh
-    dk_base = DK + off_b * stride_dkb + off_hk.to(tl.int64) * stride_dkh
-    dv_base = DV + off_b * stride_dvb + off_hk.to(tl.int64) * stride_dvh
-    k_desc = None
-    v_desc = None
-    dk_desc = None
-    dv_desc = None
-    if USE_TMA:
-        k_desc = _make_desc(k_base, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD)
-        v_desc = _make_desc(v_base, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD)
-        dk_desc = _make_desc(dk_base, Skv, stride_dks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD)
-        dv_desc = _make_desc(dv_base, Skv, stride_dvs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD)
-    k = _load_rows(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA)
-    v = _load_rows(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA)
-    if UPCAST:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
+    v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
+    dk_base = _head_base(DK, off_b, off_hk, stride_dkb, stride_dkh)
+    dv_base = _head_base(DV, off_b, off_hk, stride_dvb, stride_dvh)
+    k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    dk_desc = _tile_desc(dk_base, Skv, stride_dks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    dv_desc = _tile_desc(dv_base, Skv, stride_dvs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
+    v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
@@ -330,14 +361,11 @@ def _attn_bwd_dkdv_kernel(
 
     for g in range(GROUP):
         off_h = off_hk * GROUP + g
-        q_base = Q + off_b * stride_qb + off_h.to(tl.int64) * stride_qh
-        do_base = DO + off_b * stride_dob + off_h.to(tl.int64) * stride_doh
+        q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
+        do_base = _head_base(DO, off_b, off_h, stride_dob, stride_doh)
         row_base = (off_b * Hq + off_h) * Sq
-        q_desc = None
-        do_desc = None
-        if USE_TMA:
-            q_desc = _make_desc(q_base, Sq, stride_qs, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD)
-            do_desc = _make_desc(do_base, Sq, stride_dos, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD)
+        q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+        do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
         for start_m in range(diag_lo, diag_hi, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
                                  start_m, start_n, Sq, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD,
@@ -368,18 +396,14 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k = _load_rows(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA)
-        v = _load_rows(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+                          UPCAST)
+        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+                          UPCAST)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         p = tl.math.exp2(qk * qk_scale - m[:, None])
         if MASKED:
-            offs_n = start_n + offs_n0
-            mask = offs_n[None, :] < Skv
-            if CAUSAL:
-                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL)
             p = tl.where(mask, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
@@ -398,44 +422,25 @@ def _attn_bwd_dq_kernel(
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    off_h = tl.program_id(1)
-    off_b = tl.program_id(2).to(tl.int64)
-    off_hk = off_h // GROUP
+    pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     start_m = pid_m * BLOCK_M2
-    q_base = Q + off_b * stride_qb + off_h.to(tl.int64) * stride_qh
-    do_base = DO + off_b * stride_dob + off_h.to(tl.int64) * stride_doh
-    k_base = K + off_b * stride_kb + off_hk.to(tl.int64) * stride_kh
-    v_base = V + off_b * stride_vb + off_hk.to(tl.int64) * stride_vh
-    dq_base = DQ + off_b * stride_dqb + off_h.to(tl.int64) * stride_dqh
-    q_desc = None
-    do_desc = None
-    k_desc = None
-    v_desc = None
-    dq_desc = None
-    if USE_TMA:
-        q_desc = _make_desc(q_base, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD)
-        do_desc = _make_desc(do_base, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD)
-        k_desc = _make_desc(k_base, Skv, stride_ks, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD)
-        v_desc = _make_desc(v_base, Skv, stride_vs, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD)
-        dq_desc = _make_desc(dq_base, Sq, stride_dqs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD)
-    q = _load_rows(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA)
-    do = _load_rows(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA)
-    if UPCAST:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
+    q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
+    do_base = _head_base(DO, off_b, off_h, stride_dob, stride_doh)
+    k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
+    v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
+    dq_base = _head_base(DQ, off_b, off_h, stride_dqb, stride_dqh)
+    q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    dq_desc = _tile_desc(dq_base, Sq, stride_dqs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
+    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA,
+                       UPCAST)
     m, delta = _load_stats(LSE, DELTA, (off_b * Hq + off_h) * Sq, start_m, Sq, BLOCK_M2, True)
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
-    skv_full = (Skv // BLOCK_N2) * BLOCK_N2
-    if CAUSAL:
-        hi_full = tl.minimum(start_m, skv_full)
-        hi = tl.minimum(start_m + BLOCK_M2, Skv)
-    else:
-        hi_full = skv_full
-        hi = Skv
+    hi_full, hi = _key_ranges(start_m, Skv, BLOCK_M2, BLOCK_N2, CAUSAL)
     dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, 0, hi_full,
                    Skv, qk_scale, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST,
                    DOT_PRECISION)
