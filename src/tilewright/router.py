@@ -26,6 +26,7 @@ import torch
 
 BACKENDS = ("triton", "torch", "cuda")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 _local = threading.local()
 
@@ -69,10 +70,13 @@ def _eligible(op: str, backend: str, tensors) -> tuple[bool, str]:
     if backend == "torch":
         return True, "torch reference: runs anywhere"
     if backend == "triton":
-        bad = [t.dtype for t in tensors if t.is_floating_point() and t.dtype not in _FLOAT_DTYPES]
+        allowed = _FP8_DTYPES if op == "scaled_mm" else _FLOAT_DTYPES
+        bad = [t.dtype for t in tensors if t.is_floating_point() and t.dtype not in allowed]
         if bad:
-            return False, f"triton: dtype {bad[0]} not supported (fp16, bf16, fp32)"
+            return False, f"triton: dtype {bad[0]} not supported for {op} ({', '.join(map(str, allowed))})"
         if device.type == "cuda":
+            if op == "scaled_mm" and torch.cuda.get_device_capability(device) < (8, 9):
+                return False, "triton: FP8 tensor cores need sm_89 or newer"
             return True, f"triton: CUDA device {device}"
         if _interpreting():
             return True, "triton: CPU tensors under TRITON_INTERPRET=1 (interpreter; correct, not fast)"
@@ -170,6 +174,7 @@ def _forced() -> tuple[str | None, str]:
 # Preference order per op, best first. Later issues add "cuda" in front where a hand-written kernel exists.
 PREFERENCE = {"gemm": ("cuda", "triton", "torch"), "attention": ("triton", "torch")}
 PREFERENCE["rms_norm_linear"] = ("triton", "torch")
+PREFERENCE["scaled_mm"] = ("triton", "torch")
 
 
 def decide(op: str, *tensors, backend: str | None = None) -> Decision:

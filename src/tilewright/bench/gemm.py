@@ -5,13 +5,14 @@ Cases per shape (bf16 in, fp32 accumulate, bf16 out; a (M, K) and b (K, N) row-m
   bias      tilewright ``matmul(a, b, bias=bias)``      vs cuBLASLt ``torch.addmm(bias, a, b)``
   residual  tilewright ``matmul(a, b, residual=r)``     vs cuBLAS ``a @ b`` + a separate ``+ r`` kernel
   pos_embed tilewright ``matmul(x, b, residual=pos)``   vs ``x @ b + pos`` (x: (B, S, K), pos: (S, N); large shapes)
+  fp8       tilewright ``scaled_mm`` (e4m3, per-tensor)  vs cuBLASLt ``torch._scaled_mm`` (sm_89+ only)
 """
 from __future__ import annotations
 
 import pandas as pd
 import torch
 
-from .. import matmul, router
+from .. import matmul, router, scaled_mm
 from .common import COLUMNS, add_speedups, on_gpu, time_ms
 
 # tag: (M, N, K)
@@ -66,6 +67,15 @@ def _cases(M, N, K, dtype, device):
         "bias": ({**ours(a, bias=bias), lt: lambda: torch.addmm(bias, a, b)}, lt),
         "residual": ({**ours(a, residual=r), f"{blas}+add": lambda: a @ b + r}, f"{blas}+add"),
     }
+    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 9) and hasattr(torch, "_scaled_mm"):
+        # FP8 (e4m3, per-tensor scales, bf16 out) against cuBLASLt's torch._scaled_mm, b K-major as it requires
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
+        sa = torch.tensor(1.0, device=device)
+        sb = torch.tensor(1.0, device=device)
+        cases["fp8"] = ({"tilewright_triton": lambda: scaled_mm(a8, b8, sa, sb),
+                         "cublaslt_scaled_mm": lambda: torch._scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16)},
+                        "cublaslt_scaled_mm")
     if M % POS_EMBED_SEQ == 0 and M >= 4 * POS_EMBED_SEQ:
         x = a.view(M // POS_EMBED_SEQ, POS_EMBED_SEQ, K)
         pos = torch.randn(POS_EMBED_SEQ, N, device=device, dtype=dtype)

@@ -143,7 +143,7 @@ def residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M
 
 @triton.jit
 def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr, g_ptr, rstd_ptr,
+    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr, g_ptr, rstd_ptr, scale_a_ptr, scale_b_ptr,
     M, N, K, eps,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     stride_res0, stride_res1, stride_res2, RES_PERIOD,
@@ -155,6 +155,9 @@ def _gemm_kernel(
     # RMSNorm-fused GEMM (rmsnorm_gemm.py): x's row sums of squares from the A tiles, A * g before the dot (APPLY_G;
     # else g is folded into b), the accumulator scaled by rstd before the bias, rstd stored for the backward.
     NORM: tl.constexpr, APPLY_G: tl.constexpr, STORE_RSTD: tl.constexpr,
+    # FP8 inputs (scaled_mm): dequantization scales applied to the fp32 accumulator before the bias;
+    # 0: none, 1: one scale per tensor, 2: rowwise (scale_a (M,), scale_b (N,)).
+    SCALE_MODE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, INDEX_64: tl.constexpr,
     # tuned
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -195,6 +198,14 @@ def _gemm_kernel(
                 rows = offs_m + tl.arange(0, BLOCK_M)
                 tl.store(rstd_ptr + rows, rstd, mask=(rows < M) & (pid_n == 0))
             acc = acc * rstd[:, None]
+        if SCALE_MODE == 1:
+            acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+        elif SCALE_MODE == 2:
+            rows = offs_m + tl.arange(0, BLOCK_M)
+            cols = offs_n + tl.arange(0, BLOCK_N)
+            sa = tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)
+            sb = tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)
+            acc = acc * sa[:, None] * sb[None, :]
         res_rows = residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M, HAS_RESIDUAL,
                                  RES_PERIODIC, INDEX_64)
         _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
@@ -258,8 +269,8 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bi
         tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, out, mask=mask)
 
 
-_TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "HAS_BIAS", "ACTIVATION",
-               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION"]
+_TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "SCALE_MODE", "HAS_BIAS",
+               "ACTIVATION", "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION"]
 
 
 def _early_prune(configs, named_args, **kwargs):
@@ -373,7 +384,7 @@ def _tuned_config(a, out, M, N, K, use_tma, tma_store, periodic_residual) -> tri
 
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                 activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
-                num_programs: int | None = None, norm: dict | None = None) -> torch.Tensor:
+                num_programs: int | None = None, norm: dict | None = None, scales=None) -> torch.Tensor:
     """Compute ``out = act(a @ b + bias) + residual`` into ``out`` with the persistent Triton kernel.
 
     a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,);
@@ -382,7 +393,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size.
     With ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning.
     ``norm`` (from rmsnorm_gemm.launch_rmsnorm_gemm) turns on the fused RMSNorm: ``{"weight": g or None, "rstd":
-    (M,) fp32 out or None, "eps": float, "tuner": its autotuner}``.
+    (M,) fp32 out or None, "eps": float, "tuner": its autotuner}``. ``scales`` (FP8 inputs, ops/scaled_mm.py):
+    ``(scale_a, scale_b)`` fp32, both with one element (per tensor) or (M,) and (N,) (rowwise).
     """
     M, K = a.shape
     N = b.shape[1]
@@ -410,6 +422,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         res_ptr=residual if residual is not None else dummy, preact_ptr=preact if preact is not None else dummy,
         g_ptr=norm["weight"] if norm and norm["weight"] is not None else dummy,
         rstd_ptr=norm["rstd"] if norm and norm["rstd"] is not None else dummy,
+        scale_a_ptr=scales[0] if scales is not None else dummy, scale_b_ptr=scales[1] if scales is not None else dummy,
         M=M, N=N, K=K, eps=float(norm["eps"]) if norm else 0.0,
         stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
         stride_cm=out.stride(0), stride_cn=out.stride(1),
@@ -420,6 +433,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
         NORM=norm is not None, APPLY_G=bool(norm) and norm["weight"] is not None,
+        SCALE_MODE=0 if scales is None else 1 if scales[0].numel() == 1 else 2,
         STORE_RSTD=bool(norm) and norm["rstd"] is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and a.dtype == torch.bfloat16,

@@ -1,0 +1,117 @@
+"""CPU tier: the FP8 GEMM (tilewright.scaled_mm) under the interpreter, its checks, opcheck, and its sm_90 build.
+
+Error rule: the kernel accumulates exactly-representable fp8 products in fp32, so its error against a float64
+reference is the output rounding - at most 1 ulp of the output dtype per element (the interpreter rounds fp32 -> bf16
+by truncation, up to 1 ulp; the GPU rounds to nearest, 1/2 ulp) - plus the fp32 accumulation error, bounded by
+K * 2^-24 * sum_k |a||b| (which only matters near cancellation and for fp32 outputs).
+"""
+import pytest
+import torch
+
+import tilewright
+from tilewright.ops.scaled_mm import scaled_mm_op, scaled_mm_reference
+
+pytestmark = pytest.mark.interpreter
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def _fp8_pair(M, K, N, dtype=E4M3):
+    a = (torch.randn(M, K) * 2).to(dtype)
+    b = torch.randn(N, K).to(dtype).t()  # K-major, as torch._scaled_mm wants
+    return a, b
+
+
+MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
+
+
+def _check(out, a, b, sa, sb, bias=None, out_dtype=torch.bfloat16):
+    ref = scaled_mm_reference(a, b, sa, sb, bias, torch.float64, torch.float64)
+    ulp = torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(1e-30))) - MANTISSA_BITS[out_dtype])
+    magnitude = scaled_mm_reference(a.double().abs(), b.double().abs(), sa.abs(), sb.abs(), None, torch.float64,
+                                    torch.float64)
+    bound = ulp + a.shape[1] * 2.0 ** -24 * magnitude
+    err = (out.double() - ref).abs()
+    assert out.dtype == out_dtype and torch.isfinite(out).all()
+    worst = (err / bound).max().item()
+    assert worst <= 1.0, f"error {worst:.3f}x the bound (1 output ulp + fp32 accumulation)"
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("rowwise", [False, True])
+def test_numerics_with_tails(dtype, rowwise):
+    M, K, N = 70, 96, 88  # tails against the 64x64x32 interpreter tile
+    a, b = _fp8_pair(M, K, N, dtype)
+    sa, sb = (torch.rand(M) + 0.5, torch.rand(N) + 0.5) if rowwise else (torch.tensor([0.5]), torch.tensor([3.0]))
+    _check(tilewright.scaled_mm(a, b, sa, sb), a, b, sa, sb)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_bias_and_out_dtypes(out_dtype):
+    a, b = _fp8_pair(33, 64, 40)
+    sa, sb = torch.rand(33, 1) + 0.5, torch.rand(1, 40) + 0.5  # (M, 1) / (1, N) like torch._scaled_mm
+    bias = torch.randn(40).to(out_dtype)
+    out = tilewright.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    _check(out, a, b, sa, sb, bias, out_dtype)
+
+
+def test_torch_backend_matches():
+    a, b = _fp8_pair(16, 32, 24)
+    sa, sb = torch.tensor([1.5]), torch.tensor([0.25])
+    ours = tilewright.scaled_mm(a, b, sa, sb)
+    ref = tilewright.scaled_mm(a, b, sa, sb, backend="torch")
+    assert (ours.float() - ref.float()).abs().max() <= 2 * ref.float().abs().max() * 2 ** -8
+
+
+@pytest.mark.parametrize("call, exc, needle", [
+    (lambda a, b: tilewright.scaled_mm(a.float(), b, torch.ones(1), torch.ones(1)), TypeError, "a:"),
+    (lambda a, b: tilewright.scaled_mm(a, b.contiguous(), torch.ones(1), torch.ones(1)), ValueError, "K-major"),
+    (lambda a, b: tilewright.scaled_mm(a, b[:16], torch.ones(1), torch.ones(1)), ValueError, "b:"),
+    (lambda a, b: tilewright.scaled_mm(a, b, torch.ones(1, dtype=torch.float16), torch.ones(1)), TypeError,
+     "scale_a"),
+    (lambda a, b: tilewright.scaled_mm(a, b, torch.ones(5), torch.ones(1)), ValueError, "scale_a"),
+    (lambda a, b: tilewright.scaled_mm(a, b, torch.ones(8), torch.ones(1)), ValueError, "granularity"),
+    (lambda a, b: tilewright.scaled_mm(a, b, torch.ones(1), torch.ones(1), bias=torch.ones(3)), ValueError, "bias"),
+    (lambda a, b: tilewright.scaled_mm(a, b, torch.ones(1), torch.ones(1), out_dtype=E4M3), TypeError, "out_dtype"),
+])
+def test_input_checks(call, exc, needle):
+    a, b = _fp8_pair(8, 32, 24)
+    with pytest.raises(exc, match=needle):
+        call(a, b)
+
+
+def test_opcheck():
+    # test_schema is left out: it perturbs the inputs with arithmetic that torch does not implement for float8 on CPU
+    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+    a, b = _fp8_pair(12, 32, 16)
+    torch.library.opcheck(scaled_mm_op, (a, b, torch.ones(1), torch.full((1,), 0.5), None, torch.bfloat16, None),
+                          test_utils=utils)
+    torch.library.opcheck(scaled_mm_op, (a, b, torch.rand(12) + 0.5, torch.rand(16) + 0.5,
+                                         torch.randn(16, dtype=torch.bfloat16), torch.bfloat16, "triton"),
+                          test_utils=utils)
+
+
+def test_fp8_gemm_compiles_for_sm90_with_qgmma_and_no_spills():
+    """The FP8 variant of the GEMM kernel on sm_90: FP8 wgmma (QGMMA), TMA loads, no spills, both scale modes."""
+    from tilewright.triton_kernels.aot import compile_reports
+
+    ptrs = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "preact_ptr", "g_ptr", "rstd_ptr", "scale_a_ptr",
+            "scale_b_ptr")
+    types = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "scale_a_ptr": "*fp32", "scale_b_ptr": "*fp32",
+             "rstd_ptr": "*fp32"}
+    ints = ("M", "N", "K", "stride_am", "stride_bn", "stride_cm", "stride_res0", "stride_res1", "RES_PERIOD",
+            "M_BUCKET")
+    sig = {**{k: types.get(k, "*bf16") for k in ptrs}, **{k: "i32" for k in ints}, "eps": "fp32"}
+
+    def job(scale_mode):
+        ce = dict(stride_ak=1, stride_bk=1, stride_cn=1, stride_res2=1, A_K_CONTIG=True, B_K_CONTIG=True,
+                  USE_TMA=True, TMA_STORE=True, HAS_BIAS=True, ACTIVATION=0, HAS_RESIDUAL=False, RES_PERIODIC=False,
+                  STORE_PREACT=False, NORM=False, APPLY_G=False, STORE_RSTD=False, SCALE_MODE=scale_mode,
+                  DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                  GROUP=8, TILE_ORDER=1, EPI_SPLIT=4, TMA_LOADS=True, PERSISTENT=True, FLATTEN=False)
+        return dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel", signature=sig, constexprs=ce, arch=90,
+                    num_warps=8, num_stages=4, divisible_by_16=ptrs + ("stride_am", "stride_bn", "stride_cm"))
+
+    for rep in compile_reports([job(1), job(2)]):
+        assert rep.has("QGMMA"), "no FP8 wgmma in SASS"
+        assert rep.has("UTMALDG")
+        assert rep.spill_bytes == 0, f"{rep.spill_bytes} bytes spilled ({rep.registers} registers)"
