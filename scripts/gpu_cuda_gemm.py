@@ -130,11 +130,16 @@ EPILOGUES = [("none", False, None, None), ("bias", True, None, None), ("bias_rel
                                                                                          "row")]
 
 
-def run_case(M, N, K, dtype, variant, a_mn, b_mn, epi, order="grouped", group=8):
-    """(ok, err, torch_err, finite), or None when the layout cannot take TMA (the router would not route it)."""
+def run_case(M, N, K, dtype, variant, a_mn, b_mn, epi, order="grouped", group=8, launch=None, constraints=None):
+    """(ok, err, torch_err, finite), or None when the layout cannot take TMA (the router would not route it).
+
+    ``launch`` / ``constraints``: another CUDA GEMM family's (default: the sm_90a kernel's); gpu_sm120_gemm.py
+    passes the mma.sync kernel's."""
+    launch = launch or cg.launch_cuda_gemm
+    constraints = constraints or cg.constraints
     name, has_bias, act, res_kind = epi
     a, b = make_inputs(M, N, K, dtype, a_mn, b_mn)
-    if not cg.constraints(a, b)[0]:
+    if not constraints(a, b)[0]:
         return None
     bias = torch.randn(N, device=DEV, dtype=dtype) if has_bias else None
     res3 = res2d = None
@@ -151,8 +156,7 @@ def run_case(M, N, K, dtype, variant, a_mn, b_mn, epi, order="grouped", group=8)
         res3 = row.expand(1, M, N)
         res2d = row.expand(M, N)
     out = torch.full((M, N), float("nan"), device=DEV, dtype=dtype)
-    cg.launch_cuda_gemm(a, b, out, bias=bias, residual=res3, activation=act, variant=variant, tile_order=order,
-                        group=group)
+    launch(a, b, out, bias=bias, residual=res3, activation=act, variant=variant, tile_order=order, group=group)
     r64, t = reference(a, b, bias, res2d, act, dtype)
     den = r64.norm().item() or 1.0
     e_ours = (out.double() - r64).norm().item() / den
@@ -160,6 +164,14 @@ def run_case(M, N, K, dtype, variant, a_mn, b_mn, epi, order="grouped", group=8)
     finite = bool(torch.isfinite(out).all())
     ok = finite and e_ours <= 2 * e_torch + 1e-5
     return ok, e_ours, e_torch, finite
+
+
+def write_csv(name, rows, fieldnames=None):
+    """``rows`` (dicts) to $OUT/``name``; the columns are the first row's keys unless given."""
+    with open(os.path.join(OUT, name), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fieldnames or list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
 def phase_numerics(args):
@@ -196,10 +208,7 @@ def phase_numerics(args):
                 if not ok:
                     log("FAIL", rows[-1])
     torch.cuda.synchronize()
-    with open(os.path.join(OUT, "numerics.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv("numerics.csv", rows)
     log(f"numerics: {len(rows) - fails}/{len(rows)} ok in {time.time() - t0:.1f}s")
 
 
@@ -216,6 +225,21 @@ def phase_smoke(args):
                 sys.exit(1)
 
 
+def random_problem(rng, a_mn, b_mn):
+    """One stress launch's (M, N, K, tile order, group) from ``rng``: M-major A / N-major B dims rounded to 8
+    elements (16-byte TMA strides)."""
+    M = rng.choice([rng.randint(1, 300), rng.randint(1, 3000)])
+    if a_mn:
+        M = 8 * -(-M // 8)
+    N = 8 * rng.randint(1, 300)
+    K = rng.randint(1, 1500)
+    if not (a_mn and b_mn):
+        K = 8 * -(-K // 8)
+    order = rng.choice(list(cg.TILE_ORDERS))
+    group = rng.choice([1, 2, 4, 8, 16])
+    return M, N, K, order, group
+
+
 def phase_stress(args):
     """Many launches over random shapes, variants, layouts, tile orders and epilogues, each checked."""
     rng = random.Random(0)
@@ -226,15 +250,7 @@ def phase_stress(args):
     while n < n_target and time.time() - t0 < args.seconds:
         variant, a_mn, b_mn, fp16 = rng.choice(builds)
         dtype = torch.float16 if fp16 else torch.bfloat16
-        M = rng.choice([rng.randint(1, 300), rng.randint(1, 3000)])
-        if a_mn:
-            M = 8 * -(-M // 8)
-        N = 8 * rng.randint(1, 300)
-        K = rng.randint(1, 1500)
-        if not (a_mn and b_mn):
-            K = 8 * -(-K // 8)
-        order = rng.choice(list(cg.TILE_ORDERS))
-        group = rng.choice([1, 2, 4, 8, 16])
+        M, N, K, order, group = random_problem(rng, a_mn, b_mn)
         epi = rng.choice(epilogues_for((variant, a_mn, b_mn, fp16)))
         r = run_case(M, N, K, dtype, variant, a_mn, b_mn, epi, order, group)
         if r is None:
@@ -345,10 +361,7 @@ def phase_bench(args):
         best = min((r for r in rows if r["case"] == tag and r["provider"].startswith("cuda")), key=lambda r: r["ms"])
         log(f"{tag:13s} cublas {flops / t_cublas / 1e9:6.0f} TF  best {best['provider']:32s} "
             f"{best['tflops']:6.0f} TF  x{t_cublas / best['ms']:.3f}  router: {choice}")
-    with open(os.path.join(OUT, "bench.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["case", "M", "N", "K", "provider", "ms", "tflops", "err"])
-        w.writeheader()
-        w.writerows(rows)
+    write_csv("bench.csv", rows, ["case", "M", "N", "K", "provider", "ms", "tflops", "err"])
     # compact table: per case, cuBLAS, Triton, each variant's best order, ratio vs cuBLAS
     log("\n=== " + card + " (bf16, do_bench median; ratio = cuBLAS time / provider time)")
     hdr = f"{'case':13s} {'cublas':>7s} {'triton':>7s} " + " ".join(f"{n:>14s}" for n in names)

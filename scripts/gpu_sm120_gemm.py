@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import csv
 import math
 import os
 import random
@@ -23,7 +22,6 @@ from tilewright.cuda_fallback import build  # noqa: E402
 from tilewright.cuda_fallback import gemm as cg  # noqa: E402
 from tilewright.cuda_fallback import gemm_mma as mg  # noqa: E402
 
-OUT = base.OUT
 DEV = base.DEV
 log = base.log
 LAYOUTS = [(False, True), (False, False), (True, True), (True, False)]  # (A M-major, B N-major)
@@ -63,33 +61,8 @@ def phase_build(args):
 
 
 def run_case(M, N, K, dtype, variant, a_mn, b_mn, epi, order="grouped", group=8):
-    name, has_bias, act, res_kind = epi
-    a, b = base.make_inputs(M, N, K, dtype, a_mn, b_mn)
-    if not mg.constraints(a, b)[0]:
-        return None
-    bias = torch.randn(N, device=DEV, dtype=dtype) if has_bias else None
-    res3 = res2d = None
-    if res_kind == "full":
-        res2d = torch.randn(M, N, device=DEV, dtype=dtype)
-        res3 = res2d.reshape(1, M, N)
-    elif res_kind == "pos":
-        S = next((s for s in (7, 5, 3, 2) if M % s == 0), 1)
-        pe = torch.randn(S, N, device=DEV, dtype=dtype)
-        res3 = pe.unsqueeze(0).expand(M // S, S, N)
-        res2d = res3.reshape(M, N)
-    elif res_kind == "row":
-        row = torch.randn(N, device=DEV, dtype=dtype)
-        res3 = row.expand(1, M, N)
-        res2d = row.expand(M, N)
-    out = torch.full((M, N), float("nan"), device=DEV, dtype=dtype)
-    mg.launch_mma_gemm(a, b, out, bias=bias, residual=res3, activation=act, variant=variant, tile_order=order,
-                       group=group)
-    r64, t = base.reference(a, b, bias, res2d, act, dtype)
-    den = r64.norm().item() or 1.0
-    e = (out.double() - r64).norm().item() / den
-    et = (t.double() - r64).norm().item() / den
-    fin = bool(torch.isfinite(out).all())
-    return fin and e <= 2 * et + 1e-5, e, et, fin
+    return base.run_case(M, N, K, dtype, variant, a_mn, b_mn, epi, order, group, launch=mg.launch_mma_gemm,
+                         constraints=mg.constraints)
 
 
 def phase_smoke(args):
@@ -143,10 +116,7 @@ def phase_numerics(args):
                 if not ok:
                     log("FAIL", rows[-1])
     torch.cuda.synchronize()
-    with open(os.path.join(OUT, "sm120_numerics.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    base.write_csv("sm120_numerics.csv", rows)
     log(f"numerics: {len(rows) - fails}/{len(rows)} ok in {time.time() - t0:.1f}s")
 
 
@@ -157,15 +127,7 @@ def phase_stress(args):
     while n < 10000 and time.time() - t0 < args.seconds:
         v = rng.choice(list(mg.VARIANTS))
         a_mn, b_mn = rng.choice(LAYOUTS)
-        M = rng.choice([rng.randint(1, 300), rng.randint(1, 3000)])
-        if a_mn:
-            M = 8 * -(-M // 8)
-        N = 8 * rng.randint(1, 300)
-        K = rng.randint(1, 1500)
-        if not (a_mn and b_mn):
-            K = 8 * -(-K // 8)
-        order = rng.choice(list(cg.TILE_ORDERS))
-        group = rng.choice([1, 2, 4, 8, 16])
+        M, N, K, order, group = base.random_problem(rng, a_mn, b_mn)
         epi = rng.choice([base.EPILOGUES[0], base.EPILOGUES[8]])
         r = run_case(M, N, K, torch.bfloat16, v, a_mn, b_mn, epi, order, group)
         if r is None:
@@ -213,10 +175,7 @@ def phase_bench(args):
         mm = min((r for r in rs if r["provider"].startswith("mma")), key=lambda r: float(r["ms"]))
         log(f"{tag:13s} cublas {flops / cub / 1e9:6.0f} TF | wgmma {wg['tflops'] if wg else '-':>6s} TF | "
             f"mma best {mm['provider']:28s} {mm['tflops']:>6s} TF x{cub / float(mm['ms']):.3f} cuBLAS")
-    with open(os.path.join(OUT, "sm120_bench.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    base.write_csv("sm120_bench.csv", rows)
     geo = []
     for tag, *_ in base.SUITE:
         if tag in base.LARGE:

@@ -1,8 +1,11 @@
-"""What the sm_100 (tcgen05) and sm_120 (mma.sync) GEMM families share on the host: launch-argument normalisation
-and the first-use self-check guard (``ready`` / ``try_launch`` with one warning and a process-wide disable).
+"""What the sm_100 (tcgen05) and sm_120 (mma.sync) GEMM families share on the host: their direct-store kernel
+arguments, the stand-in win region, and the first-use self-check guard (``ready`` / ``try_launch`` with one warning
+and a process-wide disable). What all three families share (launch-argument normalisation, the prepared-launch
+cache, build + A/B tensor maps, epilogue arguments) is in :mod:`.gemm`.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from pathlib import Path
 
@@ -12,30 +15,21 @@ from . import gemm as _sm90
 NOT_RUN_NOTE = "not yet run on this hardware by the project's tests"
 
 
-def launch_args(label: str, a, b, out, bias, residual, activation, tile_order, group, out_align: int):
-    """Validate one launch and return (activation code, tile-order code, residual strides, residual pointer,
-    residual period). ``out_align``: the byte alignment the kernel's stores need for out's base and rows."""
-    M, K = a.shape
-    N = b.shape[1]
-    ok, why = _sm90.constraints(a, b, bias, residual)
-    if not ok:
-        raise ValueError(f"{label}: {why}")
-    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % out_align or \
-            out.data_ptr() % out_align:
-        raise ValueError(f"{label}: out must be a row-major (M, N) tensor of a's dtype with {out_align}-byte "
-                         "aligned rows")
-    if isinstance(activation, str) or activation is None:
-        activation = _sm90.ACTIVATIONS[activation]
-    if isinstance(tile_order, str):
-        tile_order = _sm90.TILE_ORDERS[tile_order]
-    if tile_order in (2, 3) and group & (group - 1):
-        raise ValueError(f"{label}: morton/hilbert tile orders need a power-of-two group")
-    if residual is None:
-        return activation, tile_order, (0, 0, 0), 0, 1
-    r0, p, rn = residual.shape
-    if r0 * p != M or rn != N:
-        raise ValueError(f"{label}: residual must be (R0, P, N) with R0 * P == M")
-    return activation, tile_order, residual.stride(), residual.data_ptr(), p
+def direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M: int, N: int, K: int, tile_order: int,
+                      group: int) -> list:
+    """Kernel arguments both families' kernels start with: A/B tensor maps, out's pointer and row stride (they store
+    fragments directly, no TMA store), the shared epilogue arguments, tile order and group."""
+    return [tm_a, tm_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int64(out.stride(0)),
+            *_sm90.epilogue_args(bias, res_ptr, rs, res_period, M, N, K), ctypes.c_int32(tile_order),
+            ctypes.c_int32(group)]
+
+
+def stand_in_preferred(label: str, measured: list, M: int, N: int, K: int) -> tuple[bool, str]:
+    """The sm_90 win region standing in for a family with no measurement of its own; the reason names ``label``
+    and, while ``measured`` (its result files) is empty, says the code has not run on this hardware."""
+    note = "" if measured else f" ({NOT_RUN_NOTE})"
+    ok, why = _sm90.preferred(M, N, K)
+    return ok, why.replace("cuda:", f"cuda {label}:", 1) + note
 
 
 def result_files(pattern: str) -> list[str]:

@@ -145,6 +145,96 @@ def constraints(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None) -> t
 
 
 # ------------------------------------------------------------------------------------------------ launch
+# What every CUDA GEMM family (this module, gemm_mma.py, gemm_sm100.py) shares on the host: launch-argument
+# normalisation, the prepared-launch cache, the build + A/B tensor maps, and the epilogue kernel arguments.
+def launch_args(label: str, a, b, out, bias, residual, activation, tile_order, group, out_align: int):
+    """Validate one launch and return (activation code, tile-order code, residual strides, residual pointer,
+    residual period). ``out_align``: the byte alignment the kernel's stores need for out's base and rows."""
+    M, K = a.shape
+    N = b.shape[1]
+    ok, why = constraints(a, b, bias, residual)
+    if not ok:
+        raise ValueError(f"{label}: {why}")
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % out_align or \
+            out.data_ptr() % out_align:
+        raise ValueError(f"{label}: out must be a row-major (M, N) tensor of a's dtype with {out_align}-byte "
+                         "aligned rows")
+    if isinstance(activation, str) or activation is None:
+        activation = ACTIVATIONS[activation]
+    if isinstance(tile_order, str):
+        tile_order = TILE_ORDERS[tile_order]
+    if tile_order in (2, 3) and group & (group - 1):
+        raise ValueError(f"{label}: morton/hilbert tile orders need a power-of-two group")
+    if residual is None:
+        return activation, tile_order, (0, 0, 0), 0, 1
+    r0, p, rn = residual.shape
+    if r0 * p != M or rn != N:
+        raise ValueError(f"{label}: residual must be (R0, P, N) with R0 * P == M")
+    return activation, tile_order, residual.stride(), residual.data_ptr(), p
+
+
+def resolve_variant(variants: dict, pick, variant, M: int, N: int, K: int):
+    """``variant`` as a name, a variant object, or None (then ``pick(M, N, K)``)."""
+    return variants[variant] if isinstance(variant, str) else (variant or pick(M, N, K))
+
+
+def prepared_key(a, b, out, v, bias, *rest) -> tuple:
+    """What a prepared launch depends on: device, pointers, shapes, strides, dtype, variant, bias, then ``rest``
+    (the residual, epilogue and schedule values of the family)."""
+    return (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.shape, b.stride(), out.data_ptr(),
+            out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, *rest)
+
+
+def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: int) -> None:
+    """Launch the (function, grid, kernel arguments) cached under ``key`` (``prepare()`` builds it on a miss; at most
+    256 entries, oldest dropped first) on ``device``'s current stream, 1-D grid and block."""
+    prepared = cache.get(key)
+    if prepared is None:
+        prepared = prepare()
+        if len(cache) >= 256:
+            cache.pop(next(iter(cache)))
+        cache[key] = prepared
+    fn, grid, args = prepared
+    stream = torch.cuda.current_stream(device).cuda_stream
+    with torch.cuda.device(device):
+        build.driver().launch(fn, (grid, 1, 1), (threads, 1, 1), smem, stream, args)
+
+
+def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activation, bias, res_ptr):
+    """Compile ``v``'s build of ``source`` for ``arch`` (layouts, dtype and epilogue from the operands), load
+    ``kernel`` and encode A's and B's 128B-swizzled TMA maps (64-element K box; a K-major box of (64, v.bm) for A and
+    (64, v.bn) for B). Returns (driver, function, tm_a, tm_b, a_mn, b_mn, SM count)."""
+    M, K = a.shape
+    N = b.shape[1]
+    (a_mn, lda), _ = _layout(a, "a")
+    (b_kcontig_first, ldb), _ = _layout(b, "b")
+    b_mn = not b_kcontig_first  # b (K, N) with unit stride on N -> N-major
+    dt = _DTYPES[a.dtype]
+    bld = build.compile_source(source, arch, v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
+                                                       bias is not None, res_ptr != 0))
+    drv = build.driver()
+    with torch.cuda.device(a.device):
+        fn = drv.function(bld, kernel, v.smem_bytes())
+        if a_mn:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
+        else:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, v.bm), 128)
+        if b_mn:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
+        else:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    return drv, fn, tm_a, tm_b, a_mn, b_mn, sms
+
+
+def epilogue_args(bias, res_ptr, rs, res_period, M: int, N: int, K: int) -> list:
+    """The kernel arguments every family passes in this order: bias pointer, residual pointer, its three strides and
+    row period, then M, N, K."""
+    return [ctypes.c_uint64(bias.data_ptr() if bias is not None else 0), ctypes.c_uint64(res_ptr),
+            ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]), ctypes.c_int32(res_period),
+            ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K)]
+
+
 def launch_cuda_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                      activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
                      group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
@@ -154,41 +244,13 @@ def launch_cuda_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bia
     residual[r // P, r % P]) or None; activation: a name or an ACTIVATIONS code; tile_order: a TILE_ORDERS name or
     code (group must be a power of two for morton/hilbert). Grouped-16 won 6 of the 8 large suite shapes on H200.
     """
+    activation, tile_order, rs, res_ptr, res_period = launch_args(
+        "cuda gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=16)
     M, K = a.shape
-    N = b.shape[1]
-    ok, why = constraints(a, b, bias, residual)
-    if not ok:
-        raise ValueError(f"cuda gemm: {why}")
-    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % 16 or \
-            out.data_ptr() % 16:
-        raise ValueError("cuda gemm: out must be a row-major (M, N) tensor of a's dtype with 16-byte aligned rows")
-    if isinstance(activation, str) or activation is None:
-        activation = ACTIVATIONS[activation]
-    if isinstance(tile_order, str):
-        tile_order = TILE_ORDERS[tile_order]
-    if tile_order in (2, 3) and group & (group - 1):
-        raise ValueError("cuda gemm: morton/hilbert tile orders need a power-of-two group")
-    v = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant(M, N, K))
-    if residual is not None:
-        r0, p, rn = residual.shape
-        if r0 * p != M or rn != N:
-            raise ValueError("cuda gemm: residual must be (R0, P, N) with R0 * P == M")
-        rs, res_ptr, res_period = residual.stride(), residual.data_ptr(), p
-    else:
-        rs, res_ptr, res_period = (0, 0, 0), 0, 1
-    key = (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.shape, b.stride(), out.data_ptr(),
-           out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, res_ptr, rs, res_period,
-           activation, tile_order, group, num_ctas)
-    prepared = _prepared.get(key)
-    if prepared is None:
-        prepared = _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas)
-        if len(_prepared) >= 256:
-            _prepared.pop(next(iter(_prepared)))
-        _prepared[key] = prepared
-    fn, grid, args = prepared
-    stream = torch.cuda.current_stream(a.device).cuda_stream
-    with torch.cuda.device(a.device):
-        build.driver().launch(fn, (grid, 1, 1), (384, 1, 1), v.smem_bytes(), stream, args)
+    v = resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
+    key = prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas)
+    launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                   tile_order, group, num_ctas), a.device, 384, v.smem_bytes())
     return out
 
 
@@ -200,31 +262,14 @@ _prepared: dict = {}
 def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas):
     M, K = a.shape
     N = b.shape[1]
-    (a_mn, lda), _ = _layout(a, "a")
-    (b_kcontig_first, ldb), _ = _layout(b, "b")
-    b_mn = not b_kcontig_first  # b (K, N) with unit stride on N -> N-major
-    dt = _DTYPES[a.dtype]
-    bld = build.compile_source(SOURCE, "sm_90a", v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
-                                                           bias is not None, res_ptr != 0))
-    drv = build.driver()
+    drv, fn, tm_a, tm_b, _, _, sms = build_and_map_operands(SOURCE, KERNEL, "sm_90a", a, b, v, activation, bias,
+                                                            res_ptr)
     with torch.cuda.device(a.device):
-        fn = drv.function(bld, KERNEL, v.smem_bytes())
-        if a_mn:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
-        else:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, v.bm), 128)
-        if b_mn:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
-        else:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
-        tm_c = drv.encode_tiled(dt, out.data_ptr(), (N, M), (out.stride(0) * 2,), (64, v.wm), 128)
-        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+        tm_c = drv.encode_tiled(_DTYPES[a.dtype], out.data_ptr(), (N, M), (out.stride(0) * 2,), (64, v.wm), 128)
     tiles = -(-M // v.bm) * -(-N // v.bn)
     pair = (not v.coop) and tiles >= 2 * sms
     grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
-    args = [tm_a, tm_b, tm_c, ctypes.c_uint64(bias.data_ptr() if bias is not None else 0),
-            ctypes.c_uint64(res_ptr), ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]),
-            ctypes.c_int32(res_period), ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K),
+    args = [tm_a, tm_b, tm_c, *epilogue_args(bias, res_ptr, rs, res_period, M, N, K),
             ctypes.c_int32(activation), ctypes.c_int32(tile_order), ctypes.c_int32(group), ctypes.c_int32(int(pair))]
     return fn, grid, args
 

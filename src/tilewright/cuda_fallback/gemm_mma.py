@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from . import build
 from . import family
 from . import gemm as _sm90
 
@@ -87,9 +86,7 @@ def measured_on_hardware() -> list[str]:
 
 def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
     """Automatic choice on sm_120: no measurement exists yet, so the sm_90 win region stands in for one."""
-    note = "" if measured_on_hardware() else f" ({family.NOT_RUN_NOTE})"
-    ok, why = _sm90.preferred(M, N, K)
-    return ok, why.replace("cuda:", "cuda mma.sync:", 1) + note
+    return family.stand_in_preferred("mma.sync", measured_on_hardware(), M, N, K)
 
 
 # ------------------------------------------------------------------------------------------------ launch
@@ -100,25 +97,15 @@ def launch_mma_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias
                     activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
                     group: int = 8, num_ctas: int | None = None, arch: str | None = None) -> torch.Tensor:
     """``out = act(a @ b + bias) + residual`` with the mma.sync kernel; arguments as :func:`.gemm.launch_cuda_gemm`."""
-    activation, tile_order, rs, res_ptr, res_period = family.launch_args(
+    activation, tile_order, rs, res_ptr, res_period = _sm90.launch_args(
         "mma gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=4)
     M, K = a.shape
-    N = b.shape[1]
-    v = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant(M, N, K))
-    key = (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.shape, b.stride(), out.data_ptr(),
-           out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, res_ptr, rs, res_period,
-           activation, tile_order, group, num_ctas, arch)
-    prepared = _prepared.get(key)
-    if prepared is None:
-        prepared = _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
-                            arch)
-        if len(_prepared) >= 256:
-            _prepared.pop(next(iter(_prepared)))
-        _prepared[key] = prepared
-    fn, grid, args = prepared
-    stream = torch.cuda.current_stream(a.device).cuda_stream
-    with torch.cuda.device(a.device):
-        build.driver().launch(fn, (grid, 1, 1), (v.threads, 1, 1), v.smem_bytes(), stream, args)
+    v = _sm90.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
+    key = _sm90.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
+                             arch)
+    _sm90.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                         tile_order, group, num_ctas, arch),
+                        a.device, v.threads, v.smem_bytes())
     return out
 
 
@@ -134,33 +121,14 @@ def _occupancy(drv, fn, threads: int, smem: int) -> int:
 def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, arch):
     M, K = a.shape
     N = b.shape[1]
-    (a_mn, lda), _ = _sm90._layout(a, "a")
-    (b_kcontig_first, ldb), _ = _sm90._layout(b, "b")
-    b_mn = not b_kcontig_first
-    dt = _sm90._DTYPES[a.dtype]
     arch = arch or device_arch(a.device)
-    bld = build.compile_source(SOURCE, arch, v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
-                                                       bias is not None, res_ptr != 0))
-    drv = build.driver()
+    drv, fn, tm_a, tm_b, _, _, sms = _sm90.build_and_map_operands(SOURCE, KERNEL, arch, a, b, v, activation, bias,
+                                                                  res_ptr)
     with torch.cuda.device(a.device):
-        fn = drv.function(bld, KERNEL, v.smem_bytes())
-        if a_mn:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
-        else:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, v.bm), 128)
-        if b_mn:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
-        else:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
-        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
         per_sm = _occupancy(drv, fn, v.threads, v.smem_bytes())
     tiles = -(-M // v.bm) * -(-N // v.bn)
     grid = num_ctas or min(sms * per_sm, tiles)  # persistent: every co-resident CTA slot, never more than tiles
-    args = [tm_a, tm_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int64(out.stride(0)),
-            ctypes.c_uint64(bias.data_ptr() if bias is not None else 0), ctypes.c_uint64(res_ptr),
-            ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]), ctypes.c_int32(res_period),
-            ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K), ctypes.c_int32(tile_order),
-            ctypes.c_int32(group)]
+    args = family.direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M, N, K, tile_order, group)
     return fn, grid, args
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from . import build
 from . import family
 from . import gemm as _sm90
 from . import sm100_descriptors as desc
@@ -85,9 +84,7 @@ def measured_on_hardware() -> list[str]:
 
 def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
     """No sm_100 measurement exists: the sm_90 win region stands in, and the reason says so."""
-    note = "" if measured_on_hardware() else f" ({family.NOT_RUN_NOTE})"
-    ok, why = _sm90.preferred(M, N, K)
-    return ok, why.replace("cuda:", "cuda tcgen05:", 1) + note
+    return family.stand_in_preferred("tcgen05", measured_on_hardware(), M, N, K)
 
 
 # ------------------------------------------------------------------------------------------------ launch
@@ -98,58 +95,30 @@ def launch_sm100_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bi
                       activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
                       group: int = 8, num_ctas: int | None = None) -> torch.Tensor:
     """``out = act(a @ b + bias) + residual`` with the tcgen05 kernel; arguments as :func:`.gemm.launch_cuda_gemm`."""
-    activation, tile_order, rs, res_ptr, res_period = family.launch_args(
+    activation, tile_order, rs, res_ptr, res_period = _sm90.launch_args(
         "tcgen05 gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=16)
     M, K = a.shape
-    N = b.shape[1]
-    v = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant(M, N, K))
-    key = (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.shape, b.stride(), out.data_ptr(),
-           out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, res_ptr, rs, res_period,
-           activation, tile_order, group, num_ctas)
-    prepared = _prepared.get(key)
-    if prepared is None:
-        prepared = _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas)
-        if len(_prepared) >= 256:
-            _prepared.pop(next(iter(_prepared)))
-        _prepared[key] = prepared
-    fn, grid, args = prepared
-    stream = torch.cuda.current_stream(a.device).cuda_stream
-    with torch.cuda.device(a.device):
-        build.driver().launch(fn, (grid, 1, 1), (THREADS, 1, 1), v.smem_bytes(), stream, args)
+    v = _sm90.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
+    key = _sm90.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas)
+    _sm90.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                         tile_order, group, num_ctas),
+                        a.device, THREADS, v.smem_bytes())
     return out
 
 
 def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas):
     M, K = a.shape
     N = b.shape[1]
-    (a_mn, lda), _ = _sm90._layout(a, "a")
-    (b_kcontig_first, ldb), _ = _sm90._layout(b, "b")
-    b_mn = not b_kcontig_first
-    dt = _sm90._DTYPES[a.dtype]
     major, minor = torch.cuda.get_device_capability(a.device)
     arch = f"sm_{major}{minor}a"  # tcgen05 is arch-specific: sm_100a / sm_103a
-    bld = build.compile_source(SOURCE, arch, v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
-                                                       bias is not None, res_ptr != 0))
+    # the A box's M extent is v.bm == BM
+    _, fn, tm_a, tm_b, a_mn, b_mn, sms = _sm90.build_and_map_operands(SOURCE, KERNEL, arch, a, b, v, activation,
+                                                                      bias, res_ptr)
     idesc, a_hi, b_hi = kernel_descriptors(v, a_mn, b_mn, a.dtype)
-    drv = build.driver()
-    with torch.cuda.device(a.device):
-        fn = drv.function(bld, KERNEL, v.smem_bytes())
-        if a_mn:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
-        else:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, BM), 128)
-        if b_mn:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
-        else:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
-        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     tiles = -(-M // BM) * -(-N // v.bn)
     grid = num_ctas or min(sms, tiles)  # one CTA per SM (its smem ring takes the SM)
-    args = [tm_a, tm_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int64(out.stride(0)),
-            ctypes.c_uint64(bias.data_ptr() if bias is not None else 0), ctypes.c_uint64(res_ptr),
-            ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]), ctypes.c_int32(res_period),
-            ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K), ctypes.c_int32(tile_order),
-            ctypes.c_int32(group), ctypes.c_uint32(idesc), ctypes.c_uint64(a_hi), ctypes.c_uint64(b_hi)]
+    args = family.direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M, N, K, tile_order, group) + \
+        [ctypes.c_uint32(idesc), ctypes.c_uint64(a_hi), ctypes.c_uint64(b_hi)]
     return fn, grid, args
 
 
