@@ -1,5 +1,8 @@
 """Focused GEMM experiments on the device: explicit configs on chosen shapes, timed beside cuBLAS.
 
+Each config runs with descriptor loads allowed (tma=1) and forced off (tma=0: pointer loads and stores), so the
+two load paths of one tile shape are compared directly.
+
 Usage: PYTHONPATH=src python scripts/gemm_experiments.py   (prints one line per (shape, config))
 """
 import itertools
@@ -13,7 +16,7 @@ from tilewright.triton_kernels import gemm as tg
 def cfg(bm, bn, bk, w, s, order=1, split=None, persistent=True, flatten=False):
     split = split or (4 if bm * bn > 128 * 128 else 2 if bn >= 128 else 1)
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": 8, "TILE_ORDER": order,
-                          "EPI_SPLIT": split, "PERSISTENT": persistent, "FLATTEN": flatten},
+                          "EPI_SPLIT": split, "TMA_LOADS": True, "PERSISTENT": persistent, "FLATTEN": flatten},
                          num_warps=w, num_stages=s)
 
 
