@@ -2,7 +2,8 @@
 # when missing. Sets PY (the interpreter) and, on a machine without a usable GPU, TRITON_INTERPRET=1.
 #  * A machine whose python3 already has CUDA torch + triton (the GPU box, no network): use it as it is.
 #  * Otherwise (fresh CPU machine, CI): a venv in .venv with the known-good CPU stack
-#    torch 2.13.0 (CPU wheel), triton 3.6.0, numpy<2.4 (triton 3.6's interpreter breaks on numpy 2.4).
+#    torch 2.13.0 (CPU wheel), triton 3.6.0, numpy<2.4 (triton 3.6's interpreter breaks on numpy 2.4), plus the
+#    optional pieces the tests exercise: NVRTC (the no-nvcc CUDA build path) and matplotlib (report plots).
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 if python3 -c "import torch, triton, pandas; assert torch.cuda.is_available()" 2>/dev/null; then
@@ -13,9 +14,10 @@ else
     echo "setup: creating .venv with the CPU stack (torch 2.13.0 CPU, triton 3.6.0, numpy<2.4)" >&2
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python -c "import torch, triton, numpy, pandas, pytest, tilewright" 2>/dev/null; then
+  if ! .venv/bin/python -c "import torch, triton, numpy, pandas, pytest, matplotlib, tilewright" 2>/dev/null; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q "torch==2.13.0" "triton==3.6.0" "numpy<2.4" pandas pytest
+    .venv/bin/python -m pip install -q "torch==2.13.0" "triton==3.6.0" "numpy<2.4" pandas pytest matplotlib \
+      nvidia-cuda-nvrtc
     .venv/bin/python -m pip install -q --no-deps -e .
   fi
   PY=.venv/bin/python

@@ -16,18 +16,6 @@ from tilewright.cuda_fallback import gemm as cg
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """A fresh cubin cache for this module (builds once, then every test reads it)."""
-    path = tmp_path_factory.mktemp("twcache")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TILEWRIGHT_CACHE_DIR", str(path))
-    build._memo.clear()
-    yield path
-    build._memo.clear()
-    mp.undo()
-
-
 # ------------------------------------------------------------------------------------------------ build-check
 @needs_compiler
 def test_build_check_sm90a_passes(cache):

@@ -18,17 +18,6 @@ from tilewright.cuda_fallback import sm100_descriptors as d
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    path = tmp_path_factory.mktemp("twcache")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TILEWRIGHT_CACHE_DIR", str(path))
-    build._memo.clear()
-    yield path
-    build._memo.clear()
-    mp.undo()
-
-
 # ------------------------------------------------------------------------------------------------ build-check
 @needs_compiler
 @pytest.mark.parametrize("arch,kernel,markers,module", [
