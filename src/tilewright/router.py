@@ -55,6 +55,7 @@ class Decision:
     op: str
     backend: str
     reasons: list[str] = field(default_factory=list)
+    forced: bool = False  # chosen by backend=, use_backend() or TILEWRIGHT_BACKEND rather than by the router
 
     def __str__(self) -> str:
         return f"{self.op}: backend={self.backend}\n" + "\n".join(f"  - {r}" for r in self.reasons)
@@ -192,7 +193,7 @@ def decide(op: str, *tensors, backend: str | None = None) -> Decision:
             ok, why = _cuda_self_check(op, tensors)
         if not ok:
             raise ValueError(f"{op}: backend {backend!r} forced by {source} cannot run these inputs: {why}")
-        return Decision(op, backend, [f"forced by {source}", why])
+        return Decision(op, backend, [f"forced by {source}", why], forced=True)
     reasons = []
     for candidate in PREFERENCE[op]:
         ok, why = _eligible(op, candidate, tensors)

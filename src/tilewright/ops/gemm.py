@@ -34,7 +34,8 @@ def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], resi
     N = b.shape[1]
     out = torch.empty((M, N), device=a.device, dtype=out_dtype)
     preact = torch.empty((M, N) if save_preact else (0,), device=a.device, dtype=out_dtype)
-    choice = router.dispatch("gemm", a, b, bias, residual, backend=backend)
+    decision = router.decide("gemm", a, b, bias, residual, backend=backend)
+    choice = decision.backend
     if M == 0 or N == 0:
         return out, preact
     if choice == "torch" or K == 0:
@@ -52,6 +53,11 @@ def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], resi
         if try_launch(a, b, out, bias=bias, residual=residual, activation=activation,
                       preact=preact if save_preact else None):
             return out, preact
+        if decision.forced:
+            raise ValueError("gemm: backend 'cuda' was forced but the CUDA kernel cannot run this call (it does not "
+                             "write the pre-activation autograd needs with an activation, nor an out_dtype other "
+                             "than the inputs', and it is disabled after a failed launch); use backend='triton' or "
+                             "let the router choose")
     from ..triton_kernels.gemm import launch_gemm
 
     launch_gemm(a, b, out, bias=bias, residual=residual, activation=ACTIVATION_CODES[activation],
