@@ -39,23 +39,8 @@
 #ifndef TW_COOP
 #define TW_COOP 0
 #endif
-#ifndef TW_A_MN
-#define TW_A_MN 0
-#endif
 #ifndef TW_B_MN
 #define TW_B_MN 1
-#endif
-#ifndef TW_FP16
-#define TW_FP16 0
-#endif
-#ifndef TW_ACT
-#define TW_ACT 0
-#endif
-#ifndef TW_BIAS
-#define TW_BIAS 0
-#endif
-#ifndef TW_RES
-#define TW_RES 0
 #endif
 #ifndef TW_PRODUCER_REGS
 #define TW_PRODUCER_REGS 40

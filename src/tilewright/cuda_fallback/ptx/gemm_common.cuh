@@ -4,6 +4,24 @@
 #pragma once
 #include "common.cuh"
 
+// Build switches every GEMM kernel takes (the launcher always passes them with -D; these defaults serve standalone
+// builds such as build-check): A stored M-major, fp16 (else bf16), activation code, bias, residual.
+#ifndef TW_A_MN
+#define TW_A_MN 0
+#endif
+#ifndef TW_FP16
+#define TW_FP16 0
+#endif
+#ifndef TW_ACT
+#define TW_ACT 0
+#endif
+#ifndef TW_BIAS
+#define TW_BIAS 0
+#endif
+#ifndef TW_RES
+#define TW_RES 0
+#endif
+
 namespace tw {
 
 // Activation codes match ops/gemm.py ACTIVATION_CODES; CODE is a compile-time constant.
