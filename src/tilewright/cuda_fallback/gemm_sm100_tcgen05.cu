@@ -72,13 +72,6 @@ static_assert(tc_idesc_f16(64, 64, true, true, true) == 0x04118490u, "idesc bf16
 static_assert(tc_smem_desc_hi(16, 1024, 2) == 0x4000404000010000ull, "smem desc K-major SW128");
 static_assert(tc_smem_desc_hi(8192, 1024, 2) == 0x4000404002000000ull, "smem desc MN-major SW128");
 
-template <int CODE>
-TW_DEVICE float epilogue_value(float acc, float b, const unsigned short* r) {
-  float v = activation<CODE>(acc + b);
-  if constexpr (TW_RES) v += elem_to_f32<FP16>(*r);
-  return v;
-}
-
 }  // namespace tw
 
 using namespace tw;
@@ -149,18 +142,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           const tw_u32 sa = sbase + s * STAGE_BYTES;
           const tw_u32 sb = sa + A_STAGE;
           const int k0 = kb * BK;
-          if constexpr (A_MN) {
-#pragma unroll
-            for (int j = 0; j < BM / 64; ++j) tma_load_2d_cta(sa + j * BK * 128, &tm_a, full, m0 + 64 * j, k0);
-          } else {
-            tma_load_2d_cta(sa, &tm_a, full, k0, m0);
-          }
-          if constexpr (B_MN) {
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j) tma_load_2d_cta(sb + j * BK * 128, &tm_b, full, n0 + 64 * j, k0);
-          } else {
-            tma_load_2d_cta(sb, &tm_b, full, k0, n0);
-          }
+          tma_load_stage<A_MN, B_MN, BM, BN, BK>(sa, sb, &tm_a, &tm_b, full, m0, n0, k0);
           if (++s == STAGES) {
             s = 0;
             phase ^= 1;

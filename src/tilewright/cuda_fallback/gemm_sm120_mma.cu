@@ -91,22 +91,6 @@ TW_DEVICE tw_u32 mnmajor_addr(tw_u32 base, int krow, int mn) {
   return base + (mn >> 6) * (BK * 128) + krow * 128 + ((((mn & 63) >> 3) ^ (krow & 7)) << 4);
 }
 
-// sm_100+ (sm_120): the shared::cta destination form (no cluster-address fallback path in SASS); sm_90: the
-// shared::cluster form every CUDA 12 toolchain accepts (its SASS has no fallback there).
-TW_DEVICE void load_box(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c0, int c1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-  tma_load_2d_cta(dst, map, bar, c0, c1);
-#else
-  tma_load_2d(dst, map, bar, c0, c1);
-#endif
-}
-
-template <int CODE>
-TW_DEVICE float epilogue_value(float acc, float b, const unsigned short* r) {
-  float v = activation<CODE>(acc + b);
-  if constexpr (TW_RES) v += elem_to_f32<FP16>(*r);
-  return v;
-}
 
 }  // namespace tw
 
@@ -160,18 +144,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           const tw_u32 sa = sbase + s * STAGE_BYTES;
           const tw_u32 sb = sa + A_STAGE;
           const int k0 = kb * BK;
-          if constexpr (A_MN) {
-#pragma unroll
-            for (int j = 0; j < BM / 64; ++j) load_box(sa + j * BK * 128, &tm_a, full, m0 + 64 * j, k0);
-          } else {
-            load_box(sa, &tm_a, full, k0, m0);
-          }
-          if constexpr (B_MN) {
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j) load_box(sb + j * BK * 128, &tm_b, full, n0 + 64 * j, k0);
-          } else {
-            load_box(sb, &tm_b, full, k0, n0);
-          }
+          tma_load_stage<A_MN, B_MN, BM, BN, BK>(sa, sb, &tm_a, &tm_b, full, m0, n0, k0);
           if (++s == STAGES) {
             s = 0;
             phase ^= 1;

@@ -168,18 +168,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           const tw_u32 sa = sbase + s * STAGE_BYTES;
           const tw_u32 sb = sa + A_STAGE;
           const int k0 = kb * BK;
-          if constexpr (A_MN) {
-#pragma unroll
-            for (int j = 0; j < BM / 64; ++j) tma_load_2d(sa + j * 64 * 128, &tm_a, full, m0 + 64 * j, k0);
-          } else {
-            tma_load_2d(sa, &tm_a, full, k0, m0);
-          }
-          if constexpr (B_MN) {
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j) tma_load_2d(sb + j * BK * 128, &tm_b, full, n0 + 64 * j, k0);
-          } else {
-            tma_load_2d(sb, &tm_b, full, k0, n0);
-          }
+          tma_load_stage<A_MN, B_MN, BM, BN, BK>(sa, sb, &tm_a, &tm_b, full, m0, n0, k0);
           if (++s == STAGES) {
             s = 0;
             phase ^= 1;

@@ -102,6 +102,15 @@ TW_DEVICE float elem_to_f32(unsigned short h) {
   else return bf16_bits_to_f32(h);
 }
 
+// One output element of the fused epilogue for the scalar-store kernels (sm_100, sm_120): activation(acc + bias),
+// plus the residual element at r when the kernel is built with TW_RES.
+template <int CODE>
+TW_DEVICE float epilogue_value(float acc, float b, const unsigned short* r) {
+  float v = activation<CODE>(acc + b);
+  if constexpr (TW_RES) v += elem_to_f32<(TW_FP16 != 0)>(*r);
+  return v;
+}
+
 // Two fp32 values -> one register of two 16-bit elements (round to nearest even); `lo` in the low half.
 template <bool FP16>
 TW_DEVICE tw_u32 pack_pair(float lo, float hi) {

@@ -28,6 +28,36 @@ TW_DEVICE void tma_load_2d_cta(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, i
       : "memory");
 }
 
+// The load form for the architecture being compiled: shared::cta on sm_100+ (see tma_load_2d_cta), shared::cluster
+// below (the form every CUDA 12 toolchain accepts for sm_90; its SASS has no fallback path there).
+TW_DEVICE void tma_load_box(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c0, int c1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  tma_load_2d_cta(dst, map, bar, c0, c1);
+#else
+  tma_load_2d(dst, map, bar, c0, c1);
+#endif
+}
+
+// One k-block of the GEMM operands into a ring stage (A at smem `sa`, B at `sb`), completing on mbarrier `full`.
+// Boxes are one 128-byte swizzle row wide (BK = 64 16-bit elements): a K-major operand is a single (BK x BM|BN) box;
+// an MN-major one is BM/64 (BN/64) boxes of 64 x BK placed BK * 128 bytes apart, the layout the MMA descriptors expect.
+template <bool A_MN, bool B_MN, int BM, int BN, int BK>
+TW_DEVICE void tma_load_stage(tw_u32 sa, tw_u32 sb, const TwTensorMap* tm_a, const TwTensorMap* tm_b, tw_u32 full,
+                              int m0, int n0, int k0) {
+  if constexpr (A_MN) {
+#pragma unroll
+    for (int j = 0; j < BM / 64; ++j) tma_load_box(sa + j * BK * 128, tm_a, full, m0 + 64 * j, k0);
+  } else {
+    tma_load_box(sa, tm_a, full, k0, m0);
+  }
+  if constexpr (B_MN) {
+#pragma unroll
+    for (int j = 0; j < BN / 64; ++j) tma_load_box(sb + j * BK * 128, tm_b, full, n0 + 64 * j, k0);
+  } else {
+    tma_load_box(sb, tm_b, full, k0, n0);
+  }
+}
+
 // Copy smem `src` into the box at (c0, c1) of `map`; elements outside the tensor are not written (clipped).
 // Joins the calling thread's current bulk async-group.
 TW_DEVICE void tma_store_2d(const TwTensorMap* map, tw_u32 src, int c0, int c1) {
