@@ -49,6 +49,7 @@ class CompileError(RuntimeError):
 # ----------------------------------------------------------------------------------------------- compilers
 @dataclass(frozen=True)
 class Toolchain:
+    """The CUDA compiler found on this machine (nvcc or NVRTC) and its version, part of the cubin cache key."""
     kind: str     # "nvcc" or "nvrtc"
     path: str     # nvcc binary or libnvrtc shared object
     version: str  # the compiler's own version string (part of the cache key)
@@ -118,6 +119,7 @@ def toolchain() -> Toolchain | None:
 
 
 def cache_dir() -> Path:
+    """Folder of the cubin cache: $TILEWRIGHT_CACHE_DIR, else ~/.cache/tilewright (created on demand)."""
     root = os.environ.get("TILEWRIGHT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tilewright")
     return Path(root) / "cuda"
 
@@ -141,6 +143,7 @@ def cache_key(source: str | Path, arch: str, flags: tuple[str, ...], tc: Toolcha
 
 @dataclass
 class Build:
+    """A compiled kernel: its cubin, the ptxas resource report and the cache key it was stored under."""
     cubin: bytes
     log: str       # the compiler's resource report / warnings
     key: str

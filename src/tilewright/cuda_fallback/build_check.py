@@ -154,6 +154,7 @@ def build_check(arch: str = "sm_90a", use_cache: bool = True) -> tuple[list[dict
 
 
 def format_table(rows: list[dict]) -> str:
+    """The build-check rows as an aligned text table (one line per kernel build)."""
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in COLUMNS}
     lines = ["  ".join(c.ljust(widths[c]) for c in COLUMNS), "  ".join("-" * widths[c] for c in COLUMNS)]
     for r in rows:

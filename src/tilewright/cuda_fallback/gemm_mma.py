@@ -64,6 +64,7 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
 
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
+    """The variant for an (M, N, K) problem; TILEWRIGHT_CUDA_MMA_VARIANT forces one by name."""
     forced = os.environ.get("TILEWRIGHT_CUDA_MMA_VARIANT")
     if forced:
         return VARIANTS[forced]

@@ -31,6 +31,7 @@ RESULT_GLOB = "tcgen05_gemm_*.csv"
 
 @dataclass(frozen=True)
 class Variant:
+    """A compile-time variant of the sm_100a tcgen05 GEMM (tile width, pipeline stages)."""
     bn: int
     stages: int
 
@@ -59,6 +60,7 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
 
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
+    """The variant for an (M, N, K) problem; TILEWRIGHT_CUDA_SM100_VARIANT forces one by name."""
     forced = os.environ.get("TILEWRIGHT_CUDA_SM100_VARIANT")
     if forced:
         return VARIANTS[forced]
@@ -73,6 +75,7 @@ def kernel_descriptors(v: Variant, a_mn: bool, b_mn: bool, dtype) -> tuple[int, 
 
 
 def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:
+    """Whether the tcgen05 kernel accepts these inputs (the sm_90 kernel's TMA rules), and why not."""
     ok, why = _sm90.constraints(a, b, bias, residual)
     return ok, why.replace("WGMMA", "tcgen05")
 

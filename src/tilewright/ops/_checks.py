@@ -33,5 +33,6 @@ def check_same_device(ref_name: str, ref: torch.Tensor, **others) -> None:
 
 
 def check_out_dtype(out_dtype) -> None:
+    """``out_dtype`` is None (keep the input dtype) or a supported floating dtype."""
     if out_dtype is not None and out_dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"out_dtype: {out_dtype} is not supported; use float16, bfloat16 or float32")

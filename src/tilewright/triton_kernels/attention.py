@@ -548,6 +548,7 @@ attn_bwd_dq = triton.autotune(
 # launchers
 # ----------------------------------------------------------------------------------------------------------------
 def head_dim_pad(d: int) -> int:
+    """The power-of-two block width a head dimension is padded to inside the kernels (masked beyond d)."""
     return triton.next_power_of_2(d)
 
 
@@ -628,6 +629,7 @@ def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma):
 
 
 def default_scale(head_dim: int) -> float:
+    """The softmax scale SDPA uses when none is given: 1 / sqrt(head_dim)."""
     return 1.0 / math.sqrt(head_dim)
 
 
