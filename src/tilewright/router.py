@@ -90,6 +90,8 @@ def _eligible(op: str, backend: str, tensors) -> tuple[bool, str]:
 # serve only after their first-use self-check passes on the device (cuda_fallback/dispatch.py lists the families).
 CUDA_KERNELS = {"gemm": {9: "sm_90a WGMMA pingpong GEMM", 10: "sm_100a tcgen05 + TMEM GEMM",
                          12: "sm_120 ldmatrix + mma.sync GEMM"}}
+# RMSNorm-fused GEMM forward (cuda_fallback/rmsnorm_gemm.py); its backward stays Triton's.
+CUDA_KERNELS["rms_norm_linear"] = {9: "sm_90a register-A WGMMA RMSNorm-GEMM"}
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
@@ -120,6 +122,11 @@ def _cuda_eligible(op: str, raw, device: torch.device) -> tuple[bool, str]:
         return False, f"cuda: no {op} kernel for sm_{cap[0]}{cap[1]} (have: {have}); Triton covers it"
     if _cuda_toolchain() is None:
         return False, "cuda: no CUDA compiler found (nvcc, or `pip install nvidia-cuda-nvrtc`)"
+    if op == "rms_norm_linear":  # raw = (x, norm_weight, weight, bias)
+        from .cuda_fallback import rmsnorm_gemm
+
+        ok, why = rmsnorm_gemm.constraints(*(list(raw) + [None] * 4)[:4])
+        return ok, f"cuda: {kernels[cap[0]]}: {why}" if ok else f"cuda: {why}"
     from .cuda_fallback import gemm as cuda_gemm
 
     a, b, bias, residual = (list(raw) + [None] * 4)[:4]
@@ -138,6 +145,10 @@ def _cuda_family(raw):
 def _cuda_preferred(op: str, raw) -> tuple[bool, str]:
     """Whether the automatic choice should take "cuda" for these shapes (measured per-shape preference; on
     capabilities never measured the reason says "not yet run on this hardware by the project's tests")."""
+    if op == "rms_norm_linear":
+        from .cuda_fallback import rmsnorm_gemm
+
+        return rmsnorm_gemm.preferred(raw[0].shape[0], raw[2].shape[0], raw[0].shape[1])
     a, b = raw[0], raw[1]
     residual = raw[3] if len(raw) > 3 else None
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
@@ -157,6 +168,11 @@ def _cuda_preferred(op: str, raw) -> tuple[bool, str]:
 
 def _cuda_self_check(op: str, raw) -> tuple[bool, str]:
     """First-use self-check per device model (compiles on first call); False after a failure, with the reason."""
+    if op == "rms_norm_linear":
+        from .cuda_fallback import rmsnorm_gemm
+
+        ok, why = rmsnorm_gemm.ready(*(list(raw) + [None] * 4)[:4])
+        return ok, f"cuda: {why}"
     a, b, bias, residual = (list(raw) + [None] * 4)[:4]
     ok, why = _cuda_family(raw).ready(a, b, bias, residual)
     return ok, f"cuda: {why}"
@@ -174,7 +190,7 @@ def _forced() -> tuple[str | None, str]:
 
 # Preference order per op, best first. Later issues add "cuda" in front where a hand-written kernel exists.
 PREFERENCE = {"gemm": ("cuda", "triton", "torch"), "attention": ("triton", "torch")}
-PREFERENCE["rms_norm_linear"] = ("triton", "torch")
+PREFERENCE["rms_norm_linear"] = ("cuda", "triton", "torch")  # cuda: forward only, automatic once measured
 PREFERENCE["scaled_mm"] = ("triton", "torch")
 
 

@@ -42,11 +42,23 @@ def _record(row):
         w.writerow(row)
 
 
+def _skip_unless_cuda_backend(backend):
+    """backend="cuda" (the sm_90a RMSNorm-GEMM, same numerics contract) runs only on sm_90 with a CUDA compiler."""
+    if backend != "cuda":
+        return
+    from tilewright.cuda_fallback import build
+
+    if torch.cuda.get_device_capability()[0] != 9 or build.toolchain() is None:
+        pytest.skip("the CUDA RMSNorm-GEMM needs sm_90 and a CUDA compiler")
+
+
+@pytest.mark.parametrize("backend", [None, "cuda"], ids=["auto", "cuda"])
 @pytest.mark.parametrize("g_kind", ["ones", "randn"])
 @pytest.mark.parametrize("tag,M,N,K", K4096, ids=[s[0] for s in K4096])
-def test_bf16_errors_vs_fp64_against_torch_unfused(tag, M, N, K, g_kind):
+def test_bf16_errors_vs_fp64_against_torch_unfused(tag, M, N, K, g_kind, backend):
+    _skip_unless_cuda_backend(backend)
     x, g, w = _inputs(M, N, K, g_kind)
-    y = tilewright.rms_norm_linear(x, g, w, eps=EPS)
+    y = tilewright.rms_norm_linear(x, g, w, eps=EPS, backend=backend)
     y_torch = rms_norm_linear_reference(x, g, w, None, EPS)
     x64, g64, w64 = x.double(), g.double(), w.double()
     rstd = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS)
@@ -60,7 +72,7 @@ def test_bf16_errors_vs_fp64_against_torch_unfused(tag, M, N, K, g_kind):
     y_same_op = rstd * ((x64 * g64).bfloat16().double() @ w64.t())
     acc_bound = K * 2.0 ** -24 * (rstd * ((x64 * g64).abs() @ w64.abs().t()))
     exact_ok = (y.double() - y_same_op).abs() <= ulp / 2 + acc_bound
-    row = dict(case=tag, g=g_kind, M=M, N=N, K=K,
+    row = dict(case=tag + ("-cuda" if backend else ""), g=g_kind, M=M, N=N, K=K,
                fused_fro=(y.double() - y64).norm().item(), torch_fro=(y_torch.double() - y64).norm().item(),
                fused_max=e_f.max().item(), torch_max=e_t.max().item(),
                fused_max_ulps=(e_f / ulp).max().item(), torch_max_ulps=(e_t / ulp).max().item(),

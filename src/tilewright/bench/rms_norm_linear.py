@@ -5,6 +5,9 @@ Forward providers per GEMM-suite shape (x: (M, K), weight: (N, K), bf16, no bias
 * ``tilewright_fused``        - ``tilewright.rms_norm_linear`` (norm weight applied to the A tile in the mainloop)
 * ``tilewright_fused_folded`` - the same kernel with ``weight * norm_weight`` folded beforehand (APPLY_G=False; the
                                 fold itself is not timed): shows what the in-loop ``x * g`` costs (NORM_HEAVY shapes)
+* ``cuda_fused``              - ``tilewright.rms_norm_linear(..., backend="cuda")``: the hand-written sm_90a
+                                register-A WGMMA kernel (cuda_fallback/rmsnorm_gemm.py); only on sm_90 with a CUDA
+                                compiler
 * ``tilewright_gemm``         - ``tilewright.linear(x, weight)``: the plain GEMM, the "norm is free" yardstick
 * ``eager_unfused``           - ``F.linear(F.rms_norm(x, (K,), g, eps), weight)``: the **peer**
 * ``compile_unfused``         - the same under ``torch.compile`` (default mode, static shapes)
@@ -114,7 +117,18 @@ def _providers(x, g, w, compiled, folded=True):
     }
     if not folded:
         del fns["tilewright_fused_folded"]
+    if _cuda_norm_available(x):
+        fns["cuda_fused"] = lambda: tilewright.rms_norm_linear(x, g, w, eps=EPS, backend="cuda")
     return fns
+
+
+def _cuda_norm_available(x) -> bool:
+    """Whether the sm_90a CUDA RMSNorm-GEMM column applies: an sm_90 device and a CUDA compiler."""
+    if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
+        return False
+    from ..cuda_fallback import build
+
+    return build.toolchain() is not None
 
 
 def _bwd_providers(x, g, w, compiled):
@@ -205,6 +219,12 @@ def summary(df) -> str:
     geo = lambda s: float(np.exp(np.log(s).mean()))  # noqa: E731
     lines.append(f"geomean fused / tilewright_gemm: {geo(table['tilewright_gemm']):.3f} (target <= 1.05)")
     lines.append(f"geomean fused / cublas_gemm:     {geo(table['cublas_gemm']):.3f}")
+    if "cuda_fused" in fwd.columns:
+        big = [c for c in ("sq4k", "sq8k", "l3-8b-qkv", "l3-8b-o", "l3-8b-gateup", "l3-8b-down", "l3-70b-qkv",
+                           "l3-70b-down") if c in fwd.index]
+        cu = (fwd["cuda_fused"] / fwd["cublas_gemm"]).loc[big].dropna()
+        if len(cu):
+            lines.append(f"geomean cuda_fused / cublas_gemm on the large shapes: {geo(cu):.3f} (target <= 1.02)")
     speed = fwd.div(fwd["tilewright_fused"], axis=0)  # other time / fused time = speedup of fused
     heavy = [c for c in NORM_HEAVY if c in speed.index]
     if heavy:

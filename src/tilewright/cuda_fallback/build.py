@@ -126,6 +126,9 @@ def cache_dir() -> Path:
 
 def _source_bundle(source: Path) -> str:
     parts = [source.read_text()]
+    # a thin variant source (rmsnorm_gemm_sm90.cu) includes a sibling kernel body: hash that too
+    for name in re.findall(r'^#include "([\w.]+\.cu)"', parts[0], re.M):
+        parts.append(f"// --- {name}\n{(source.parent / name).read_text()}")
     for header in sorted(PTX_DIR.glob("*.cuh")):
         parts.append(f"// --- {header.name}\n{header.read_text()}")
     return "\n".join(parts)

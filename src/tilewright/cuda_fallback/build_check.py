@@ -56,6 +56,9 @@ KERNELS = {
                               _family_builds("gemm_sm100")),
     # mma.sync: built for sm_120a (its target) and sm_90a (the arch the project runs it on)
     "gemm_sm120_mma.cu": (("sm_120a", "sm_90a"), ("HMMA", "LDSM", "UTMALDG"), _family_builds("gemm_mma")),
+    # RMSNorm-GEMM (the sm_90 GEMM with TW_NORM_A): register-A HGMMA fed by LDSM, TMA in and out, setmaxnreg
+    "rmsnorm_gemm_sm90.cu": (("sm_90a",), ("HGMMA", "LDSM", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"),
+                             _family_builds("rmsnorm_gemm")),
 }
 PERF_WARNINGS = re.compile(r"C75(04|08|09|10|15)|Potential Performance Loss", re.I)
 COLUMNS = ("kernel", "build", "arch", "regs", "spills", "stack", "smem", "markers", "status")

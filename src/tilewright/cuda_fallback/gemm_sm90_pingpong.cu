@@ -19,6 +19,18 @@
 // TW_ACT (activation code), TW_BIAS, TW_RES. A run-time activation switch, unrolled over 128 accumulators per
 // thread, made the kernel ~300 KB of SASS and the epilogue instruction-fetch bound (measured: half the throughput
 // of the 128x256 tiles at K = 4096). All PTX lives in ptx/*.cuh.
+//
+// TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
+// GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
+//   * A (= x, K-major only) goes smem -> registers (ldmatrix, swizzle-aware), each thread adds the fp32 squares of
+//     its x elements to per-row sums, multiplies by g[k] in fp32 and rounds once to the input dtype; that fragment
+//     is the register-A operand of wgmma (B stays in smem).
+//   * The wgmma register-A fragment rows of a thread (lane/4 and lane/4+8 of its warp's 16-row slice) are its
+//     accumulator rows, so the row sums need one quad reduction (shfl_xor 1, 2) after the mainloop and rstd =
+//     1/sqrt(ss/K + eps) (IEEE div/sqrt, fp32) scales the accumulators in registers before the bias.
+//   * Tiles of the first N column store rstd (fp32, (M,)) for the backward.
+//   TW_NORM_DBUF=1 (default) double-buffers the A fragments (k-block kb writes one set while kb-1's wgmmas may still
+//   read the other); 0 is the simpler fallback that waits for each k-block's wgmmas before the next fragment load.
 #include "ptx/common.cuh"
 #include "ptx/gemm_common.cuh"
 #include "ptx/mbarrier.cuh"
@@ -26,6 +38,19 @@
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
+
+#ifndef TW_NORM_A
+#define TW_NORM_A 0
+#endif
+#if TW_NORM_A
+#include "ptx/mma_sync.cuh"  // ldmatrix_x4
+#define TW_KERNEL_NAME tw_rmsnorm_gemm_sm90
+#else
+#define TW_KERNEL_NAME tw_gemm_sm90
+#endif
+#ifndef TW_NORM_DBUF
+#define TW_NORM_DBUF 1
+#endif
 
 #ifndef TW_BM
 #define TW_BM 128
@@ -79,6 +104,9 @@ static_assert(BM <= 256, "TMA boxes hold at most 256 rows");
 static_assert(SMEM_BYTES <= 232448, "shared memory over the sm_90 per-block limit");
 static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "register split over the file");
 
+constexpr bool NORM = TW_NORM_A != 0;
+static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
+
 // One m64nBNk16 wgmma in the compiled dtype.
 template <int TA, int TB>
 TW_DEVICE void mma(float (&d)[BN / 2], tw_u64 da, tw_u64 db, int scale_d) {
@@ -107,6 +135,98 @@ TW_DEVICE tw_u32 pack2(float lo, float hi) {
   else return pack_bf16x2(lo, hi);
 }
 
+#if TW_NORM_A
+// Register budget of a consumer (setmaxnreg TW_CONSUMER_REGS = 232): MA * BN / 2 accumulators (128 for the 64x256
+// and 128x128 consumer tiles) + the A fragments of one k-block, MA * (BK / 16) * 4 = 16 * MA registers, twice with
+// TW_NORM_DBUF + 8 g registers + 2 * MA row sums + addresses/loop state (~20). MA = 1 with double buffering: ~190;
+// MA = 2 (pingpong 128x128) with double buffering spilled 20 B, so NORM_DBUF is on only for MA = 1; MA = 2 uses the
+// single set (168 + 64 fragment/g registers fit). build-check fails any build that spills.
+constexpr int K16 = BK / 16;
+// Double-buffered fragments only where they fit: with MA = 2 the second set spilled (measured with ptxas -v).
+constexpr bool NORM_DBUF = TW_NORM_DBUF != 0 && MA == 1;
+
+// Two 16-bit elements of one register -> fp32 (exact).
+TW_DEVICE void unpack2(tw_u32 u, float& lo, float& hi) {
+  if constexpr (TW_FP16) {
+    lo = f16_bits_to_f32((unsigned short)(u & 0xFFFFu));
+    hi = f16_bits_to_f32((unsigned short)(u >> 16));
+  } else {
+    lo = __uint_as_float(u << 16);
+    hi = __uint_as_float(u & 0xFFFF0000u);
+  }
+}
+
+// This thread's norm weights of k-block k0: pair h of k16 step j is g[k0 + 16 j + 8 h + 2 (lane % 4) + {0, 1}] (the
+// columns of its A fragment). K is even (x's rows are 16-byte multiples, a TMA requirement) so a pair is either
+// inside K or past it; past K the weight is 0 (x is zero-filled there by TMA anyway, this only keeps the load in
+// bounds). g is 4-byte aligned (host check).
+TW_DEVICE void load_g(const unsigned short* __restrict__ g, int k0, int K, int lane, tw_u32 (&gv)[K16][2]) {
+#pragma unroll
+  for (int j = 0; j < K16; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = k0 + 16 * j + 8 * h + 2 * (lane & 3);
+      gv[j][h] = k < K ? __ldg(reinterpret_cast<const unsigned*>(g + k)) : 0u;
+    }
+  }
+}
+
+// The register-A fragments of one k-block for this warp's 16 rows of each of the consumer's MA m64 atoms, from the
+// 128B-swizzled K-major A stage at `sa` (row r at r * 128 bytes, 16-byte chunk c stored at chunk c ^ (r % 8)).
+// ldmatrix_x4 matrices: 0 = rows 0-7 / k 0-7, 1 = rows 8-15 / k 0-7, 2 = rows 0-7 / k 8-15, 3 = rows 8-15 / k 8-15,
+// so lane l points at row l % 16, chunk 2 j + l / 16, and register i holds row lane/4 + 8 (i & 1), columns
+// 2 (lane % 4) + 8 (i >> 1) + {0, 1}: the wgmma A fragment. Adds the fp32 squares of x to ss[ma][i & 1].
+TW_DEVICE void norm_fragments(tw_u32 sa, int atom0, int warp, int lane, const tw_u32 (&gv)[K16][2],
+                              float (&ss)[MA][2], tw_u32 (&fr)[K16][MA][4]) {
+#pragma unroll
+  for (int j = 0; j < K16; ++j) {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma) {
+      const int rloc = (atom0 + ma) * 64 + warp * 16 + (lane & 15);
+      const int chunk = 2 * j + (lane >> 4);
+      tw_u32 x[4];
+      ldmatrix_x4(sa + rloc * 128 + ((chunk ^ (lane & 7)) << 4), x);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float lo, hi, glo, ghi;
+        unpack2(x[i], lo, hi);
+        unpack2(gv[j][i >> 1], glo, ghi);
+        ss[ma][i & 1] = fmaf(lo, lo, fmaf(hi, hi, ss[ma][i & 1]));
+        fr[j][ma][i] = pack2(lo * glo, hi * ghi);  // x * g in fp32, one rounding to the input dtype
+      }
+    }
+  }
+}
+
+// Keep the compiler from reusing fragment registers before the wgmma wait that retires their readers (the same
+// guard as wgmma_reg_fence for accumulators; ptxas tracks wgmma operands itself, this also pins the front end).
+TW_DEVICE void frag_fence(tw_u32 (&fr)[K16][MA][4]) {
+#pragma unroll
+  for (int j = 0; j < K16; ++j)
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(fr[j][ma][i])::"memory");
+}
+
+// One m64nBNk16 wgmma with A from registers.
+template <int TB>
+TW_DEVICE void mma_rs(float (&d)[BN / 2], const tw_u32 (&a)[4], tw_u64 db, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (BN == 256) {
+    if constexpr (TW_FP16) wgmma_m64n256k16_f16_rs<TB>(d, a, db, scale_d);
+    else wgmma_m64n256k16_bf16_rs<TB>(d, a, db, scale_d);
+  } else if constexpr (BN == 128) {
+    if constexpr (TW_FP16) wgmma_m64n128k16_f16_rs<TB>(d, a, db, scale_d);
+    else wgmma_m64n128k16_bf16_rs<TB>(d, a, db, scale_d);
+  } else {
+    if constexpr (TW_FP16) wgmma_m64n64k16_f16_rs<TB>(d, a, db, scale_d);
+    else wgmma_m64n64k16_bf16_rs<TB>(d, a, db, scale_d);
+  }
+#endif
+}
+#endif  // TW_NORM_A
+
 }  // namespace tw
 
 using namespace tw;
@@ -116,11 +236,16 @@ using namespace tw;
 // C: map over (N, M) with box (64, WM), 128B swizzle, BN/64 boxes per consumer tile.
 // bias: (N,) (read when TW_BIAS). res (read when TW_RES): element (r, n) at res[(r / res_period) * rs0 + (r % res_period) * rs1 + n * rs2], or null.
 // pair_tiles: 1 -> a CTA takes tiles in adjacent pairs (both consumers of a pingpong CTA work on neighbours).
+// TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
 extern "C" __global__ void __launch_bounds__(384, 1)
-    tw_gemm_sm90(const __grid_constant__ TwTensorMap tm_a, const __grid_constant__ TwTensorMap tm_b,
+    TW_KERNEL_NAME(const __grid_constant__ TwTensorMap tm_a, const __grid_constant__ TwTensorMap tm_b,
                  const __grid_constant__ TwTensorMap tm_c, const unsigned short* __restrict__ bias,
                  const unsigned short* __restrict__ res, long long rs0, long long rs1, long long rs2, int res_period,
-                 int M, int N, int K, int act, int tile_order, int group, int pair_tiles) {
+                 int M, int N, int K, int act, int tile_order, int group, int pair_tiles
+#if TW_NORM_A
+                 , const unsigned short* __restrict__ norm_w, float* __restrict__ rstd_out, float eps
+#endif
+                 ) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
@@ -202,6 +327,56 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       int s = pos % STAGES;
       tw_u32 phase = (pos / STAGES) & 1;
       int prev = 0;
+#if TW_NORM_A
+      float ss[MA][2] = {};  // fp32 sums of x^2 of this thread's two rows per atom, over its fragment columns
+      // One k-block: g loads (issued before the full-barrier wait so their latency hides under it), fragments into
+      // `fr`, RS wgmmas, then release the previous k-block's stage once its wgmmas are retired. `fr` was last read
+      // by the wgmmas of k-block kb - 2 (double buffer) or kb - 1 (single): both retired by the wait of the step
+      // before, so rewriting it here is safe; `other` is fenced after the wait so its registers stay reserved until
+      // its readers (k-block kb - 1) are retired by that wait.
+      tw_u32 fra[K16][MA][4], frb[K16][MA][4];
+      auto norm_step = [&](int kb, tw_u32 (&fr)[K16][MA][4], tw_u32 (&other)[K16][MA][4]) {
+        tw_u32 gv[K16][2];
+        load_g(norm_w, kb * BK, K, lane, gv);
+        mbar_wait(bar_full + 8 * s, phase);  // TMA bytes of this stage landed: visible to ldmatrix
+        const tw_u32 sa = sbase + s * STAGE_BYTES;
+        const tw_u32 sb = sa + A_STAGE;
+        norm_fragments(sa, atom0, warp, lane, gv, ss, fr);
+        wgmma_fence();  // the fragment registers (and accumulators) written above are ordered before the wgmmas
+#pragma unroll
+        for (int k16 = 0; k16 < K16; ++k16) {
+          tw_u64 db;
+          if constexpr (B_MN) db = wgmma_desc_sw128(sb + k16 * 16 * 128, BK * 128, 1024);
+          else db = wgmma_desc_sw128(sb + k16 * 32, 16, 1024);
+#pragma unroll
+          for (int ma = 0; ma < MA; ++ma) mma_rs<B_MN ? 1 : 0>(acc[ma], fr[k16][ma], db, (kb | k16) != 0);
+        }
+        wgmma_commit();
+        if constexpr (NORM_DBUF) {
+          if (kb > 0) {
+            wgmma_wait<1>();  // k-block kb-1 retired: its stage (B reads) and its fragment set are free
+            frag_fence(other);
+            if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
+          }
+        } else {
+          wgmma_wait<0>();  // fallback: retire this k-block before its fragments are rewritten
+          frag_fence(fr);
+          if (tid == 0) mbar_arrive(bar_empty + 8 * s);
+        }
+        prev = s;
+        if (++s == STAGES) {
+          s = 0;
+          phase ^= 1;
+        }
+      };
+      // unrolled by two so each fragment set is a fixed register set (no dynamic register-array indexing)
+      for (int kb = 0; kb < kt; kb += 2) {
+        norm_step(kb, fra, frb);
+        if (kb + 1 < kt) norm_step(kb + 1, frb, fra);
+      }
+      wgmma_wait<0>();
+      if (NORM_DBUF && tid == 0) mbar_arrive(bar_empty + 8 * prev);
+#else
       for (int kb = 0; kb < kt; ++kb) {
         mbar_wait(bar_full + 8 * s, phase);
         const tw_u32 sa = sbase + s * STAGE_BYTES;
@@ -233,6 +408,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
       wgmma_wait<0>();
       if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
+#endif
 #pragma unroll
       for (int ma = 0; ma < MA; ++ma) wgmma_reg_fence(acc[ma]);
       if (!COOP && tile_of(it + 1) < num_tiles) named_barrier_arrive(ORDER_BAR + (1 - c), 256);
@@ -241,6 +417,22 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       if (tid == 0) bulk_wait_group_read<0>();  // our previous TMA store no longer reads cbuf
       named_barrier_sync(EPI_BAR + c, 128);
 
+#if TW_NORM_A
+      // Row sums: the four lanes of a quad hold disjoint columns of the same two rows -> xor-shuffle over the quad.
+      float rstd[MA][2];
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v = ss[ma][h];
+          v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+          v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+          rstd[ma][h] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(v, (float)K) + eps));  // as Triton: 1/sqrt_rn(ss/K+eps)
+          const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
+          if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
+        }
+      }
+#endif
       long long res_off[MA][2];
       bool row_ok[MA][2];
 #pragma unroll
@@ -269,8 +461,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           for (int ma = 0; ma < MA; ++ma) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
+#if TW_NORM_A
+              // rstd before the bias, as the Triton kernel (acc * rstd, then the GEMM epilogue)
+              float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] * rstd[ma][h] + b0);
+              float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] * rstd[ma][h] + b1);
+#else
               float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] + b0);
               float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] + b1);
+#endif
               if (TW_RES && row_ok[ma][h]) {
                 const unsigned short* p = res + res_off[ma][h] + (long long)col * rs2;
                 if (col < N) v0 += load_elem(p);

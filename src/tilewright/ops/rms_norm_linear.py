@@ -38,7 +38,8 @@ def rms_norm_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch
     N = weight.shape[0]
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     rstd = torch.empty((M,), device=x.device, dtype=torch.float32)
-    choice = router.dispatch("rms_norm_linear", x, norm_weight, weight, bias, backend=backend)
+    decision = router.decide("rms_norm_linear", x, norm_weight, weight, bias, backend=backend)
+    choice = decision.backend
     if M == 0:
         return y, rstd
     if choice == "torch" or K == 0 or N == 0:
@@ -46,6 +47,15 @@ def rms_norm_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch
         if N:
             y.copy_(rms_norm_linear_reference(x, norm_weight, weight, bias, eps))
         return y, rstd
+    if choice == "cuda":
+        from ..cuda_fallback import rmsnorm_gemm as cuda_rmsnorm
+
+        # False: the kernel failed once (warned, now disabled): Triton serves, unless "cuda" was forced
+        if cuda_rmsnorm.try_launch(x, norm_weight, weight, y, rstd, eps, bias=bias):
+            return y, rstd
+        if decision.forced:
+            raise ValueError("rms_norm_linear: backend 'cuda' was forced but the CUDA kernel is disabled after a "
+                             "failed launch; use backend='triton' or let the router choose")
     from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_gemm
 
     launch_rmsnorm_gemm(x, norm_weight, weight.t(), y, rstd, eps, bias=bias)
@@ -71,6 +81,8 @@ def rms_norm_backward_op(x: torch.Tensor, du: torch.Tensor, norm_weight: torch.T
     x, du: (M, K); norm_weight: (K,); rstd: (M,) fp32 from the forward.
     """
     M, K = x.shape
+    if backend == "cuda" or (backend is None and router._forced()[0] == "cuda"):
+        backend = "triton"  # the CUDA kernel is the forward only; the norm backward is Triton's
     choice = router.dispatch("rms_norm_linear", x, du, norm_weight, backend=backend)
     if choice == "torch" or M == 0 or K == 0:
         xhat = x.float() * rstd[:, None]
@@ -155,7 +167,8 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         bias: optional (N,).
         eps: > 0, added to the mean square (note: ``F.rms_norm``'s default ``eps=None`` means
             ``torch.finfo(x.dtype).eps``; pass that explicitly to match it).
-        backend: None (router decides), "triton" or "torch".
+        backend: None (router decides), "cuda" (sm_90a forward kernel, cuda_fallback/rmsnorm_gemm.py; the
+            backward stays Triton), "triton" or "torch".
     Returns:
         (..., N) in x's dtype; differentiable in x, norm_weight, weight and bias.
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call (<= 240 s): build, numerics, stress, compute-sanitizer memcheck, benchmark of the sm_90a CUDA
+# RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm.py). Each phase under its own timeout (limits sum to 230 s) so a hang
+# shows up as a timed-out phase. $OUT gets gpu.txt, rmsnorm_sm90.log (every phase), numerics.csv, bench.csv.
+# Usage: bash scripts/gpu_rmsnorm_gemm_sm90.sh [phases...]   (default: build numerics stress sanitize bench)
+# Localising a numerics failure: TILEWRIGHT_CUDA_RMSNORM_VARIANT is not read here (variants are explicit); run
+#   python scripts/gpu_rmsnorm_gemm_sm90.py numerics   and compare the -sb (single-buffered) rows with the others.
+set -u
+export TILEWRIGHT_AUTOTUNE=0 PYTHONPATH=src TILEWRIGHT_CACHE_DIR=${TILEWRIGHT_CACHE_DIR:-$PWD/.twcache} OUT=${OUT:-out}
+mkdir -p "$OUT"
+LOG="$OUT/rmsnorm_sm90.log"
+: > "$LOG"
+PHASES=${*:-"build numerics stress sanitize bench"}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
+head -2 "$OUT/gpu.txt"
+declare -A LIMIT=([build]=35 [numerics]=40 [stress]=35 [sanitize]=55 [bench]=65)
+summary=()
+for ph in $PHASES; do
+  echo "=== phase $ph (limit ${LIMIT[$ph]}s)" >> "$LOG"
+  t0=$SECONDS
+  if [ "$ph" = sanitize ]; then
+    timeout ${LIMIT[$ph]} compute-sanitizer --tool memcheck --error-exitcode 9 \
+      python scripts/gpu_rmsnorm_gemm_sm90.py sanitize >> "$LOG" 2>&1
+  else
+    timeout ${LIMIT[$ph]} python scripts/gpu_rmsnorm_gemm_sm90.py $ph >> "$LOG" 2>&1
+  fi
+  rc=$?
+  echo "rc=$rc" >> "$LOG"
+  case $ph in
+    sanitize) last=$(grep -E "ERROR SUMMARY" "$LOG" | tail -1) ;;
+    bench) last=$(grep -E "geomean" "$LOG" | tail -1) ;;
+    *) last=$(grep -E "^(numerics|stress|[0-9]+ builds)" "$LOG" | tail -1) ;;
+  esac
+  line="$ph rc=$rc $((SECONDS - t0))s | ${last:0:400}"
+  echo "$line"; summary+=("$line")
+  if [ $ph = build ] && [ $rc != 0 ]; then echo "build failed: see $LOG"; tail -15 "$LOG"; fi
+done
+echo "--- bench (median ms, x cuBLAS)"; grep -E "^ +(sq|l3)" "$LOG" | cut -c1-400
+grep -E "^FAIL|vs triton" "$LOG" | head -12
+echo "--- summary"; printf '%s\n' "${summary[@]}"

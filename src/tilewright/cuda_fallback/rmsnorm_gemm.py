@@ -1,0 +1,269 @@
+"""Host side of the Hopper RMSNorm-fused GEMM (``rmsnorm_gemm_sm90.cu`` = ``gemm_sm90_pingpong.cu`` with
+``TW_NORM_A``): ``y = act(rms_norm(x, g, eps) @ b + bias) + residual`` and rstd (fp32, (M,)) in one kernel.
+
+Same numerics contract as the Triton path (triton_kernels/rmsnorm_gemm.py): fp32 sum of squares of x, the MMA
+operand is ``x * g`` rounded once to x's dtype, ``rstd = 1 / sqrt_rn(ss / K + eps)`` scales the fp32 accumulator
+before the bias.
+
+Entry points:
+* :func:`launch_cuda_rmsnorm_gemm` - into given ``out`` / ``rstd`` (the op layer's and the benchmark's call).
+* :func:`constraints` - whether (x, norm_weight, weight, bias) can take this kernel, and why not.
+* :func:`preferred` - the router's automatic choice (off until measured on a GPU).
+* :func:`ready` - constraints + toolchain + first-use self-check per (device model, variant, dtype).
+* :func:`try_launch` - launches or returns False (one warning, then disabled); never raises.
+
+Variants reuse the GEMM's tiles (``gemm.VARIANTS``); ``-sb`` names the single-buffered-fragment fallback build
+(``TW_NORM_DBUF=0``), selectable with ``TILEWRIGHT_CUDA_RMSNORM_VARIANT`` to localise a bug.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from . import build
+from . import gemm as _sm90
+
+SOURCE = "rmsnorm_gemm_sm90.cu"
+KERNEL = "tw_rmsnorm_gemm_sm90"
+
+
+@dataclass(frozen=True)
+class NormVariant(_sm90.Variant):
+    """A GEMM tile variant built with the norm prologue; ``dbuf`` False is the single-fragment-buffer fallback."""
+
+    dbuf: bool = True
+
+    @property
+    def name(self) -> str:
+        return super().name + ("" if self.dbuf else "-sb")
+
+    def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
+                res: bool = False) -> dict:
+        """The GEMM variant's -D macros plus the fragment buffering switch (the source itself sets TW_NORM_A)."""
+        d = super().defines(a_mn, b_mn, fp16, act, bias, res)
+        if not self.dbuf:
+            d["TW_NORM_DBUF"] = 0
+        return d
+
+
+VARIANTS = {v.name: v for v in (
+    NormVariant(128, 256, 3, coop=True), NormVariant(128, 256, 3, coop=True, dbuf=False),
+    NormVariant(128, 128, 5), NormVariant(64, 256, 4), NormVariant(64, 256, 4, dbuf=False),
+    NormVariant(256, 128, 3, coop=True),
+)}
+DEFAULT_VARIANT = "coop128x256s3"  # the GEMM's large-problem tile; one m64 atom per consumer -> double buffering
+SMALL_M_VARIANT = "pp128x128s5"    # the GEMM's M <= 256 choice (single-buffered: two atoms per consumer)
+# build-check (CPU CI): default bf16 (B K-major as weight.t() is), its fallback, fp16 + full epilogue, small-M.
+BUILD_CHECK_BUILDS = (
+    ("coop128x256s3", False, False, False, 0, False, False),
+    ("coop128x256s3-sb", False, False, False, 0, False, False),
+    ("coop128x256s3", False, False, True, 2, True, True),
+    ("pp128x128s5", False, False, False, 0, True, False),
+)
+
+# Not yet measured against Triton on a GPU: the automatic router keeps Triton until the H200 run
+# (scripts/gpu_rmsnorm_gemm_sm90.sh) shows the win region; backend="cuda" forces it (after the self-check).
+MEASURED_WIN = False
+
+
+def pick_variant(M: int, N: int, K: int) -> NormVariant:
+    """Static choice per shape (``TILEWRIGHT_CUDA_RMSNORM_VARIANT`` overrides, e.g. ``coop128x256s3-sb``)."""
+    forced = os.environ.get("TILEWRIGHT_CUDA_RMSNORM_VARIANT")
+    if forced:
+        return VARIANTS[forced]
+    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
+
+
+def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
+    """Whether the router's automatic choice takes this kernel (only once measured faster; see MEASURED_WIN)."""
+    if not MEASURED_WIN:
+        return False, ("cuda: RMSNorm-GEMM not yet measured against Triton on a GPU (force backend='cuda' to use "
+                       "it)")
+    return _sm90.preferred(M, N, K)
+
+
+def constraints(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
+    """Whether x (M, K), norm_weight (K,), weight (N, K), bias (N,) can take the kernel, and why not."""
+    if not all(isinstance(t, torch.Tensor) for t in (x, norm_weight, weight)):
+        return False, "expects tensors x, norm_weight, weight"
+    if x.dim() != 2 or norm_weight.dim() != 1 or weight.dim() != 2:
+        return False, "expects x (M, K), norm_weight (K,), weight (N, K)"
+    M, K = x.shape
+    if weight.shape[1] != K or norm_weight.shape[0] != K:
+        return False, "shape mismatch between x, norm_weight and weight"
+    if norm_weight.dtype != x.dtype:
+        return False, "mixed dtypes"
+    ok, why = _sm90.constraints(x, weight.t(), bias)
+    if not ok:
+        return False, why
+    if x.stride(1) != 1 and K > 1:
+        return False, "x must have unit stride along K (the norm prologue reads rows with ldmatrix)"
+    if K % 2:
+        return False, f"K = {K} is odd (the kernel reads norm-weight pairs)"
+    return True, "bf16/fp16, K-major x, 16-byte aligned strides (TMA)"
+
+
+def _norm_weight_arg(norm_weight: torch.Tensor) -> torch.Tensor:
+    """g as the kernel reads it: contiguous, 4-byte aligned (a copy otherwise)."""
+    if norm_weight.stride(0) != 1 or norm_weight.data_ptr() % 4:
+        return norm_weight.contiguous().clone()
+    return norm_weight
+
+
+def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                             rstd: torch.Tensor | None, eps: float, *, bias=None, residual=None, activation=0,
+                             variant: NormVariant | str | None = None, tile_order: str | int = "grouped",
+                             group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
+    """``out = act(rms_norm(x, g, eps) @ b + bias) + residual`` with the sm_90a kernel; rstd (fp32 (M,)) stored when
+    given. x: (M, K) K-major; b: (K, N) (``weight.t()``); out: (M, N) row-major; residual (R0, P, N) as in
+    :func:`gemm.launch_cuda_gemm`. Raises ValueError on inputs outside :func:`constraints`."""
+    M, K = x.shape
+    N = b.shape[1]
+    ok, why = constraints(x, norm_weight, b.t(), bias)
+    if not ok:
+        raise ValueError(f"cuda rmsnorm gemm: {why}")
+    if rstd is not None and (rstd.dtype != torch.float32 or rstd.shape != (M,) or rstd.stride(0) != 1):
+        raise ValueError("cuda rmsnorm gemm: rstd must be a contiguous fp32 (M,) tensor")
+    if not (eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"cuda rmsnorm gemm: eps must be finite and > 0, got {eps}")
+    activation, tile_order, rs, res_ptr, res_period = _sm90.launch_args(
+        "cuda rmsnorm gemm", x, b, out, bias, residual, activation, tile_order, group, out_align=16)
+    v = _sm90.resolve_variant(VARIANTS, pick_variant, variant, M, N, K)
+    g = _norm_weight_arg(norm_weight)
+    rstd_ptr = rstd.data_ptr() if rstd is not None else 0
+    key = _sm90.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
+                             g.data_ptr(), rstd_ptr, float(eps))
+    _sm90.launch_cached(_prepared, key, lambda: _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                         tile_order, group, num_ctas, g, rstd_ptr, eps),
+                        x.device, 384, v.smem_bytes())
+    return out
+
+
+_prepared: dict = {}
+
+
+def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd_ptr,
+             eps):
+    M, K = x.shape
+    N = b.shape[1]
+    drv, fn, tm_a, tm_b, _, _, sms = _sm90.build_and_map_operands(SOURCE, KERNEL, "sm_90a", x, b, v, activation,
+                                                                  bias, res_ptr)
+    with torch.cuda.device(x.device):
+        tm_c = drv.encode_tiled(_sm90._DTYPES[x.dtype], out.data_ptr(), (N, M), (out.stride(0) * 2,), (64, v.wm),
+                                128)
+    tiles = -(-M // v.bm) * -(-N // v.bn)
+    pair = (not v.coop) and tiles >= 2 * sms
+    grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
+    args = [tm_a, tm_b, tm_c, *_sm90.epilogue_args(bias, res_ptr, rs, res_period, M, N, K),
+            ctypes.c_int32(activation), ctypes.c_int32(tile_order), ctypes.c_int32(group), ctypes.c_int32(int(pair)),
+            ctypes.c_uint64(g.data_ptr()), ctypes.c_uint64(rstd_ptr), ctypes.c_float(eps)]
+    # g's address is baked into the cached arguments: keep a private copy of it alive with them
+    return fn, grid, _Args(args, keep=g)
+
+
+class _Args(list):
+    """Kernel arguments (the list) plus tensors whose addresses they hold and that nothing else keeps alive."""
+
+    def __init__(self, items, keep):
+        super().__init__(items)
+        self.keep = keep
+
+
+# ------------------------------------------------------------------------------------------------ self-check
+def reference(x, norm_weight, weight, bias, eps, activation=None, residual=None):
+    """The kernel's contract in fp32: (bf16(x * g) @ W^T) * rstd + bias, activation, + residual; returns (y, rstd)."""
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1) + eps)
+    u = (xf * norm_weight.float()).to(x.dtype).float()
+    z = (u @ weight.float().t()) * rstd[:, None]
+    if bias is not None:
+        z = z + bias.float()
+    from ..reference import activation_reference
+
+    z = activation_reference(z, activation)
+    if residual is not None:
+        z = z + residual.float()
+    return z, rstd
+
+
+_checked: dict = {}
+_disabled: str | None = None
+_lock = threading.Lock()
+
+
+def _self_check_one(device, v, dtype) -> tuple[bool, str]:
+    """Small problems with M/N/K tails, a non-trivial g, bias + gelu + residual and rstd, against :func:`reference`."""
+    gen = torch.Generator(device="cpu").manual_seed(4321)
+    worst = 0.0
+    for M, N, K, act, use_res in ((296, 264, 200, "gelu", True), (8, 64, 72, None, False),
+                                  (2 * v.bm + 8, 3 * v.bn + 8, 1000, "gelu", True)):
+        x = (torch.randn(M, K, generator=gen) * 3).to(device=device, dtype=dtype)
+        g = (1 + 0.5 * torch.randn(K, generator=gen)).to(device=device, dtype=dtype)
+        w = (torch.randn(N, K, generator=gen) / math.sqrt(K)).to(device=device, dtype=dtype)
+        bias = torch.randn(N, generator=gen).to(device=device, dtype=dtype)
+        res = torch.randn(M, N, generator=gen).to(device=device, dtype=dtype) if use_res else None
+        out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
+        rstd = torch.full((M,), float("nan"), device=device, dtype=torch.float32)
+        launch_cuda_rmsnorm_gemm(x, g, w.t(), out, rstd, 1e-6, bias=bias,
+                                 residual=None if res is None else res.reshape(1, M, N), activation=act, variant=v)
+        ref, ref_rstd = reference(x, g, w, bias, 1e-6, act, res)
+        torch.cuda.synchronize(device)
+        err = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+        rerr = ((rstd - ref_rstd).abs() / ref_rstd).max().item()
+        if not math.isfinite(err) or err > 2e-2 or not math.isfinite(rerr) or rerr > 1e-5:
+            return False, (f"self-check failed for {v.name} on ({M}, {N}, {K}): relative error {err:.3g}, "
+                           f"rstd error {rerr:.3g}")
+        worst = max(worst, err)
+    return True, f"self-check passed (max relative error {worst:.2e})"
+
+
+def ready(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
+    """Constraints, toolchain and the variant's self-check on this device model (once per process; a failure
+    disables the variant with one warning)."""
+    global _disabled
+    ok, why = constraints(x, norm_weight, weight, bias)
+    if not ok:
+        return False, why
+    if _disabled:
+        return False, _disabled
+    if build.toolchain() is None:
+        return False, "no CUDA compiler (nvcc or NVRTC) found"
+    M, K = x.shape
+    v = pick_variant(M, weight.shape[0], K)
+    key = (_sm90._device_model(x.device), v.name, x.dtype)
+    with _lock:
+        if key not in _checked:
+            try:
+                _checked[key] = _self_check_one(x.device, v, x.dtype)
+            except build.CompileError as e:
+                _disabled = "compile failed (see the warning)"
+                _sm90._warn_once("rmsnorm-compile",
+                                 f"tilewright: the CUDA RMSNorm-GEMM did not compile; Triton serves instead.\n{e}")
+                return False, _disabled
+            except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
+                _checked[key] = (False, f"self-check raised {type(e).__name__}: {e}")
+            if not _checked[key][0]:
+                _sm90._warn_once(f"rmsnorm{key}", f"tilewright: CUDA RMSNorm-GEMM {key[1]} disabled on {key[0]}: "
+                                                  f"{_checked[key][1]}; Triton serves instead")
+    ok, msg = _checked[key]
+    return ok, f"sm_90a RMSNorm-GEMM {v.name}: {msg}"
+
+
+def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
+    """The op layer's forward: launch, or False (Triton then runs) after one warning on a failure; never raises."""
+    global _disabled
+    if _disabled:
+        return False
+    try:
+        launch_cuda_rmsnorm_gemm(x, norm_weight, weight.t(), out, rstd, eps, bias=bias)
+        return True
+    except Exception as e:  # noqa: BLE001
+        _disabled = f"launch failed: {type(e).__name__}: {e}"
+        _sm90._warn_once("rmsnorm-launch", f"tilewright: CUDA RMSNorm-GEMM launch failed ({e}); Triton serves "
+                                           "from now on")
+        return False
