@@ -90,6 +90,8 @@ def _eligible(op: str, backend: str, tensors) -> tuple[bool, str]:
 # serve only after their first-use self-check passes on the device (cuda_fallback/dispatch.py lists the families).
 CUDA_KERNELS = {"gemm": {9: "sm_90a WGMMA pingpong GEMM", 10: "sm_100a tcgen05 + TMEM GEMM",
                          12: "sm_120 ldmatrix + mma.sync GEMM"}}
+# Flash-attention forward (cuda_fallback/attention_sm90.py); the backward stays Triton's.
+CUDA_KERNELS["attention"] = {9: "sm_90a FA3-style flash-attention forward"}
 # RMSNorm-fused GEMM forward (cuda_fallback/rmsnorm_gemm.py); its backward stays Triton's.
 CUDA_KERNELS["rms_norm_linear"] = {9: "sm_90a register-A WGMMA RMSNorm-GEMM"}
 
@@ -122,6 +124,11 @@ def _cuda_eligible(op: str, raw, device: torch.device) -> tuple[bool, str]:
         return False, f"cuda: no {op} kernel for sm_{cap[0]}{cap[1]} (have: {have}); Triton covers it"
     if _cuda_toolchain() is None:
         return False, "cuda: no CUDA compiler found (nvcc, or `pip install nvidia-cuda-nvrtc`)"
+    if op == "attention":  # raw = (q, k, v)
+        from .cuda_fallback import attention_sm90
+
+        ok, why = attention_sm90.constraints(*(list(raw) + [None] * 3)[:3])
+        return ok, f"cuda: {kernels[cap[0]]}: {why}" if ok else f"cuda: {why}"
     if op == "rms_norm_linear":  # raw = (x, norm_weight, weight, bias)
         from .cuda_fallback import rmsnorm_gemm
 
@@ -145,6 +152,10 @@ def _cuda_family(raw):
 def _cuda_preferred(op: str, raw) -> tuple[bool, str]:
     """Whether the automatic choice should take "cuda" for these shapes (measured per-shape preference; on
     capabilities never measured the reason says "not yet run on this hardware by the project's tests")."""
+    if op == "attention":
+        from .cuda_fallback import attention_sm90
+
+        return attention_sm90.preferred(raw[0], raw[1])
     if op == "rms_norm_linear":
         from .cuda_fallback import rmsnorm_gemm
 
@@ -168,6 +179,11 @@ def _cuda_preferred(op: str, raw) -> tuple[bool, str]:
 
 def _cuda_self_check(op: str, raw) -> tuple[bool, str]:
     """First-use self-check per device model (compiles on first call); False after a failure, with the reason."""
+    if op == "attention":
+        from .cuda_fallback import attention_sm90
+
+        ok, why = attention_sm90.ready(*raw[:3])
+        return ok, f"cuda: {why}"
     if op == "rms_norm_linear":
         from .cuda_fallback import rmsnorm_gemm
 
@@ -189,7 +205,7 @@ def _forced() -> tuple[str | None, str]:
 
 
 # Preference order per op, best first. Later issues add "cuda" in front where a hand-written kernel exists.
-PREFERENCE = {"gemm": ("cuda", "triton", "torch"), "attention": ("triton", "torch")}
+PREFERENCE = {"gemm": ("cuda", "triton", "torch"), "attention": ("cuda", "triton", "torch")}
 PREFERENCE["rms_norm_linear"] = ("cuda", "triton", "torch")  # cuda: forward only, automatic once measured
 PREFERENCE["scaled_mm"] = ("triton", "torch")
 

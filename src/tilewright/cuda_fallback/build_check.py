@@ -60,6 +60,10 @@ KERNELS = {
     "rmsnorm_gemm_sm90.cu": (("sm_90a",), ("HGMMA", "LDSM", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"),
                              _family_builds("rmsnorm_gemm")),
 }
+# FA3-style attention forward: wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
+KERNELS["attention_sm90.cu"] = (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"),
+                                lambda: __import__(f"{__package__}.attention_sm90", fromlist=["x"])
+                                .build_check_builds())
 PERF_WARNINGS = re.compile(r"C75(04|08|09|10|15)|Potential Performance Loss", re.I)
 COLUMNS = ("kernel", "build", "arch", "regs", "spills", "stack", "smem", "markers", "status")
 

@@ -38,12 +38,23 @@ def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     B, Hq, Sq, _ = q.shape
     out = torch.empty_like(q)
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
-    choice = router.dispatch("attention", q, k, v, backend=backend)
+    decision = router.decide("attention", q, k, v, backend=backend)
+    choice = decision.backend
     if choice == "torch":
         o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale)
         out.copy_(o32)
         lse.copy_(l32)
         return out, lse
+    if choice == "cuda":
+        # sm_90a forward (same out / LSE layout as Triton's, so the backward below stays Triton's); it declines
+        # (False) on a launch failure and Triton serves the call.
+        from ..cuda_fallback import attention_sm90
+
+        if attention_sm90.try_launch(q, k, v, out, lse, causal, scale):
+            return out, lse
+        if decision.forced:
+            raise ValueError("flash_attention: backend 'cuda' was forced but the CUDA forward cannot run this call "
+                             "(it is disabled after a failed launch); use backend='triton' or let the router choose")
     from ..triton_kernels.attention import attention_forward
 
     attention_forward(q, k, v, out, lse, causal, scale)
@@ -144,7 +155,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         causal: top-left aligned causal mask, identical to SDPA's ``is_causal=True``: query i sees key j iff j <= i.
         scale: score scale (default 1/sqrt(D)).
         return_lse: also return the natural-log LSE (B, Hq, Sq) in fp32 (-inf for a row with no visible key).
-        backend: None (router), "triton" or "torch".
+        backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16 with head dim 64/128/256;
+            the backward runs in Triton).
     Returns:
         out (B, Hq, Sq, D) with q's layout, or (out, lse).
     """

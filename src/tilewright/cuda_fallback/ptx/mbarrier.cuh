@@ -33,3 +33,16 @@ TW_DEVICE void mbar_wait(tw_u32 bar, tw_u32 parity) {
       "r"(parity)
       : "memory");
 }
+
+// mbar_arrive by the threads whose `pred` is true, as one predicated instruction rather than a branch: code between
+// a wgmma and its wait must not diverge, or ptxas serialises the wgmma pipeline (C7520, "WG.AR in divergent path").
+TW_DEVICE void mbar_arrive_if(tw_u32 bar, bool pred) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %1, 0;\n"
+      "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+      "}\n" ::"r"(bar),
+      "r"((int)pred)
+      : "memory");
+}

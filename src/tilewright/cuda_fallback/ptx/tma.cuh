@@ -66,6 +66,25 @@ TW_DEVICE void tma_store_2d(const TwTensorMap* map, tw_u32 src, int c0, int c1) 
                : "memory");
 }
 
+// Copy the box at (c0, c1, c2, c3) of the 4-D tensor `map` into smem `dst`; the box's bytes complete_tx on `bar`.
+// Out-of-bounds elements (in any dimension) are written as zeros and still count towards the transaction bytes.
+// Used for (D, S, H, B) views of attention tensors with arbitrary strides, so a tile never reads a neighbour head.
+TW_DEVICE void tma_load_4d(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// Copy smem `src` into the box at (c0, c1, c2, c3) of the 4-D `map`; elements outside the tensor are not written.
+// Joins the calling thread's current bulk async-group.
+TW_DEVICE void tma_store_4d(const TwTensorMap* map, tw_u32 src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 // Close the calling thread's current bulk async-group (the TMA stores issued since the last commit).
 TW_DEVICE void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 

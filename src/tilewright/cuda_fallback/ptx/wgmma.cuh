@@ -37,4 +37,11 @@ TW_DEVICE void wgmma_reg_fence(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+
+// The same for 32-bit operand registers (a register-A fragment): keeps them live and unmodified until the wait.
+template <int R>
+TW_DEVICE void wgmma_reg_fence(tw_u32 (&a)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
 #endif

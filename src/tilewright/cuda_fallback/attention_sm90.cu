@@ -1,0 +1,471 @@
+// Flash-attention FORWARD for Hopper (sm_90a), FA3-style: O = softmax(scale * Q K^T [causal]) V and the natural-log
+// LSE, in exactly the layout the Triton backward reads (triton_kernels/attention.py), so training runs this forward
+// with the Triton backward.
+//
+// One CTA = one BM-row Q tile of one (batch, query head); grid (ceil(Sq / BM), Hq, B). Causal grids run the longest
+// tiles (last rows) first so the short ones fill the tail of the wave.
+//   WG0  producer: one thread issues TMA for Q (once) and for K and V (one BN-row block per step) into a STAGES-deep
+//        ring; K and V have separate full/empty mbarriers so QK^T of a block can start before its V has landed.
+//   WG1.. consumers (TW_CONSUMERS = 1 or 2): each owns 64 Q rows (one m64 wgmma atom); S = Q K^T (SS wgmma, fp32 in
+//        registers), online softmax in base 2 with the scale folded in, P packed to bf16/fp16 in registers and fed
+//        as the register-A operand of O += P V (RS wgmma); epilogue: O / l -> stmatrix into the (now dead) Q tile ->
+//        TMA store (clips the Sq tail); LSE written directly.
+//
+// Variants (compile-time -D, ordered from simplest to full; the host names them a/b/c):
+//   TW_CONSUMERS=1                       (a) 256 threads, BM = 64, no setmaxnreg, no pingpong, no overlap
+//   TW_CONSUMERS=2 TW_PINGPONG=1         (b) 384 threads, BM = 128; named barriers order the two warpgroups' QK^T
+//                                            GEMMs so one runs its softmax while the other's GEMM uses the tensor core
+//   ... TW_OVERLAP=1                     (c) + intra-warpgroup overlap: QK^T of block j+1 is issued together with
+//                                            P_j V_j, and the softmax of block j+1 runs while P_j V_j is in flight
+//   TW_PINGPONG=0 with 2 consumers is valid too (both warpgroups free-running).
+// Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers),
+// TW_STAGES (K/V ring depth), TW_CAUSAL, TW_FP16 (fp16 instead of bf16), TW_PRODUCER_REGS / TW_CONSUMER_REGS.
+//
+// Tails: TMA zero-fills out-of-bounds rows (Sq and Skv tails; the 4-D (D, S, H, B) maps keep a tile inside its own
+// head), padded keys are masked to -inf per element, the O store clips rows >= Sq, LSE stores are row-masked.
+// All PTX lives in ptx/*.cuh.
+#include "ptx/common.cuh"
+#include "ptx/math.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/stmatrix.cuh"
+#include "ptx/sync.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+
+#ifndef TW_HDIM
+#define TW_HDIM 128
+#endif
+#ifndef TW_BN
+#define TW_BN (TW_HDIM > 128 ? 64 : 128)
+#endif
+#ifndef TW_STAGES
+#define TW_STAGES 2
+#endif
+#ifndef TW_CONSUMERS
+#define TW_CONSUMERS 2
+#endif
+#ifndef TW_PINGPONG
+#define TW_PINGPONG 1
+#endif
+#ifndef TW_OVERLAP
+#define TW_OVERLAP 1
+#endif
+#ifndef TW_CAUSAL
+#define TW_CAUSAL 0
+#endif
+#ifndef TW_FP16
+#define TW_FP16 0
+#endif
+// 1 producer + 2 consumers at 384 threads: 24 * 128 + 240 * 256 = 64512 <= 65536 registers. The producer needs only
+// loop counters and coordinates; a consumer holds S (BN/2) + P (BN/4) + O (D/2) fp32/b32 registers plus addresses.
+#ifndef TW_PRODUCER_REGS
+#define TW_PRODUCER_REGS 24
+#endif
+#ifndef TW_CONSUMER_REGS
+#define TW_CONSUMER_REGS 240
+#endif
+
+namespace twa {
+
+// -inf without <math.h> (the sources also compile under NVRTC, which has no system headers).
+#define TW_NEG_INF __int_as_float(0xff800000)
+
+constexpr int D = TW_HDIM;
+constexpr int BN = TW_BN;
+constexpr int STAGES = TW_STAGES;
+constexpr int NC = TW_CONSUMERS;
+constexpr bool PINGPONG = TW_PINGPONG != 0 && NC == 2;
+constexpr bool OVERLAP = TW_OVERLAP != 0;
+constexpr bool CAUSAL = TW_CAUSAL != 0;
+constexpr int BM = 64 * NC;           // Q rows per CTA: one m64 wgmma atom per consumer warpgroup
+constexpr int THREADS = 128 * (NC + 1);
+constexpr int DC = D / 64;            // 64-element (128-byte) column chunks of a row: one TMA box / swizzle span each
+constexpr int Q_BYTES = BM * D * 2;
+constexpr int KV_BYTES = BN * D * 2;  // one K (or V) block
+constexpr int Q_OFF = 0;
+constexpr int K_OFF = Q_OFF + Q_BYTES;
+constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;
+constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES;
+constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 4 * STAGES) * 8;  // + slack to align the base to 1024
+
+// Named barriers (0 is __syncthreads): consumer c may issue its GEMMs after bar.sync TURN_BAR + c (pingpong);
+// EPI_BAR + c orders one warpgroup's epilogue steps (128 threads).
+constexpr int TURN_BAR = 1;
+constexpr int EPI_BAR = 3;
+
+static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
+static_assert(BN == 64 || BN == 128, "key block 64 or 128 (the generated SS wgmma shapes)");
+static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
+static_assert(SMEM_BYTES <= 232448, "shared memory over the sm_90 per-block limit");
+static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "register split over the file");
+static_assert(BN <= 256 && BM <= 256, "TMA boxes hold at most 256 rows");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// S(64 x BN) (+)= Q(64 x 16) K^T(16 x BN): A = Q, K-major; B = K rows, K-major (no transpose).
+// (Templates on the width so `if constexpr` discards the wrappers of the other widths.)
+template <int N>
+TW_DEVICE void mma_qk(float (&s)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
+  if constexpr (N == 128) {
+    if constexpr (TW_FP16) wgmma_m64n128k16_f16<0, 0>(s, da, db, scale_d);
+    else wgmma_m64n128k16_bf16<0, 0>(s, da, db, scale_d);
+  } else {
+    if constexpr (TW_FP16) wgmma_m64n64k16_f16<0, 0>(s, da, db, scale_d);
+    else wgmma_m64n64k16_bf16<0, 0>(s, da, db, scale_d);
+  }
+}
+
+// O(64 x D) += P(64 x 16, registers) V(16 x D): V is stored (key, d) row-major, i.e. MN-major for this B operand
+// (d contiguous), hence TRANS_B = 1.
+template <int N>
+TW_DEVICE void mma_pv(float (&o)[N / 2], const tw_u32 (&a)[4], tw_u64 db) {
+  if constexpr (N == 256) {
+    if constexpr (TW_FP16) wgmma_m64n256k16_f16_rs<1>(o, a, db, 1);
+    else wgmma_m64n256k16_bf16_rs<1>(o, a, db, 1);
+  } else if constexpr (N == 128) {
+    if constexpr (TW_FP16) wgmma_m64n128k16_f16_rs<1>(o, a, db, 1);
+    else wgmma_m64n128k16_bf16_rs<1>(o, a, db, 1);
+  } else {
+    if constexpr (TW_FP16) wgmma_m64n64k16_f16_rs<1>(o, a, db, 1);
+    else wgmma_m64n64k16_bf16_rs<1>(o, a, db, 1);
+  }
+}
+#endif
+
+TW_DEVICE tw_u32 pack2(float lo, float hi) {
+  if constexpr (TW_FP16) return pack_f16x2(lo, hi);
+  else return pack_bf16x2(lo, hi);
+}
+
+}  // namespace twa
+
+using namespace twa;
+
+// tm_q / tm_o: maps over (D, Sq, Hq, B) with box (64, BM | 64, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
+// (64, BN, 1, 1); all 128B-swizzled. lse: contiguous fp32 (B, Hq, Sq). group = Hq / Hkv (query head h reads kv head
+// h / group). scale_log2 = scale * log2(e).
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    tw_attn_fwd_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
+                     const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_o,
+                     float* __restrict__ lse, int Sq, int Skv, int Hq, int group, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const tw_u32 raw = smem_u32(smem_raw);
+  const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
+  const tw_u32 sq = sbase + Q_OFF;
+  const tw_u32 bar_q = sbase + BAR_OFF;
+  const tw_u32 full_k = bar_q + 8;
+  const tw_u32 full_v = full_k + 8 * STAGES;
+  const tw_u32 empty_k = full_v + 8 * STAGES;
+  const tw_u32 empty_v = empty_k + 8 * STAGES;
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+  const int hq = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hkv = hq / group;
+  // Causal: tile x of the grid computes the (num_m - 1 - x)-th row tile, the longest first.
+  const int m_tile = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int m0 = m_tile * BM;
+  // Keys this CTA can see: causal top-left alignment (key j visible to row i iff j <= i) ends at row m0 + BM - 1.
+  const int kv_end = CAUSAL ? min(Skv, m0 + BM) : Skv;
+  const int nblk = (kv_end + BN - 1) / BN;  // >= 1 (the host rejects Skv == 0); every role iterates exactly nblk
+
+  if (threadIdx.x == 0) {
+    mbar_init(bar_q, 1);  // one arrive.expect_tx + the Q bytes
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_k + 8 * s, 1);    // producer's arrive.expect_tx + TMA bytes
+      mbar_init(full_v + 8 * s, 1);
+      mbar_init(empty_k + 8 * s, NC);  // one arrive per consumer warpgroup once its wgmma read the stage
+      mbar_init(empty_v + 8 * s, NC);
+    }
+    fence_mbarrier_init();  // inits visible to the other threads and to the TMA unit before first use
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ------------------------------------------------------------------ producer
+    // Give registers back to the consumers (they need S + P + O in registers). With one consumer the per-thread
+    // cap at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
+    if constexpr (NC == 2) setmaxnreg_dec<TW_PRODUCER_REGS>();
+    if (tid == 0) {
+      tma_prefetch_desc(&tm_q);
+      tma_prefetch_desc(&tm_k);
+      tma_prefetch_desc(&tm_v);
+      // Q: DC boxes of (64 columns x BM rows), chunk j at sq + j * BM * 128. Out-of-bounds rows still count bytes.
+      mbar_arrive_expect_tx(bar_q, Q_BYTES);
+#pragma unroll
+      for (int j = 0; j < DC; ++j) tma_load_4d(sq + j * BM * 128, &tm_q, bar_q, 64 * j, m0, hq, b);
+      int s = 0;
+      tw_u32 phase = 0;
+      for (int kb = 0; kb < nblk; ++kb) {
+        const tw_u32 sk = sbase + K_OFF + s * KV_BYTES;
+        const tw_u32 sv = sbase + V_OFF + s * KV_BYTES;
+        // The first pass over the ring waits on parity 1 of fresh barriers, which counts as complete.
+        mbar_wait(empty_k + 8 * s, phase ^ 1);
+        mbar_arrive_expect_tx(full_k + 8 * s, KV_BYTES);
+#pragma unroll
+        for (int j = 0; j < DC; ++j) tma_load_4d(sk + j * BN * 128, &tm_k, full_k + 8 * s, 64 * j, kb * BN, hkv, b);
+        mbar_wait(empty_v + 8 * s, phase ^ 1);
+        mbar_arrive_expect_tx(full_v + 8 * s, KV_BYTES);
+#pragma unroll
+        for (int j = 0; j < DC; ++j) tma_load_4d(sv + j * BN * 128, &tm_v, full_v + 8 * s, 64 * j, kb * BN, hkv, b);
+        if (++s == STAGES) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------------------------ consumers
+    if constexpr (NC == 2) setmaxnreg_inc<TW_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int row_base = m0 + 64 * c;  // first Q row of this warpgroup
+    // This thread's two rows of every accumulator fragment: warp's 16-row slice, rows lane/4 and lane/4 + 8.
+    const int row0 = row_base + warp * 16 + (lane >> 2);
+    const int col_lane = 2 * (lane & 3);  // columns 8j + col_lane + {0, 1} of chunk j
+    const tw_u32 sq_c = sq + c * 64 * 128;  // this warpgroup's 64 rows inside each Q column chunk
+
+    float s_acc[BN / 2];  // S = Q K^T of one block; softmax turns it into unnormalised P in place
+    tw_u32 p[BN / 4];     // P as 16-bit pairs: p[2j + h] = row h, columns 8j + col_lane + {0,1}
+    float o[D / 2];
+    float m_run[2] = {TW_NEG_INF, TW_NEG_INF};  // running max of the scaled (base-2) scores per row
+    float l_run[2] = {0.0f, 0.0f};           // running row sum, this thread's columns only (quad-reduced at the end)
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+
+    // Pingpong: warpgroup 0 issues first. Warpgroup 1 pre-arrives on warpgroup 0's turn barrier; afterwards every
+    // GEMM section of one warpgroup ends with an arrive on the other's barrier. Balance: each warpgroup has the same
+    // number of sections S; WG0 syncs S times on TURN+0 and gets 1 + (S - 1) arrivals (WG1 skips the arrive after
+    // its last section); WG1 syncs S times on TURN+1 and gets S arrivals. No barrier is left half-arrived at exit.
+    if (PINGPONG && c == 1) named_barrier_arrive(TURN_BAR + 0, 256);
+    const int sections = OVERLAP ? nblk + 1 : nblk;
+    int section = 0;
+    auto turn_begin = [&]() {
+      if constexpr (PINGPONG) named_barrier_sync(TURN_BAR + c, 256);
+    };
+    auto turn_end = [&]() {
+      if constexpr (PINGPONG) {
+        if (!(c == 1 && section == sections - 1)) named_barrier_arrive(TURN_BAR + (1 - c), 256);
+      }
+      ++section;
+    };
+
+    // Issue S = Q K^T for the K block at smem `sk` (D/16 k-steps; scale_d = 0 on the first overwrites S).
+    auto issue_qk = [&](tw_u32 sk) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const tw_u64 da = wgmma_desc_sw128(sq_c + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024);
+        const tw_u64 db = wgmma_desc_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
+        mma_qk<BN>(s_acc, da, db, kk != 0);
+      }
+    };
+    // Issue O += P V for the V block at smem `sv`: BN/16 k-steps over keys; k-step kk takes P columns 16kk..16kk+15,
+    // which are accumulator chunks 2kk and 2kk+1 -> A fragment {p[4kk], p[4kk+1], p[4kk+2], p[4kk+3]} (rows g / g+8
+    // of columns 2t.., then rows g / g+8 of columns 8+2t..). V descriptor: 16 key rows (16 * 128 B) per k-step,
+    // LBO = bytes between 64-column chunks of d (one box: BN rows x 128 B), SBO = 8 rows x 128 B.
+    auto issue_pv = [&](tw_u32 sv) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const tw_u32 a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+        const tw_u64 db = wgmma_desc_sw128(sv + kk * 16 * 128, BN * 128, 1024);
+        mma_pv<D>(o, a, db);
+      }
+    };
+    // Mask, new running max, exponentials in place and row sums of block kb; returns the O rescale factors.
+    auto softmax = [&](int kb, float (&alpha)[2]) {
+      const int k0 = kb * BN;
+      // Per-element masking only where needed: the Skv tail block, and (causal) blocks reaching past the
+      // warpgroup's first row. Uniform per warpgroup, so no divergence.
+      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > row_base);
+      if (need_mask) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = k0 + 8 * j + col_lane + e;
+              const int row = row0 + 8 * h;
+              if (col >= Skv || (CAUSAL && col > row)) s_acc[4 * j + 2 * h + e] = TW_NEG_INF;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = TW_NEG_INF;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]));
+        mx = quad_max(mx);  // the 4 lanes of a quad hold one row
+        const float m_new = fmaxf(m_run[h], mx * scale_log2);
+        // A row with no visible key so far keeps m = -inf; subtract 0 instead so exp2 gives 0, never NaN.
+        const float m_use = m_new == TW_NEG_INF ? 0.0f : m_new;
+        alpha[h] = ex2_approx(m_run[h] - m_use);  // 0 on the first visible block (m_run = -inf)
+        m_run[h] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float x = ex2_approx(fmaf(s_acc[4 * j + 2 * h + e], scale_log2, -m_use));
+            s_acc[4 * j + 2 * h + e] = x;
+            sum += x;
+          }
+        }
+        l_run[h] = l_run[h] * alpha[h] + sum;
+      }
+    };
+    auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 0] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+      }
+    };
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        p[2 * j + 0] = pack2(s_acc[4 * j + 0], s_acc[4 * j + 1]);
+        p[2 * j + 1] = pack2(s_acc[4 * j + 2], s_acc[4 * j + 3]);
+      }
+    };
+    auto release = [&](tw_u32 empty_bar) {
+      // One arrive per warpgroup, after a wgmma wait that covers every wgmma that read the stage (predicated, not
+      // branched: it can sit between a wgmma and its wait).
+      mbar_arrive_if(empty_bar, tid == 0);
+    };
+
+    mbar_wait(bar_q, 0);  // single use per CTA: phase 0
+
+    if constexpr (OVERLAP) {
+      // ---- (c) intra-warpgroup overlap: section j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together ----
+      float alpha[2];
+      mbar_wait(full_k, 0);  // block 0 is stage 0, phase 0
+      turn_begin();
+      wgmma_fence();  // O was zeroed by ordinary stores
+      issue_qk(sbase + K_OFF);
+      wgmma_commit();
+      turn_end();
+      wgmma_wait<0>();
+      wgmma_reg_fence(s_acc);
+      release(empty_k);
+      softmax(0, alpha);  // alpha = 0 and O = 0: no rescale on the first block
+      pack_p();
+      for (int kb = 1; kb < nblk; ++kb) {
+        const int s = kb % STAGES, sp = (kb - 1) % STAGES;
+        const tw_u32 ph = (kb / STAGES) & 1, php = ((kb - 1) / STAGES) & 1;
+        // Both operands' waits come before the section: a spin loop between two wgmmas of one batch is a divergent
+        // path to ptxas and would serialise the wgmma pipeline (C7520).
+        mbar_wait(full_k + 8 * s, ph);
+        mbar_wait(full_v + 8 * sp, php);
+        turn_begin();
+        wgmma_fence();  // S, P and O were written by the softmax / rescale since the last wgmma batch
+        issue_qk(sbase + K_OFF + s * KV_BYTES);
+        wgmma_commit();
+        issue_pv(sbase + V_OFF + sp * KV_BYTES);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<1>();  // S_j complete (groups retire in order); P_{j-1} V_{j-1} may still run
+        wgmma_reg_fence(s_acc);
+        release(empty_k + 8 * s);
+        softmax(kb, alpha);  // overlaps the PV wgmma (it reads p and writes o, not s_acc)
+        wgmma_wait<0>();     // P_{j-1} V_{j-1} done: o is final for this step, p and V_{j-1} are free
+        wgmma_reg_fence(o);
+        wgmma_reg_fence(p);
+        release(empty_v + 8 * sp);
+        rescale_o(alpha);
+        pack_p();
+      }
+      const int sl = (nblk - 1) % STAGES;
+      mbar_wait(full_v + 8 * sl, ((nblk - 1) / STAGES) & 1);
+      turn_begin();
+      wgmma_fence();
+      issue_pv(sbase + V_OFF + sl * KV_BYTES);
+      wgmma_commit();
+      turn_end();
+      wgmma_wait<0>();
+      wgmma_reg_fence(o);
+      wgmma_reg_fence(p);
+      release(empty_v + 8 * sl);
+    } else {
+      // ---- (a)/(b): S_j, softmax, P_j V_j in sequence; pingpong orders only the QK^T sections ----
+      int s = 0;
+      tw_u32 ph = 0;
+      for (int kb = 0; kb < nblk; ++kb) {
+        float alpha[2];
+        mbar_wait(full_k + 8 * s, ph);
+        turn_begin();
+        wgmma_fence();  // S / O / P were written by ordinary instructions since the last batch
+        issue_qk(sbase + K_OFF + s * KV_BYTES);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<0>();
+        wgmma_reg_fence(s_acc);
+        release(empty_k + 8 * s);
+        softmax(kb, alpha);
+        rescale_o(alpha);
+        pack_p();
+        mbar_wait(full_v + 8 * s, ph);
+        wgmma_fence();  // P and O were just written by ordinary instructions
+        issue_pv(sbase + V_OFF + s * KV_BYTES);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_reg_fence(o);
+        wgmma_reg_fence(p);
+        release(empty_v + 8 * s);
+        if (++s == STAGES) {
+          s = 0;
+          ph ^= 1;
+        }
+      }
+    }
+
+    // ------------------------------------------------------------------ epilogue
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(l_run[h]);
+      inv[h] = l > 0.0f ? 1.0f / l : 0.0f;  // a row without a visible key: O = 0
+      const int row = row0 + 8 * h;
+      if ((lane & 3) == 0 && row < Sq) {
+        // natural-log LSE of the scaled scores: log2(sum 2^(x - m)) + m, times ln 2; -inf for an empty row
+        const float v = l > 0.0f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : TW_NEG_INF;
+        lse[((long long)b * Hq + hq) * Sq + row] = v;
+      }
+    }
+    // Every wgmma of this warpgroup (the readers of its Q rows) has completed in every warp before any warp
+    // overwrites those rows with the O tile.
+    named_barrier_sync(EPI_BAR + c, 128);
+    const int q = lane >> 3;  // stmatrix: lane supplies the row address of matrix q, row r8
+    const int r8 = lane & 7;
+#pragma unroll
+    for (int j = 0; j < D / 8; j += 2) {
+      tw_u32 packed[4];
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          packed[2 * jj + h] = pack2(o[4 * (j + jj) + 2 * h] * inv[h], o[4 * (j + jj) + 2 * h + 1] * inv[h]);
+      }
+      // matrix q: rows +8 for odd q, the next 8-column chunk for q >= 2; the 16-byte unit is XOR-swizzled with the
+      // row (mod 8) exactly as TMA's 128B swizzle lays the tile out (1024-byte aligned chunks).
+      const int rloc = warp * 16 + (q & 1) * 8 + r8;
+      const int chunk = j + (q >> 1);
+      const tw_u32 addr = sq_c + (chunk >> 3) * (BM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4);
+      stmatrix_x4(addr, packed[0], packed[1], packed[2], packed[3]);
+    }
+    fence_proxy_async_smem();  // stmatrix (generic proxy) writes -> visible to the TMA store (async proxy)
+    named_barrier_sync(EPI_BAR + c, 128);
+    if (tid == 0 && row_base < Sq) {
+#pragma unroll
+      for (int j = 0; j < DC; ++j) tma_store_4d(&tm_o, sq_c + j * BM * 128, 64 * j, row_base, hq, b);
+      bulk_commit_group();
+      bulk_wait_group<0>();  // the store has read shared memory (and finished) before the CTA exits
+    }
+  }
+#endif
+}

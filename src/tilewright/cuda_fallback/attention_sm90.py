@@ -1,0 +1,315 @@
+"""Host side of the Hopper flash-attention forward (``attention_sm90.cu``): variants, constraints, launch, self-check.
+
+The kernel writes ``out`` and the natural-log ``lse`` (fp32, contiguous (B, Hq, Sq)) exactly as the Triton forward
+does, so ``ops/attention.py`` pairs it with the Triton backward.
+
+Entry points:
+* :func:`cuda_attention` - (out, lse) on new tensors; the benchmark's CUDA column.
+* :func:`launch_attention` - the same into given ``out`` / ``lse``.
+* :func:`constraints` - why these tensors can or cannot take this kernel (device-independent; the router's filter).
+* :func:`preferred` - whether the router's automatic choice takes it (not until measured on a GPU).
+* :func:`ready` - constraints + toolchain + first-use self-check of the variant on this device model.
+* :func:`try_launch` - what the op layer calls: launches, or returns False (after one warning on a failure) so the
+  caller falls back to Triton; never raises.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from . import build
+from .gemm import _device_model, _warn_once  # one warning per key, process-wide (shared with the GEMMs)
+
+SOURCE = "attention_sm90.cu"
+KERNEL = "tw_attn_fwd_sm90"
+HEAD_DIMS = (64, 128, 256)
+_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+SMEM_LIMIT = 232448  # sm_90 per-block opt-in maximum
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One schedule of the kernel (see the .cu header): consumer warpgroups, pingpong, intra-warpgroup overlap, ring
+    depth. Head dim, causal and dtype are further compile-time switches chosen per call."""
+
+    name: str
+    consumers: int
+    pingpong: bool
+    overlap: bool
+    stages: int = 2
+
+    @property
+    def bm(self) -> int:
+        """Q rows per CTA (64 per consumer warpgroup)."""
+        return 64 * self.consumers
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @staticmethod
+    def bn(head_dim: int) -> int:
+        """Key block: 128, or 64 for head dim 256 (O alone takes 128 registers per thread there)."""
+        return 64 if head_dim > 128 else 128
+
+    def smem_bytes(self, head_dim: int) -> int:
+        """Dynamic shared memory: Q tile + STAGES x (K + V) blocks + mbarriers + 1024 alignment slack."""
+        return 1024 + self.bm * head_dim * 2 + 2 * self.stages * self.bn(head_dim) * head_dim * 2 + \
+            (1 + 4 * self.stages) * 8
+
+    def defines(self, head_dim: int, causal: bool, fp16: bool) -> dict:
+        """-D macros of one build of this variant."""
+        return {"TW_HDIM": head_dim, "TW_BN": self.bn(head_dim), "TW_STAGES": self.stages,
+                "TW_CONSUMERS": self.consumers, "TW_PINGPONG": int(self.pingpong), "TW_OVERLAP": int(self.overlap),
+                "TW_CAUSAL": int(causal), "TW_FP16": int(fp16)}
+
+
+# Ordered from simplest to full, so a numerics failure on the device localises the bug.
+VARIANTS = {v.name: v for v in (
+    Variant("a", 1, False, False),  # one consumer warpgroup, sequential S -> softmax -> PV
+    Variant("b", 2, True, False),   # + second warpgroup, pingpong on the QK^T sections
+    Variant("b_free", 2, False, False),  # two warpgroups without the ordering barriers
+    Variant("c", 2, True, True),    # + intra-warpgroup overlap (full FA3-style schedule)
+)}
+DEFAULT_VARIANT = "c"
+# compiled by build-check (CPU CI): every schedule at hdim 128, plus the full one at the other head dims / causal / fp16
+BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
+                      ("c", 128, True, False), ("c", 64, True, True), ("c", 256, False, False),
+                      ("c", 256, True, False))
+
+
+def pick_variant() -> Variant:
+    """The variant to run (``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c overrides the default)."""
+    return VARIANTS[os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT") or DEFAULT_VARIANT]
+
+
+def preferred(q: torch.Tensor, k: torch.Tensor) -> tuple[bool, str]:
+    """Whether the router's automatic choice should take this kernel. Not until it has been measured faster than
+    the Triton forward on a GPU (``TILEWRIGHT_CUDA_ATTN=1`` opts in; ``backend="cuda"`` forces it)."""
+    if os.environ.get("TILEWRIGHT_CUDA_ATTN", "0") == "1":
+        return True, "cuda: attention forward opted in by TILEWRIGHT_CUDA_ATTN=1"
+    return False, ("cuda: the sm_90a attention forward has not been measured against Triton yet "
+                   "(TILEWRIGHT_CUDA_ATTN=1 or backend='cuda' opts in)")
+
+
+# ------------------------------------------------------------------------------------------------ constraints
+def tma_dims_strides(t: torch.Tensor):
+    """(dims innermost first, byte strides of dims 1..3) of a (B, H, S, D) tensor as a 4-D TMA map over (D, S, H, B),
+    or (None, why). Strides must be positive multiples of 16 bytes (TMA); a size-1 dim's stride is free and replaced
+    by a valid one."""
+    B, H, S, D = t.shape
+    es = t.element_size()
+    if t.stride(3) != 1 and D > 1:
+        return None, "last dim is not unit-stride"
+    strides = []
+    for size, st in ((S, t.stride(2)), (H, t.stride(1)), (B, t.stride(0))):
+        nbytes = st * es
+        if size == 1:
+            nbytes = max(16, -(-abs(nbytes) // 16) * 16)
+        elif nbytes <= 0 or nbytes % 16 or nbytes >= 1 << 40:
+            return None, f"stride {st} x {es} B is not a positive multiple of 16 bytes (TMA)"
+        strides.append(nbytes)
+    if t.data_ptr() % 16:
+        return None, "base address is not 16-byte aligned (TMA)"
+    return ((D, S, H, B), tuple(strides)), ""
+
+
+def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[bool, str]:
+    """Whether the kernel can take these operands at all (dtype, head dim, shapes, TMA alignment), and why not."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return False, "q, k, v must be tensors"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return False, "q, k, v must be 4-D (B, H, S, D)"
+    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False, f"dtype {q.dtype} (the WGMMA attention takes bfloat16 / float16, all three equal)"
+    B, Hq, Sq, D = q.shape
+    if D not in HEAD_DIMS:
+        return False, f"head dim {D} (the WGMMA attention has builds for {HEAD_DIMS})"
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
+        return False, f"k/v shapes {tuple(k.shape)}/{tuple(v.shape)} do not match q {tuple(q.shape)}"
+    Hkv, Skv = k.shape[1], k.shape[2]
+    if Hkv == 0 or Hq % Hkv:
+        return False, f"Hq = {Hq} is not a multiple of Hkv = {Hkv}"
+    if Sq == 0 or Skv == 0 or B == 0 or Hq == 0:
+        return False, "empty problem (Sq, Skv, B or H is 0)"
+    if B > 65535 or Hq > 65535:
+        return False, "more than 65535 batches or heads (grid limits)"
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        lay, why = tma_dims_strides(t)
+        if lay is None:
+            return False, f"{name}: {why}"
+    if Variant("x", 2, True, True).smem_bytes(D) > SMEM_LIMIT:  # pragma: no cover - every listed head dim fits
+        return False, f"head dim {D} needs more shared memory than sm_90 has"
+    return True, f"bf16/fp16, head dim {D}, 16-byte aligned strides (TMA)"
+
+
+# ------------------------------------------------------------------------------------------------ launch
+# launch-ready (function, grid, kernel arguments) per (pointers, shapes, strides, variant, causal, scale): a repeated
+# call (benchmarks, a training step's fixed buffers) costs one cuLaunchKernel.
+_prepared: dict = {}
+
+
+def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant):
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    dt = _DTYPES[q.dtype]
+    bld = build.compile_source(SOURCE, "sm_90a", var.defines(D, causal, q.dtype == torch.float16))
+    drv = build.driver()
+    bn = var.bn(D)
+    maps = []
+    with torch.cuda.device(q.device):
+        fn = drv.function(bld, KERNEL, var.smem_bytes(D))
+        for t, rows in ((q, var.bm), (k, bn), (v, bn), (out, 64)):
+            (dims, strides), _ = tma_dims_strides(t)
+            maps.append(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128))
+    grid = (-(-Sq // var.bm), Hq, B)
+    args = [*maps, ctypes.c_uint64(lse.data_ptr()), ctypes.c_int32(Sq), ctypes.c_int32(Skv), ctypes.c_int32(Hq),
+            ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E)]
+    return fn, grid, args
+
+
+def check_launch(q, k, v, out, lse) -> None:
+    """Validate one launch's tensors (ValueError naming the argument and the rule)."""
+    ok, why = constraints(q, k, v)
+    if not ok:
+        raise ValueError(f"cuda attention: {why}")
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError("cuda attention: out must have q's shape, dtype and device")
+    lay, why = tma_dims_strides(out)
+    if lay is None:
+        raise ValueError(f"cuda attention: out: {why}")
+    B, Hq, Sq, _ = q.shape
+    if lse.shape != (B, Hq, Sq) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError("cuda attention: lse must be a contiguous float32 (B, Hq, Sq) tensor")
+
+
+def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | None = None,
+                     variant: Variant | str | None = None) -> None:
+    """Write softmax(scale q k^T [causal]) v into ``out`` and its natural-log LSE into ``lse`` (sm_90a kernel).
+
+    q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D), Hq % Hkv == 0; D in HEAD_DIMS; any strides that are multiples of 16
+    bytes with a unit last dim; out like q; lse contiguous fp32 (B, Hq, Sq). causal is top-left aligned (SDPA)."""
+    check_launch(q, k, v, out, lse)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    var = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant())
+    key = (q.device.index, q.dtype, var, bool(causal), scale,
+           *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr())
+    prepared = _prepared.get(key)
+    if prepared is None:
+        prepared = _prepare(q, k, v, out, lse, bool(causal), scale, var)
+        if len(_prepared) >= 256:
+            _prepared.pop(next(iter(_prepared)))
+        _prepared[key] = prepared
+    fn, grid, args = prepared
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        build.driver().launch(fn, grid, (var.threads, 1, 1), var.smem_bytes(q.shape[-1]), stream, args)
+
+
+def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, variant=None):
+    """(out, lse) on new tensors: out (B, Hq, Sq, D) contiguous, lse fp32 (B, Hq, Sq)."""
+    B, Hq, Sq, _ = q.shape
+    out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+    launch_attention(q, k, v, out, lse, causal, scale, variant)
+    return out, lse
+
+
+# ------------------------------------------------------------------------------------------------ self-check
+_checked: dict = {}  # (device model, variant, head dim, dtype) -> (ok, message)
+_disabled: str | None = None
+_lock = threading.Lock()
+
+# (B, Hq, Hkv, Sq, Skv): GQA, tails in both lengths (not block multiples), Sq != Skv both ways, one block only
+SELF_CHECK_SHAPES = ((1, 4, 2, 200, 200), (2, 2, 1, 65, 300), (1, 2, 2, 300, 130), (1, 1, 1, 7, 7))
+
+
+def self_check(device, var: Variant, head_dim: int, dtype) -> tuple[bool, str]:
+    """Small problems (both causal modes, GQA, ragged lengths) against the fp32 reference: out and LSE."""
+    from ..reference import attention_reference
+
+    g = torch.Generator(device="cpu").manual_seed(7)
+    worst = 0.0
+    for (B, Hq, Hkv, Sq, Skv) in SELF_CHECK_SHAPES:
+        for causal in (False, True):
+            q = torch.randn(B, Hq, Sq, head_dim, generator=g).to(device=device, dtype=dtype)
+            k = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
+            v = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
+            out = torch.full_like(q, float("nan"))
+            lse = torch.full((B, Hq, Sq), float("nan"), device=device)
+            launch_attention(q, k, v, out, lse, causal, None, var)
+            ro, rl = attention_reference(q.float(), k.float(), v.float(), causal)
+            torch.cuda.synchronize(device)
+            err = ((out.float() - ro).norm() / ro.norm().clamp_min(1e-6)).item()
+            lerr = (lse - rl).abs().max().item()
+            if not (math.isfinite(err) and math.isfinite(lerr)) or err > 2e-2 or lerr > 2e-2:
+                return False, (f"self-check failed for {var.name} hdim {head_dim} causal={causal} on "
+                               f"(B={B}, Hq={Hq}, Hkv={Hkv}, Sq={Sq}, Skv={Skv}): out rel. error {err:.3g}, "
+                               f"max |LSE error| {lerr:.3g}")
+            worst = max(worst, err)
+    return True, f"self-check passed (max relative error {worst:.2e})"
+
+
+def ready(q, k, v) -> tuple[bool, str]:
+    """Everything the router needs before routing here: constraints, toolchain, and the variant's self-check on this
+    device model (once per process; a failure disables the kernel with one warning and Triton serves)."""
+    global _disabled
+    ok, why = constraints(q, k, v)
+    if not ok:
+        return False, why
+    if _disabled:
+        return False, _disabled
+    if build.toolchain() is None:
+        return False, "no CUDA compiler (nvcc or NVRTC) found"
+    var = pick_variant()
+    key = (_device_model(q.device), var.name, q.shape[-1], q.dtype)
+    with _lock:
+        if key not in _checked:
+            try:
+                _checked[key] = self_check(q.device, var, q.shape[-1], q.dtype)
+            except build.CompileError as e:
+                _disabled = "compile failed (see the warning)"
+                _warn_once("attention-compile",
+                           f"tilewright: the CUDA attention did not compile; Triton serves instead.\n{e}")
+                return False, _disabled
+            except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
+                _checked[key] = (False, f"self-check raised {type(e).__name__}: {e}")
+            if not _checked[key][0]:
+                _warn_once(str(key), f"tilewright: CUDA attention {key[1]} disabled on {key[0]}: "
+                                     f"{_checked[key][1]}; Triton serves instead")
+    ok, msg = _checked[key]
+    return ok, f"sm_90a attention {var.name}: {msg}"
+
+
+def try_launch(q, k, v, out, lse, causal: bool, scale: float) -> bool:
+    """Launch for the op layer; False (Triton then runs) when the kernel declines or fails - never raises."""
+    global _disabled
+    if _disabled:
+        return False
+    try:
+        launch_attention(q, k, v, out, lse, causal, scale)
+        return True
+    except ValueError:  # these tensors do not fit the kernel (check_launch): decline this call only
+        return False
+    except Exception as e:  # noqa: BLE001
+        _disabled = f"launch failed: {type(e).__name__}: {e}"
+        _warn_once("attention-launch",
+                   f"tilewright: CUDA attention launch failed ({e}); Triton serves from now on")
+        return False
+
+
+def build_check_builds() -> list:
+    """``tilewright build-check`` rows: (label, defines, dynamic smem) of BUILD_CHECK_BUILDS. Variant "a" (one
+    consumer, no setmaxnreg by design) is compiled by the CPU tests instead, since the table requires USETMAXREG."""
+    out = []
+    for name, hdim, causal, fp16 in BUILD_CHECK_BUILDS:
+        v = VARIANTS[name]
+        label = f"{name} hdim{hdim} {'causal' if causal else 'full'} {'fp16' if fp16 else 'bf16'}"
+        out.append((label, v.defines(hdim, causal, fp16), v.smem_bytes(hdim)))
+    return out

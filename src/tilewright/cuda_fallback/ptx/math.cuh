@@ -1,0 +1,20 @@
+// Fast math for softmax: MUFU exponent and fp32 row reductions across the four lanes of an mma fragment row.
+#pragma once
+#include "common.cuh"
+
+// 2^x on the MUFU unit (ex2.approx, ~2 ulp, subnormals flushed); ex2(-inf) = 0, which masked scores rely on.
+TW_DEVICE float ex2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// Max / sum over the 4 lanes (lane % 4) that hold one row of an mma / wgmma accumulator fragment.
+TW_DEVICE float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+TW_DEVICE float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}

@@ -1,0 +1,239 @@
+"""CPU tier for the sm_90a flash-attention forward (cuda_fallback/attention_sm90.py + attention_sm90.cu): the builds
+build-check does not cover (variant "a"), the host-side constraints and launch arguments with a fake driver, and the
+router's decisions for a faked sm_90 device. The GPU tier is tests/gpu/test_cuda_attention_gpu.py."""
+from __future__ import annotations
+
+import contextlib
+import types
+import warnings
+
+import pytest
+import torch
+
+from tilewright import router
+from tilewright.cuda_fallback import attention_sm90 as ca
+from tilewright.cuda_fallback import build, build_check
+from tilewright.cuda_fallback import gemm as cg
+
+needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
+bf = torch.bfloat16
+
+
+def _qkv(B=2, Hq=4, Hkv=2, Sq=100, Skv=130, D=128, dtype=bf):
+    return (torch.randn(B, Hq, Sq, D, dtype=dtype), torch.randn(B, Hkv, Skv, D, dtype=dtype),
+            torch.randn(B, Hkv, Skv, D, dtype=dtype))
+
+
+# ------------------------------------------------------------------------------------------------ builds
+@needs_compiler
+def test_variant_a_builds_without_spills(cache):
+    """Variant "a" (one consumer warpgroup, the simplest schedule) is not in the build-check table (it has no
+    setmaxnreg by design); compile it here: wgmma + TMA present, no spills, no serialisation warning."""
+    v = ca.VARIANTS["a"]
+    b = build.compile_source(ca.SOURCE, "sm_90a", v.defines(128, True, False))
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    assert not build_check.PERF_WARNINGS.search(b.log), b.log
+    text = build_check.sass(b.cubin)
+    if text is not None:
+        for marker in ("HGMMA", "UTMALDG", "UTMASTG", "STSM"):
+            assert marker in text
+
+
+def test_build_check_lists_the_attention_builds():
+    builds = ca.build_check_builds()
+    assert len(builds) == len(ca.BUILD_CHECK_BUILDS)
+    assert build_check.KERNELS["attention_sm90.cu"][0] == ("sm_90a",)
+    for label, defines, smem in builds:
+        assert smem <= ca.SMEM_LIMIT, label
+        assert defines["TW_CONSUMERS"] == 2  # every build-check row must have USETMAXREG
+
+
+# ------------------------------------------------------------------------------------------------ variants
+def test_variants_and_defines():
+    assert list(ca.VARIANTS)[:2] == ["a", "b"] and ca.DEFAULT_VARIANT in ca.VARIANTS
+    c = ca.VARIANTS["c"]
+    assert (c.bm, c.threads) == (128, 384) and (ca.VARIANTS["a"].bm, ca.VARIANTS["a"].threads) == (64, 256)
+    d = c.defines(256, True, True)
+    assert d == {"TW_HDIM": 256, "TW_BN": 64, "TW_STAGES": 2, "TW_CONSUMERS": 2, "TW_PINGPONG": 1, "TW_OVERLAP": 1,
+                 "TW_CAUSAL": 1, "TW_FP16": 1}
+    # smem: Q 128x128 + 2 stages x (K + V) 128x128, bf16, + barriers + slack
+    assert c.smem_bytes(128) == 1024 + 128 * 128 * 2 + 4 * 128 * 128 * 2 + 9 * 8
+    for D in ca.HEAD_DIMS:
+        assert c.smem_bytes(D) <= ca.SMEM_LIMIT
+
+
+def test_pick_variant_env(monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN_VARIANT", "a")
+    assert ca.pick_variant().name == "a"
+    monkeypatch.delenv("TILEWRIGHT_CUDA_ATTN_VARIANT")
+    assert ca.pick_variant().name == ca.DEFAULT_VARIANT
+
+
+# ------------------------------------------------------------------------------------------------ constraints
+def test_constraints():
+    q, k, v = _qkv()
+    assert ca.constraints(q, k, v)[0]
+    # (B, S, H, D) storage viewed as (B, H, S, D): strided, still TMA-able
+    qt = torch.randn(2, 100, 4, 128, dtype=bf).transpose(1, 2)
+    kt = torch.randn(2, 130, 2, 128, dtype=bf).transpose(1, 2)
+    assert ca.constraints(qt, kt, kt)[0]
+    ok, why = ca.constraints(q.float(), k.float(), v.float())
+    assert not ok and "float32" in why
+    ok, why = ca.constraints(*_qkv(D=96))
+    assert not ok and "head dim 96" in why
+    ok, why = ca.constraints(*_qkv(Hq=3, Hkv=2))
+    assert not ok and "multiple of Hkv" in why
+    ok, why = ca.constraints(*_qkv(Skv=0))
+    assert not ok and "empty" in why
+    q2 = torch.randn(2, 4, 100, 136, dtype=bf)[..., 4:132]  # base offset 8 bytes
+    ok, why = ca.constraints(q2, k, v)
+    assert not ok and "16-byte aligned" in why
+    q3 = torch.randn(2, 4, 100, 130, dtype=bf)[..., :128]  # row stride 260 B
+    ok, why = ca.constraints(q3, k, v)
+    assert not ok and "multiple of 16 bytes" in why
+    ok, why = ca.constraints(q, k.expand(2, 2, 130, 128).contiguous(), v[:, :, :64])
+    assert not ok and "shapes" in why
+
+
+def test_tma_dims_strides_size_one_dims():
+    q = torch.randn(1, 1, 7, 64, dtype=bf)
+    (dims, strides), _ = ca.tma_dims_strides(q)
+    assert dims == (64, 7, 1, 1) and strides[0] == 128 and all(s % 16 == 0 and s > 0 for s in strides)
+
+
+# ------------------------------------------------------------------------------------------------ launch (fake driver)
+class _FakeDriver:
+    def __init__(self):
+        self.maps, self.launches = [], []
+
+    def function(self, bld, name, smem):
+        assert name == ca.KERNEL
+        return ("fn", smem)
+
+    def encode_tiled(self, dtype, ptr, dims, strides, box, swizzle):
+        self.maps.append((dtype, ptr, tuple(dims), tuple(strides), tuple(box), swizzle))
+        return len(self.maps)
+
+    def launch(self, fn, grid, block, smem, stream, args):
+        self.launches.append((fn, grid, block, smem, args))
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    drv = _FakeDriver()
+    builds = []
+
+    def compile_source(src, arch, defines):
+        builds.append((src, arch, dict(defines)))
+        return types.SimpleNamespace(key="k")
+
+    monkeypatch.setattr(build, "compile_source", compile_source)
+    monkeypatch.setattr(build, "driver", lambda: drv)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(ca, "_prepared", {})
+    drv.builds = builds
+    return drv
+
+
+def test_launch_arguments(fake_driver):
+    q, k, v = _qkv(B=2, Hq=4, Hkv=2, Sq=300, Skv=130, D=128)
+    out = torch.empty_like(q)
+    lse = torch.empty(2, 4, 300)
+    ca.launch_attention(q, k, v, out, lse, causal=True, scale=0.5, variant="c")
+    (src, arch, defines), = fake_driver.builds
+    assert src == ca.SOURCE and arch == "sm_90a" and defines["TW_CAUSAL"] == 1 and defines["TW_HDIM"] == 128
+    mq, mk, mv, mo = fake_driver.maps
+    assert mq[2:5] == ((128, 300, 4, 2), (256, 300 * 256, 4 * 300 * 256), (64, 128, 1, 1)) and mq[5] == 128
+    assert mk[2] == (128, 130, 2, 2) and mk[4] == (64, 128, 1, 1) and mv[4] == (64, 128, 1, 1)
+    assert mo[1] == out.data_ptr() and mo[4] == (64, 64, 1, 1)
+    (fn, grid, block, smem, args), = fake_driver.launches
+    assert grid == (3, 4, 2) and block == (384, 1, 1) and smem == ca.VARIANTS["c"].smem_bytes(128)
+    assert args[4].value == lse.data_ptr()
+    assert [a.value for a in args[5:9]] == [300, 130, 4, 2]
+    assert args[9].value == pytest.approx(0.5 * ca.LOG2E)
+    ca.launch_attention(q, k, v, out, lse, causal=True, scale=0.5, variant="c")  # prepared: no new build / maps
+    assert len(fake_driver.builds) == 1 and len(fake_driver.maps) == 4 and len(fake_driver.launches) == 2
+    ca.launch_attention(q, k, v, out, lse, causal=False, variant="a")
+    assert fake_driver.launches[-1][1] == (5, 4, 2) and fake_driver.launches[-1][2] == (256, 1, 1)
+    assert fake_driver.maps[-4][4] == (64, 64, 1, 1)  # variant a: 64-row Q tile
+
+
+def test_launch_validation(fake_driver):
+    q, k, v = _qkv()
+    out = torch.empty_like(q)
+    with pytest.raises(ValueError, match="lse"):
+        ca.launch_attention(q, k, v, out, torch.empty(2, 4, 100, dtype=torch.float16))
+    with pytest.raises(ValueError, match="out"):
+        ca.launch_attention(q, k, v, out[:, :2], torch.empty(2, 4, 100))
+    with pytest.raises(ValueError, match="head dim"):
+        ca.launch_attention(*_qkv(D=32), torch.empty(2, 4, 100, 32, dtype=bf), torch.empty(2, 4, 100))
+    assert not fake_driver.launches
+
+
+def test_try_launch_never_raises(monkeypatch):
+    def broken(*a, **k):
+        raise build.CompileError("boom")
+
+    monkeypatch.setattr(ca, "_disabled", None)
+    monkeypatch.setattr(cg, "_warned", set())
+    monkeypatch.setattr(build, "compile_source", broken)
+    q, k, v = _qkv()
+    out, lse = torch.empty_like(q), torch.empty(2, 4, 100)
+    # a call the kernel does not fit declines without disabling it
+    assert ca.try_launch(q.float(), k.float(), v.float(), out.float(), lse, False, 0.1) is False
+    assert ca._disabled is None
+    with pytest.warns(RuntimeWarning, match="Triton serves"):
+        assert ca.try_launch(q, k, v, out, lse, False, 0.1) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ca.try_launch(q, k, v, out, lse, False, 0.1) is False  # disabled: one warning in total
+
+
+# ------------------------------------------------------------------------------------------------ router
+@pytest.fixture
+def fake_sm90(monkeypatch):
+    state = {"cap": (9, 0), "calls": 0, "self_check": (True, "self-check passed")}
+
+    def ready(q, k, v):
+        state["calls"] += 1
+        return state["self_check"]
+
+    monkeypatch.setattr(router, "_capability", lambda device: state["cap"])
+    monkeypatch.setattr(router, "_cuda_toolchain", lambda: build.Toolchain("nvcc", "nvcc", "13.0"))
+    monkeypatch.setattr(ca, "ready", ready)
+    monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_CUDA_ATTN", raising=False)
+    return state
+
+
+def test_router_attention_cuda_is_opt_in(fake_sm90, monkeypatch):
+    q, k, v = _qkv()
+    assert router.PREFERENCE["attention"][0] == "cuda"
+    d = router.decide("attention", q, k, v)
+    assert d.backend == "triton" and "not been measured" in d.reasons[0], str(d)
+    assert fake_sm90["calls"] == 0  # never self-checked unless it would serve
+    monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN", "1")
+    d = router.decide("attention", q, k, v)
+    assert d.backend == "cuda" and fake_sm90["calls"] == 1, str(d)
+
+
+def test_router_attention_forced_and_constraints(fake_sm90):
+    q, k, v = _qkv()
+    d = router.decide("attention", q, k, v, backend="cuda")
+    assert d.backend == "cuda" and d.forced and "self-check passed" in d.reasons[1], str(d)
+    with pytest.raises(ValueError, match="head dim 96"):
+        router.decide("attention", *_qkv(D=96), backend="cuda")
+    fake_sm90["self_check"] = (False, "self-check failed for c hdim 128")
+    with pytest.raises(ValueError, match="self-check failed"):
+        router.decide("attention", q, k, v, backend="cuda")
+    fake_sm90["cap"] = (10, 0)
+    with pytest.raises(ValueError, match="sm_100"):
+        router.decide("attention", q, k, v, backend="cuda")
+
+
+def test_router_attention_no_gpu():
+    d = router.decide("attention", *_qkv())  # real capability: CPU tensors
+    assert d.backend != "cuda" and "needs an NVIDIA GPU" in d.reasons[0]
