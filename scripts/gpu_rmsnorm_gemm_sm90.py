@@ -65,6 +65,8 @@ def builds():
             out.add((name, True, ACTS[e[2]], e[1], e[3]))
         out.add((name, True, 2, True, True))
         out.add((name, True, 0, True, False))
+    for name in rg.DEBUG_VARIANTS:
+        out.add((name, False, 0, True, False))
     return sorted(out)
 
 
@@ -73,7 +75,7 @@ def phase_build(args):
     todo = builds()
 
     def one(b):
-        v = rg.VARIANTS[b[0]]
+        v = {**rg.VARIANTS, **rg.DEBUG_VARIANTS}[b[0]]
         r = build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, False, *b[1:]))
         info = build_check.parse_ptxas(r.log)
         return b, r.cached, info
@@ -94,10 +96,12 @@ def phase_build(args):
 
 
 # ----------------------------------------------------------------------------------------------- numerics
-def make(M, N, K, dtype, seed=0, x_scale=1.0):
+def make(M, N, K, dtype, seed=0, x_scale=1.0, g_ones=False):
     gen = torch.Generator(device=DEV).manual_seed(seed)
     x = (torch.randn(M, K, device=DEV, generator=gen) * x_scale).to(dtype)
     g = (1 + 0.5 * torch.randn(K, device=DEV, generator=gen)).to(dtype)
+    if g_ones:
+        g = torch.ones_like(g)
     w = (torch.randn(N, K, device=DEV, generator=gen) / math.sqrt(K)).to(dtype)
     bias = torch.randn(N, device=DEV, generator=gen).to(dtype)
     res = torch.randn(M, N, device=DEV, generator=gen).to(dtype)
@@ -130,9 +134,10 @@ def torch_unfused(x, g, w, bias, res, act):
     return z + res if res is not None else z
 
 
-def run_case(M, N, K, dtype, variant, epi, seed=0, x_scale=1.0):
+def run_case(M, N, K, dtype, variant, epi, seed=0, x_scale=1.0, g_ones=False):
+    """One launch against fp64 and torch's unfused pipeline; ``variant``: a name or a NormVariant."""
     name, has_bias, act, has_res = epi
-    x, g, w, bias, res = make(M, N, K, dtype, seed, x_scale)
+    x, g, w, bias, res = make(M, N, K, dtype, seed, x_scale, g_ones)
     bias = bias if has_bias else None
     res = res if has_res else None
     out = torch.full((M, N), float("nan"), device=DEV, dtype=dtype)
@@ -147,15 +152,22 @@ def run_case(M, N, K, dtype, variant, epi, seed=0, x_scale=1.0):
     et = (t.double() - r64).norm().item() / den
     re = ((rstd.double() - rstd64).abs() / rstd64).max().item()
     fin = bool(torch.isfinite(out).all())
-    ok = fin and e <= 2 * et + 1e-5 and re <= 1e-5
-    return dict(variant=variant, dtype=str(dtype)[6:], M=M, N=N, K=K, epilogue=name, err=f"{e:.3e}",
+    # <= 2x torch's error; on tiny outputs (a few elements) that ratio is noise, so an error within two output
+    # roundings also passes (a layout/swizzle/synchronisation bug gives O(1) relative errors)
+    u = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    ok = fin and (e <= 2 * et + 1e-5 or e <= 2 * u) and re <= 1e-5
+    vname = getattr(variant, "name", variant) + ("/g=1" if g_ones else "")
+    return dict(variant=vname, dtype=str(dtype)[6:], M=M, N=N, K=K, epilogue=name, err=f"{e:.3e}",
                 torch_err=f"{et:.3e}", rstd_err=f"{re:.2e}", finite=fin, ok=ok)
 
 
+# tails in M (odd), N (not a tile multiple) and K (k-block counts 1, 2, 3 = odd with the double buffer, ...)
+NUMERICS_SHAPES = [(1, 8, 8), (5, 136, 16), (127, 136, 72), (300, 264, 200), (513, 776, 1000), (1000, 4096, 120),
+                   (2048, 2048, 2048), (129, 264, 4104), (3000, 5000, 4000)]
+
+
 def phase_numerics(args):
-    # tails in M (odd), N (not a tile multiple) and K (k-block counts 1, 2, 3 = odd with the double buffer, ...)
-    shapes = [(1, 8, 8), (5, 136, 16), (127, 136, 72), (300, 264, 200), (513, 776, 1000), (1000, 4096, 120),
-              (2048, 2048, 2048), (129, 264, 4104), (3000, 5000, 4000)]
+    shapes = NUMERICS_SHAPES
     rows, fails, t0 = [], 0, time.time()
     for variant in rg.VARIANTS:
         for dtype in (torch.bfloat16, torch.float16):
@@ -169,6 +181,14 @@ def phase_numerics(args):
                         fails += 1
                         if fails <= 25:
                             log("FAIL", rows[-1])
+    # localisation with g = 1: the default (register-A) build against the -ssdebug build (A from smem, same row sums
+    # and rstd): a failure only in the former is in the fragment path (ldmatrix/swizzle/pack/RS wgmma)
+    for variant in (rg.VARIANTS[rg.DEFAULT_VARIANT], *rg.DEBUG_VARIANTS.values()):
+        for (M, N, K) in ((127, 136, 72), (513, 776, 1000)):
+            rows.append(run_case(M, N, K, torch.bfloat16, variant, EPILOGUES[1], g_ones=True))
+            fails += not rows[-1]["ok"]
+            if not rows[-1]["ok"]:
+                log("FAIL", rows[-1])
     # a large-magnitude x (rstd far from 1) and a tiny one
     for scale in (100.0, 1e-3):
         rows.append(run_case(513, 776, 1000, torch.bfloat16, rg.DEFAULT_VARIANT, EPILOGUES[1], x_scale=scale))
@@ -177,7 +197,7 @@ def phase_numerics(args):
     try:
         from tilewright.triton_kernels.rmsnorm_gemm import launch_rmsnorm_gemm
 
-        for (M, N, K) in ((300, 264, 200), (2048, 2048, 2048), (3000, 5000, 4000)):
+        for (M, N, K) in [s for s in NUMERICS_SHAPES if s[0] >= 300][:3]:
             x, g, w, bias, _ = make(M, N, K, torch.bfloat16)
             a, b = (torch.empty(M, N, device=DEV, dtype=x.dtype) for _ in range(2))
             ra, rb = (torch.empty(M, device=DEV) for _ in range(2))

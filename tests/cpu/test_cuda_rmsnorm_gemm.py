@@ -49,6 +49,8 @@ def test_variants():
     sb = rg.VARIANTS["coop128x256s3-sb"]
     assert sb.defines(False, False, False)["TW_NORM_DBUF"] == 0
     assert "TW_NORM_DBUF" not in rg.VARIANTS["coop128x256s3"].defines(False, False, False)
+    dbg = rg.DEBUG_VARIANTS["coop128x256s3-ssdebug"]
+    assert dbg.defines(False, False, False)["TW_NORM_SS_DEBUG"] == 1 and dbg.name not in rg.VARIANTS
     assert rg.pick_variant(8192, 4096, 4096).name == rg.DEFAULT_VARIANT
     assert rg.pick_variant(16, 4096, 4096).name == rg.SMALL_M_VARIANT
 

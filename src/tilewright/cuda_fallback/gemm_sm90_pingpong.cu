@@ -31,6 +31,8 @@
 //   * Tiles of the first N column store rstd (fp32, (M,)) for the backward.
 //   TW_NORM_DBUF=1 (default) double-buffers the A fragments (k-block kb writes one set while kb-1's wgmmas may still
 //   read the other); 0 is the simpler fallback that waits for each k-block's wgmmas before the next fragment load.
+//   TW_NORM_SS_DEBUG=1 (debug only, correct only for g == 1): the wgmmas read A from smem as the plain GEMM does
+//   while the prologue still computes the row sums - a failure that disappears here is in the register-A fragments.
 #include "ptx/common.cuh"
 #include "ptx/gemm_common.cuh"
 #include "ptx/mbarrier.cuh"
@@ -50,6 +52,9 @@
 #endif
 #ifndef TW_NORM_DBUF
 #define TW_NORM_DBUF 1
+#endif
+#ifndef TW_NORM_SS_DEBUG
+#define TW_NORM_SS_DEBUG 0
 #endif
 
 #ifndef TW_BM
@@ -136,11 +141,12 @@ TW_DEVICE tw_u32 pack2(float lo, float hi) {
 }
 
 #if TW_NORM_A
-// Register budget of a consumer (setmaxnreg TW_CONSUMER_REGS = 232): MA * BN / 2 accumulators (128 for the 64x256
-// and 128x128 consumer tiles) + the A fragments of one k-block, MA * (BK / 16) * 4 = 16 * MA registers, twice with
-// TW_NORM_DBUF + 8 g registers + 2 * MA row sums + addresses/loop state (~20). MA = 1 with double buffering: ~190;
-// MA = 2 (pingpong 128x128) with double buffering spilled 20 B, so NORM_DBUF is on only for MA = 1; MA = 2 uses the
-// single set (168 + 64 fragment/g registers fit). build-check fails any build that spills.
+// Register budget of a consumer (setmaxnreg TW_CONSUMER_REGS = 232; 240 would overflow the 64K file with the 40-reg
+// producer): MA * BN / 2 accumulators (128 for the 64x256 and 128x128 consumer tiles) + the A fragments of one
+// k-block, MA * (BK / 16) * 4 = 16 * MA registers (twice with double buffering) + 8 g registers + 2 * MA row sums +
+// rstd, addresses, ring state. Highest register in the SASS (nvcc 13.0): R211 for coop128x256 double-buffered,
+// R228 for pingpong 128x128 (MA = 2) single-buffered; MA = 2 double-buffered spilled 20 B, so NORM_DBUF is on only
+// for MA = 1. build-check fails any build that spills.
 constexpr int K16 = BK / 16;
 // Double-buffered fragments only where they fit: with MA = 2 the second set spilled (measured with ptxas -v).
 constexpr bool NORM_DBUF = TW_NORM_DBUF != 0 && MA == 1;
@@ -349,7 +355,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if constexpr (B_MN) db = wgmma_desc_sw128(sb + k16 * 16 * 128, BK * 128, 1024);
           else db = wgmma_desc_sw128(sb + k16 * 32, 16, 1024);
 #pragma unroll
-          for (int ma = 0; ma < MA; ++ma) mma_rs<B_MN ? 1 : 0>(acc[ma], fr[k16][ma], db, (kb | k16) != 0);
+          for (int ma = 0; ma < MA; ++ma) {
+            if constexpr (TW_NORM_SS_DEBUG) {  // A from smem (x itself, g ignored): isolates the fragment path
+              const tw_u64 da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + k16 * 32, 16, 1024);
+              mma<0, B_MN ? 1 : 0>(acc[ma], da, db, (kb | k16) != 0);
+            } else {
+              mma_rs<B_MN ? 1 : 0>(acc[ma], fr[k16][ma], db, (kb | k16) != 0);
+            }
+          }
         }
         wgmma_commit();
         if constexpr (NORM_DBUF) {

@@ -13,7 +13,8 @@ Entry points:
 * :func:`try_launch` - launches or returns False (one warning, then disabled); never raises.
 
 Variants reuse the GEMM's tiles (``gemm.VARIANTS``); ``-sb`` names the single-buffered-fragment fallback build
-(``TW_NORM_DBUF=0``), selectable with ``TILEWRIGHT_CUDA_RMSNORM_VARIANT`` to localise a bug.
+(``TW_NORM_DBUF=0``), selectable with ``TILEWRIGHT_CUDA_RMSNORM_VARIANT`` to localise a bug; ``DEBUG_VARIANTS``
+holds ``-ssdebug`` (A read from smem by the wgmma, g ignored) for the device script.
 """
 from __future__ import annotations
 
@@ -37,10 +38,11 @@ class NormVariant(_sm90.Variant):
     """A GEMM tile variant built with the norm prologue; ``dbuf`` False is the single-fragment-buffer fallback."""
 
     dbuf: bool = True
+    ss_debug: bool = False  # A from smem, g ignored (correct only for g == 1): localises a fragment-layout bug
 
     @property
     def name(self) -> str:
-        return super().name + ("" if self.dbuf else "-sb")
+        return super().name + ("" if self.dbuf else "-sb") + ("-ssdebug" if self.ss_debug else "")
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
@@ -48,6 +50,8 @@ class NormVariant(_sm90.Variant):
         d = super().defines(a_mn, b_mn, fp16, act, bias, res)
         if not self.dbuf:
             d["TW_NORM_DBUF"] = 0
+        if self.ss_debug:
+            d["TW_NORM_SS_DEBUG"] = 1
         return d
 
 
@@ -56,6 +60,8 @@ VARIANTS = {v.name: v for v in (
     NormVariant(128, 128, 5), NormVariant(64, 256, 4), NormVariant(64, 256, 4, dbuf=False),
     NormVariant(256, 128, 3, coop=True),
 )}
+# debug builds (scripts/gpu_rmsnorm_gemm_sm90.py numerics, with g = 1); never picked by the router
+DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
 DEFAULT_VARIANT = "coop128x256s3"  # the GEMM's large-problem tile; one m64 atom per consumer -> double buffering
 SMALL_M_VARIANT = "pp128x128s5"    # the GEMM's M <= 256 choice (single-buffered: two atoms per consumer)
 # build-check (CPU CI): default bf16 (B K-major as weight.t() is), its fallback, fp16 + full epilogue, small-M.
