@@ -45,6 +45,7 @@
 #define TW_NORM_A 0
 #endif
 #if TW_NORM_A
+#include "ptx/math.cuh"      // quad_sum
 #include "ptx/mma_sync.cuh"  // ldmatrix_x4
 #define TW_KERNEL_NAME tw_rmsnorm_gemm_sm90
 #else
@@ -204,15 +205,13 @@ TW_DEVICE void norm_fragments(tw_u32 sa, int atom0, int warp, int lane, const tw
   }
 }
 
-// Keep the compiler from reusing fragment registers before the wgmma wait that retires their readers (the same
-// guard as wgmma_reg_fence for accumulators; ptxas tracks wgmma operands itself, this also pins the front end).
+// Keep the compiler from reusing fragment registers before the wgmma wait that retires their readers (ptxas tracks
+// wgmma operands itself; this also pins the front end).
 TW_DEVICE void frag_fence(tw_u32 (&fr)[K16][MA][4]) {
 #pragma unroll
   for (int j = 0; j < K16; ++j)
 #pragma unroll
-    for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(fr[j][ma][i])::"memory");
+    for (int ma = 0; ma < MA; ++ma) wgmma_reg_fence(fr[j][ma]);
 }
 
 // One m64nBNk16 wgmma with A from registers.
@@ -437,9 +436,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       for (int ma = 0; ma < MA; ++ma) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float v = ss[ma][h];
-          v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
-          v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+          const float v = quad_sum(ss[ma][h]);
           rstd[ma][h] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(v, (float)K) + eps));  // as Triton: 1/sqrt_rn(ss/K+eps)
           const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
           if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
