@@ -3,8 +3,9 @@
 # RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm.py). Each phase under its own timeout (limits sum to 230 s) so a hang
 # shows up as a timed-out phase. $OUT gets gpu.txt, rmsnorm_sm90.log (every phase), numerics.csv, bench.csv.
 # Usage: bash scripts/gpu_rmsnorm_gemm_sm90.sh [phases...]   (default: build numerics stress sanitize bench)
-# Localising a numerics failure: TILEWRIGHT_CUDA_RMSNORM_VARIANT is not read here (variants are explicit); run
-#   python scripts/gpu_rmsnorm_gemm_sm90.py numerics   and compare the -sb (single-buffered) rows with the others.
+# Localising a numerics failure (numerics.csv): every variant runs, so compare the rows - only the double-buffered
+# builds fail -> fragment reuse / wgmma wait; coop128x256s3/g=1 fails but -ssdebug/g=1 passes -> the register-A
+# fragment path (ldmatrix swizzle, pack, RS wgmma); rstd_err alone -> row sums / quad reduction; only pp* -> MA = 2.
 set -u
 export TILEWRIGHT_AUTOTUNE=0 PYTHONPATH=src TILEWRIGHT_CACHE_DIR=${TILEWRIGHT_CACHE_DIR:-$PWD/.twcache} OUT=${OUT:-out}
 mkdir -p "$OUT"
