@@ -2,7 +2,8 @@
 
 ``run(suite)`` returns the long format of :data:`tilewright.bench.common.COLUMNS`: one row per (case, provider),
 case = ``"<B>x<Hq>/<Hkv>x<S>x<D>|<causal|full>|<fwd|bwd>"``. Providers on GPU: ``tilewright-triton``,
-``sdpa-flash`` (FlashAttention-2), ``sdpa-cudnn``, ``sdpa-efficient`` (each forced with
+``tilewright-cuda`` (the sm_90a CUDA forward, on Hopper; forward rows only), ``sdpa-flash`` (FlashAttention-2),
+``sdpa-cudnn``, ``sdpa-efficient`` (each forced with
 ``torch.nn.attention.sdpa_kernel``) and ``flex`` (``torch.compile(flex_attention)``; skipped with a note when it does
 not compile). The peer for ``speedup`` is cuDNN. Suite ``tiny`` runs on CPU under the interpreter with providers
 tilewright + torch math (numbers say nothing about speed there).
@@ -64,6 +65,11 @@ def _providers(gpu: bool, with_flex: bool):
 
     provs = {"tilewright-triton": ours, "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
              "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "sdpa-efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION)}
+    if torch.cuda.get_device_capability()[0] == 9:
+        # sm_90a CUDA forward (its backward is the Triton one, so only its fwd rows say anything new)
+        def ours_cuda(q, k, v, causal):
+            return tilewright.flash_attention(q, k, v, causal=causal, backend="cuda")
+        provs["tilewright-cuda"] = ours_cuda
     if with_flex:
         try:
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -160,7 +166,7 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
         for causal in (False, True):
             ref_out = None
             for name, fn in provs.items():
-                for mode in ("fwd", "bwd"):
+                for mode in (("fwd",) if name == "tilewright-cuda" else ("fwd", "bwd")):
                     case = f"{tag}|{'causal' if causal else 'full'}|{mode}"
                     try:
                         if mode == "fwd":
