@@ -4,7 +4,7 @@ One subcommand per phase so gpu_attention_sm90.sh can run each under its own tim
 lease). Every phase ends with one ``RESULT ...`` line that the shell script collects into the summary.
 
     python scripts/gpu_attention_sm90.py build                  compile every variant x head dim x causal (x fp16)
-    python scripts/gpu_attention_sm90.py numerics a b c          simplest -> full; "PASS <v>" lines name what works
+    python scripts/gpu_attention_sm90.py numerics a b c c64      simplest -> full; "PASS <v>" lines name what works
     python scripts/gpu_attention_sm90.py grad <v>                CUDA forward + Triton backward vs fp64 and SDPA
     python scripts/gpu_attention_sm90.py stress <v> [n]          n (10000) randomized small launches, all checked
     python scripts/gpu_attention_sm90.py sanitize <v>            one small problem per head dim (compute-sanitizer)

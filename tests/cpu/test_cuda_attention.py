@@ -56,7 +56,12 @@ def test_variants_and_defines():
     assert (c.bm, c.threads) == (128, 384) and (ca.VARIANTS["a"].bm, ca.VARIANTS["a"].threads) == (64, 256)
     d = c.defines(256, True, True)
     assert d == {"TW_HDIM": 256, "TW_BN": 64, "TW_STAGES": 2, "TW_CONSUMERS": 2, "TW_PINGPONG": 1, "TW_OVERLAP": 1,
-                 "TW_CAUSAL": 1, "TW_FP16": 1}
+                 "TW_CAUSAL": 1, "TW_FP16": 1, "TW_PIN_WAIT": 0}
+    # the pinned PV wait only where ptxas has the registers (C7512 otherwise), and only in overlap schedules
+    assert [c.pin_wait(D) for D in ca.HEAD_DIMS] == [True, False, False]
+    c64 = ca.VARIANTS["c64"]
+    assert [c64.bn(D) for D in ca.HEAD_DIMS] == [64, 64, 64] and c64.pin_wait(128)
+    assert not any(ca.VARIANTS[n].pin_wait(D) for n in ("a", "b", "b_free") for D in ca.HEAD_DIMS)
     # smem: Q 128x128 + 2 stages x (K + V) 128x128, bf16, + barriers + slack
     assert c.smem_bytes(128) == 1024 + 128 * 128 * 2 + 4 * 128 * 128 * 2 + 9 * 8
     for D in ca.HEAD_DIMS:

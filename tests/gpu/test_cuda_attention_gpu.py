@@ -34,7 +34,7 @@ def _qkv(B, Hq, Hkv, Sq, Skv, D, dtype=torch.bfloat16):
             torch.randn(B, Hkv, Skv, D, device=DEV, dtype=dtype))
 
 
-@pytest.mark.parametrize("variant", ["a", "b", "b_free", "c"])
+@pytest.mark.parametrize("variant", ["a", "b", "b_free", "c", "c64"])
 @pytest.mark.parametrize("shape", [(1, 2, 2, 128, 128, 128), (2, 4, 2, 300, 300, 128), (1, 2, 1, 77, 333, 64),
                                    (1, 2, 1, 333, 77, 64), (1, 2, 2, 257, 190, 256), (1, 2, 2, 1500, 1500, 128)])
 @pytest.mark.parametrize("causal", [False, True])

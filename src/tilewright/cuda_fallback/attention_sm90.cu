@@ -17,9 +17,13 @@
 //                                            GEMMs so one runs its softmax while the other's GEMM uses the tensor core
 //   ... TW_OVERLAP=1                     (c) + intra-warpgroup overlap: QK^T of block j+1 is issued together with
 //                                            P_j V_j, and the softmax of block j+1 runs while P_j V_j is in flight
+//                                            (with TW_PIN_WAIT, see the loop; otherwise ptxas hoists the PV wait above
+//                                            the exponentials and only masking + row max overlap the PV wgmma)
+//   c with TW_BN=64 at hdim 128 ("c64" on the host): registers for the pinned wait, i.e. the full overlap in SASS
 //   TW_PINGPONG=0 with 2 consumers is valid too (both warpgroups free-running).
 // Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers),
-// TW_STAGES (K/V ring depth), TW_CAUSAL, TW_FP16 (fp16 instead of bf16), TW_PRODUCER_REGS / TW_CONSUMER_REGS.
+// TW_STAGES (K/V ring depth), TW_CAUSAL, TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the
+// softmax ahead of the PV wait in SASS), TW_PRODUCER_REGS / TW_CONSUMER_REGS.
 //
 // Tails: TMA zero-fills out-of-bounds rows (Sq and Skv tails; the 4-D (D, S, H, B) maps keep a tile inside its own
 // head), padded keys are masked to -inf per element, the O store clips rows >= Sq, LSE stores are row-masked.
@@ -56,6 +60,11 @@
 #ifndef TW_FP16
 #define TW_FP16 0
 #endif
+// Keep the softmax of the overlap schedule ahead of the PV wait (see the loop); the host turns it on where ptxas has
+// the registers for it (hdim 64, or key block 64 at hdim 128).
+#ifndef TW_PIN_WAIT
+#define TW_PIN_WAIT 0
+#endif
 // 1 producer + 2 consumers at 384 threads: 24 * 128 + 240 * 256 = 64512 <= 65536 registers. The producer needs only
 // loop counters and coordinates; a consumer holds S (BN/2) + P (BN/4) + O (D/2) fp32/b32 registers plus addresses.
 #ifndef TW_PRODUCER_REGS
@@ -77,6 +86,7 @@ constexpr int NC = TW_CONSUMERS;
 constexpr bool PINGPONG = TW_PINGPONG != 0 && NC == 2;
 constexpr bool OVERLAP = TW_OVERLAP != 0;
 constexpr bool CAUSAL = TW_CAUSAL != 0;
+constexpr bool PIN_WAIT = TW_PIN_WAIT != 0;
 constexpr int BM = 64 * NC;           // Q rows per CTA: one m64 wgmma atom per consumer warpgroup
 constexpr int THREADS = 128 * (NC + 1);
 constexpr int DC = D / 64;            // 64-element (128-byte) column chunks of a row: one TMA box / swizzle span each
@@ -373,6 +383,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         wgmma_reg_fence(s_acc);
         release(empty_k + 8 * s);
         softmax(kb, alpha);  // overlaps the PV wgmma (it reads p and writes o, not s_acc)
+        if constexpr (PIN_WAIT) {
+          // Never true (kb >= 1, Skv >= 1), but opaque and warp-uniform: a basic-block boundary. ptxas schedules
+          // within a block and otherwise hoists the wait below to just after the masking, i.e. before the
+          // exponentials, which removes the overlap (seen in SASS). Only where registers allow: with S + P + O of
+          // hdim 128 x BN 128 it reports C7512 and serialises every wgmma instead (build-check catches that).
+          if (kb + Skv == 0) __trap();
+        }
         wgmma_wait<0>();     // P_{j-1} V_{j-1} done: o is final for this step, p and V_{j-1} are free
         wgmma_reg_fence(o);
         wgmma_reg_fence(p);

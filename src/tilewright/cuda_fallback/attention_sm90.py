@@ -43,6 +43,7 @@ class Variant:
     pingpong: bool
     overlap: bool
     stages: int = 2
+    block_n: int | None = None  # key block; None: 128, or 64 at head dim 256
 
     @property
     def bm(self) -> int:
@@ -53,10 +54,15 @@ class Variant:
     def threads(self) -> int:
         return 128 * (self.consumers + 1)
 
-    @staticmethod
-    def bn(head_dim: int) -> int:
-        """Key block: 128, or 64 for head dim 256 (O alone takes 128 registers per thread there)."""
-        return 64 if head_dim > 128 else 128
+    def bn(self, head_dim: int) -> int:
+        """Key block: ``block_n``, else 128, or 64 for head dim 256 (O alone takes 128 registers per thread there)."""
+        return 64 if head_dim > 128 else (self.block_n or 128)
+
+    def pin_wait(self, head_dim: int) -> bool:
+        """Whether the overlap schedule pins the PV wait after the softmax (TW_PIN_WAIT). ptxas hoists that wait
+        above the exponentials otherwise; pinned, it needs S + P + O + softmax registers at once, which fits in 240
+        at hdim 64 (key block 128) and hdim 128 with key block 64, not at hdim 128 x 128 or hdim 256 (C7512)."""
+        return self.overlap and (head_dim == 64 or (head_dim == 128 and self.bn(head_dim) == 64))
 
     def smem_bytes(self, head_dim: int) -> int:
         """Dynamic shared memory: Q tile + STAGES x (K + V) blocks + mbarriers + 1024 alignment slack."""
@@ -67,7 +73,7 @@ class Variant:
         """-D macros of one build of this variant."""
         return {"TW_HDIM": head_dim, "TW_BN": self.bn(head_dim), "TW_STAGES": self.stages,
                 "TW_CONSUMERS": self.consumers, "TW_PINGPONG": int(self.pingpong), "TW_OVERLAP": int(self.overlap),
-                "TW_CAUSAL": int(causal), "TW_FP16": int(fp16)}
+                "TW_CAUSAL": int(causal), "TW_FP16": int(fp16), "TW_PIN_WAIT": int(self.pin_wait(head_dim))}
 
 
 # Ordered from simplest to full, so a numerics failure on the device localises the bug.
@@ -76,16 +82,17 @@ VARIANTS = {v.name: v for v in (
     Variant("b", 2, True, False),   # + second warpgroup, pingpong on the QK^T sections
     Variant("b_free", 2, False, False),  # two warpgroups without the ordering barriers
     Variant("c", 2, True, True),    # + intra-warpgroup overlap (full FA3-style schedule)
+    Variant("c64", 2, True, True, block_n=64),  # c with 64-key blocks: registers for the pinned overlap at hdim 128
 )}
 DEFAULT_VARIANT = "c"
 # compiled by build-check (CPU CI): every schedule at hdim 128, plus the full one at the other head dims / causal / fp16
 BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
                       ("c", 128, True, False), ("c", 64, True, True), ("c", 256, False, False),
-                      ("c", 256, True, False))
+                      ("c", 256, True, False), ("c64", 128, True, False))
 
 
 def pick_variant() -> Variant:
-    """The variant to run (``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c overrides the default)."""
+    """The variant to run (``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 overrides the default)."""
     return VARIANTS[os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT") or DEFAULT_VARIANT]
 
 
