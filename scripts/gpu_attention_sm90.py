@@ -287,18 +287,21 @@ SUITE = [(4, 16, 16, 512, 64), (2, 8, 8, 8192, 64), (8, 16, 16, 2048, 128), (4, 
          (2, 16, 16, 8192, 128), (1, 16, 16, 16384, 128), (4, 32, 8, 4096, 128), (4, 16, 16, 4096, 256)]
 
 
-def time_events(fn, reps: int) -> float:
-    """Median milliseconds of ``fn`` over ``reps`` runs, each bracketed by CUDA events (after 3 warm-up runs)."""
+def time_events(fn, reps: int, inner: int = 3) -> float:
+    """Median milliseconds per call of ``fn`` over ``reps`` samples, each sample ``inner`` back-to-back calls
+    bracketed by CUDA events (so host launch overhead of small problems overlaps the previous call), after 3
+    warm-up calls."""
     for _ in range(3):
         fn()
     ts = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        fn()
+        for _ in range(inner):
+            fn()
         e.record()
         e.synchronize()
-        ts.append(s.elapsed_time(e))
+        ts.append(s.elapsed_time(e) / inner)
     return sorted(ts)[len(ts) // 2]
 
 
@@ -316,7 +319,7 @@ def cmd_bench(args):
     from tilewright.triton_kernels.attention import attention_forward
 
     names = args or [ca.DEFAULT_VARIANT]
-    reps = int(os.environ.get("BENCH_REPS", "30"))
+    reps = int(os.environ.get("BENCH_REPS", "20"))
     jobs = [(*s, c) for s in SUITE for c in (False, True)]
     t0 = time.time()
     try:  # compile the Triton forward for every case in parallel processes (this process then only runs them)
