@@ -50,18 +50,18 @@ if [ -z "$BEST" ]; then
 fi
 echo "best passing variant: ${BEST:-none}" | tee -a "$SUM"
 if [ -n "$BEST" ]; then
-  phase grad 35 $PY grad $BEST
+  phase grad 45 $PY grad $BEST
   phase stress 35 $PY stress $BEST 10000
 fi
 SAN=${BEST:-a}
 : > "$OUT/attn_sanitizer.log"
-phase sanitizer 45 compute-sanitizer --tool memcheck --error-exitcode 9 $PY sanitize $SAN
+phase sanitizer 40 compute-sanitizer --tool memcheck --error-exitcode 9 $PY sanitize $SAN
 sed -n "/^=== sanitizer/,\$p" "$LOG" > "$OUT/attn_sanitizer.log"
 if [ -n "$BEST" ]; then
   # also time the other passing schedules beside BEST (what pingpong / overlap / 64-key blocks buy)
   EXTRA=""
   for v in c c64 b; do [ $v != "$BEST" ] && grep -q "^PASS $v " "$LOG" && EXTRA="$EXTRA $v"; done
-  phase bench 80 $PY bench $BEST $EXTRA
+  phase bench 75 $PY bench $BEST $EXTRA
 fi
 echo "total $((SECONDS - START))s" >> "$SUM"
 echo "===== summary"; cat "$SUM"
