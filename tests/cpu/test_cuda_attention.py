@@ -174,6 +174,8 @@ def test_launch_validation(fake_driver):
         ca.launch_attention(q, k, v, out[:, :2], torch.empty(2, 4, 100))
     with pytest.raises(ValueError, match="head dim"):
         ca.launch_attention(*_qkv(D=32), torch.empty(2, 4, 100, 32, dtype=bf), torch.empty(2, 4, 100))
+    with pytest.raises(ValueError, match="scale"):
+        ca.launch_attention(q, k, v, out, torch.empty(2, 4, 100), scale=-0.1)
     assert not fake_driver.launches
 
 

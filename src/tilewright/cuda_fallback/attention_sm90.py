@@ -204,6 +204,9 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
     bytes with a unit last dim; out like q; lse contiguous fp32 (B, Hq, Sq). causal is top-left aligned (SDPA)."""
     check_launch(q, k, v, out, lse)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if not (scale > 0.0 and math.isfinite(scale)):
+        # the kernel masks with -inf before scaling (scale * log2 e folded into one multiply): it needs scale > 0
+        raise ValueError(f"cuda attention: scale {scale} must be finite and > 0 (Triton serves other scales)")
     var = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant())
     key = (q.device.index, q.dtype, var, bool(causal), scale,
            *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr())
