@@ -1,0 +1,142 @@
+"""Device-machine diagnostics for the Triton GEMM launch path and the CUDA RMSNorm-GEMM (one call, phases).
+
+    python scripts/gpu_diag.py host      # per-call host time of each op path (async launches) + cProfile top lines
+    python scripts/gpu_diag.py tune      # autotuner timings of every config for the cases that benched slow
+    python scripts/gpu_diag.py one-rms   # a few launches of the CUDA RMSNorm-GEMM / plain CUDA GEMM (for ncu)
+
+Why: in `bench --op all` (H200, 2026-11-26 03:30) pos_embed / odd residual / first fp8 cases were 1.2-4.6x slower
+than the plain GEMM of the same shape; triton's do_bench flushes L2 with a ~0.1 ms memset between calls, so any host
+time per call above that shows up in the measured time. This separates host cost from GPU cost.
+"""
+from __future__ import annotations
+
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+import tilewright  # noqa: E402
+from tilewright.bench.common import time_ms  # noqa: E402
+
+DEV = "cuda"
+
+
+def _cases(M, N, K):
+    a = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=DEV, dtype=torch.bfloat16) / K ** 0.5
+    bias = torch.randn(N, device=DEV, dtype=torch.bfloat16)
+    r = torch.randn(M, N, device=DEV, dtype=torch.bfloat16)
+    cases = {
+        "gemm": lambda: tilewright.matmul(a, b),
+        "bias": lambda: tilewright.matmul(a, b, bias=bias),
+        "residual": lambda: tilewright.matmul(a, b, residual=r),
+        "cublas": lambda: a @ b,
+    }
+    if M % 1024 == 0:
+        x = a.view(M // 1024, 1024, K)
+        pos = torch.randn(1024, N, device=DEV, dtype=torch.bfloat16)
+        cases["pos_embed"] = lambda: tilewright.matmul(x, b, residual=pos)
+    a8 = a.to(torch.float8_e4m3fn)
+    b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0, device=DEV)
+    cases["fp8"] = lambda: tilewright.scaled_mm(a8, b8, one, one)
+    cases["scaled_mm_cublaslt"] = lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16)
+    g = torch.ones(K, device=DEV, dtype=torch.bfloat16)
+    w = b.t()
+    cases["rms_norm_linear"] = lambda: tilewright.rms_norm_linear(a, g, w)
+    return cases
+
+
+def phase_host(_):
+    M, N, K = 4096, 4096, 4096  # tuned shape (events path), then host cost measured with async launches
+    for name, fn in _cases(M, N, K).items():
+        fn()
+        torch.cuda.synchronize()
+        n = 200
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host = (time.perf_counter() - t0) / n * 1e6
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / n * 1e6
+        gpu = time_ms(fn) * 1e3
+        gpu_graph = float("nan")
+        try:
+            gpu_graph = time_ms(fn, cudagraph=True) * 1e3
+        except Exception as e:  # noqa: BLE001
+            print(f"  {name}: graph timing failed: {type(e).__name__}: {str(e)[:120]}")
+        print(f"{name:<20} host {host:8.1f} us/call | wall {wall:8.1f} us/call | do_bench {gpu:8.1f} us | "
+              f"graph {gpu_graph:8.1f} us", flush=True)
+    for name in ("gemm", "residual", "pos_embed", "fp8", "rms_norm_linear"):
+        fn = _cases(256, 512, 384)[name]
+        fn()
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(300):
+            fn()
+        pr.disable()
+        torch.cuda.synchronize()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(14)
+        print(f"\n===== cProfile {name} (300 calls, sorted by own time)")
+        print("\n".join(s.getvalue().splitlines()[:40]))
+
+
+def phase_tune(_):
+    from tilewright.triton_kernels import gemm as tg
+
+    for tag, (M, N, K), case in (("sq4k", (4096, 4096, 4096), "pos_embed"), ("sq4k", (4096, 4096, 4096), "fp8"),
+                                  ("odd", (3000, 5000, 4000), "residual"), ("odd", (3000, 5000, 4000), "gemm"),
+                                  ("l3-8b-o", (8192, 4096, 4096), "pos_embed")):
+        fn = _cases(M, N, K)[case]
+        fn()
+        torch.cuda.synchronize()
+        timings = getattr(tg.gemm_kernel, "configs_timings", None) or {}
+        best = getattr(tg.gemm_kernel, "best_config", None)
+        print(f"\n== {tag}/{case}: best {best} | bench {time_ms(fn) * 1e3:.1f} us | graph "
+              f"{time_ms(fn, cudagraph=True) * 1e3:.1f} us")
+        for cfg, t in sorted(timings.items(), key=lambda kv: kv[1][0] if isinstance(kv[1], (list, tuple)) else kv[1]):
+            print(f"   {t}  {cfg}")
+    # decode128: default config vs alternatives, graph timing
+    M, N, K = 128, 4096, 4096
+    a = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=DEV, dtype=torch.bfloat16) / 64
+    out = torch.empty(M, N, device=DEV, dtype=torch.bfloat16)
+    print(f"\n== decode128 cublas graph {time_ms(lambda: a @ b, cudagraph=True) * 1e3:.1f} us")
+    from tilewright.autotune.space import _config
+    for bm, bn, bk, w, s, pers, tma in ((64, 64, 128, 4, 4, True, False), (64, 64, 128, 4, 4, False, False),
+                                        (64, 64, 128, 4, 3, False, False), (64, 64, 256, 4, 3, False, False),
+                                        (64, 32, 256, 4, 4, False, False), (128, 64, 128, 8, 4, False, False),
+                                        (64, 64, 128, 4, 4, False, True), (32, 64, 256, 4, 4, False, False)):
+        cfg = _config(bm, bn, bk, w, s, persistent=pers, tma=tma)
+        fn = lambda: tg.launch_gemm(a, b, out, config=cfg)  # noqa: E731
+        fn()
+        print(f"   {bm}x{bn}x{bk} w{w} s{s} persistent={pers} tma={tma}: graph {time_ms(fn, cudagraph=True) * 1e3:.1f}"
+              f" us | do_bench {time_ms(fn) * 1e3:.1f} us")
+
+
+def phase_one_rms(_):
+    from tilewright.cuda_fallback import gemm as cg
+    from tilewright.cuda_fallback import rmsnorm_gemm as crg
+
+    M = N = K = 8192
+    x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    g = torch.ones(K, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(N, K, device=DEV, dtype=torch.bfloat16) / 90
+    out = torch.empty(M, N, device=DEV, dtype=torch.bfloat16)
+    rstd = torch.empty(M, device=DEV, dtype=torch.float32)
+    for _ in range(4):
+        crg.launch_cuda_rmsnorm_gemm(x, g, w.t(), out, rstd, 1e-6)
+        cg.launch_cuda_gemm(x, w.t(), out)
+    torch.cuda.synchronize()
+    print("one-rms done")
+
+
+if __name__ == "__main__":
+    globals()[f"phase_{sys.argv[1].replace('-', '_')}"](sys.argv[2:])
