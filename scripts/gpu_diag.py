@@ -88,6 +88,66 @@ def phase_host(_):
         print("\n".join(s.getvalue().splitlines()[:40]))
 
 
+def _per_call_us(fn, n=300) -> float:
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    us = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
+def phase_layers(_):
+    """Host cost of each layer of the launch path on a small problem (TILEWRIGHT_AUTOTUNE=0: no tuning)."""
+    from tilewright import router
+    from tilewright.autotune.space import default_gemm_config
+    from tilewright.cuda_fallback import gemm as cg
+    from tilewright.triton_kernels import gemm as tg
+
+    M, N, K = 512, 512, 512
+    a = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=DEV, dtype=torch.bfloat16)
+    r = torch.randn(M, N, device=DEV, dtype=torch.bfloat16)
+    out = torch.empty(M, N, device=DEV, dtype=torch.bfloat16)
+    cfg = default_gemm_config(M, N, K)
+    layers = {
+        "torch a @ b": lambda: a @ b,
+        "router.decide auto": lambda: router.decide("gemm", a, b, None, None),
+        "router.decide triton": lambda: router.decide("gemm", a, b, None, None, backend="triton"),
+        "router.decide auto +res": lambda: router.decide("gemm", a, b, None, r),
+        "launch_gemm(config=)": lambda: tg.launch_gemm(a, b, out, config=cfg),
+        "launch_gemm(autotune=0)": lambda: tg.launch_gemm(a, b, out),
+        "_gemm_kernel raw launch": None,
+        "launch_cuda_gemm": lambda: cg.launch_cuda_gemm(a, b, out),
+        "matmul triton": lambda: tilewright.matmul(a, b, backend="triton"),
+        "matmul cuda": lambda: tilewright.matmul(a, b, backend="cuda"),
+        "matmul auto": lambda: tilewright.matmul(a, b),
+        "matmul triton +res": lambda: tilewright.matmul(a, b, residual=r, backend="triton"),
+        "torch.ops.tilewright.gemm direct": None,
+    }
+    for name, fn in layers.items():
+        if fn is None:
+            continue
+        try:
+            print(f"{name:<34} {_per_call_us(fn):8.1f} us/call", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"{name:<34} failed: {type(e).__name__}: {str(e)[:150]}", flush=True)
+    for name in ("matmul triton", "matmul cuda", "matmul triton +res"):
+        fn = layers[name]
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(300):
+            fn()
+        pr.disable()
+        torch.cuda.synchronize()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
+        print(f"\n===== cProfile {name} (300 calls, by own time)")
+        print("\n".join(ln[:170] for ln in s.getvalue().splitlines()[4:34]), flush=True)
+
+
 def phase_tune(_):
     from tilewright.triton_kernels import gemm as tg
 
