@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import sys
+import time
 
 BENCH_OPS = {"gemm": "tilewright.bench.gemm", "rms_norm_linear": "tilewright.bench.rms_norm_linear",
              "attention": "tilewright.bench.attention"}
@@ -20,7 +21,9 @@ def _run_bench_op(op: str, suite: str):
         print(f"[{op}] benchmark not available: {e}")
         return None, None
     print(f"== {op} ==")
-    return module, module.run(suite, progress=lambda line: print("  " + line, flush=True))
+    t0 = time.perf_counter()
+    return module, module.run(suite, progress=lambda line: print(f"  [{time.perf_counter() - t0:5.0f}s] {line}",
+                                                                   flush=True))
 
 
 def _bench(args) -> int:

@@ -14,6 +14,12 @@ serves (DESIGN.md section 4). ``TILEWRIGHT_CUDA=0`` turns it off.
 
 Eligibility is per op (dtype, device, interpreter). This module is consulted inside the ops' implementations, which
 are opaque to torch.compile, so device queries here never break a graph.
+
+Decisions for CUDA tensors are cached per call signature (op, backend request, every tensor's shape / strides / dtype /
+device / pointer alignment, the environment switches, the autotune-cache generation): working them out costs ~50 us
+of Python per call (constraint checks, cache lookups, reason strings) - as much as a whole 4096^2 GEMM on H200 is
+worth in launch slack. A cached "cuda" decision re-checks the kernel family's state (cheap) so a family disabled by
+a failed launch is never served from the cache. ``invalidate()`` drops the cache.
 """
 from __future__ import annotations
 
@@ -210,8 +216,47 @@ PREFERENCE["rms_norm_linear"] = ("cuda", "triton", "torch")  # cuda: forward onl
 PREFERENCE["scaled_mm"] = ("triton", "torch")
 
 
+# Environment switches a decision depends on (read per call: a test or user may change them at any time).
+_DECISION_ENV = ("TILEWRIGHT_BACKEND", "TILEWRIGHT_CUDA", "TILEWRIGHT_CUDA_ATTN", "TILEWRIGHT_CUDA_ATTN_VARIANT",
+                 "TILEWRIGHT_CUDA_GEMM_VARIANT", "TILEWRIGHT_CUDA_MMA_VARIANT", "TILEWRIGHT_CUDA_RMSNORM_VARIANT",
+                 "TILEWRIGHT_CUDA_COMPILER", "TILEWRIGHT_CACHE_DIR", "TRITON_INTERPRET")
+_DECISIONS_MAX = 4096
+_decisions: dict = {}
+
+
+def invalidate() -> None:
+    """Forget every cached decision (after changing something the cache key does not see, e.g. another process
+    wrote the autotune cache, or a test faked a capability)."""
+    _decisions.clear()
+
+
+def _tensor_signature(t):
+    if not isinstance(t, torch.Tensor):
+        return t
+    ptr = t.data_ptr()  # TMA needs 16-byte aligned bases; the kernels' fast paths look at 128-byte alignment
+    return (t.shape, t.stride(), t.dtype, t.device, ptr % 16 == 0, ptr % 128 == 0)
+
+
 def decide(op: str, *tensors, backend: str | None = None) -> Decision:
     """Pick the backend for ``op`` on ``tensors``; raise ValueError if a forced backend cannot run them."""
+    first = tensors[0] if tensors else None
+    if not (isinstance(first, torch.Tensor) and first.is_cuda):
+        return _decide(op, tensors, backend)
+    from .autotune import cache
+
+    key = (op, backend, getattr(_local, "backend", None), cache.generation,
+           tuple(os.environ.get(k) for k in _DECISION_ENV), tuple(_tensor_signature(t) for t in tensors))
+    hit = _decisions.get(key)
+    if hit is not None and (hit.backend != "cuda" or _cuda_self_check(op, tensors)[0]):
+        return hit
+    decision = _decide(op, tensors, backend)  # raises for a forced backend that cannot run: never cached
+    if len(_decisions) >= _DECISIONS_MAX:
+        _decisions.clear()
+    _decisions[key] = decision
+    return decision
+
+
+def _decide(op: str, tensors, backend: str | None) -> Decision:
     if op not in PREFERENCE:
         raise ValueError(f"router: unknown op {op!r}; known ops: {sorted(PREFERENCE)}")
     source = "backend= argument"

@@ -83,15 +83,17 @@ def test_opcheck():
     # test_schema is left out: it perturbs the inputs with arithmetic that torch does not implement for float8 on CPU
     utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
     a, b = _fp8_pair(12, 32, 16)
-    torch.library.opcheck(scaled_mm_op, (a, b, torch.ones(1), torch.full((1,), 0.5), None, torch.bfloat16, None),
-                          test_utils=utils)
+    torch.library.opcheck(scaled_mm_op, (a, b, torch.ones(1), torch.full((1,), 0.5), None, torch.bfloat16, False,
+                                         None), test_utils=utils)
     torch.library.opcheck(scaled_mm_op, (a, b, torch.rand(12) + 0.5, torch.rand(16) + 0.5,
-                                         torch.randn(16, dtype=torch.bfloat16), torch.bfloat16, "triton"),
+                                         torch.randn(16, dtype=torch.bfloat16), torch.bfloat16, True, "triton"),
                           test_utils=utils)
 
 
 def test_fp8_gemm_compiles_for_sm90_with_qgmma_and_no_spills():
-    """The FP8 variant of the GEMM kernel on sm_90: FP8 wgmma (QGMMA), TMA loads, no spills, both scale modes."""
+    """The FP8 variant of the GEMM kernel on sm_90: FP8 wgmma (QGMMA), TMA loads, no spills, both scale modes, with
+    fast accumulation (128x256 tiles) and with precise accumulation (a second accumulator: 128x128 tiles, as the
+    pruner keeps them)."""
     from tilewright.triton_kernels.aot import compile_reports
 
     ptrs = ("a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "preact_ptr", "g_ptr", "rstd_ptr", "scale_a_ptr",
@@ -102,16 +104,19 @@ def test_fp8_gemm_compiles_for_sm90_with_qgmma_and_no_spills():
             "M_BUCKET")
     sig = {**{k: types.get(k, "*bf16") for k in ptrs}, **{k: "i32" for k in ints}, "eps": "fp32"}
 
-    def job(scale_mode):
+    def job(scale_mode, precise):
+        bn, split = (128, 2) if precise else (256, 4)
         ce = dict(stride_ak=1, stride_bk=1, stride_cn=1, stride_res2=1, A_K_CONTIG=True, B_K_CONTIG=True,
                   USE_TMA=True, TMA_STORE=True, HAS_BIAS=True, ACTIVATION=0, HAS_RESIDUAL=False, RES_PERIODIC=False,
                   STORE_PREACT=False, NORM=False, APPLY_G=False, STORE_RSTD=False, SCALE_MODE=scale_mode,
-                  DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
-                  GROUP=8, TILE_ORDER=1, EPI_SPLIT=4, TMA_LOADS=True, PERSISTENT=True, FLATTEN=False)
+                  PRECISE_ACC=precise, DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False, BLOCK_M=128,
+                  BLOCK_N=bn, BLOCK_K=128, GROUP=8, TILE_ORDER=1, EPI_SPLIT=split, TMA_LOADS=True, PERSISTENT=True,
+                  FLATTEN=False)
         return dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel", signature=sig, constexprs=ce, arch=90,
                     num_warps=8, num_stages=4, divisible_by_16=ptrs + ("stride_am", "stride_bn", "stride_cm"))
 
-    for rep in compile_reports([job(1), job(2)]):
+    jobs = [job(1, False), job(2, False), job(1, True), job(2, True)]
+    for j, rep in zip(jobs, compile_reports(jobs)):
         assert rep.has("QGMMA"), "no FP8 wgmma in SASS"
         assert rep.has("UTMALDG")
-        assert rep.spill_bytes == 0, f"{rep.spill_bytes} bytes spilled ({rep.registers} registers)"
+        assert rep.spill_bytes == 0, f"{rep.spill_bytes} bytes spilled ({rep.registers} registers), {j['constexprs']}"

@@ -181,3 +181,42 @@ def test_every_config_of_the_space_is_correct():
             if not _err(out, ref) <= bound:
                 failures.append((str(cfg), use_tma, _err(out, ref)))
     assert not failures, failures
+
+
+def test_router_decision_cache_keys_on_the_call_signature(monkeypatch):
+    """Cached decisions (router._decisions) must follow everything they depend on: same signature -> the same
+    Decision object; forced backend, environment and pointer alignment -> a fresh decision."""
+    from tilewright import router
+
+    a = torch.randn(512, 512, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(512, 512, device=DEV, dtype=torch.bfloat16)
+    with tilewright.use_backend(None):
+        first = router.decide("gemm", a, b, None, None)
+        assert router.decide("gemm", a.clone(), b.clone(), None, None) is first
+        assert router.decide("gemm", a, b, None, None, backend="torch").backend == "torch"
+        monkeypatch.setenv("TILEWRIGHT_BACKEND", "torch")
+        assert router.decide("gemm", a, b, None, None).backend == "torch"
+        monkeypatch.delenv("TILEWRIGHT_BACKEND")
+        assert router.decide("gemm", a, b, None, None) is first
+        # a base 2 bytes past 16-byte alignment: TMA (and the CUDA kernel) cannot take it
+        flat = torch.randn(512 * 512 + 1, device=DEV, dtype=torch.bfloat16)
+        shifted = flat[1:].view(512, 512)
+        d = router.decide("gemm", shifted, b, None, None)
+        assert d is not first and d.backend != "cuda"
+
+
+def test_launch_plan_cache_follows_alignment_and_layout():
+    """launch_gemm caches its plan per signature: the same shape with another alignment or layout must get its own
+    plan (pointer path vs TMA, K- vs N-major B) and a correct answer each time, in any order."""
+    M, N, K = 384, 264, 200
+    flat = torch.randn(M * K + 8, device=DEV, dtype=torch.bfloat16)
+    aligned = flat[:M * K].view(M, K)
+    shifted = flat[1:M * K + 1].view(M, K)  # 2-byte offset: pointer loads
+    b_n_major = torch.randn(K, N, device=DEV, dtype=torch.bfloat16) / 16
+    b_k_major = b_n_major.t().contiguous().t()
+    for _ in range(2):
+        for a in (aligned, shifted, aligned):
+            for b in (b_n_major, b_k_major):
+                out = torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16)
+                tg.launch_gemm(a, b, out)
+                _assert_within_torch_error(out, (a, b))

@@ -38,6 +38,10 @@ FILE_NAME = "autotune.json"
 
 _lock = threading.Lock()
 _memo: dict = {}  # path -> ((mtime_ns, size), data)
+# Bumped by every write from this process: the router's decision cache (router._decisions) keys on it, so a
+# `tilewright tune` in this process is seen by the next call. A write by another process is seen by decisions not
+# cached yet, or after ``router.invalidate()``.
+generation = 0
 _warned: set = set()
 
 
@@ -157,6 +161,8 @@ def _write(path: Path, data: dict) -> bool:
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)
             os.replace(tmp, path)
+            global generation
+            generation += 1
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

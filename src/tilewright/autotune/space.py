@@ -85,7 +85,7 @@ def gemm_smem_bytes(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store
 
 def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes: int, tma_store: bool,
                        smem_limit: int = SMEM_SM90, use_tma: bool = True,
-                       periodic_residual: bool = False) -> list[triton.Config]:
+                       periodic_residual: bool = False, precise_acc: bool = False) -> list[triton.Config]:
     """Drop configs that cannot fit shared memory or are silly for the shape.
 
     * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
@@ -94,7 +94,8 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     * with a single row or column of tiles every tile order is the same, so only GROUPED survives;
     * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped;
     * the pointer path (no TMA) and a broadcast (periodic) residual, which needs an integer division per row in the
-      epilogue, keep 128-row tiles at <= 128x128 with 8 warps: larger ones spill (tests/cpu/test_gemm_aot.py).
+      epilogue, keep 128-row tiles at <= 128x128 with 8 warps: larger ones spill (tests/cpu/test_gemm_aot.py);
+    * FP8 precise accumulation holds a second accumulator: at most 64 accumulator values per thread.
     """
     kept = []
     for cfg in configs:
@@ -111,6 +112,8 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
             continue
         if (pointer or periodic_residual) and kw["BLOCK_M"] >= 128 and cfg.num_warps < 8:
             continue
+        if precise_acc and kw["BLOCK_M"] * kw["BLOCK_N"] > 64 * 32 * cfg.num_warps:
+            continue
         if kw["BLOCK_N"] > 2 * max(triton.next_power_of_2(N), 16) or kw["BLOCK_K"] > 2 * max(triton.next_power_of_2(K), 16):
             continue
         tiles_m = triton.cdiv(M, kw["BLOCK_M"])
@@ -123,8 +126,8 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     return kept
 
 
-def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True,
-                        periodic_residual: bool = False) -> triton.Config:
+def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodic_residual: bool = False,
+                        precise_acc: bool = False) -> triton.Config:
     """A good untuned config for the shape: the only config for M <= 256 (see triton_kernels/gemm.SMALL_M) unless
     `tilewright tune` stored a winner, and everywhere with ``TILEWRIGHT_AUTOTUNE=0``.
 
@@ -138,6 +141,6 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True,
         return _config(32, 32, 256, 4, 4, tma=False)
     if M <= 256:
         return _config(64, 64, 128, 4, 4, tma=False)
-    if use_tma and not periodic_residual:
+    if use_tma and not periodic_residual and not precise_acc:
         return _config(128, 256, 64, 8, 3, split=4)
     return _config(128, 128, 64, 8, 4, split=2, tma=use_tma)

@@ -22,7 +22,6 @@ writes ``rms_norm_linear_<date>.csv`` and prints the table and ratios.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import math
 import os
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .common import COLUMNS, add_speedups, card_name, environment, on_gpu, time_ms
+from .common import COLUMNS, add_speedups, card_name, compile_only, environment, on_gpu, time_ms
 
 # The GEMM suite of BENCHMARKS.md: (tag, M, N, K); x is (M, K), weight (N, K).
 GEMM_SUITE = [
@@ -61,34 +60,6 @@ def _compiled_unfused():
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, max(getattr(torch._dynamo.config, knob), 64))
     return torch.compile(_unfused, dynamic=False)
-
-
-@contextlib.contextmanager
-def compile_only(threads: int = 16):
-    """Inside: every autotuned Triton launch compiles all its pruned configs, in parallel threads, without running.
-
-    The autotuner otherwise compiles its ~24 configs one by one while benchmarking; doing the compiles up front in a
-    thread pool (Triton's AsyncCompileMode; the MLIR passes and ptxas release the GIL) cuts the first-call cost of a
-    sweep several-fold. Outputs written inside the block are garbage.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from triton.runtime._async_compile import AsyncCompileMode
-    from triton.runtime.autotuner import Autotuner
-
-    original = Autotuner.run
-
-    def run(self, *args, **kwargs):
-        grid = kwargs.pop("grid")
-        kwargs.pop("warmup", None)
-        self.warmup(*args, grid=grid, **kwargs)
-
-    Autotuner.run = run
-    try:
-        with ThreadPoolExecutor(threads) as pool, AsyncCompileMode(pool):
-            yield
-    finally:
-        Autotuner.run = original
 
 
 def _inputs(M, N, K, device, dtype, seed=0):

@@ -27,6 +27,7 @@ import torch
 from .. import router
 from ..reference import attention_grad_reference, attention_reference
 from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._eager import call_op
 
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 
@@ -162,7 +163,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     """
     _check(q, k, v)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    out, lse = flash_attn_fwd_op(_unit_last(q), _unit_last(k), _unit_last(v), bool(causal), scale, backend)
+    out, lse = call_op(flash_attn_fwd_op, _unit_last(q), _unit_last(k), _unit_last(v), bool(causal), scale,
+                       backend)
     return (out, lse) if return_lse else out
 
 
@@ -200,5 +202,6 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                          "for grouped-query attention")
     _check(query, key, value, names)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    out, _ = flash_attn_fwd_op(_unit_last(query), _unit_last(key), _unit_last(value), bool(is_causal), scale, None)
+    out, _ = call_op(flash_attn_fwd_op, _unit_last(query), _unit_last(key), _unit_last(value), bool(is_causal),
+                     scale, None)
     return out.squeeze(0) if squeeze else out

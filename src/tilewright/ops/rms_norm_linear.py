@@ -27,6 +27,7 @@ import torch
 from .. import router
 from ..reference import rms_norm_linear_reference
 from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._eager import call_op
 from .gemm import gemm_op
 
 
@@ -196,5 +197,5 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             raise ValueError(f"bias: expected shape ({N},) with N = weight.shape[0], got {tuple(bias.shape)}")
     eps = _check_eps(eps)
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
-    y, _ = rms_norm_linear_op(x2, norm_weight, weight, bias, eps, backend)
+    y, _ = call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
     return y.view(*x.shape[:-1], N)

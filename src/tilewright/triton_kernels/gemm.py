@@ -36,11 +36,18 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _mma(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+def _mma(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECISE_ACC: tl.constexpr):
     if UPCAST_DOT:
         # The interpreter multiplies raw bf16 bit patterns in tl.dot (triton#11584); fp32 is exact there.
         a = a.to(tl.float32)
         b = b.to(tl.float32)
+    if PRECISE_ACC:
+        # FP8 on sm_90: the tensor cores add FP8 products into the accumulator with reduced precision (Triton's
+        # sm_90 default never promotes; the DeepSeek-V3 report measures ~14 bits kept), which cost 2.7x cuBLASLt's
+        # max error at K = 8192 on H200. Each BLOCK_K slice is accumulated from zero and added to the fp32
+        # accumulator on the CUDA cores - cuBLASLt's default (torch._scaled_mm use_fast_accum=False). It holds a
+        # second accumulator, so the pruner keeps <= 64 accumulator values per thread for it.
+        return acc + tl.dot(a, b)
     return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
 
@@ -75,8 +82,8 @@ def _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G: tl.constexpr, BLOCK_K: tl.const
 @triton.jit
 def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
              A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, LOAD_DESC: tl.constexpr, NORM: tl.constexpr,
-             APPLY_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             APPLY_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECISE_ACC: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One output tile's K loop: returns the fp32 accumulator and, with NORM (the RMSNorm-fused GEMM), the fp32 row
     sums of squares of A gathered from the very tiles the loop loads (A scaled by g first when APPLY_G).
 
@@ -101,7 +108,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, strid
                 b = b_desc.load([offs_k, offs_n])
             if NORM:
                 a, ss = _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G, BLOCK_K)
-            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
     else:
         rm = offs_m + tl.arange(0, BLOCK_M)
         rn = offs_n + tl.arange(0, BLOCK_N)
@@ -118,7 +125,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, strid
             b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
             if NORM:
                 a, ss = _norm_step(a, ss, g_ptr, ki * BLOCK_K, K, APPLY_G, BLOCK_K)
-            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
             a_ptrs += a_step
             b_ptrs += b_step
     return acc, ss
@@ -156,8 +163,9 @@ def _gemm_kernel(
     # else g is folded into b), the accumulator scaled by rstd before the bias, rstd stored for the backward.
     NORM: tl.constexpr, APPLY_G: tl.constexpr, STORE_RSTD: tl.constexpr,
     # FP8 inputs (scaled_mm): dequantization scales applied to the fp32 accumulator before the bias;
-    # 0: none, 1: one scale per tensor, 2: rowwise (scale_a (M,), scale_b (N,)).
-    SCALE_MODE: tl.constexpr,
+    # 0: none, 1: one scale per tensor, 2: rowwise (scale_a (M,), scale_b (N,)). PRECISE_ACC: FP8 slices
+    # accumulated from zero and added in fp32 (see _mma); off = "fast accumulation".
+    SCALE_MODE: tl.constexpr, PRECISE_ACC: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, INDEX_64: tl.constexpr,
     # tuned
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -190,7 +198,7 @@ def _gemm_kernel(
         offs_n = pid_n * BLOCK_N
         acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
                            stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM, APPLY_G, DOT_PRECISION,
-                           UPCAST_DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+                           UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
         if NORM:
             # rstd in fp32 with an IEEE sqrt; stored once per row (by the tiles of the first column) for backward.
             rstd = 1.0 / tl.sqrt_rn(ss / K + eps)
@@ -269,8 +277,12 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bi
         tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, out, mask=mask)
 
 
-_TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "SCALE_MODE", "HAS_BIAS",
-               "ACTIVATION", "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION"]
+# The epilogue switches (bias, activation, a flat residual, pre-activation) are not in the key: one tuning per shape
+# and layout serves every epilogue (every kept config compiles spill-free with each of them - test_gemm_aot.py - and
+# the epilogue is a few percent of a large tile's time), so a model's q/k/v, o and MLP calls on one shape tune once,
+# and `bench --op all` tunes a third as often. A periodic (pos_embed) residual changes the pruned space: it is keyed.
+_TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "SCALE_MODE", "PRECISE_ACC",
+               "RES_PERIODIC", "DOT_PRECISION"]
 
 
 def _early_prune(configs, named_args, **kwargs):
@@ -279,7 +291,8 @@ def _early_prune(configs, named_args, **kwargs):
     return prune_gemm_configs(configs, args["M"], args["N"], args["K"],
                               a.element_size(), c.element_size(), kwargs.get("TMA_STORE", False),
                               smem_limit=_smem_limit(a.device), use_tma=kwargs.get("USE_TMA", True),
-                              periodic_residual=kwargs.get("RES_PERIODIC", False))
+                              periodic_residual=kwargs.get("RES_PERIODIC", False),
+                              precise_acc=kwargs.get("PRECISE_ACC", False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -365,7 +378,8 @@ def _needs_int64(M: int, N: int, out: torch.Tensor, residual) -> bool:
     return False
 
 
-def _tuned_config(a, out, M, N, K, use_tma, tma_store, periodic_residual) -> triton.Config | None:
+def _tuned_config(a, out, M, N, K, use_tma, tma_store, periodic_residual,
+                  precise_acc=False) -> triton.Config | None:
     """The Triton winner `tilewright tune` stored for this device/dtype/shape bucket, if it suits this call.
 
     Tuning runs the plain epilogue on TMA-aligned operands, so the stored config is re-checked against the pruner for
@@ -378,24 +392,33 @@ def _tuned_config(a, out, M, N, K, use_tma, tma_store, periodic_residual) -> tri
     if cfg is None:
         return None
     kept = prune_gemm_configs([cfg], M, N, K, a.element_size(), out.element_size(), tma_store,
-                              smem_limit=_smem_limit(a.device), use_tma=use_tma, periodic_residual=periodic_residual)
+                              smem_limit=_smem_limit(a.device), use_tma=use_tma, periodic_residual=periodic_residual,
+                              precise_acc=precise_acc)
     return cfg if kept[0] is cfg else None
 
 
-def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
-                activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
-                num_programs: int | None = None, norm: dict | None = None, scales=None) -> torch.Tensor:
-    """Compute ``out = act(a @ b + bias) + residual`` into ``out`` with the persistent Triton kernel.
+def _tensor_key(t):
+    """What a launch plan depends on in a tensor: shape, strides, dtype, device, 16-byte base alignment (TMA)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
 
-    a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,);
-    residual: (R0, P, N) addressed as row r -> (r // P, r % P); preact: optional (M, N) with out's strides that
-    receives ``a @ b + bias`` before the activation. Shapes and dtypes are checked by the op layer, not here.
-    ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size.
-    With ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning.
-    ``norm`` (from rmsnorm_gemm.launch_rmsnorm_gemm) turns on the fused RMSNorm: ``{"weight": g or None, "rstd":
-    (M,) fp32 out or None, "eps": float, "tuner": its autotuner}``. ``scales`` (FP8 inputs, ops/scaled_mm.py):
-    ``(scale_a, scale_b)`` fp32, both with one element (per tensor) or (M,) and (N,) (rowwise).
-    """
+
+class _Plan:
+    """Everything about a launch that follows from the call's signature: the kernel's non-pointer arguments, the
+    config (None: the autotuner decides) and the grid. Working it out costs ~60 us of Python (descriptor checks,
+    the autotune-cache lookup, a default config); launch_gemm caches plans per signature (see _plan_key)."""
+
+    __slots__ = ("static", "config", "grid", "tma", "tuner")
+
+    def __init__(self, static, config, grid, tma, tuner):
+        self.static, self.config, self.grid, self.tma, self.tuner = static, config, grid, tma, tuner
+
+
+_PLANS_MAX = 4096
+_plans: dict = {}
+
+
+def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, num_programs, norm, scales,
+               fast_accum) -> _Plan:
     M, K = a.shape
     N = b.shape[1]
     if a.is_cuda:
@@ -405,35 +428,25 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     if use_tma is None:
         use_tma = major >= 9 and tma_compatible(a) and tma_compatible(b)
     tma_store = bool(use_tma) and out.stride(1) == 1 and tma_compatible(out)
-    if use_tma or tma_store:
-        ensure_allocator()
     # Same preference as tma_compatible(): a unit stride on the last dim wins when both are 1 (size-1 dims).
-    a_k_contig = a.stride(1) == 1
-    b_k_contig = b.stride(1) != 1
     if residual is not None:
-        res_strides = residual.stride()
-        res_period = residual.shape[1]
+        res_strides, res_period = residual.stride(), residual.shape[1]
     else:
         res_strides, res_period = (0, 0, 0), 1
-    dummy = out
     programs = num_programs or sms
-    kernel_args = dict(
-        a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
-        res_ptr=residual if residual is not None else dummy, preact_ptr=preact if preact is not None else dummy,
-        g_ptr=norm["weight"] if norm and norm["weight"] is not None else dummy,
-        rstd_ptr=norm["rstd"] if norm and norm["rstd"] is not None else dummy,
-        scale_a_ptr=scales[0] if scales is not None else dummy, scale_b_ptr=scales[1] if scales is not None else dummy,
-        M=M, N=N, K=K, eps=float(norm["eps"]) if norm else 0.0,
+    static = dict(
+        M=M, N=N, K=K,
         stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
         stride_cm=out.stride(0), stride_cn=out.stride(1),
         stride_res0=res_strides[0], stride_res1=res_strides[1], stride_res2=res_strides[2], RES_PERIOD=res_period,
         M_BUCKET=triton.next_power_of_2(max(M, 1)),
-        A_K_CONTIG=a_k_contig, B_K_CONTIG=b_k_contig, USE_TMA=bool(use_tma), TMA_STORE=tma_store,
+        A_K_CONTIG=a.stride(1) == 1, B_K_CONTIG=b.stride(1) != 1, USE_TMA=bool(use_tma), TMA_STORE=tma_store,
         HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_RESIDUAL=residual is not None,
         RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
         NORM=norm is not None, APPLY_G=bool(norm) and norm["weight"] is not None,
         SCALE_MODE=0 if scales is None else 1 if scales[0].numel() == 1 else 2,
+        PRECISE_ACC=scales is not None and not fast_accum,
         STORE_RSTD=bool(norm) and norm["rstd"] is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and a.dtype == torch.bfloat16,
@@ -445,22 +458,80 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         return (max(1, min(programs, tiles) if meta["PERSISTENT"] else tiles),)
 
     if config is None and not INTERPRET and a.is_cuda and norm is None:
-        config = _tuned_config(a, out, M, N, K, bool(use_tma), tma_store, kernel_args["RES_PERIODIC"])
+        config = _tuned_config(a, out, M, N, K, bool(use_tma), tma_store, static["RES_PERIODIC"],
+                               static["PRECISE_ACC"])
     if config is None and not INTERPRET and (M <= SMALL_M or os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0"):
-        config = default_gemm_config(M, N, K, use_tma=bool(use_tma),
-                                     periodic_residual=kernel_args["RES_PERIODIC"])
+        config = default_gemm_config(M, N, K, use_tma=bool(use_tma), periodic_residual=static["RES_PERIODIC"],
+                                     precise_acc=static["PRECISE_ACC"])
     if config is not None:
         if not config.kwargs.get("TMA_LOADS", True):
             # A pointer-load config stores through pointers too: building the output descriptor costs a scratch
             # allocation and a descriptor write per launch, several microseconds on a ~10 us decode GEMM.
-            kernel_args["TMA_STORE"] = False
-        _gemm_kernel[grid](**kernel_args, **config.all_kwargs())
+            static["TMA_STORE"] = False
+        static.update(config.all_kwargs())
+        return _Plan(static, config, grid(config.kwargs), bool(use_tma) or static["TMA_STORE"], None)
+    return _Plan(static, None, grid, bool(use_tma) or tma_store, norm["tuner"] if norm else gemm_kernel)
+
+
+def _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, scales, fast_accum):
+    from ..autotune import cache
+
+    return (_tensor_key(a), _tensor_key(b), _tensor_key(out), bias is None, _tensor_key(residual),
+            None if preact is None else preact.stride(), activation, use_tma,
+            None if norm is None else (norm["weight"] is None, norm["rstd"] is None, id(norm["tuner"])),
+            None if scales is None else (scales[0].numel(), fast_accum), os.environ.get("TILEWRIGHT_AUTOTUNE"),
+            cache.generation)
+
+
+def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
+                activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
+                num_programs: int | None = None, norm: dict | None = None, scales=None,
+                fast_accum: bool = False) -> torch.Tensor:
+    """Compute ``out = act(a @ b + bias) + residual`` into ``out`` with the persistent Triton kernel.
+
+    a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,);
+    residual: (R0, P, N) addressed as row r -> (r // P, r % P); preact: optional (M, N) with out's strides that
+    receives ``a @ b + bias`` before the activation. Shapes and dtypes are checked by the op layer, not here.
+    ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size.
+    With ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning.
+    ``norm`` (from rmsnorm_gemm.launch_rmsnorm_gemm) turns on the fused RMSNorm: ``{"weight": g or None, "rstd":
+    (M,) fp32 out or None, "eps": float, "tuner": its autotuner}``. ``scales`` (FP8 inputs, ops/scaled_mm.py):
+    ``(scale_a, scale_b)`` fp32, both with one element (per tensor) or (M,) and (N,) (rowwise); ``fast_accum``
+    (FP8 only) accumulates in the tensor cores' reduced-precision FP8 accumulator across K, as
+    ``torch._scaled_mm(use_fast_accum=True)`` - faster, less accurate. The launch plan (everything but the pointers) is cached per call signature on the GPU.
+    """
+    key = None
+    if a.is_cuda and not INTERPRET and config is None and num_programs is None:
+        key = _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, scales, fast_accum)
+        plan = _plans.get(key)
+    if key is None or plan is None:
+        plan = _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, num_programs, norm, scales,
+                          fast_accum)
+        if key is not None:
+            if len(_plans) >= _PLANS_MAX:
+                _plans.clear()
+            _plans[key] = plan
+    if plan.tma:
+        ensure_allocator()
+    dummy = out
+    kernel_args = dict(
+        plan.static,
+        a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
+        res_ptr=residual if residual is not None else dummy, preact_ptr=preact if preact is not None else dummy,
+        g_ptr=norm["weight"] if norm and norm["weight"] is not None else dummy,
+        rstd_ptr=norm["rstd"] if norm and norm["rstd"] is not None else dummy,
+        scale_a_ptr=scales[0] if scales is not None else dummy, scale_b_ptr=scales[1] if scales is not None else dummy,
+        eps=float(norm["eps"]) if norm else 0.0,
+    )
+    if plan.config is not None:
+        _gemm_kernel[plan.grid](**kernel_args)
         return out
-    tuner = norm["tuner"] if norm else gemm_kernel
+    M, N, K = plan.static["M"], plan.static["N"], plan.static["K"]
+    tuner = plan.tuner
     if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(tuner, kernel_args):
         raise RuntimeError(
             f"tilewright {'rms_norm_linear' if norm else 'GEMM'}: this shape/dtype has not been autotuned yet and "
             f"autotuning cannot run during CUDA-graph capture (M={M}, N={N}, K={K}, dtype={a.dtype}). Run the same "
             "call once before capturing (warm-up), or load a tuned cache with `tilewright tune`.")
-    tuner[grid](**kernel_args)
+    tuner[plan.grid](**kernel_args)
     return out
