@@ -54,7 +54,11 @@ def _bench(args) -> int:
             module, df = _run_bench_op(op, suite)
         if df is None:
             continue
-        if args.op != "all":
+        if args.op == "all":  # each op's rows as soon as they exist: a run cut short keeps what it measured
+            part = out_dir / datetime.date.today().isoformat() / f"partial_{op}.csv"
+            part.parent.mkdir(parents=True, exist_ok=True)
+            df.to_csv(part, index=False)
+        else:
             path = out_dir / f"{op}_{suite}_{stamp}.csv"
             df.to_csv(path, index=False)
             (out_dir / f"{op}_{suite}_{stamp}.env.json").write_text(json.dumps(env, indent=1))
@@ -70,6 +74,8 @@ def _bench(args) -> int:
 
         day_dir = out_dir / datetime.date.today().isoformat()
         paths = write_bench_report(df, {**env, "suite": suite}, day_dir, plots=not args.no_plots)
+        for op in ops:  # the full report now holds them
+            (day_dir / f"partial_{op}.csv").unlink(missing_ok=True)
         print(f"\nwrote {day_dir}/: " + ", ".join(sorted(p.name for p in paths.values())))
         print("\n== tilewright vs the peer measured in the same run: speedup = peer time / ours (>1: faster) ==")
         with pd.option_context("display.width", 200, "display.max_rows", 500):

@@ -66,11 +66,14 @@ def test_bf16_errors_vs_fp64_against_torch_unfused(tag, M, N, K, g_kind, backend
     e_f = (y.double() - y64).abs()
     e_t = (y_torch.double() - y64).abs()
     ulp = ulp_bf16(torch.maximum(y64.abs(), y.double().abs()))
-    per_elem_ok = e_f <= e_t + ulp
     # The exact-class check: against the exact value of what the kernel computes (operand bf16(x * g), rstd and the
     # dot in fp64), the error is one output rounding plus fp32 accumulation.
     y_same_op = rstd * ((x64 * g64).bfloat16().double() @ w64.t())
     acc_bound = K * 2.0 ** -24 * (rstd * ((x64 * g64).abs() @ w64.abs().t()))
+    # Per element: torch's error + one output ulp + the fp32 accumulation bound. Without the last term the rule failed
+    # on 1 element in 16.7M on H200 (sq4k, g = 1): a y near 0 (ulp tiny) where torch's error happened to be ~0 and
+    # the kernel's differently ordered fp32 sum was off by a few 1e-6 - both within the GEMM's accumulation error.
+    per_elem_ok = e_f <= e_t + ulp + acc_bound
     exact_ok = (y.double() - y_same_op).abs() <= ulp / 2 + acc_bound
     row = dict(case=tag + ("-cuda" if backend else ""), g=g_kind, M=M, N=N, K=K,
                fused_fro=(y.double() - y64).norm().item(), torch_fro=(y_torch.double() - y64).norm().item(),
