@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from tilewright.cuda_fallback import build, build_check  # noqa: E402
+from tilewright.cuda_fallback import gemm as cg  # noqa: E402
 from tilewright.cuda_fallback import rmsnorm_gemm as rg  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")
@@ -38,7 +39,11 @@ EPILOGUES = [("none", False, None, False), ("bias", True, None, False), ("bias_g
              ("bias_silu", True, "silu", False)]
 
 
-FP16_VARIANTS = (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT, "coop128x256s3-sb")  # fp16 builds: these only
+# fp16 builds: these only (the -xf defaults, the register-A default tile and its single-buffered fallback)
+FP16_VARIANTS = (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT, rg.REGISTER_A_VARIANT, "coop128x256s3-sb")
+FULL_VARIANTS = (rg.DEFAULT_VARIANT, rg.REGISTER_A_VARIANT)  # every epilogue on every numerics shape (bf16)
+PLAIN_GEMM = "cuda_plain_gemm"  # bench provider / build: the sm_90 GEMM of the default variant's tile, no norm
+BMN_VARIANTS = (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT, rg.REGISTER_A_VARIANT)  # + B N-major builds, K % 8 != 0
 
 
 def log(*a):
@@ -56,7 +61,8 @@ def write_csv(name, rows):
 
 # ----------------------------------------------------------------------------------------------- build
 def builds():
-    """Every (variant, fp16, act, bias, res) the other phases launch (B K-major: weight.t())."""
+    """Every (variant, fp16, act, bias, res, b_mn) the other phases launch (B K-major: weight.t(), except the numerics
+    phase's B N-major cases: run_case(b_n_major=True))."""
     out = set()
     for name in rg.VARIANTS:
         for e in EPILOGUES:
@@ -70,6 +76,9 @@ def builds():
         out.add((name, True, 0, True, False))
     for name in rg.DEBUG_VARIANTS:
         out.add((name, False, 0, True, False))
+    out = {b + (False,) for b in out}
+    for name in BMN_VARIANTS:
+        out.add((name, False, 0, True, False, True))
     return sorted(out)
 
 
@@ -77,9 +86,15 @@ def phase_build(args):
     t0 = time.time()
     todo = builds()
 
+    todo.append((PLAIN_GEMM, False, 0, False, False, False))  # the bench's plain-GEMM floor
+
     def one(b):
+        if b[0] == PLAIN_GEMM:
+            r = build.compile_source(cg.SOURCE, "sm_90a", cg.VARIANTS[rg.DEFAULT_VARIANT.split("-")[0]].defines(
+                False, False, False))
+            return b, r.cached, build_check.parse_ptxas(r.log)
         v = {**rg.VARIANTS, **rg.DEBUG_VARIANTS}[b[0]]
-        r = build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, False, *b[1:]))
+        r = build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, b[5], *b[1:5]))
         info = build_check.parse_ptxas(r.log)
         return b, r.cached, info
 
@@ -90,12 +105,15 @@ def phase_build(args):
                 bad += 1
                 log("SPILL", b, info)
     log(f"{len(todo)} builds in {time.time() - t0:.1f}s, {bad} with spills; toolchain {build.toolchain()}")
-    # SASS markers of the default build (the full matrix is CI's build-check)
-    v = rg.VARIANTS[rg.DEFAULT_VARIANT]
-    text = build_check.sass(build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, False, False)).cubin) or ""
-    found = {m: text.count(m) for m in build_check.KERNELS[rg.SOURCE][1]}
-    log("default build markers:", found)
-    sys.exit(0 if not bad and (not text or all(found.values())) else 1)
+    # SASS markers of the default (-xf) and the register-A build (the full matrix is CI's build-check)
+    missing = False
+    for name in (rg.DEFAULT_VARIANT, rg.REGISTER_A_VARIANT):
+        v = rg.VARIANTS[name]
+        text = build_check.sass(build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, False, False)).cubin) or ""
+        found = {m: text.count(m) for m in build_check.KERNELS[rg.SOURCE][1] + rg.build_markers(v)}
+        log(f"{name} build markers:", found)
+        missing |= bool(text) and not all(found.values())
+    sys.exit(0 if not bad and not missing else 1)
 
 
 # ----------------------------------------------------------------------------------------------- numerics
@@ -137,15 +155,16 @@ def torch_unfused(x, g, w, bias, res, act):
     return z + res if res is not None else z
 
 
-def run_case(M, N, K, dtype, variant, epi, seed=0, x_scale=1.0, g_ones=False):
-    """One launch against fp64 and torch's unfused pipeline; ``variant``: a name or a NormVariant."""
+def run_case(M, N, K, dtype, variant, epi, seed=0, x_scale=1.0, g_ones=False, b_n_major=False):
+    """One launch against fp64 and torch's unfused pipeline; ``variant``: a name or a NormVariant. ``b_n_major``: B
+    is a row-major (K, N) copy of the weight (the TW_B_MN build, which allows K % 8 != 0 when x has one row)."""
     name, has_bias, act, has_res = epi
     x, g, w, bias, res = make(M, N, K, dtype, seed, x_scale, g_ones)
     bias = bias if has_bias else None
     res = res if has_res else None
     out = torch.full((M, N), float("nan"), device=DEV, dtype=dtype)
     rstd = torch.full((M,), float("nan"), device=DEV, dtype=torch.float32)
-    rg.launch_cuda_rmsnorm_gemm(x, g, w.t(), out, rstd, EPS, bias=bias,
+    rg.launch_cuda_rmsnorm_gemm(x, g, w.t().contiguous() if b_n_major else w.t(), out, rstd, EPS, bias=bias,
                                 residual=None if res is None else res.reshape(1, M, N), activation=act,
                                 variant=variant)
     r64, rstd64 = ref64(x, g, w, bias, res, act)
@@ -159,7 +178,7 @@ def run_case(M, N, K, dtype, variant, epi, seed=0, x_scale=1.0, g_ones=False):
     # roundings also passes (a layout/swizzle/synchronisation bug gives O(1) relative errors)
     u = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
     ok = fin and (e <= 2 * et + 1e-5 or e <= 2 * u) and re <= 1e-5
-    vname = getattr(variant, "name", variant) + ("/g=1" if g_ones else "")
+    vname = getattr(variant, "name", variant) + ("/g=1" if g_ones else "") + ("/B-N-major" if b_n_major else "")
     return dict(variant=vname, dtype=str(dtype)[6:], M=M, N=N, K=K, epilogue=name, err=f"{e:.3e}",
                 torch_err=f"{et:.3e}", rstd_err=f"{re:.2e}", finite=fin, ok=ok)
 
@@ -176,7 +195,7 @@ def phase_numerics(args):
         for dtype in (torch.bfloat16, torch.float16):
             if dtype == torch.float16 and variant not in FP16_VARIANTS:
                 continue
-            full = variant == rg.DEFAULT_VARIANT and dtype == torch.bfloat16
+            full = variant in FULL_VARIANTS and dtype == torch.bfloat16
             for (M, N, K) in shapes:
                 for epi in (EPILOGUES if full else EPILOGUES[:2] + EPILOGUES[2:3] * (M == 300)):
                     rows.append(run_case(M, N, K, dtype, variant, epi))
@@ -184,9 +203,11 @@ def phase_numerics(args):
                         fails += 1
                         if fails <= 25:
                             log("FAIL", rows[-1])
-    # localisation with g = 1: the default (register-A) build against the -ssdebug build (A from smem, same row sums
-    # and rstd): a failure only in the former is in the fragment path (ldmatrix/swizzle/pack/RS wgmma)
-    for variant in (rg.VARIANTS[rg.DEFAULT_VARIANT], *rg.DEBUG_VARIANTS.values()):
+    # localisation with g = 1: the register-A build against the -ssdebug build (A from smem, same row sums and rstd): a
+    # failure only in the former is in the fragment path (ldmatrix/swizzle/pack/RS wgmma). The -xf build with g = 1
+    # writes x back unchanged: a failure there but not with -ssdebug is in its synchronisation (transformed / rstd
+    # barriers, proxy fence) or its rstd rows; one with g != 1 only is in the g chunk mapping
+    for variant in (rg.VARIANTS[rg.DEFAULT_VARIANT], rg.VARIANTS[rg.REGISTER_A_VARIANT], *rg.DEBUG_VARIANTS.values()):
         for (M, N, K) in ((127, 136, 72), (513, 776, 1000)):
             rows.append(run_case(M, N, K, torch.bfloat16, variant, EPILOGUES[1], g_ones=True))
             fails += not rows[-1]["ok"]
@@ -194,8 +215,20 @@ def phase_numerics(args):
                 log("FAIL", rows[-1])
     # a large-magnitude x (rstd far from 1) and a tiny one
     for scale in (100.0, 1e-3):
-        rows.append(run_case(513, 776, 1000, torch.bfloat16, rg.DEFAULT_VARIANT, EPILOGUES[1], x_scale=scale))
-        fails += not rows[-1]["ok"]
+        for variant in (rg.DEFAULT_VARIANT, rg.REGISTER_A_VARIANT):
+            rows.append(run_case(513, 776, 1000, torch.bfloat16, variant, EPILOGUES[1], x_scale=scale))
+            fails += not rows[-1]["ok"]
+            if not rows[-1]["ok"]:
+                log("FAIL", rows[-1])
+    # K not a multiple of 8 (x a single row, B N-major: no 16-byte rule on K): the -xf g chunk straddling K loads
+    # element by element; and a multi-tile, multi-wave problem where every CTA cycles both rstd buffers many times
+    for variant in BMN_VARIANTS:
+        rows.append(run_case(1, 64, 74, torch.bfloat16, variant, EPILOGUES[1], b_n_major=True))
+        rows.append(run_case(4096, 2048, 640, torch.bfloat16, variant, EPILOGUES[1]))
+        for r in rows[-2:]:
+            fails += not r["ok"]
+            if not r["ok"]:
+                log("FAIL", r)
     torch.cuda.synchronize()
     write_csv("numerics.csv", rows)
     worst = max(rows, key=lambda r: float(r["err"]) / max(float(r["torch_err"]), 1e-12))
@@ -270,8 +303,9 @@ def phase_stress(args):
 
 # ----------------------------------------------------------------------------------------------- sanitize
 def phase_sanitize(args):
-    """One small problem with M/N/K tails on the default and the small-M variant (run under compute-sanitizer)."""
-    for variant in (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT):
+    """One small problem with M/N/K tails on the default and the small-M variant (both -xf) and the register-A default
+    tile (run under compute-sanitizer)."""
+    for variant in (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT, rg.REGISTER_A_VARIANT):
         r = run_case(130, 264, 200, torch.bfloat16, variant, EPILOGUES[2])
         log(r)
     torch.cuda.synchronize()
@@ -309,6 +343,8 @@ def phase_bench(args):
         }
         for v in args.variants.split(","):
             fns[f"cuda_{v}"] = (lambda v=v: rg.launch_cuda_rmsnorm_gemm(x, g, wt, y, rstd, EPS, variant=v))
+        # the same tile's plain GEMM (no norm): the floor the -xf consumers' unchanged mainloop can reach
+        fns[PLAIN_GEMM] = lambda: cg.launch_cuda_gemm(x, wt, y, variant=rg.DEFAULT_VARIANT.split("-")[0])
         # reps scaled to ~60 ms of GEMM per provider; providers interleaved in 3 rounds against clock drift
         est_ms = 2.0 * M * N * K / 7e11
         reps = max(10, min(200, int(60 / est_ms)))
@@ -343,7 +379,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("phase", choices=["build", "numerics", "stress", "sanitize", "bench"])
     p.add_argument("--launches", type=int, default=10000)
-    p.add_argument("--variants", default="coop128x256s3,coop128x256s3-sb,pp64x256s4")
+    # the -xf (transform-warp) builds beside the register-A ones measured on H200 (coop128x256s3 1.229x, -sb 1.346x;
+    # pp64x256s4 1.545x is left out for time: pass --variants to add it)
+    p.add_argument("--variants", default="coop128x256s3-xf,pp64x256s4-xf,coop128x256s3,coop128x256s3-sb")
     p.add_argument("--shapes", default="")
     args = p.parse_args()
     if args.phase != "build":

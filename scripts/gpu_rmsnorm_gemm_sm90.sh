@@ -3,9 +3,15 @@
 # RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm.py). Each phase under its own timeout (limits sum to 230 s) so a hang
 # shows up as a timed-out phase. $OUT gets gpu.txt, rmsnorm_sm90.log (every phase), numerics.csv, bench.csv.
 # Usage: bash scripts/gpu_rmsnorm_gemm_sm90.sh [phases...]   (default: build numerics stress sanitize bench)
-# Localising a numerics failure (numerics.csv): every variant runs, so compare the rows - only the double-buffered
-# builds fail -> fragment reuse / wgmma wait; coop128x256s3/g=1 fails but -ssdebug/g=1 passes -> the register-A
-# fragment path (ldmatrix swizzle, pack, RS wgmma); rstd_err alone -> row sums / quad reduction; only pp* -> MA = 2.
+# Variants: *-xf = transform warps (TW_NORM_XFORM, the default: x -> x*g in smem by the producer warpgroup, SS wgmma),
+# the others register-A (ldmatrix -> x*g -> RS wgmma in the consumers; -sb single-buffered fragments).
+# Localising a numerics failure (numerics.csv): every variant runs, so compare the rows -
+#   register-A: only the double-buffered builds fail -> fragment reuse / wgmma wait; coop128x256s3/g=1 fails but
+#     -ssdebug/g=1 passes -> the fragment path (ldmatrix swizzle, pack, RS wgmma); only pp* -> MA = 2.
+#   -xf: fails with g=1 too (x written back unchanged) -> transformed / rstd barriers or the proxy fence; only with
+#     g != 1 -> the chunk -> g mapping (swizzle XOR); rstd_err alone -> octet row-sum reduction / rstd buffer parity;
+#     only the 4096x2048x640 multi-wave case or the stress -> rstd double buffer reuse; only /B-N-major (K % 8 != 0) ->
+#     the partial g chunk. rstd_err alone on register-A -> row sums / quad reduction.
 set -u
 export TILEWRIGHT_AUTOTUNE=0 PYTHONPATH=src TILEWRIGHT_CACHE_DIR=${TILEWRIGHT_CACHE_DIR:-$PWD/.twcache} OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -14,7 +20,7 @@ LOG="$OUT/rmsnorm_sm90.log"
 PHASES=${*:-"build numerics stress sanitize bench"}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 head -2 "$OUT/gpu.txt"
-declare -A LIMIT=([build]=35 [numerics]=40 [stress]=35 [sanitize]=55 [bench]=65)
+declare -A LIMIT=([build]=45 [numerics]=45 [stress]=30 [sanitize]=50 [bench]=60)
 summary=()
 for ph in $PHASES; do
   echo "=== phase $ph (limit ${LIMIT[$ph]}s)" >> "$LOG"

@@ -17,9 +17,39 @@ from tilewright.cuda_fallback import rmsnorm_gemm as rg
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 
 
+def _sm90_build(name, fp16=False, act=0, bias=False, res=False):
+    v = rg.VARIANTS[name]
+    b = build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, False, fp16, act, bias, res))
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    assert not build_check.PERF_WARNINGS.search(b.log), b.log  # no serialized wgmma, setmaxnreg honoured
+    return b
+
+
 @needs_compiler
-def test_default_build_register_a_hgmma_no_spills(cache):
-    v = rg.VARIANTS[rg.DEFAULT_VARIANT]
+@pytest.mark.parametrize("fp16,act,bias,res", [(False, 0, False, False), (True, 2, True, True)])
+def test_default_build_transform_warps_ss_hgmma_no_spills(cache, fp16, act, bias, res):
+    """-xf: the consumers' wgmmas read A (x * g, written back by the transform warps) from smem descriptors; the
+    transform warps use 16-byte shared loads/stores and no ldmatrix; 80/216 setmaxnreg split."""
+    assert rg.VARIANTS[rg.DEFAULT_VARIANT].xform
+    b = _sm90_build(rg.DEFAULT_VARIANT, fp16, act, bias, res)
+    text = build_check.sass(b.cubin)
+    if text is None:
+        pytest.skip("no cuobjdump")
+    assert rg.KERNEL in text
+    hgmma = re.findall(r"HGMMA\.64x256x16\.F32(?:\.BF16)? R\d+, (\S+),", text)
+    assert hgmma and all(a.startswith("gdesc") for a in hgmma), hgmma  # A from smem, as the plain GEMM
+    assert not re.search(r"\bLDSM\b", text)
+    for marker in ("LDS.128", "STS.128", "USETMAXREG", "UTMALDG", "UTMASTG", "FENCE.VIEW.ASYNC.S"):
+        assert re.search(rf"\b{re.escape(marker)}\b", text), marker
+    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL 0x50\b", text)  # producer warpgroup: 80 registers
+    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, 0xd8\b", text)  # consumers: 216
+
+
+@needs_compiler
+def test_register_a_build_hgmma_no_spills(cache):
+    v = rg.VARIANTS[rg.REGISTER_A_VARIANT]
+    assert not v.xform
     b = build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, False, False))
     info = build_check.parse_ptxas(b.log)
     assert info["spills"] == 0 and info["stack"] == 0, b.log
@@ -37,10 +67,14 @@ def test_default_build_register_a_hgmma_no_spills(cache):
 def test_build_check_covers_the_kernel():
     assert "rmsnorm_gemm_sm90.cu" in build_check.KERNELS
     archs, markers, builds = build_check.KERNELS["rmsnorm_gemm_sm90.cu"]
-    assert archs == ("sm_90a",) and "HGMMA" in markers and "LDSM" in markers
+    assert archs == ("sm_90a",) and "HGMMA" in markers
     rows = builds()
     assert len(rows) == len(rg.BUILD_CHECK_BUILDS)
-    assert any(d.get("TW_NORM_DBUF") == 0 for _, d, _ in rows)  # the fallback build is compiled too
+    assert any(d.get("TW_NORM_DBUF") == 0 for _, d, _, _ in rows)  # the fallback build is compiled too
+    # per-build markers: ldmatrix for register-A, 16-byte shared loads/stores for the transform warps
+    for _, d, _, extra in rows:
+        assert ("LDS.128" in extra) == (d.get("TW_NORM_XFORM") == 1) and ("LDSM" in extra) != ("LDS.128" in extra)
+    assert sum(d.get("TW_NORM_XFORM") == 1 for _, d, _, _ in rows) >= 3
 
 
 def test_variants():
@@ -49,6 +83,12 @@ def test_variants():
     sb = rg.VARIANTS["coop128x256s3-sb"]
     assert sb.defines(False, False, False)["TW_NORM_DBUF"] == 0
     assert "TW_NORM_DBUF" not in rg.VARIANTS["coop128x256s3"].defines(False, False, False)
+    xf = rg.VARIANTS["coop128x256s3-xf"]
+    assert xf.defines(False, False, False)["TW_NORM_XFORM"] == 1
+    assert "TW_NORM_XFORM" not in rg.VARIANTS["coop128x256s3"].defines(False, False, False)
+    # transform barriers + rstd[2][BM] fp32 on top of the GEMM's layout
+    assert xf.smem_bytes() >= rg.VARIANTS["coop128x256s3"].smem_bytes() + 2 * 128 * 4 + 3 * 8 + 32
+    assert rg.VARIANTS[rg.SMALL_M_VARIANT].xform and rg.VARIANTS[rg.REGISTER_A_VARIANT].name in rg.VARIANTS
     dbg = rg.DEBUG_VARIANTS["coop128x256s3-ssdebug"]
     assert dbg.defines(False, False, False)["TW_NORM_SS_DEBUG"] == 1 and dbg.name not in rg.VARIANTS
     assert rg.pick_variant(8192, 4096, 4096).name == rg.DEFAULT_VARIANT

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from . import build
 
-# kernel source -> (archs it targets, markers its SASS must contain, builds: (label, defines, dynamic smem bytes))
+# kernel source -> (archs it targets, markers its SASS must contain, builds: (label, defines, dynamic smem bytes[,
+# markers this build's SASS must contain besides the kernel's]))
 
 
 def _gemm_builds():
@@ -33,7 +34,8 @@ def _gemm_builds():
 
 
 def _family_builds(module: str):
-    """build-check rows of a family module with BUILD_CHECK_BUILDS = (variant, a_mn, b_mn, fp16, act, bias, res)."""
+    """build-check rows of a family module with BUILD_CHECK_BUILDS = (variant, a_mn, b_mn, fp16, act, bias, res);
+    a module function ``build_markers(variant)`` adds per-variant SASS markers."""
     def builds():
         import importlib
 
@@ -44,7 +46,10 @@ def _family_builds(module: str):
             epi = f" act{act}" * bool(act) + " bias" * bias + " res" * res
             label = (f"{name} {'fp16' if fp16 else 'bf16'} A:{'M' if a_mn else 'K'}-major "
                      f"B:{'N' if b_mn else 'K'}-major{epi}")
-            out.append((label, v.defines(a_mn, b_mn, fp16, act, bias, res), v.smem_bytes()))
+            row = (label, v.defines(a_mn, b_mn, fp16, act, bias, res), v.smem_bytes())
+            if hasattr(mod, "build_markers"):
+                row += (tuple(mod.build_markers(v)),)
+            out.append(row)
         return out
     return builds
 
@@ -56,8 +61,9 @@ KERNELS = {
                               _family_builds("gemm_sm100")),
     # mma.sync: built for sm_120a (its target) and sm_90a (the arch the project runs it on)
     "gemm_sm120_mma.cu": (("sm_120a", "sm_90a"), ("HMMA", "LDSM", "UTMALDG"), _family_builds("gemm_mma")),
-    # RMSNorm-GEMM (the sm_90 GEMM with TW_NORM_A): register-A HGMMA fed by LDSM, TMA in and out, setmaxnreg
-    "rmsnorm_gemm_sm90.cu": (("sm_90a",), ("HGMMA", "LDSM", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"),
+    # RMSNorm-GEMM (the sm_90 GEMM with TW_NORM_A): HGMMA, TMA in and out, setmaxnreg, stmatrix; per variant
+    # (rmsnorm_gemm.build_markers): LDSM for the register-A builds, LDS.128/STS.128 + the proxy fence for -xf
+    "rmsnorm_gemm_sm90.cu": (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"),
                              _family_builds("rmsnorm_gemm")),
 }
 # FA3-style attention forward: wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
@@ -122,7 +128,8 @@ def build_check(arch: str = "sm_90a", use_cache: bool = True) -> tuple[list[dict
             rows.append(dict(kernel=src, build="-", arch=arch, regs="", spills="", stack="", smem="", markers="",
                              status=f"skipped (targets {', '.join(archs) or 'nothing registered'})"))
             continue
-        for label, defines, dyn_smem in builds():
+        for label, defines, dyn_smem, *extra in builds():
+            build_markers = tuple(markers) + (tuple(extra[0]) if extra else ())
             row = dict(kernel=src, build=label, arch=arch, regs="", spills="", stack="", smem="", markers="")
             rows.append(row)
             if tc is None:
@@ -150,7 +157,7 @@ def build_check(arch: str = "sm_90a", use_cache: bool = True) -> tuple[list[dict
             if text is None:
                 row["markers"] = "(no cuobjdump: not checked)"
             else:
-                found = {m: len(re.findall(rf"\b{m}\b", text)) for m in markers}
+                found = {m: len(re.findall(rf"\b{re.escape(m)}\b", text)) for m in build_markers}
                 row["markers"] = " ".join(f"{m}:{n}" for m, n in found.items())
                 missing = [m for m, n in found.items() if n == 0]
                 if missing:

@@ -33,6 +33,36 @@
 //   read the other); 0 is the simpler fallback that waits for each k-block's wgmmas before the next fragment load.
 //   TW_NORM_SS_DEBUG=1 (debug only, correct only for g == 1): the wgmmas read A from smem as the plain GEMM does
 //   while the prologue still computes the row sums - a failure that disappears here is in the register-A fragments.
+//
+// TW_NORM_XFORM=1 (with TW_NORM_A; the host's "-xf" variants) moves all per-element norm work off the consumers:
+//   Why: the register-A build puts ldmatrix, the g multiply, the sum of squares and the packs in front of every
+//   k-block's wgmmas on the consumers' critical path (ncu at 8192^3: tensor pipe 72.7% vs 94.3% for the plain GEMM,
+//   issue slots only 35.7% busy - latency, not issue bound). The producer warpgroup has three idle warps (only one
+//   thread issues TMA), so they become "transform warps" and the consumers run the plain GEMM's SS mainloop unchanged.
+//   * Producer warpgroup: lane 0 of warp 0 issues TMA as before; warps 1-3 (96 threads, XF_THREADS) wait for each
+//     stage's full barrier, read the x tile (BM x 64, 128B-swizzled) with 16-byte ld.shared, add fp32 x^2 to per-row
+//     sums held in registers across the tile's k-blocks, write bf16/fp16(x * g) (fp32 product, one rounding) back in
+//     place - same address, so the same swizzled layout the wgmma descriptor expects - then fence.proxy.async (the
+//     generic-proxy stores must be visible to wgmma's async-proxy reads) and arrive on the stage's "transformed"
+//     mbarrier (96 arrivals), which the consumers wait on instead of the full barrier.
+//   * Thread t owns logical 16-byte chunk t % 8 (k0 + 8 (t % 8) .. +8) of rows t / 8 + 12 p (p < XF_PASSES): its
+//     eight g values are one 16-byte load per k-block (g must be 16-byte aligned: host), and the eight lanes of a row
+//     touch a permutation of that row's 128 bytes (chunk c ^ (r % 8)), so every ld/st.shared.v4 is conflict-free.
+//   * End of a tile: the row sums are reduced over the 8 lanes of a row (shfl_xor 1, 2, 4); lane j of the octet
+//     computes rstd = 1/sqrt_rn(ss/K + eps) of passes j, j + 8 (2 of its 11 rows), writes it to a double-buffered
+//     smem array (buffer it % 2 of the CTA's tile sequence) guarded by rstd_full (96 arrivals) / rstd_empty (one
+//     arrival per consumer warpgroup of the tile) mbarriers, and, in tiles of the first N column, to global. The
+//     consumers wait rstd_full in the epilogue and scale the accumulators before the bias, as the register-A build.
+//   * Tails: TMA zero-fills rows past M and columns past K, so they add 0 to the sums and stay 0 (g past K is 0).
+//   * Budget (128 x 256 tile, 64-wide k-block): ~2048 tensor clocks per stage per CTA; the transform is 11 passes per
+//     thread of (LDS.128, 8 FFMA, 8 FMUL, 4 cvt packs, STS.128, ~8 unpack ops) ~ 350 issue slots per warp, each of the
+//     three warps on its own scheduler; smem traffic 32 KB per stage beside the wgmmas' ~80 KB.
+//   * Registers: producer warpgroup 80 (TW_PRODUCER_REGS), consumers 216: 80 * 128 + 216 * 256 = 65536. The
+//     transform holds 11 row sums + 8 g values + up to 3 16-byte loads in flight + addresses / ring state (highest
+//     register R77 in the producer's code, nvcc 13.0); the plain consumer path peaks at R187 (coop128x256 with the
+//     full epilogue), the -xf consumers at R192 (pp128x128). Measured with ptxas -v (coop128x256s3-xf bf16): 40/232
+//     spilled 172 B, 56/224 92 B, 64/224 84 B (values live across setmaxnreg), 72/216 and 80/216 none, 96/208 8 B.
+//     build-check fails any build that spills.
 #include "ptx/common.cuh"
 #include "ptx/gemm_common.cuh"
 #include "ptx/mbarrier.cuh"
@@ -57,6 +87,9 @@
 #ifndef TW_NORM_SS_DEBUG
 #define TW_NORM_SS_DEBUG 0
 #endif
+#ifndef TW_NORM_XFORM
+#define TW_NORM_XFORM 0
+#endif
 
 #ifndef TW_BM
 #define TW_BM 128
@@ -72,6 +105,14 @@
 #endif
 #ifndef TW_B_MN
 #define TW_B_MN 1
+#endif
+#if TW_NORM_XFORM  // the producer warpgroup also runs the transform warps (see the budget in the header)
+#ifndef TW_PRODUCER_REGS
+#define TW_PRODUCER_REGS 80
+#endif
+#ifndef TW_CONSUMER_REGS
+#define TW_CONSUMER_REGS 216
+#endif
 #endif
 #ifndef TW_PRODUCER_REGS
 #define TW_PRODUCER_REGS 40
@@ -96,7 +137,15 @@ constexpr int B_STAGE = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE + B_STAGE;
 constexpr int C_WG = WM * BN * 2;  // one consumer's output staging tile
 constexpr int BAR_OFFSET = STAGES * STAGE_BYTES + 2 * C_WG;
+#if TW_NORM_XFORM
+// after full/empty: per-stage "transformed" barriers, rstd_full[2], rstd_empty[2], then rstd[2][BM] (fp32)
+constexpr int XF_BAR_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
+constexpr int RSTD_BAR_OFFSET = XF_BAR_OFFSET + STAGES * 8;
+constexpr int RSTD_OFFSET = (RSTD_BAR_OFFSET + 4 * 8 + 15) & ~15;
+constexpr int SMEM_BYTES = 1024 + RSTD_OFFSET + 2 * BM * 4;
+#else
 constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;  // + slack to align the base to 1024
+#endif
 
 // Named barrier ids (0 is __syncthreads): consumer c may start its mainloop on ORDER_BAR + c; epilogue of c on
 // EPI_BAR + c.
@@ -112,6 +161,8 @@ static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "registe
 
 constexpr bool NORM = TW_NORM_A != 0;
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
+constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
+static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
 
 // One m64nBNk16 wgmma in the compiled dtype.
 template <int TA, int TB>
@@ -230,6 +281,68 @@ TW_DEVICE void mma_rs(float (&d)[BN / 2], const tw_u32 (&a)[4], tw_u64 db, int s
   }
 #endif
 }
+
+#if TW_NORM_XFORM
+constexpr int XF_THREADS = 96;                           // warps 1-3 of the producer warpgroup
+constexpr int XF_ROWS = XF_THREADS / 8;                  // rows per pass: one thread per 16-byte chunk of a row
+constexpr int XF_PASSES = (BM + XF_ROWS - 1) / XF_ROWS;  // row sums per thread (11 for BM = 128)
+
+// g[k, k + 8) in fp32, 0 past K (where TMA zero-fills x). k % 8 == 0 and g is 16-byte aligned (host), so a chunk
+// wholly inside K is one 16-byte load. K % 8 != 0 is possible (a single x row, or B N-major, has no 16-byte stride
+// rule on K): the chunk straddling K then loads element by element.
+TW_DEVICE void load_g8(const unsigned short* __restrict__ g, int k, int K, float (&gf)[8]) {
+  uint4 u = make_uint4(0u, 0u, 0u, 0u);
+  if (k + 8 <= K) {
+    u = __ldg(reinterpret_cast<const uint4*>(g + k));
+  } else if (k < K) {
+    tw_u32 h[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) h[i] = k + i < K ? (tw_u32)__ldg(g + k + i) : 0u;
+    u = make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
+  }
+  unpack2(u.x, gf[0], gf[1]);
+  unpack2(u.y, gf[2], gf[3]);
+  unpack2(u.z, gf[4], gf[5]);
+  unpack2(u.w, gf[6], gf[7]);
+}
+
+// One stage of the transform warps: logical chunk `lc` of rows r0 + XF_ROWS p of the 128B-swizzled K-major x tile at
+// `sa` (row r at r * 128 bytes, chunk c stored at chunk c ^ (r % 8)): ss[p] += fp32 x^2 of its 8 elements, and the
+// chunk is overwritten in place with x * g (fp32 product, one rounding to the input dtype).
+// Addresses: XF_ROWS = 12 = 4 (mod 8), so (r0 + 12 p) % 8 = (r0 % 8) ^ (4 (p % 2)) and the chunk of pass p sits at
+// one of two bases (p even / odd) + 1536 p - constant offsets, which lets ptxas see that the passes do not alias and
+// keep XF_GROUP loads in flight (with a per-pass XOR address it serialised load -> store -> load: SASS).
+constexpr int XF_GROUP = 4;  // loads in flight per thread (4 x 4 registers under the producer's 64-register budget)
+TW_DEVICE void xform_stage(unsigned char* sa, int base_even, int base_odd, int r0, const float (&gf)[8],
+                           float (&ss)[XF_PASSES]) {
+#pragma unroll
+  for (int p0 = 0; p0 < XF_PASSES; p0 += XF_GROUP) {
+    uint4 v[XF_GROUP];
+#pragma unroll
+    for (int j = 0; j < XF_GROUP; ++j) {
+      const int p = p0 + j;
+      if (p < XF_PASSES && (p + 1 < XF_PASSES || r0 + XF_ROWS * p < BM))
+        v[j] = *reinterpret_cast<const uint4*>(sa + ((p & 1) ? base_odd : base_even) + XF_ROWS * 128 * p);
+    }
+#pragma unroll
+    for (int j = 0; j < XF_GROUP; ++j) {
+      const int p = p0 + j;
+      if (p < XF_PASSES && (p + 1 < XF_PASSES || r0 + XF_ROWS * p < BM)) {
+        tw_u32 w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float lo, hi;
+          unpack2(w[i], lo, hi);
+          ss[p] = fmaf(hi, hi, fmaf(lo, lo, ss[p]));
+          w[i] = pack2(lo * gf[2 * i], hi * gf[2 * i + 1]);
+        }
+        *reinterpret_cast<uint4*>(sa + ((p & 1) ? base_odd : base_even) + XF_ROWS * 128 * p) =
+            make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+  }
+}
+#endif  // TW_NORM_XFORM
 #endif  // TW_NORM_A
 
 }  // namespace tw
@@ -273,6 +386,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       mbar_init(bar_full + 8 * s, 1);                  // one arrive.expect_tx by the producer + TMA bytes
       mbar_init(bar_empty + 8 * s, COOP ? 2 : 1);      // one arrive per consuming warpgroup
     }
+#if TW_NORM_XFORM
+    for (int s = 0; s < STAGES; ++s) mbar_init(sbase + XF_BAR_OFFSET + 8 * s, XF_THREADS);  // every transform thread
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(sbase + RSTD_BAR_OFFSET + 8 * b, XF_THREADS);            // rstd_full: every transform thread
+      mbar_init(sbase + RSTD_BAR_OFFSET + 16 + 8 * b, COOP ? 2 : 1);     // rstd_empty: the tile's consumers
+    }
+#endif
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -306,6 +426,71 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         }
       }
     }
+#if TW_NORM_XFORM
+    else if (tid >= 32) {
+      // ---------------- transform warps (1-3): x -> x * g in place, row sums of squares, rstd ----------------
+      const int xt = tid - 32;
+      const int lc = xt & 7;   // logical 16-byte chunk of every row this thread touches
+      const int r0 = xt >> 3;  // first row; then every XF_ROWS-th
+      unsigned char* const sptr = smem_raw + (sbase - raw);
+      float* const rstd_s = reinterpret_cast<float*>(sptr + RSTD_OFFSET);
+      const tw_u32 bar_xf = sbase + XF_BAR_OFFSET;
+      const tw_u32 rstd_full = sbase + RSTD_BAR_OFFSET;
+      const tw_u32 rstd_empty = rstd_full + 16;
+      const int base_even = r0 * 128 + ((lc ^ (r0 & 7)) << 4);  // chunk lc of row r0 (swizzled)
+      const int base_odd = r0 * 128 + ((lc ^ (r0 & 7) ^ 4) << 4);  // of row r0 + 12, less the 1536-byte row offset
+      for (int it = 0;; ++it) {
+        const int tl = tile_of(it);
+        if (tl >= num_tiles) break;
+        int pm, pn;
+        tile_coords(tl, num_m, num_n, tile_order, group, pm, pn);
+        float ss[XF_PASSES];
+#pragma unroll
+        for (int p = 0; p < XF_PASSES; ++p) ss[p] = 0.0f;
+        for (int kb = 0; kb < kt; ++kb) {
+          const int pos = it * kt + kb;  // ring position, as the producer and the consumers count it
+          const int s = pos % STAGES;
+          float gf[8];
+          load_g8(norm_w, kb * BK + 8 * lc, K, gf);        // before the wait: its latency hides under it
+          mbar_wait(bar_full + 8 * s, (pos / STAGES) & 1);  // TMA bytes of this stage landed
+          xform_stage(sptr + s * STAGE_BYTES, base_even, base_odd, r0, gf, ss);
+          fence_proxy_async_smem();     // our st.shared -> visible to the consumers' wgmma reads (async proxy)
+          mbar_arrive(bar_xf + 8 * s);  // release: the consumers wait for all 96 arrivals
+        }
+        // row sums: the 8 lanes of a row (an aligned octet of the warp) hold its 8 chunks -> butterfly over the octet;
+        // then lane lc of the octet takes passes lc, lc + 8, ... so each lane runs ceil(XF_PASSES / 8) IEEE
+        // div/sqrt instead of XF_PASSES (they sit between this tile's last stage and the next tile's first)
+        constexpr int NPER = (XF_PASSES + 7) / 8;
+        float mine[NPER];
+#pragma unroll
+        for (int j = 0; j < NPER; ++j) mine[j] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < XF_PASSES; ++p) {
+          float v = ss[p];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          v += __shfl_xor_sync(0xffffffffu, v, 4);
+          if (lc == p % 8) mine[p / 8] = v;
+        }
+        const int b = it & 1;
+        float rs[NPER];
+#pragma unroll
+        for (int j = 0; j < NPER; ++j)
+          rs[j] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(mine[j], (float)K) + eps));  // as Triton: 1/sqrt_rn(ss/K+eps)
+        mbar_wait(rstd_empty + 8 * b, ((it >> 1) & 1) ^ 1);  // the consumers of tile it - 2 read this buffer
+#pragma unroll
+        for (int j = 0; j < NPER; ++j) {
+          const int p = lc + 8 * j;
+          const int r = r0 + XF_ROWS * p;
+          if (p < XF_PASSES && r < BM) {
+            rstd_s[b * BM + r] = rs[j];
+            if (rstd_out != nullptr && pn == 0 && pm * BM + r < M) rstd_out[pm * BM + r] = rs[j];
+          }
+        }
+        mbar_arrive(rstd_full + 8 * b);
+      }
+    }
+#endif
   } else {
     // ---------------- consumers ----------------
     setmaxnreg_inc<TW_CONSUMER_REGS>();
@@ -332,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       int s = pos % STAGES;
       tw_u32 phase = (pos / STAGES) & 1;
       int prev = 0;
-#if TW_NORM_A
+#if TW_NORM_A && !TW_NORM_XFORM
       float ss[MA][2] = {};  // fp32 sums of x^2 of this thread's two rows per atom, over its fragment columns
       // One k-block: g loads (issued before the full-barrier wait so their latency hides under it), fragments into
       // `fr`, RS wgmmas, then release the previous k-block's stage once its wgmmas are retired. `fr` was last read
@@ -390,7 +575,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       if (NORM_DBUF && tid == 0) mbar_arrive(bar_empty + 8 * prev);
 #else
       for (int kb = 0; kb < kt; ++kb) {
+#if TW_NORM_XFORM
+        mbar_wait(sbase + XF_BAR_OFFSET + 8 * s, phase);  // TMA landed and the transform warps wrote x * g
+#else
         mbar_wait(bar_full + 8 * s, phase);
+#endif
         const tw_u32 sa = sbase + s * STAGE_BYTES;
         const tw_u32 sb = sa + A_STAGE;
         wgmma_fence();
@@ -429,7 +618,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       if (tid == 0) bulk_wait_group_read<0>();  // our previous TMA store no longer reads cbuf
       named_barrier_sync(EPI_BAR + c, 128);
 
-#if TW_NORM_A
+#if TW_NORM_XFORM
+      // rstd of this consumer's rows from the transform warps (buffer it % 2 of the CTA's tile sequence)
+      float rstd[MA][2];
+      {
+        const float* rstd_s = reinterpret_cast<const float*>(smem_raw + (sbase - raw) + RSTD_OFFSET) + (it & 1) * BM;
+        mbar_wait(sbase + RSTD_BAR_OFFSET + 8 * (it & 1), (it >> 1) & 1);
+#pragma unroll
+        for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) rstd[ma][h] = rstd_s[atom0 * 64 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h];
+      }
+#elif TW_NORM_A
       // Row sums: the four lanes of a quad hold disjoint columns of the same two rows -> xor-shuffle over the quad.
       float rstd[MA][2];
 #pragma unroll
@@ -500,6 +700,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA store (async proxy)
       named_barrier_sync(EPI_BAR + c, 128);
       if (tid == 0) {
+#if TW_NORM_XFORM
+        mbar_arrive(sbase + RSTD_BAR_OFFSET + 16 + 8 * (it & 1));  // all 128 threads read their rstd (barrier above)
+#endif
 #pragma unroll
         for (int b = 0; b < BN / 64; ++b) tma_store_2d(&tm_c, cbuf + b * WM * 128, n0 + 64 * b, row0);
         bulk_commit_group();

@@ -12,9 +12,12 @@ Entry points:
 * :func:`ready` - constraints + toolchain + first-use self-check per (device model, variant, dtype).
 * :func:`try_launch` - launches or returns False (one warning, then disabled); never raises.
 
-Variants reuse the GEMM's tiles (``gemm.VARIANTS``); ``-sb`` names the single-buffered-fragment fallback build
-(``TW_NORM_DBUF=0``), selectable with ``TILEWRIGHT_CUDA_RMSNORM_VARIANT`` to localise a bug; ``DEBUG_VARIANTS``
-holds ``-ssdebug`` (A read from smem by the wgmma, g ignored) for the device script.
+Variants reuse the GEMM's tiles (``gemm.VARIANTS``). ``-xf`` (``TW_NORM_XFORM``, the default) gives the per-element
+work to three transform warps of the producer warpgroup (x -> x * g in place in smem, row sums, rstd through smem)
+so the consumers run the plain GEMM's SS-wgmma mainloop; the others are the register-A builds (ldmatrix -> x * g ->
+register-A wgmma in the consumers), ``-sb`` their single-buffered-fragment fallback (``TW_NORM_DBUF=0``). Any is
+selectable with ``TILEWRIGHT_CUDA_RMSNORM_VARIANT``; ``DEBUG_VARIANTS`` holds ``-ssdebug`` (register-A build with A
+read from smem by the wgmma, g ignored) for the device script.
 """
 from __future__ import annotations
 
@@ -39,10 +42,16 @@ class NormVariant(_sm90.Variant):
 
     dbuf: bool = True
     ss_debug: bool = False  # A from smem, g ignored (correct only for g == 1): localises a fragment-layout bug
+    xform: bool = False  # transform warps (TW_NORM_XFORM): x * g in smem by the producer warpgroup, SS wgmma
 
     @property
     def name(self) -> str:
-        return super().name + ("" if self.dbuf else "-sb") + ("-ssdebug" if self.ss_debug else "")
+        return (super().name + ("" if self.dbuf else "-sb") + ("-ssdebug" if self.ss_debug else "")
+                + ("-xf" if self.xform else ""))
+
+    def smem_bytes(self) -> int:
+        """The GEMM's plus, for -xf: per-stage transformed barriers, rstd_full/empty[2], padding, rstd[2][BM] fp32."""
+        return super().smem_bytes() + (8 * self.stages + 4 * 8 + 8 + 2 * self.bm * 4 if self.xform else 0)
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
@@ -52,25 +61,42 @@ class NormVariant(_sm90.Variant):
             d["TW_NORM_DBUF"] = 0
         if self.ss_debug:
             d["TW_NORM_SS_DEBUG"] = 1
+        if self.xform:
+            d["TW_NORM_XFORM"] = 1
         return d
 
 
 VARIANTS = {v.name: v for v in (
+    NormVariant(128, 256, 3, coop=True, xform=True), NormVariant(128, 128, 5, xform=True),
+    NormVariant(64, 256, 4, xform=True),
     NormVariant(128, 256, 3, coop=True), NormVariant(128, 256, 3, coop=True, dbuf=False),
     NormVariant(128, 128, 5), NormVariant(64, 256, 4), NormVariant(64, 256, 4, dbuf=False),
     NormVariant(256, 128, 3, coop=True),
 )}
 # debug builds (scripts/gpu_rmsnorm_gemm_sm90.py numerics, with g = 1); never picked by the router
 DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
-DEFAULT_VARIANT = "coop128x256s3"  # the GEMM's large-problem tile; one m64 atom per consumer -> double buffering
-SMALL_M_VARIANT = "pp128x128s5"    # the GEMM's M <= 256 choice (single-buffered: two atoms per consumer)
-# build-check (CPU CI): default bf16 (B K-major as weight.t() is), its fallback, fp16 + full epilogue, small-M.
+DEFAULT_VARIANT = "coop128x256s3-xf"  # the GEMM's large-problem tile with transform warps
+SMALL_M_VARIANT = "pp128x128s5-xf"    # the GEMM's M <= 256 choice
+REGISTER_A_VARIANT = "coop128x256s3"  # the register-A build of the default tile (H200: 1.229x cuBLAS)
+# build-check (CPU CI): default bf16 (B K-major as weight.t() is) + fp16 full epilogue + small-M for the -xf builds;
+# the register-A default, its fallback, fp16 + full epilogue, small-M.
 BUILD_CHECK_BUILDS = (
+    ("coop128x256s3-xf", False, False, False, 0, False, False),
+    ("coop128x256s3-xf", False, False, True, 2, True, True),
+    ("pp128x128s5-xf", False, False, False, 0, True, False),
+    ("pp64x256s4-xf", False, False, False, 0, False, False),
     ("coop128x256s3", False, False, False, 0, False, False),
     ("coop128x256s3-sb", False, False, False, 0, False, False),
     ("coop128x256s3", False, False, True, 2, True, True),
     ("pp128x128s5", False, False, False, 0, True, False),
 )
+
+
+def build_markers(v: NormVariant) -> tuple:
+    """SASS markers of a build beyond the kernel's (build-check): the -xf transform warps' 16-byte shared loads and
+    stores; the register-A builds' ldmatrix."""
+    return ("LDS.128", "STS.128") if v.xform else ("LDSM",)
+
 
 # Not yet measured against Triton on a GPU: the automatic router keeps Triton until the H200 run
 # (scripts/gpu_rmsnorm_gemm_sm90.sh) shows the win region; backend="cuda" forces it (after the self-check).
@@ -115,8 +141,9 @@ def constraints(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
 
 
 def _norm_weight_arg(norm_weight: torch.Tensor) -> torch.Tensor:
-    """g as the kernel reads it: contiguous, 4-byte aligned (a copy otherwise)."""
-    if norm_weight.stride(0) != 1 or norm_weight.data_ptr() % 4:
+    """g as the kernel reads it: contiguous, 16-byte aligned (the -xf transform warps read 8 values at once; a copy
+    otherwise)."""
+    if norm_weight.stride(0) != 1 or norm_weight.data_ptr() % 16:
         return norm_weight.contiguous().clone()
     return norm_weight
 
