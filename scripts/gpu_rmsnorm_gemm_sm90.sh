@@ -10,7 +10,7 @@
 #     -ssdebug/g=1 passes -> the fragment path (ldmatrix swizzle, pack, RS wgmma); only pp* -> MA = 2.
 #   -xf: fails with g=1 too (x written back unchanged) -> transformed / rstd barriers or the proxy fence; only with
 #     g != 1 -> the chunk -> g mapping (swizzle XOR); rstd_err alone -> octet row-sum reduction / rstd buffer parity;
-#     only the 4096x2048x640 multi-wave case or the stress -> rstd double buffer reuse; only /B-N-major (K % 8 != 0) ->
+#     only the 8192x2048x264 many-wave case or the stress -> rstd double buffer reuse; only /B-N-major (K % 8 != 0) ->
 #     the partial g chunk. rstd_err alone on register-A -> row sums / quad reduction.
 set -u
 export TILEWRIGHT_AUTOTUNE=0 PYTHONPATH=src TILEWRIGHT_CACHE_DIR=${TILEWRIGHT_CACHE_DIR:-$PWD/.twcache} OUT=${OUT:-out}
@@ -42,6 +42,6 @@ for ph in $PHASES; do
   echo "$line"; summary+=("$line")
   if [ $ph = build ] && [ $rc != 0 ]; then echo "build failed: see $LOG"; tail -15 "$LOG"; fi
 done
-echo "--- bench (median ms, x cuBLAS)"; grep -E "^ +(sq|l3)" "$LOG" | cut -c1-400
+echo "--- bench (median ms, x cuBLAS)"; grep -E "^ +(sq|l3)" "$LOG" | cut -c1-700
 grep -E "^FAIL|vs triton" "$LOG" | head -12
 echo "--- summary"; printf '%s\n' "${summary[@]}"

@@ -57,11 +57,12 @@
 //   * Budget (128 x 256 tile, 64-wide k-block): ~2048 tensor clocks per stage per CTA; the transform is 11 passes per
 //     thread of (LDS.128, 8 FFMA, 8 FMUL, 4 cvt packs, STS.128, ~8 unpack ops) ~ 350 issue slots per warp, each of the
 //     three warps on its own scheduler; smem traffic 32 KB per stage beside the wgmmas' ~80 KB.
-//   * Registers: producer warpgroup 80 (TW_PRODUCER_REGS), consumers 216: 80 * 128 + 216 * 256 = 65536. The
-//     transform holds 11 row sums + 8 g values + up to 3 16-byte loads in flight + addresses / ring state (highest
-//     register R77 in the producer's code, nvcc 13.0); the plain consumer path peaks at R187 (coop128x256 with the
-//     full epilogue), the -xf consumers at R192 (pp128x128). Measured with ptxas -v (coop128x256s3-xf bf16): 40/232
-//     spilled 172 B, 56/224 92 B, 64/224 84 B (values live across setmaxnreg), 72/216 and 80/216 none, 96/208 8 B.
+//   * Registers: producer warpgroup 72 (TW_PRODUCER_REGS), consumers 216: 72 * 128 + 216 * 256 = 64512 = the CTA's
+//     launch allocation (168 x 384), which is all setmaxnreg can redistribute (40/232 of the plain GEMM is the same
+//     sum). The transform holds 11 row sums + 8 g values + up to 3 16-byte loads in flight + addresses; the plain
+//     consumer path peaks at R187 (coop128x256 with the full epilogue, nvcc 13.0), the -xf consumers at R192
+//     (pp128x128). Measured with ptxas -v (coop128x256s3-xf bf16): 40/232 spilled 172 B, 56/224 92 B, 64/224 84 B
+//     (values live across setmaxnreg reloaded from the stack), 72/216 and 88/208 none, 96/208 8 B.
 //     build-check fails any build that spills.
 #include "ptx/common.cuh"
 #include "ptx/gemm_common.cuh"
@@ -108,7 +109,7 @@
 #endif
 #if TW_NORM_XFORM  // the producer warpgroup also runs the transform warps (see the budget in the header)
 #ifndef TW_PRODUCER_REGS
-#define TW_PRODUCER_REGS 80
+#define TW_PRODUCER_REGS 72
 #endif
 #ifndef TW_CONSUMER_REGS
 #define TW_CONSUMER_REGS 216
@@ -157,7 +158,9 @@ static_assert(BN % 64 == 0 && BN <= 256, "tile N must be 64, 128, 192 or 256");
 static_assert(MA * BN / 2 <= 128, "accumulator must fit in 128 fp32 registers per thread");
 static_assert(BM <= 256, "TMA boxes hold at most 256 rows");
 static_assert(SMEM_BYTES <= 232448, "shared memory over the sm_90 per-block limit");
-static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "register split over the file");
+// setmaxnreg.inc only takes what setmaxnreg.dec released from the CTA's launch allocation (168 registers x 384
+// threads under __launch_bounds__(384, 1)), not the whole 64K file: a split over it deadlocks the consumers' inc.
+static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 168 * 384, "register split over the CTA's allocation");
 
 constexpr bool NORM = TW_NORM_A != 0;
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
