@@ -216,15 +216,18 @@ def fake_sm90(monkeypatch):
     return state
 
 
-def test_router_attention_cuda_is_opt_in(fake_sm90, monkeypatch):
+def test_router_attention_cuda_is_preferred_after_measurement(fake_sm90, monkeypatch):
     q, k, v = _qkv()
     assert router.PREFERENCE["attention"][0] == "cuda"
     d = router.decide("attention", q, k, v)
-    assert d.backend == "triton" and "not been measured" in d.reasons[0], str(d)
-    assert fake_sm90["calls"] == 0  # never self-checked unless it would serve
-    monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN", "1")
+    assert d.backend == "cuda" and fake_sm90["calls"] == 1, str(d)  # self-checked once before it serves
+    monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN", "0")
     d = router.decide("attention", q, k, v)
-    assert d.backend == "cuda" and fake_sm90["calls"] == 1, str(d)
+    assert d.backend == "triton" and "opted out" in d.reasons[0], str(d)
+    monkeypatch.delenv("TILEWRIGHT_CUDA_ATTN")
+    fake_sm90["self_check"] = (False, "self-check failed for c hdim 128")
+    d = router.decide("attention", q, k, v)
+    assert d.backend == "triton" and "self-check failed" in d.reasons[0], str(d)
 
 
 def test_router_attention_forced_and_constraints(fake_sm90):

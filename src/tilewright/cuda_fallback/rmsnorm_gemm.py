@@ -75,9 +75,13 @@ VARIANTS = {v.name: v for v in (
 )}
 # debug builds (scripts/gpu_rmsnorm_gemm_sm90.py numerics, with g = 1); never picked by the router
 DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
-DEFAULT_VARIANT = "coop128x256s3-xf"  # the GEMM's large-problem tile with transform warps
-SMALL_M_VARIANT = "pp128x128s5-xf"    # the GEMM's M <= 256 choice
-REGISTER_A_VARIANT = "coop128x256s3"  # the register-A build of the default tile (H200: 1.229x cuBLAS)
+# H200 (2026-11-26, perf/results/h200/rmsnorm_gemm_sm90_*.csv), time / cuBLAS GEMM geomean over the 8 large shapes:
+# register-A coop128x256s3 1.219x, its single-buffered build 1.317x, transform warps (-xf) 1.368x, Triton fused
+# 1.281x, eager rms_norm + cuBLAS 1.069x. The register-A build is the default; -xf stays selectable.
+DEFAULT_VARIANT = "coop128x256s3"     # register-A, double-buffered fragments
+SMALL_M_VARIANT = "pp128x128s5"       # the GEMM's M <= 256 choice
+REGISTER_A_VARIANT = "coop128x256s3"
+XFORM_VARIANT = "coop128x256s3-xf"    # transform warps (slower on H200: the 3 transform warps set the pace)
 # build-check (CPU CI): default bf16 (B K-major as weight.t() is) + fp16 full epilogue + small-M for the -xf builds;
 # the register-A default, its fallback, fp16 + full epilogue, small-M.
 BUILD_CHECK_BUILDS = (
@@ -98,9 +102,9 @@ def build_markers(v: NormVariant) -> tuple:
     return ("LDS.128", "STS.128") if v.xform else ("LDSM",)
 
 
-# Not yet measured against Triton on a GPU: the automatic router keeps Triton until the H200 run
-# (scripts/gpu_rmsnorm_gemm_sm90.sh) shows the win region; backend="cuda" forces it (after the self-check).
-MEASURED_WIN = False
+# Measured on H200 (see DEFAULT_VARIANT): the register-A kernel beat the Triton fused kernel on all 8 large shapes
+# (tie on sq8k), so the router prefers it inside the sm_90 GEMM's measured win region.
+MEASURED_WIN = True
 
 
 def pick_variant(M: int, N: int, K: int) -> NormVariant:

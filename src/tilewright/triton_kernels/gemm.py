@@ -277,12 +277,12 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bi
         tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, out, mask=mask)
 
 
-# The epilogue switches (bias, activation, a flat residual, pre-activation) are not in the key: one tuning per shape
-# and layout serves every epilogue (every kept config compiles spill-free with each of them - test_gemm_aot.py - and
-# the epilogue is a few percent of a large tile's time), so a model's q/k/v, o and MLP calls on one shape tune once,
-# and `bench --op all` tunes a third as often. A periodic (pos_embed) residual changes the pruned space: it is keyed.
+# Bias and activation are not in the key: one tuning per shape and layout serves them (vector loads and elementwise
+# math in the epilogue; every kept config compiles spill-free with them - test_gemm_aot.py). A residual or a saved
+# pre-activation is keyed: their epilogue tiles change shared-memory needs (H200: a config tuned without the residual
+# asked 245,792 bytes of 232,448 with it on the odd shape) and the pruned space (periodic residual).
 _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "SCALE_MODE", "PRECISE_ACC",
-               "RES_PERIODIC", "DOT_PRECISION"]
+               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION"]
 
 
 def _early_prune(configs, named_args, **kwargs):
