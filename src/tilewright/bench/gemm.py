@@ -8,6 +8,7 @@ Cases per shape (bf16 in, fp32 accumulate, bf16 out; a (M, K) and b (K, N) row-m
   fp8       tilewright ``scaled_mm`` (e4m3, per-tensor)  vs cuBLASLt ``torch._scaled_mm`` (sm_89+ only; both in the
             accurate accumulation mode, use_fast_accum=False; shapes whose dims are multiples of 16, which
             cuBLASLt requires)
+  fp8_fast  the same with use_fast_accum=True on both sides
 
 On the GPU every autotuned Triton config of the suite is compiled up front in parallel threads (compile_only), so
 first-use tuning times configs instead of compiling them one by one.
@@ -82,6 +83,11 @@ def _cases(M, N, K, dtype, device):
         cases["fp8"] = ({"tilewright_triton": lambda: scaled_mm(a8, b8, sa, sb),
                          "cublaslt_scaled_mm": lambda: torch._scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16)},
                         "cublaslt_scaled_mm")
+        cases["fp8_fast"] = ({"tilewright_triton": lambda: scaled_mm(a8, b8, sa, sb, use_fast_accum=True),
+                              "cublaslt_scaled_mm_fast": lambda: torch._scaled_mm(a8, b8, sa, sb,
+                                                                                   out_dtype=torch.bfloat16,
+                                                                                   use_fast_accum=True)},
+                             "cublaslt_scaled_mm_fast")
     if M % POS_EMBED_SEQ == 0 and M >= 4 * POS_EMBED_SEQ:
         x = a.view(M // POS_EMBED_SEQ, POS_EMBED_SEQ, K)
         pos = torch.randn(POS_EMBED_SEQ, N, device=device, dtype=dtype)
