@@ -216,17 +216,24 @@ def fake_sm90(monkeypatch):
     return state
 
 
-def test_router_attention_cuda_is_preferred_after_measurement(fake_sm90, monkeypatch):
+def test_router_attention_cuda_is_preferred_in_the_measured_region(fake_sm90, monkeypatch):
     q, k, v = _qkv()
     assert router.PREFERENCE["attention"][0] == "cuda"
-    d = router.decide("attention", q, k, v)
+    if q.shape[-1] < ca.PREFER_MIN_HEAD_DIM or q.shape[-2] < ca.PREFER_MIN_SEQ:  # a small problem: Triton's region
+        d = router.decide("attention", q, k, v)
+        assert d.backend == "triton" and "outside the measured win region" in d.reasons[0], str(d)
+        assert fake_sm90["calls"] == 0  # never self-checked unless it would serve
+    big = [t.new_empty(1, t.shape[1], ca.PREFER_MIN_SEQ, 128) for t in (q, k, v)]
+    d = router.decide("attention", *big)
     assert d.backend == "cuda" and fake_sm90["calls"] == 1, str(d)  # self-checked once before it serves
     monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN", "0")
-    d = router.decide("attention", q, k, v)
+    d = router.decide("attention", *big)
     assert d.backend == "triton" and "opted out" in d.reasons[0], str(d)
+    monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN", "1")
+    assert router.decide("attention", q, k, v).backend == "cuda"
     monkeypatch.delenv("TILEWRIGHT_CUDA_ATTN")
     fake_sm90["self_check"] = (False, "self-check failed for c hdim 128")
-    d = router.decide("attention", q, k, v)
+    d = router.decide("attention", *big)
     assert d.backend == "triton" and "self-check failed" in d.reasons[0], str(d)
 
 

@@ -131,16 +131,18 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodi
     """A good untuned config for the shape: the only config for M <= 256 (see triton_kernels/gemm.SMALL_M) unless
     `tilewright tune` stored a winner, and everywhere with ``TILEWRIGHT_AUTOTUNE=0``.
 
-    Small M reads B once and is memory bound: pointer loads with narrow, deep tiles were fastest on H200
+    Small M reads B once and is memory bound: pointer loads with narrow, deep tiles were fastest on H200 for M <= 32
     (perf/results/h200/gemm_experiments_20261126-0140.log: 16x4096x4096 in 8.6 us with 16x32x256 tiles = 1.04x
-    cuBLAS; 128x4096x4096 in 12.8 us with 64x64x128 = 1.02x; TMA loads were 20-40% slower at these sizes).
+    cuBLAS; bench 2026-11-26: 1.01x). For 32 < M <= 256 the CUDA-graph timings of perf/results/h200/logs/
+    gemm_diag_tune_2026-11-26.log put 64x64x128 tiles, one per program, with TMA loads and store first: 13.9 us
+    against 15.8 us with pointer loads (persistent or not) and 12.8 us for cuBLAS on 128x4096x4096.
     """
     if M <= 16:
         return _config(16, 32, 256, 4, 4, tma=False)
     if M <= 32:
         return _config(32, 32, 256, 4, 4, tma=False)
     if M <= 256:
-        return _config(64, 64, 128, 4, 4, tma=False)
+        return _config(64, 64, 128, 4, 4, persistent=not use_tma, tma=use_tma)
     if use_tma and not periodic_residual and not precise_acc:
         return _config(128, 256, 64, 8, 3, split=4)
     return _config(128, 128, 64, 8, 4, split=2, tma=use_tma)

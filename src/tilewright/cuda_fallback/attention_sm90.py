@@ -96,15 +96,27 @@ def pick_variant() -> Variant:
     return VARIANTS[os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT") or DEFAULT_VARIANT]
 
 
+# Measured win region (H200, 2026-11-26, through the op as users call it: perf/results/h200/2026-11-26/attention.csv):
+# head dim >= 128 and >= 1024 query rows - 1.15-1.56x the Triton forward and 1.02x cuDNN geomean on the hdim-128
+# rows with S >= 2048. Outside it Triton served faster: hdim 64 without a mask (0.95x at S = 8192) and S = 512,
+# where the CUDA op's host path (tensor maps per call, ~0.15 ms) costs more than the kernel.
+PREFER_MIN_HEAD_DIM = 128
+PREFER_MIN_SEQ = 1024
+
+
 def preferred(q: torch.Tensor, k: torch.Tensor) -> tuple[bool, str]:
-    """Whether the router's automatic choice should take this kernel: yes wherever it is eligible - measured on H200
-    (2026-11-26, perf/results/h200/attention_sm90_*.csv) faster than the Triton forward on all 16 suite rows
-    (1.17-2.0x, hdim 64/128/256, causal and not, GQA) and 1.004x cuDNN geomean on the hdim-128 rows with S >= 2048.
-    ``TILEWRIGHT_CUDA_ATTN=0`` opts out (Triton serves)."""
-    if os.environ.get("TILEWRIGHT_CUDA_ATTN", "1") == "0":
+    """Whether the router's automatic choice should take this kernel: inside the measured win region (head dim >=
+    128, >= 1024 query rows). ``TILEWRIGHT_CUDA_ATTN=1`` takes it everywhere it is eligible, ``=0`` never."""
+    env = os.environ.get("TILEWRIGHT_CUDA_ATTN")
+    if env == "0":
         return False, "cuda: attention forward opted out by TILEWRIGHT_CUDA_ATTN=0"
-    return True, ("cuda: sm_90a attention forward, measured faster than the Triton forward on every suite row "
-                  "(H200)")
+    if env == "1":
+        return True, "cuda: attention forward opted in by TILEWRIGHT_CUDA_ATTN=1"
+    D, Sq = q.shape[-1], q.shape[-2]
+    region = f"head dim >= {PREFER_MIN_HEAD_DIM}, >= {PREFER_MIN_SEQ} query rows"
+    if D >= PREFER_MIN_HEAD_DIM and Sq >= PREFER_MIN_SEQ:
+        return True, f"cuda: sm_90a attention forward, in the measured win region ({region}; H200)"
+    return False, f"cuda: outside the measured win region ({region}); the Triton forward was faster there"
 
 
 # ------------------------------------------------------------------------------------------------ constraints
