@@ -190,7 +190,7 @@ def fake_sm90(monkeypatch):
 
 
 def test_router_automatic_keeps_triton_until_measured(fake_sm90, monkeypatch):
-    x, g, w, b = _operands(M=256, N=1024, K=512)  # inside the GEMM's measured win region
+    x, g, w, b = _operands(M=512, N=1024, K=512)  # inside the GEMM's measured win region
     monkeypatch.setattr(rg, "MEASURED_WIN", False)
     d = router.decide("rms_norm_linear", x, g, w, b)
     assert d.backend == "triton" and "not yet measured" in str(d)

@@ -82,7 +82,9 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
 # (perf/results/h200/cuda_gemm_2026-11-26.csv): this kernel was faster on every suite shape with full 64-row /
 # 128-column tiles and M >= 128 (all eight LLM/square shapes, decode128: 157 vs 73 TF/s), Triton on decode16 (22 vs
 # 19) and on `odd` (3000x5000x4000: 549 vs 511). Outside that region Triton keeps the default.
-PREFER_MIN_M = 128
+# Updated by the tuned side-by-side run (perf/results/h200/2026-11-26/gemm.csv): with Triton's decode defaults,
+# decode128 runs 0.84x cuBLAS in Triton and 0.60x in this kernel, so M <= 256 stays with Triton.
+PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
 PREFER_MIN_K = 512
 
