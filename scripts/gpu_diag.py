@@ -73,19 +73,23 @@ def phase_host(_):
         print(f"{name:<20} host {host:8.1f} us/call | wall {wall:8.1f} us/call | do_bench {gpu:8.1f} us | "
               f"graph {gpu_graph:8.1f} us", flush=True)
     for name in ("gemm", "residual", "pos_embed", "fp8", "rms_norm_linear"):
-        fn = _cases(256, 512, 384)[name]
+        _profile(name, _cases(256, 512, 384)[name])
+
+
+def _profile(name, fn, calls=300) -> None:
+    """cProfile of ``calls`` launches of ``fn`` (after one warm-up call), the top lines by own time."""
+    fn()
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
         fn()
-        torch.cuda.synchronize()
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(300):
-            fn()
-        pr.disable()
-        torch.cuda.synchronize()
-        s = io.StringIO()
-        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(14)
-        print(f"\n===== cProfile {name} (300 calls, sorted by own time)")
-        print("\n".join(s.getvalue().splitlines()[:40]))
+    pr.disable()
+    torch.cuda.synchronize()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
+    print(f"\n===== cProfile {name} ({calls} calls, by own time)")
+    print("\n".join(ln[:170] for ln in s.getvalue().splitlines()[4:34]), flush=True)
 
 
 def _per_call_us(fn, n=300) -> float:
@@ -135,17 +139,7 @@ def phase_layers(_):
         except Exception as e:  # noqa: BLE001
             print(f"{name:<34} failed: {type(e).__name__}: {str(e)[:150]}", flush=True)
     for name in ("matmul triton", "matmul cuda", "matmul triton +res"):
-        fn = layers[name]
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(300):
-            fn()
-        pr.disable()
-        torch.cuda.synchronize()
-        s = io.StringIO()
-        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
-        print(f"\n===== cProfile {name} (300 calls, by own time)")
-        print("\n".join(ln[:170] for ln in s.getvalue().splitlines()[4:34]), flush=True)
+        _profile(name, layers[name])
 
 
 def phase_tune(_):
