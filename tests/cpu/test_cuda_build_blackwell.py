@@ -21,7 +21,7 @@ needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA c
 # ------------------------------------------------------------------------------------------------ build-check
 @needs_compiler
 @pytest.mark.parametrize("arch,kernel,markers,module", [
-    ("sm_100a", "gemm_sm100_tcgen05.cu", ("UTCHMMA", "UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"), tg),
+    ("sm_100a", "gemm_sm100_tcgen05.cu", ("UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"), tg),
     ("sm_120a", "gemm_sm120_mma.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
     ("sm_90a", "gemm_sm120_mma.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
 ])
@@ -37,6 +37,36 @@ def test_build_check_blackwell(cache, arch, kernel, markers, module):
         if "not checked" not in r["markers"]:
             for m in markers:
                 assert f"{m}:0" not in r["markers"] and m in r["markers"], table
+    if module is tg:  # the MMA opcode per build: kind::f16 -> UTCHMMA, kind::f8f6f4 (FP8 builds) -> UTCQMMA
+        mma = ["UTCQMMA" if "fp8->" in r["build"] else "UTCHMMA" for r in built]
+        assert mma.count("UTCQMMA") == sum(tg.BUILD_CHECK_VARIANTS[n].fp8 for n, *_ in tg.BUILD_CHECK_BUILDS) == 3
+        for r, m in zip(built, mma):
+            if "not checked" not in r["markers"]:
+                assert f"{m}:" in r["markers"] and f"{m}:0" not in r["markers"], table
+
+
+@needs_compiler
+def test_sm100_fp8_build_sass(cache):
+    """The FP8 build issues kind::f8f6f4 MMAs only (UTCQMMA, no UTCHMMA); the 16-bit build the reverse."""
+    fp8 = build.compile_source(tg.SOURCE, "sm_100a", tg.FP8_VARIANTS["tc128x256s4f8"].defines(False, False, False))
+    f16 = build.compile_source(tg.SOURCE, "sm_100a", tg.VARIANTS["tc128x256s4"].defines(False, False, False))
+    t8, t16 = build_check.sass(fp8.cubin), build_check.sass(f16.cubin)
+    if t8 is None:
+        pytest.skip("no cuobjdump")
+    assert "UTCQMMA" in t8 and "UTCHMMA" not in t8
+    assert "UTCHMMA" in t16 and "UTCQMMA" not in t16
+    assert build_check.parse_ptxas(fp8.log)["spills"] == 0
+
+
+def test_sm100_fp8_variant_defines_leave_16bit_builds_alone():
+    """16-bit builds get exactly the defines they had before the FP8 variant (same cache keys and SASS)."""
+    assert set(tg.VARIANTS["tc128x256s4"].defines(False, False, False)) == {
+        "TW_BN", "TW_STAGES", "TW_A_MN", "TW_B_MN", "TW_FP16", "TW_ACT", "TW_BIAS", "TW_RES"}
+    d8 = tg.FP8_VARIANTS["tc128x256s4f8row"].defines(False, False, False)
+    assert d8["TW_FP8"] == 1 and d8["TW_SCALE"] == 2
+    assert not set(tg.FP8_VARIANTS) & set(tg.VARIANTS)  # never picked by the 16-bit router / launcher
+    for v in tg.FP8_VARIANTS.values():
+        assert v.smem_bytes() <= tg.SMEM_LIMIT and tg.fp8_tma_boxes(v) == ((128, 128), (128, v.bn))
 
 
 @needs_compiler
@@ -65,6 +95,33 @@ def test_instr_desc_hand_computed():
     f = d.decode_instr_desc(d.instr_desc(128, 256, "bfloat16", b_mn=True))
     assert (f["m"], f["n"], f["a_format"], f["b_format"], f["d_format"], f["a_mn"], f["b_mn"], f["reserved"],
             f["sparse"], f["max_shift"]) == (128, 256, 1, 1, 1, 0, 1, 0, 0, 0)
+
+
+def test_instr_desc_f8f6f4_hand_computed():
+    """kind::f8f6f4 per the PTX ISA instruction-descriptor table: A format bits 7-9, B format bits 10-12 with
+    E4M3 = 0, E5M2 = 1; D format (bits 4-5) 1 = F32; N >> 3 at bit 17, M >> 4 at bit 24."""
+    # e4m3 x e4m3, M = 128, N = 256: 0x10 | 0 | 0 | (32 << 17) = 0x400000 | (8 << 24) = 0x8000000
+    assert d.instr_desc(128, 256, "e4m3", kind="f8f6f4") == 0x08400010
+    # e5m2 x e5m2, M = 128, N = 256: 0x10 | (1 << 7) = 0x80 | (1 << 10) = 0x400 | 0x400000 | 0x8000000 - the same
+    # 32 bits as bf16 x bf16: the PTX .kind, not the descriptor, tells the two apart
+    assert d.instr_desc(128, 256, "e5m2", kind="f8f6f4") == 0x08400490 == d.instr_desc(128, 256, "bfloat16")
+    # e5m2 x e4m3, M = 128, N = 128: 0x10 | 0x80 | 0 | (16 << 17) = 0x200000 | 0x8000000
+    assert d.instr_desc(128, 128, "e5m2", "e4m3", kind="f8f6f4") == 0x08200090
+    # e4m3, M = 64, N = 8: 0x10 | (1 << 17) = 0x20000 | (4 << 24) = 0x4000000
+    assert d.instr_desc(64, 8, "e4m3", kind="f8f6f4") == 0x04020010
+    f = d.decode_instr_desc(d.instr_desc(128, 128, "e4m3", "e5m2", kind="f8f6f4"))
+    assert (f["a_format"], f["b_format"], f["d_format"], f["a_mn"], f["b_mn"], f["reserved"], f["m"], f["n"]) == \
+        (0, 1, 1, 0, 0, 0, 128, 128)
+    assert d.MMA_K == {"f16": 16, "f8f6f4": 32} and d.k_block("f16") == 64 and d.k_block("f8f6f4") == 128
+    with pytest.raises(ValueError):
+        d.instr_desc(128, 128, "bfloat16", kind="f8f6f4")
+    with pytest.raises(ValueError):
+        d.instr_desc(128, 128, "e4m3", kind="f6")
+    # the FP8 build's descriptors: the idesc above, and the 16-bit K-major smem descriptor fields (SBO 1024, LBO 16)
+    idesc, a_hi, b_hi = tg.kernel_descriptors_fp8(tg.FP8_VARIANTS["tc128x256s4f8"], "e4m3", "e5m2")
+    assert idesc == 0x08400410 and a_hi == b_hi == 0x4000404000010000
+    with pytest.raises(ValueError):
+        tg.kernel_descriptors_fp8(tg.VARIANTS["tc128x256s4"])
 
 
 @pytest.mark.parametrize("bad", [dict(m=256, n=128), dict(m=128, n=264), dict(m=128, n=24), dict(m=64, n=4),
@@ -100,7 +157,10 @@ def test_kernel_descriptors_match_the_cu_static_asserts():
                      ("0x08210010u", d.instr_desc(128, 128, "float16", b_mn=True)),
                      ("0x04118490u", d.instr_desc(64, 64, "bfloat16", a_mn=True, b_mn=True)),
                      ("0x4000404000010000ull", d.operand_desc_hi(False)),
-                     ("0x4000404002000000ull", d.operand_desc_hi(True))):
+                     ("0x4000404002000000ull", d.operand_desc_hi(True)),
+                     ("0x08400010u", d.instr_desc(128, 256, "e4m3", kind="f8f6f4")),
+                     ("0x08200410u", d.instr_desc(128, 128, "e4m3", "e5m2", kind="f8f6f4")),
+                     ("0x08400490u", d.instr_desc(128, 256, "e5m2", kind="f8f6f4"))):
         assert lit in src and int(lit.rstrip("ul"), 16) == val
     idesc, a_hi, b_hi = tg.kernel_descriptors(tg.VARIANTS["tc128x256s4"], False, True, torch.bfloat16)
     assert idesc == 0x08410490 and a_hi == d.operand_desc_hi(False) and b_hi == d.operand_desc_hi(True)

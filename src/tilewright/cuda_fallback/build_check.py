@@ -41,10 +41,12 @@ def _family_builds(module: str):
 
         mod = importlib.import_module(f".{module}", __package__)
         out = []
+        variants = getattr(mod, "BUILD_CHECK_VARIANTS", mod.VARIANTS)  # build-only variants included
         for name, a_mn, b_mn, fp16, act, bias, res in mod.BUILD_CHECK_BUILDS:
-            v = mod.VARIANTS[name]
+            v = variants[name]
             epi = f" act{act}" * bool(act) + " bias" * bias + " res" * res
-            label = (f"{name} {'fp16' if fp16 else 'bf16'} A:{'M' if a_mn else 'K'}-major "
+            dt = ("fp8->" if getattr(v, "fp8", False) else "") + ("fp16" if fp16 else "bf16")
+            label = (f"{name} {dt} A:{'M' if a_mn else 'K'}-major "
                      f"B:{'N' if b_mn else 'K'}-major{epi}")
             row = (label, v.defines(a_mn, b_mn, fp16, act, bias, res), v.smem_bytes())
             if hasattr(mod, "build_markers"):
@@ -56,8 +58,9 @@ def _family_builds(module: str):
 
 KERNELS = {
     "gemm_sm90_pingpong.cu": (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"), _gemm_builds),
-    # tcgen05: the MMA (UTCHMMA), TMEM alloc/dealloc (UTCATOMSWS), TMEM loads (LDTM), tcgen05.commit (UTCBAR)
-    "gemm_sm100_tcgen05.cu": (("sm_100a",), ("UTCHMMA", "UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"),
+    # tcgen05: TMEM alloc/dealloc (UTCATOMSWS), TMEM loads (LDTM), tcgen05.commit (UTCBAR); per build
+    # (gemm_sm100.build_markers) the MMA: UTCHMMA for kind::f16, UTCQMMA for the FP8 builds' kind::f8f6f4
+    "gemm_sm100_tcgen05.cu": (("sm_100a",), ("UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"),
                               _family_builds("gemm_sm100")),
     # mma.sync: built for sm_120a (its target) and sm_90a (the arch the project runs it on)
     "gemm_sm120_mma.cu": (("sm_120a", "sm_90a"), ("HMMA", "LDSM", "UTMALDG"), _family_builds("gemm_mma")),

@@ -7,6 +7,11 @@ so the first test on a B200 is a bounded one: ``timeout 60 python -c`` running :
 problem (the self-check: M/N/K tails, bias + gelu + residual), then the GPU tier with ``TILEWRIGHT_BACKEND=cuda``.
 
 Same contract as :mod:`.gemm` (operands, (R0, P, N) residual, activations, tile orders, constraints).
+
+FP8 builds (``FP8_VARIANTS``, TW_FP8=1: tcgen05.mma kind::f8f6f4, e4m3/e5m2 K-major operands, per-tensor or row-wise
+scales in the epilogue, bf16 out) are BUILD-ONLY: build-check compiles and SASS-checks them, but no launcher or
+router path reaches them (ops/scaled_mm.py does not route to sm_100 CUDA). :func:`kernel_descriptors_fp8` and
+:func:`fp8_tma_boxes` are what a launcher would pass; wiring one needs a B200 to self-check it first.
 """
 from __future__ import annotations
 
@@ -31,32 +36,52 @@ RESULT_GLOB = "tcgen05_gemm_*.csv"
 
 @dataclass(frozen=True)
 class Variant:
-    """A compile-time variant of the sm_100a tcgen05 GEMM (tile width, pipeline stages)."""
+    """A compile-time variant of the sm_100a tcgen05 GEMM (tile width, pipeline stages; FP8 builds: scale mode
+    1 per-tensor / 2 row-wise)."""
     bn: int
     stages: int
+    fp8_scale: int = 0  # 0: 16-bit build (kind::f16); 1 / 2: kind::f8f6f4 with TW_SCALE = 1 / 2
 
     bm = BM
 
     @property
+    def fp8(self) -> bool:
+        return self.fp8_scale != 0
+
+    @property
     def name(self) -> str:
-        return f"tc128x{self.bn}s{self.stages}"
+        return f"tc128x{self.bn}s{self.stages}" + ("", "f8", "f8row")[self.fp8_scale]
 
     def smem_bytes(self) -> int:
         return 1024 + self.stages * (BM + self.bn) * 128 + (2 * self.stages + 4) * 8 + 16
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
-        return {"TW_BN": self.bn, "TW_STAGES": self.stages, "TW_A_MN": int(a_mn), "TW_B_MN": int(b_mn),
-                "TW_FP16": int(fp16), "TW_ACT": int(act), "TW_BIAS": int(bias), "TW_RES": int(res)}
+        d = {"TW_BN": self.bn, "TW_STAGES": self.stages, "TW_A_MN": int(a_mn), "TW_B_MN": int(b_mn),
+             "TW_FP16": int(fp16), "TW_ACT": int(act), "TW_BIAS": int(bias), "TW_RES": int(res)}
+        if self.fp8:  # 16-bit builds pass exactly the defines they always did (same cache keys, same SASS)
+            d.update(TW_FP8=1, TW_SCALE=self.fp8_scale)
+        return d
 
 
 VARIANTS = {v.name: v for v in (Variant(256, 4), Variant(128, 6))}
 DEFAULT_VARIANT = "tc128x256s4"
 SMALL_M_VARIANT = "tc128x128s6"
+# Build-only FP8 variants (a stage is the same 16 KB + BN x 128 bytes as the 16-bit build: BK = 128 fp8 elements)
+FP8_VARIANTS = {v.name: v for v in (Variant(256, 4, 1), Variant(256, 4, 2), Variant(128, 6, 1))}
+BUILD_CHECK_VARIANTS = {**VARIANTS, **FP8_VARIANTS}
 BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("tc128x256s4", False, False, False, 0, False, False), ("tc128x256s4", False, True, False, 0, False, False),
     ("tc128x256s4", True, True, True, 2, True, True), ("tc128x128s6", False, False, False, 4, True, False),
+    # FP8 (K-major only): per-tensor plain, row-wise scales with bias + gelu + residual, the small-M tile
+    ("tc128x256s4f8", False, False, False, 0, False, False), ("tc128x256s4f8row", False, False, False, 2, True, True),
+    ("tc128x128s6f8", False, False, False, 0, True, False),
 )
+
+
+def build_markers(v: Variant) -> tuple[str, ...]:
+    """The MMA opcode a build's SASS must carry: UTCHMMA (kind::f16) or UTCQMMA (kind::f8f6f4)."""
+    return ("UTCQMMA",) if v.fp8 else ("UTCHMMA",)
 
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
@@ -72,6 +97,21 @@ def kernel_descriptors(v: Variant, a_mn: bool, b_mn: bool, dtype) -> tuple[int, 
     fmt = "float16" if dtype == torch.float16 else "bfloat16"
     return (desc.instr_desc(BM, v.bn, fmt, a_mn=a_mn, b_mn=b_mn), desc.operand_desc_hi(a_mn),
             desc.operand_desc_hi(b_mn))
+
+
+def kernel_descriptors_fp8(v: Variant, a_format: str = "e4m3", b_format: str | None = None) -> tuple[int, int, int]:
+    """(instruction descriptor, A / B smem-descriptor high bits) of an FP8 build (kind::f8f6f4, both K-major). The
+    smem descriptors equal the 16-bit K-major ones: a row is still one 128-byte swizzle row, 8 rows per 1024-B atom."""
+    if not v.fp8:
+        raise ValueError(f"{v.name} is not an FP8 variant")
+    return (desc.instr_desc(BM, v.bn, a_format, b_format, kind="f8f6f4"), desc.operand_desc_hi(False),
+            desc.operand_desc_hi(False))
+
+
+def fp8_tma_boxes(v: Variant) -> tuple[tuple[int, int], tuple[int, int]]:
+    """TMA boxes (inner K extent, rows) in elements for an FP8 build's A (K, M) and B (K, N) maps, 128B swizzle:
+    128 one-byte elements = the 128-byte swizzle span, so the box bytes and the smem layout match the 16-bit build."""
+    return (128, BM), (128, v.bn)
 
 
 def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:

@@ -22,6 +22,14 @@
 // arguments (CPU unit-tested against the PTX ISA tables); the static_asserts below pin ptx/tcgen05.cuh's constexpr
 // mirror to the same examples.
 // Compile-time variant (-D): TW_BN (64..256), TW_STAGES, TW_A_MN, TW_B_MN, TW_FP16, TW_ACT, TW_BIAS, TW_RES.
+//
+// FP8 variant (TW_FP8=1, never run either): A and B are 8-bit (e4m3 or e5m2, mixed allowed - the formats live in the
+// run-time instruction descriptor, so one build serves all four pairs), K-major only, tcgen05.mma kind::f8f6f4
+// (K = 32 per instruction), fp32 accumulation in TMEM. A 128-byte swizzle row holds BK = 128 fp8 elements, so a
+// stage has the same bytes, boxes and smem-descriptor fields as the 16-bit build and the k-step inside a row is
+// still +32 bytes. The epilogue scales the fp32 accumulator before bias / activation / residual (the
+// torch._scaled_mm order): TW_SCALE=1 per-tensor (scale_a[0] * scale_b[0]), TW_SCALE=2 row-wise (scale_a[row] *
+// scale_b[col], fp32 vectors of M and N). Output (and bias / residual) are bf16, or fp16 with TW_FP16.
 #include "ptx/common.cuh"
 #include "ptx/gemm_common.cuh"
 #include "ptx/mbarrier.cuh"
@@ -38,20 +46,36 @@
 #ifndef TW_B_MN
 #define TW_B_MN 0
 #endif
+#ifndef TW_FP8
+#define TW_FP8 0
+#endif
+#ifndef TW_SCALE
+#define TW_SCALE (TW_FP8 ? 1 : 0)
+#endif
+#if TW_FP8
+// per-tensor: one fp32 each; row-wise: fp32 (M,) and (N,) - device pointers, so a graph can update them in place
+#define TW_SCALE_PARAMS , const float* __restrict__ scale_a, const float* __restrict__ scale_b
+#else
+#define TW_SCALE_PARAMS
+#endif
 
 namespace tw {
 
 constexpr int BM = 128;  // cta_group::1 MMA M; one TMEM lane per output row
 constexpr int BN = TW_BN;
-constexpr int BK = 64;
+constexpr bool FP8 = TW_FP8 != 0;
+constexpr int ELEM_BYTES = FP8 ? 1 : 2;
+constexpr int BK = 128 / ELEM_BYTES;   // one 128-byte swizzle row of K per operand row: 64 x 16-bit or 128 x 8-bit
+constexpr int MMA_K = 32 / ELEM_BYTES;  // K of one tcgen05.mma: 32 bytes of each row (16 for kind::f16, 32 for f8f6f4)
+constexpr int SCALE = TW_SCALE;
 constexpr int STAGES = TW_STAGES;
 constexpr bool A_MN = TW_A_MN != 0;
 constexpr bool B_MN = TW_B_MN != 0;
 constexpr bool FP16 = TW_FP16 != 0;
 constexpr int THREADS = 192;
 constexpr int EPI_THREADS = 128;
-constexpr int A_STAGE = BM * BK * 2;
-constexpr int B_STAGE = BN * BK * 2;
+constexpr int A_STAGE = BM * BK * ELEM_BYTES;  // 16 KB either way
+constexpr int B_STAGE = BN * BK * ELEM_BYTES;
 constexpr int STAGE_BYTES = A_STAGE + B_STAGE;
 constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
 // barriers: full[STAGES], empty[STAGES], tmem_full[2], tmem_empty[2]; then the 4-byte TMEM address slot
@@ -64,6 +88,9 @@ static_assert(BN % 32 == 0 || !B_MN, "N-major B is loaded in 64-column boxes");
 static_assert(!B_MN || BN % 64 == 0, "N-major B is loaded in 64-column boxes");
 static_assert(2 * BN <= 512, "two accumulators must fit TMEM's 512 columns");
 static_assert(SMEM_BYTES <= 232448, "over the sm_100 per-block shared memory limit");
+static_assert(!FP8 || (!A_MN && !B_MN), "FP8 build: K-major A and B only (the layout scaled_mm passes)");
+static_assert(FP8 ? (SCALE == 1 || SCALE == 2) : SCALE == 0, "TW_SCALE: 1 per-tensor / 2 row-wise, FP8 builds only");
+static_assert(BK / MMA_K == 4, "four MMAs per k-block, each one 32-byte step along the swizzle row");
 
 // The constexpr mirror of sm100_descriptors.py, checked on the examples tests/cpu/test_sm100_descriptors.py checks.
 static_assert(tc_idesc_f16(128, 256, true, false, false) == 0x08400490u, "idesc bf16 M128 N256 K-major");
@@ -71,6 +98,9 @@ static_assert(tc_idesc_f16(128, 128, false, false, true) == 0x08210010u, "idesc 
 static_assert(tc_idesc_f16(64, 64, true, true, true) == 0x04118490u, "idesc bf16 M64 N64 both MN-major");
 static_assert(tc_smem_desc_hi(16, 1024, 2) == 0x4000404000010000ull, "smem desc K-major SW128");
 static_assert(tc_smem_desc_hi(8192, 1024, 2) == 0x4000404002000000ull, "smem desc MN-major SW128");
+static_assert(tc_idesc_f8(128, 256, 0, 0) == 0x08400010u, "idesc e4m3 x e4m3 M128 N256");
+static_assert(tc_idesc_f8(128, 128, 0, 1) == 0x08200410u, "idesc e4m3 x e5m2 M128 N128");
+static_assert(tc_idesc_f8(128, 256, 1, 1) == 0x08400490u, "idesc e5m2 x e5m2 M128 N256 (bit-equal to bf16's)");
 
 }  // namespace tw
 
@@ -86,7 +116,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                   unsigned short* __restrict__ out, long long ldo, const unsigned short* __restrict__ bias,
                   const unsigned short* __restrict__ res, long long rs0, long long rs1, long long rs2,
                   int res_period, int M, int N, int K, int tile_order, int group, unsigned int idesc,
-                  unsigned long long a_hi, unsigned long long b_hi) {
+                  unsigned long long a_hi, unsigned long long b_hi TW_SCALE_PARAMS) {
 #if defined(TW_HAS_TCGEN05)
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 sbase = (smem_u32(smem_raw) + 1023) & ~1023u;  // 128B swizzle atoms need 1024-byte alignment
@@ -168,13 +198,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           const tw_u32 sa = sbase + s * STAGE_BYTES;
           const tw_u32 sb = sa + A_STAGE;
 #pragma unroll
-          for (int k16 = 0; k16 < BK / 16; ++k16) {
-            // K-major: the next 16 elements are the next 32 bytes inside the 128-byte swizzle row (the hardware
-            // applies the swizzle to the computed addresses); MN-major: the next 16 K rows, 16 x 128 bytes on.
+          for (int k16 = 0; k16 < BK / MMA_K; ++k16) {
+            // K-major: the next MMA_K elements (16 x 16-bit or 32 x 8-bit) are the next 32 bytes inside the
+            // 128-byte swizzle row (the hardware applies the swizzle to the computed addresses; base offset 0 stays
+            // valid because the atom itself is 1024-aligned); MN-major (16-bit only): the next 16 K rows, 16 x 128
+            // bytes on.
             const tw_u32 a_off = A_MN ? k16 * 16 * 128 : k16 * 32;
             const tw_u32 b_off = B_MN ? k16 * 16 * 128 : k16 * 32;
-            tc_mma_f16(d_tmem, tc_smem_desc(a_hi, sa + a_off), tc_smem_desc(b_hi, sb + b_off), idesc,
-                       (kb | k16) != 0);
+            if constexpr (FP8) {
+              tc_mma_f8f6f4(d_tmem, tc_smem_desc(a_hi, sa + a_off), tc_smem_desc(b_hi, sb + b_off), idesc,
+                            (kb | k16) != 0);
+            } else {
+              tc_mma_f16(d_tmem, tc_smem_desc(a_hi, sa + a_off), tc_smem_desc(b_hi, sb + b_off), idesc,
+                         (kb | k16) != 0);
+            }
           }
           tc_commit(bar_empty + 8 * s);  // stage s is free once these MMAs have read it
           if (++s == STAGES) {
@@ -189,6 +226,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // ---------------- epilogue (warps 2..5) ----------------
     const int quarter = warp % 4;  // the TMEM lane quarter (tile rows) this warp may access
     const int row_in_tile = quarter * 32 + lane;
+    float tensor_scale = 1.0f;
+#if TW_FP8
+    // Per-tensor dequantisation factor, read once (plain global loads: the scales are written before the launch).
+    if constexpr (SCALE == 1) tensor_scale = scale_a[0] * scale_b[0];
+#endif
     int it = 0;
     for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++it) {
       int pm, pn;
@@ -201,6 +243,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       const bool row_ok = row < M;
       const long long roff = TW_RES ? (long long)(row / res_period) * rs0 + (long long)(row % res_period) * rs1 : 0;
       unsigned short* orow = out + (long long)row * ldo;
+      float row_scale = tensor_scale;
+#if TW_FP8
+      if constexpr (SCALE == 2) row_scale = row_ok ? scale_a[row] : 0.0f;  // no read past M
+#endif
       const tw_u32 taddr = tmem_base + ((tw_u32)(quarter * 32) << 16) + buf * BN;
 #pragma unroll 1
       for (int c0 = 0; c0 < BN; c0 += 16) {
@@ -217,13 +263,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           packed[j] = 0;
           if (col < N) {  // N % 8 == 0: col < N implies col + 1 < N
             float b0 = 0.0f, b1 = 0.0f;
+            float s0 = 1.0f, s1 = 1.0f;  // dequantisation of the fp8 product, before bias (scaled_mm semantics)
+#if TW_FP8
+            s0 = s1 = row_scale;
+            if constexpr (SCALE == 2) {
+              s0 *= scale_b[col];
+              s1 *= scale_b[col + 1];
+            }
+#endif
             if constexpr (TW_BIAS) {
               b0 = elem_to_f32<FP16>(bias[col]);
               b1 = elem_to_f32<FP16>(bias[col + 1]);
             }
             const unsigned short* rp = TW_RES ? res + roff + (long long)col * rs2 : nullptr;
-            const float v0 = epilogue_value<TW_ACT>(__uint_as_float(v[2 * j]), b0, rp);
-            const float v1 = epilogue_value<TW_ACT>(__uint_as_float(v[2 * j + 1]), b1, TW_RES ? rp + rs2 : nullptr);
+            const float a0 = FP8 ? __uint_as_float(v[2 * j]) * s0 : __uint_as_float(v[2 * j]);
+            const float a1 = FP8 ? __uint_as_float(v[2 * j + 1]) * s1 : __uint_as_float(v[2 * j + 1]);
+            const float v0 = epilogue_value<TW_ACT>(a0, b0, rp);
+            const float v1 = epilogue_value<TW_ACT>(a1, b1, TW_RES ? rp + rs2 : nullptr);
             packed[j] = pack_pair<FP16>(v0, v1);
           }
         }

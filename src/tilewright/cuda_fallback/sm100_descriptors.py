@@ -34,6 +34,15 @@ F16_FORMATS = {"float16": 0, "bfloat16": 1}
 F8_FORMATS = {"e4m3": 0, "e5m2": 1}
 LAYOUTS = {"none": 0, "128B_base32B": 1, "128B": 2, "64B": 4, "32B": 6}
 VALID_M = (64, 128)  # cta_group::1
+# K of one dense MMA: always 32 bytes of each K-major row (16 x 16-bit, 32 x 8-bit), so a 128-byte swizzle row holds
+# four MMAs' worth of K for either kind (BK = 64 16-bit or 128 8-bit elements per k-block)
+MMA_K = {"f16": 16, "f8f6f4": 32}
+ELEMENT_BYTES = {"f16": 2, "f8f6f4": 1}
+
+
+def k_block(kind: str = "f16", swizzle_bytes: int = 128) -> int:
+    """Elements of K in one swizzle row of ``kind``'s operands (the TMA box's inner extent): 64 or 128 for 128B."""
+    return swizzle_bytes // ELEMENT_BYTES[kind]
 
 
 def instr_desc(m: int, n: int, a_format: str = "bfloat16", b_format: str | None = None, *, a_mn: bool = False,

@@ -15,6 +15,14 @@ constexpr tw_u32 tc_idesc_f16(int m, int n, bool bf16, bool a_mn, bool b_mn) {
          ((b_mn ? 1u : 0u) << 16) | ((tw_u32)(n >> 3) << 17) | ((tw_u32)(m >> 4) << 24);
 }
 
+// Instruction descriptor, kind::f8f6f4: the same bit positions as kind::f16 with the A/B format fields reinterpreted
+// (PTX ISA "Instruction descriptor" table: 0 = E4M3, 1 = E5M2, 3 = E2M3, 4 = E3M2, 5 = E2M1); D format 1 = F32.
+// This package only emits the 8-bit formats, K-major (it never passes FP8 MN-major operands).
+constexpr tw_u32 tc_idesc_f8(int m, int n, int a_fmt, int b_fmt) {
+  return (1u << 4) | ((tw_u32)(a_fmt & 7) << 7) | ((tw_u32)(b_fmt & 7) << 10) | ((tw_u32)(n >> 3) << 17) |
+         ((tw_u32)(m >> 4) << 24);
+}
+
 // High fields of the sm_100 shared-memory matrix descriptor (everything except the start address): LBO >> 4 in
 // [16,30), SBO >> 4 in [32,46), version 1 in [46,48) (required on sm_100; Hopper's descriptor has no version field),
 // base offset 0 in [49,52) (tiles sit on 1024-byte boundaries), LBO mode 0 (bit 52), layout in [61,64):
@@ -55,15 +63,23 @@ TW_DEVICE void tc_fence_before_sync() { asm volatile("tcgen05.fence::before_thre
 // Order this thread's later tcgen05 ops after a preceding thread-sync (mbarrier wait, bar.sync).
 TW_DEVICE void tc_fence_after_sync() { asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory"); }
 
-// D[tmem] (+)= A[smem desc] * B[smem desc], one MMA of the shape in `idesc` (K = 16 for 16-bit inputs), issued by
-// ONE thread and executed asynchronously; accumulate = 0 overwrites D. Completion is observed via tcgen05.commit.
-TW_DEVICE void tc_mma_f16(tw_u32 d_tmem, tw_u64 a_desc, tw_u64 b_desc, tw_u32 idesc, tw_u32 accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-      "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n" ::"r"(d_tmem),
-      "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(accumulate)
-      : "memory");
-}
+// D[tmem] (+)= A[smem desc] * B[smem desc], one MMA of the shape in `idesc`, issued by ONE thread and executed
+// asynchronously; accumulate = 0 overwrites D. Completion is observed via tcgen05.commit. One definition per .kind:
+//   tc_mma_f16     kind::f16, K = 16 (16-bit inputs);
+//   tc_mma_f8f6f4  kind::f8f6f4, K = 32 for 8-bit inputs (32 bytes of each K-major row, the same byte step as
+//                  16 x 16-bit), F32 accumulation; the element formats come from `idesc` (bits 7-12), so one build
+//                  serves e4m3 and e5m2 (and mixed) operands.
+#define TW_DEFINE_TC_MMA(NAME, KIND)                                                                         \
+  TW_DEVICE void NAME(tw_u32 d_tmem, tw_u64 a_desc, tw_u64 b_desc, tw_u32 idesc, tw_u32 accumulate) {        \
+    asm volatile(                                                                                            \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"                                                          \
+        "tcgen05.mma.cta_group::1.kind::" KIND " [%0], %1, %2, %3, p;\n}\n" ::"r"(d_tmem),                      \
+        "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(accumulate)                                                \
+        : "memory");                                                                                         \
+  }
+TW_DEFINE_TC_MMA(tc_mma_f16, "f16")
+TW_DEFINE_TC_MMA(tc_mma_f8f6f4, "f8f6f4")
+#undef TW_DEFINE_TC_MMA
 
 // Arrive once on mbarrier `bar` when every tcgen05 op this thread issued so far has completed (their smem reads and
 // TMEM writes are done); implies tcgen05.fence::before_thread_sync.
