@@ -3,6 +3,7 @@ tcgen05 descriptor encoders against hand-computed PTX ISA examples, and the rout
 (including a failing first-use self-check). No GPU needed; build tests need nvcc or NVRTC."""
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -37,12 +38,17 @@ def test_build_check_blackwell(cache, arch, kernel, markers, module):
         if "not checked" not in r["markers"]:
             for m in markers:
                 assert f"{m}:0" not in r["markers"] and m in r["markers"], table
-    if module is tg:  # the MMA opcode per build: kind::f16 -> UTCHMMA, kind::f8f6f4 (FP8 builds) -> UTCQMMA
-        mma = ["UTCQMMA" if "fp8->" in r["build"] else "UTCHMMA" for r in built]
-        assert mma.count("UTCQMMA") == sum(tg.BUILD_CHECK_VARIANTS[n].fp8 for n, *_ in tg.BUILD_CHECK_BUILDS) == 3
-        for r, m in zip(built, mma):
+    if module is tg:  # the MMA opcode per build: kind::f16 -> UTCHMMA, kind::f8f6f4 (FP8 builds) -> UTCQMMA;
+        # cta_group::2 builds: their .2CTA forms, the multicast commit and the pair's TMEM alloc
+        variants = [tg.BUILD_CHECK_VARIANTS[n] for n, *_ in tg.BUILD_CHECK_BUILDS]
+        assert sum(v.fp8 for v in variants) == 4 and sum(v.cta2 for v in variants) == 2
+        for r, v in zip(built, variants):
+            want = ("UTCQMMA" if v.fp8 else "UTCHMMA") + ".2CTA" * v.cta2
+            assert r["build"].startswith(v.name + " "), table
             if "not checked" not in r["markers"]:
-                assert f"{m}:" in r["markers"] and f"{m}:0" not in r["markers"], table
+                assert f"{want}:" in r["markers"] and f"{want}:0" not in r["markers"], table
+                if v.cta2:
+                    assert "UTCBAR.2CTA.MULTICAST:0" not in r["markers"], table
 
 
 @needs_compiler
@@ -66,7 +72,36 @@ def test_sm100_fp8_variant_defines_leave_16bit_builds_alone():
     assert d8["TW_FP8"] == 1 and d8["TW_SCALE"] == 2
     assert not set(tg.FP8_VARIANTS) & set(tg.VARIANTS)  # never picked by the 16-bit router / launcher
     for v in tg.FP8_VARIANTS.values():
-        assert v.smem_bytes() <= tg.SMEM_LIMIT and tg.fp8_tma_boxes(v) == ((128, 128), (128, v.bn))
+        assert v.smem_bytes() <= tg.SMEM_LIMIT and tg.tma_boxes(v) == ((128, 128), (128, v.bn))
+
+
+def test_sm100_cta2_variants():
+    """2-CTA builds: M = 256 per pair, B split by N (BN / 2 rows per CTA), even grids, cta_group::2 descriptors."""
+    assert not set(tg.CTA2_VARIANTS) & set(tg.VARIANTS)  # build-only: never picked by the launcher / router
+    v, v8 = tg.CTA2_VARIANTS["tc256x256s6c2"], tg.CTA2_VARIANTS["tc256x256s6f8c2"]
+    assert v.defines(False, False, False)["TW_CTA2"] == 1 and "TW_CTA2" not in tg.VARIANTS["tc128x256s4"].defines(
+        False, False, False)
+    # a stage: 128 x 128 B of A + 128 x 128 B of B (half of BN = 256) = 32 KB; 6 stages + barriers + alignment slack
+    assert v.smem_bytes() == 1024 + 6 * 32768 + 16 * 8 + 16 <= tg.SMEM_LIMIT
+    assert tg.tma_boxes(v) == ((64, 128), (64, 128)) and tg.tma_boxes(v8) == ((128, 128), (128, 128))
+    assert tg.grid_ctas(v, 148, 1000) == 148 and tg.grid_ctas(v, 132, 3) == 6 and tg.grid_ctas(v, 133, 1000) == 132
+    assert tg.grid_ctas(tg.VARIANTS["tc128x256s4"], 133, 1000) == 133
+    idesc, a_hi, b_hi = tg.kernel_descriptors(v, False, False, torch.bfloat16)
+    assert idesc == 0x10400490 and a_hi == b_hi == 0x4000404000010000
+    assert tg.kernel_descriptors_fp8(v8)[0] == 0x10400010
+
+
+@needs_compiler
+def test_sm100_cta2_build_sass(cache):
+    """The 2-CTA build: every MMA is the pair form, commits multicast, TMEM alloc is the pair's; no 1-CTA forms."""
+    b = build.compile_source(tg.SOURCE, "sm_100a", tg.CTA2_VARIANTS["tc256x256s6c2"].defines(False, False, False))
+    text = build_check.sass(b.cubin)
+    if text is None:
+        pytest.skip("no cuobjdump")
+    mmas = re.findall(r"\bUTC[HQ]MMA\S*", text)
+    assert mmas and all(m.startswith("UTCHMMA.2CTA") for m in mmas), sorted(set(mmas))
+    assert "UTCBAR.2CTA.MULTICAST" in text and "UTCATOMSWS.2CTA" in text and "UTMALDG" in text
+    assert build_check.parse_ptxas(b.log)["spills"] == 0
 
 
 @needs_compiler
@@ -117,6 +152,14 @@ def test_instr_desc_f8f6f4_hand_computed():
         d.instr_desc(128, 128, "bfloat16", kind="f8f6f4")
     with pytest.raises(ValueError):
         d.instr_desc(128, 128, "e4m3", kind="f6")
+    # cta_group::2, M = 256 (the pair's rows) -> M >> 4 = 16 at bit 24 = 0x10000000:
+    #   bf16 N = 256: 0x10 | 0x80 | 0x400 | 0x400000 | 0x10000000; e4m3 N = 256: 0x10 | 0x400000 | 0x10000000
+    assert d.instr_desc(256, 256, "bfloat16", cta_group=2) == 0x10400490
+    assert d.instr_desc(256, 256, "e4m3", kind="f8f6f4", cta_group=2) == 0x10400010
+    assert d.decode_instr_desc(d.instr_desc(256, 128, "float16", cta_group=2))["m"] == 256
+    for bad in (dict(m=64, cta_group=2), dict(m=256, cta_group=1), dict(m=128, cta_group=3)):
+        with pytest.raises(ValueError):
+            d.instr_desc(n=128, a_format="bfloat16", **bad)
     # the FP8 build's descriptors: the idesc above, and the 16-bit K-major smem descriptor fields (SBO 1024, LBO 16)
     idesc, a_hi, b_hi = tg.kernel_descriptors_fp8(tg.FP8_VARIANTS["tc128x256s4f8"], "e4m3", "e5m2")
     assert idesc == 0x08400410 and a_hi == b_hi == 0x4000404000010000
@@ -160,7 +203,8 @@ def test_kernel_descriptors_match_the_cu_static_asserts():
                      ("0x4000404002000000ull", d.operand_desc_hi(True)),
                      ("0x08400010u", d.instr_desc(128, 256, "e4m3", kind="f8f6f4")),
                      ("0x08200410u", d.instr_desc(128, 128, "e4m3", "e5m2", kind="f8f6f4")),
-                     ("0x08400490u", d.instr_desc(128, 256, "e5m2", kind="f8f6f4"))):
+                     ("0x08400490u", d.instr_desc(128, 256, "e5m2", kind="f8f6f4")),
+                     ("0x10400490u", d.instr_desc(256, 256, "bfloat16", cta_group=2))):
         assert lit in src and int(lit.rstrip("ul"), 16) == val
     idesc, a_hi, b_hi = tg.kernel_descriptors(tg.VARIANTS["tc128x256s4"], False, True, torch.bfloat16)
     assert idesc == 0x08410490 and a_hi == d.operand_desc_hi(False) and b_hi == d.operand_desc_hi(True)

@@ -11,7 +11,13 @@ Same contract as :mod:`.gemm` (operands, (R0, P, N) residual, activations, tile 
 FP8 builds (``FP8_VARIANTS``, TW_FP8=1: tcgen05.mma kind::f8f6f4, e4m3/e5m2 K-major operands, per-tensor or row-wise
 scales in the epilogue, bf16 out) are BUILD-ONLY: build-check compiles and SASS-checks them, but no launcher or
 router path reaches them (ops/scaled_mm.py does not route to sm_100 CUDA). :func:`kernel_descriptors_fp8` and
-:func:`fp8_tma_boxes` are what a launcher would pass; wiring one needs a B200 to self-check it first.
+:func:`tma_boxes` are what a launcher would pass; wiring one needs a B200 to self-check it first.
+
+2-CTA builds (``CTA2_VARIANTS``, TW_CTA2=1: tcgen05.mma cta_group::2, M = 256 per 2x1 cluster, K-major operands;
+bf16/fp16 or FP8) are BUILD-ONLY as well. The kernel carries ``__cluster_dims__(2, 1, 1)``, so a launcher needs no
+cuLaunchKernelEx: the plain cuLaunchKernel of build.Driver.launch launches it as clusters, given an even grid
+(:func:`grid_ctas`), B maps with (BK, BN / 2) boxes (:func:`tma_boxes`) and the M = 256 descriptor
+(:func:`kernel_descriptors` with a 2-CTA variant). Existing launches are untouched.
 """
 from __future__ import annotations
 
@@ -41,8 +47,13 @@ class Variant:
     bn: int
     stages: int
     fp8_scale: int = 0  # 0: 16-bit build (kind::f16); 1 / 2: kind::f8f6f4 with TW_SCALE = 1 / 2
+    cta2: bool = False  # cta_group::2: a 2x1 cluster per 256-row tile, B split by N between the two CTAs
 
-    bm = BM
+    bm = BM  # rows per CTA (the tile of a 2-CTA variant is pair * bm)
+
+    @property
+    def pair(self) -> int:
+        return 2 if self.cta2 else 1
 
     @property
     def fp8(self) -> bool:
@@ -50,10 +61,10 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return f"tc128x{self.bn}s{self.stages}" + ("", "f8", "f8row")[self.fp8_scale]
+        return f"tc{BM * self.pair}x{self.bn}s{self.stages}" + ("", "f8", "f8row")[self.fp8_scale] + "c2" * self.cta2
 
     def smem_bytes(self) -> int:
-        return 1024 + self.stages * (BM + self.bn) * 128 + (2 * self.stages + 4) * 8 + 16
+        return 1024 + self.stages * (BM + self.bn // self.pair) * 128 + (2 * self.stages + 4) * 8 + 16
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
@@ -61,6 +72,8 @@ class Variant:
              "TW_FP16": int(fp16), "TW_ACT": int(act), "TW_BIAS": int(bias), "TW_RES": int(res)}
         if self.fp8:  # 16-bit builds pass exactly the defines they always did (same cache keys, same SASS)
             d.update(TW_FP8=1, TW_SCALE=self.fp8_scale)
+        if self.cta2:
+            d.update(TW_CTA2=1)
         return d
 
 
@@ -69,19 +82,27 @@ DEFAULT_VARIANT = "tc128x256s4"
 SMALL_M_VARIANT = "tc128x128s6"
 # Build-only FP8 variants (a stage is the same 16 KB + BN x 128 bytes as the 16-bit build: BK = 128 fp8 elements)
 FP8_VARIANTS = {v.name: v for v in (Variant(256, 4, 1), Variant(256, 4, 2), Variant(128, 6, 1))}
-BUILD_CHECK_VARIANTS = {**VARIANTS, **FP8_VARIANTS}
+# Build-only 2-CTA variants: a stage is 16 KB of A + BN / 2 x 128 bytes of B per CTA, so BN = 256 fits 6 stages
+CTA2_VARIANTS = {v.name: v for v in (Variant(256, 6, cta2=True), Variant(256, 6, 1, cta2=True))}
+BUILD_CHECK_VARIANTS = {**VARIANTS, **FP8_VARIANTS, **CTA2_VARIANTS}
 BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("tc128x256s4", False, False, False, 0, False, False), ("tc128x256s4", False, True, False, 0, False, False),
     ("tc128x256s4", True, True, True, 2, True, True), ("tc128x128s6", False, False, False, 4, True, False),
     # FP8 (K-major only): per-tensor plain, row-wise scales with bias + gelu + residual, the small-M tile
     ("tc128x256s4f8", False, False, False, 0, False, False), ("tc128x256s4f8row", False, False, False, 2, True, True),
     ("tc128x128s6f8", False, False, False, 0, True, False),
+    # 2-CTA (K-major only): bf16 with bias + gelu + residual, FP8 per-tensor
+    ("tc256x256s6c2", False, False, False, 2, True, True), ("tc256x256s6f8c2", False, False, False, 0, False, False),
 )
 
 
 def build_markers(v: Variant) -> tuple[str, ...]:
-    """The MMA opcode a build's SASS must carry: UTCHMMA (kind::f16) or UTCQMMA (kind::f8f6f4)."""
-    return ("UTCQMMA",) if v.fp8 else ("UTCHMMA",)
+    """The MMA opcode a build's SASS must carry: UTCHMMA (kind::f16) or UTCQMMA (kind::f8f6f4); 2-CTA builds their
+    .2CTA forms, the multicast commit (UTCBAR.2CTA.MULTICAST) and the pair's TMEM alloc (UTCATOMSWS.2CTA)."""
+    mma = "UTCQMMA" if v.fp8 else "UTCHMMA"
+    if v.cta2:
+        return (mma + ".2CTA", "UTCBAR.2CTA.MULTICAST", "UTCATOMSWS.2CTA")
+    return (mma,)
 
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
@@ -95,8 +116,8 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
 def kernel_descriptors(v: Variant, a_mn: bool, b_mn: bool, dtype) -> tuple[int, int, int]:
     """(instruction descriptor, A smem-descriptor high bits, B smem-descriptor high bits) for one build."""
     fmt = "float16" if dtype == torch.float16 else "bfloat16"
-    return (desc.instr_desc(BM, v.bn, fmt, a_mn=a_mn, b_mn=b_mn), desc.operand_desc_hi(a_mn),
-            desc.operand_desc_hi(b_mn))
+    return (desc.instr_desc(BM * v.pair, v.bn, fmt, a_mn=a_mn, b_mn=b_mn, cta_group=v.pair),
+            desc.operand_desc_hi(a_mn), desc.operand_desc_hi(b_mn))
 
 
 def kernel_descriptors_fp8(v: Variant, a_format: str = "e4m3", b_format: str | None = None) -> tuple[int, int, int]:
@@ -104,14 +125,24 @@ def kernel_descriptors_fp8(v: Variant, a_format: str = "e4m3", b_format: str | N
     smem descriptors equal the 16-bit K-major ones: a row is still one 128-byte swizzle row, 8 rows per 1024-B atom."""
     if not v.fp8:
         raise ValueError(f"{v.name} is not an FP8 variant")
-    return (desc.instr_desc(BM, v.bn, a_format, b_format, kind="f8f6f4"), desc.operand_desc_hi(False),
+    return (desc.instr_desc(BM * v.pair, v.bn, a_format, b_format, kind="f8f6f4", cta_group=v.pair),
+            desc.operand_desc_hi(False),
             desc.operand_desc_hi(False))
 
 
-def fp8_tma_boxes(v: Variant) -> tuple[tuple[int, int], tuple[int, int]]:
-    """TMA boxes (inner K extent, rows) in elements for an FP8 build's A (K, M) and B (K, N) maps, 128B swizzle:
-    128 one-byte elements = the 128-byte swizzle span, so the box bytes and the smem layout match the 16-bit build."""
-    return (128, BM), (128, v.bn)
+def tma_boxes(v: Variant) -> tuple[tuple[int, int], tuple[int, int]]:
+    """TMA boxes (inner K extent, rows) in elements for a K-major build's A (K, M) and B (K, N) maps, 128B swizzle:
+    one 128-byte swizzle row of K (64 16-bit or 128 fp8 elements, so an FP8 stage has the 16-bit stage's bytes and
+    smem layout); a 2-CTA build's CTA loads BN / 2 rows of B."""
+    return (desc.k_block("f8f6f4" if v.fp8 else "f16"), BM), (desc.k_block("f8f6f4" if v.fp8 else "f16"),
+                                                             v.bn // v.pair)
+
+
+
+def grid_ctas(v: Variant, sms: int, tiles: int) -> int:
+    """Persistent grid size: one CTA per SM, at most one per tile (a tile is a CTA pair for 2-CTA builds); a
+    multiple of the cluster size, which a cluster launch requires."""
+    return v.pair * max(1, min(sms // v.pair, tiles))
 
 
 def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:

@@ -34,6 +34,8 @@ F16_FORMATS = {"float16": 0, "bfloat16": 1}
 F8_FORMATS = {"e4m3": 0, "e5m2": 1}
 LAYOUTS = {"none": 0, "128B_base32B": 1, "128B": 2, "64B": 4, "32B": 6}
 VALID_M = (64, 128)  # cta_group::1
+# M per cta_group this package encodes: cta_group::2 (a CTA pair, 128 rows of D in each CTA's TMEM) only as M = 256
+VALID_M_BY_GROUP = {1: VALID_M, 2: (256,)}
 # K of one dense MMA: always 32 bytes of each K-major row (16 x 16-bit, 32 x 8-bit), so a 128-byte swizzle row holds
 # four MMAs' worth of K for either kind (BK = 64 16-bit or 128 8-bit elements per k-block)
 MMA_K = {"f16": 16, "f8f6f4": 32}
@@ -46,18 +48,22 @@ def k_block(kind: str = "f16", swizzle_bytes: int = 128) -> int:
 
 
 def instr_desc(m: int, n: int, a_format: str = "bfloat16", b_format: str | None = None, *, a_mn: bool = False,
-               b_mn: bool = False, kind: str = "f16", d_f32: bool = True) -> int:
-    """32-bit instruction descriptor of a dense ``tcgen05.mma.cta_group::1.kind::{f16,f8f6f4}`` of shape M x N."""
+               b_mn: bool = False, kind: str = "f16", d_f32: bool = True, cta_group: int = 1) -> int:
+    """32-bit instruction descriptor of a dense ``tcgen05.mma.cta_group::{1,2}.kind::{f16,f8f6f4}`` of shape M x N
+    (for cta_group::2, M counts the pair's rows: 256 = 128 per CTA; the M field is still M >> 4)."""
     b_format = b_format or a_format
     table = F16_FORMATS if kind == "f16" else F8_FORMATS if kind == "f8f6f4" else None
     if table is None:
         raise ValueError(f"kind {kind!r}: expected 'f16' or 'f8f6f4'")
     if a_format not in table or b_format not in table:
         raise ValueError(f"formats {a_format}/{b_format} are not valid for kind::{kind} ({sorted(table)})")
-    if m not in VALID_M:
-        raise ValueError(f"M = {m}: cta_group::1 takes M in {VALID_M}")
-    if n % (16 if m == 128 else 8) or not 8 <= n <= 256:
-        raise ValueError(f"N = {n}: must be a multiple of {16 if m == 128 else 8} in [8, 256] for M = {m}")
+    if cta_group not in VALID_M_BY_GROUP:
+        raise ValueError(f"cta_group {cta_group}: expected 1 or 2")
+    if m not in VALID_M_BY_GROUP[cta_group]:
+        raise ValueError(f"M = {m}: cta_group::{cta_group} takes M in {VALID_M_BY_GROUP[cta_group]} here")
+    step = 8 if m == 64 else 16
+    if n % step or not step <= n <= 256:
+        raise ValueError(f"N = {n}: must be a multiple of {step} in [{step}, 256] for M = {m}")
     if kind == "f16" and not d_f32:
         d = 0
     else:

@@ -40,22 +40,31 @@ TW_DEVICE tw_u64 tc_smem_desc(tw_u64 hi, tw_u32 smem_addr) { return hi | (tw_u64
 #if defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM103_ALL)
 #define TW_HAS_TCGEN05 1
 
-// Allocate `ncols` TMEM columns (power of two, 32..512) for this CTA; the whole warp executes it and the TMEM
-// address (lane 0, first column) is written to shared memory at `dst`. The same warp must dealloc before exit.
-TW_DEVICE void tmem_alloc(tw_u32 dst, tw_u32 ncols) {
-  asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;" ::"r"(dst), "r"(ncols)
-               : "memory");
-}
-
-// Give up this CTA's right to allocate more TMEM, so co-resident CTAs blocked in alloc can proceed (warp-wide).
-TW_DEVICE void tmem_relinquish_alloc_permit() {
-  asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: "memory");
-}
-
-// Free `ncols` columns at `taddr` (warp-wide, by the allocating warp; all TMEM reads/MMAs into it must be done).
-TW_DEVICE void tmem_dealloc(tw_u32 taddr, tw_u32 ncols) {
-  asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" ::"r"(taddr), "r"(ncols) : "memory");
-}
+// TMEM allocation, one set per cta_group (the _cg2 names: a CTA pair, see below):
+//   tmem_alloc: allocate `ncols` TMEM columns (power of two, 32..512) for this CTA; the whole warp executes it and
+//     the TMEM address (lane 0, first column) is written to shared memory at `dst`. The same warp must dealloc.
+//   tmem_relinquish_alloc_permit: give up this CTA's right to allocate more TMEM, so co-resident CTAs blocked in
+//     alloc can proceed (warp-wide).
+//   tmem_dealloc: free `ncols` columns at `taddr` (warp-wide, by the allocating warp; all TMEM reads/MMAs into it
+//     must be done).
+// cta_group::2: one warp in EACH CTA of the pair executes them (collectively with its peer), so both CTAs get the
+// same column range of their own TMEM - the pair's MMA writes D at one address in both.
+#define TW_DEFINE_TMEM_ALLOC(SUFFIX, CG)                                                                     \
+  TW_DEVICE void tmem_alloc##SUFFIX(tw_u32 dst, tw_u32 ncols) {                                              \
+    asm volatile("tcgen05.alloc.cta_group::" CG ".sync.aligned.shared::cta.b32 [%0], %1;" ::"r"(dst),        \
+                 "r"(ncols)                                                                                  \
+                 : "memory");                                                                                \
+  }                                                                                                          \
+  TW_DEVICE void tmem_relinquish_alloc_permit##SUFFIX() {                                                    \
+    asm volatile("tcgen05.relinquish_alloc_permit.cta_group::" CG ".sync.aligned;" ::: "memory");           \
+  }                                                                                                          \
+  TW_DEVICE void tmem_dealloc##SUFFIX(tw_u32 taddr, tw_u32 ncols) {                                          \
+    asm volatile("tcgen05.dealloc.cta_group::" CG ".sync.aligned.b32 %0, %1;" ::"r"(taddr), "r"(ncols)       \
+                 : "memory");                                                                                \
+  }
+TW_DEFINE_TMEM_ALLOC(, "1")
+TW_DEFINE_TMEM_ALLOC(_cg2, "2")
+#undef TW_DEFINE_TMEM_ALLOC
 
 // Order this thread's prior tcgen05 ops before a following thread-sync (mbarrier arrive, bar.sync).
 TW_DEVICE void tc_fence_before_sync() { asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory"); }
@@ -69,22 +78,39 @@ TW_DEVICE void tc_fence_after_sync() { asm volatile("tcgen05.fence::after_thread
 //   tc_mma_f8f6f4  kind::f8f6f4, K = 32 for 8-bit inputs (32 bytes of each K-major row, the same byte step as
 //                  16 x 16-bit), F32 accumulation; the element formats come from `idesc` (bits 7-12), so one build
 //                  serves e4m3 and e5m2 (and mixed) operands.
-#define TW_DEFINE_TC_MMA(NAME, KIND)                                                                         \
+// The _cg2 forms are the cta_group::2 MMA of a CTA pair (M = 256): issued by one thread of the pair's even CTA, A's
+// 128-row halves and B's N/2-row halves read from the same smem offsets in both CTAs, D written to both CTAs' TMEM.
+#define TW_DEFINE_TC_MMA(NAME, CG, KIND)                                                                     \
   TW_DEVICE void NAME(tw_u32 d_tmem, tw_u64 a_desc, tw_u64 b_desc, tw_u32 idesc, tw_u32 accumulate) {        \
     asm volatile(                                                                                            \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"                                                          \
-        "tcgen05.mma.cta_group::1.kind::" KIND " [%0], %1, %2, %3, p;\n}\n" ::"r"(d_tmem),                      \
+        "tcgen05.mma.cta_group::" CG ".kind::" KIND " [%0], %1, %2, %3, p;\n}\n" ::"r"(d_tmem),                \
         "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(accumulate)                                                \
         : "memory");                                                                                         \
   }
-TW_DEFINE_TC_MMA(tc_mma_f16, "f16")
-TW_DEFINE_TC_MMA(tc_mma_f8f6f4, "f8f6f4")
+TW_DEFINE_TC_MMA(tc_mma_f16, "1", "f16")
+TW_DEFINE_TC_MMA(tc_mma_f8f6f4, "1", "f8f6f4")
+TW_DEFINE_TC_MMA(tc_mma_f16_cg2, "2", "f16")
+TW_DEFINE_TC_MMA(tc_mma_f8f6f4_cg2, "2", "f8f6f4")
 #undef TW_DEFINE_TC_MMA
 
 // Arrive once on mbarrier `bar` when every tcgen05 op this thread issued so far has completed (their smem reads and
 // TMEM writes are done); implies tcgen05.fence::before_thread_sync.
 TW_DEVICE void tc_commit(tw_u32 bar) {
   asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// ---- cta_group::2 (a 2x1 cluster computing one 256-row tile; see gemm_sm100_tcgen05.cu TW_CTA2) ----
+
+// (TMEM alloc / relinquish / dealloc of a pair: tmem_alloc_cg2 & co. above.)
+
+// tcgen05.commit of the pair's MMAs, arriving once on the mbarrier at local offset `bar` in every CTA of `cta_mask`
+// (bit i = cluster rank i): how both CTAs learn that a stage was consumed / an accumulator is complete.
+TW_DEVICE void tc_commit_multicast_cg2(tw_u32 bar, unsigned short cta_mask) {
+  asm volatile(
+      "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;" ::"r"(bar),
+      "h"(cta_mask)
+      : "memory");
 }
 
 // Load 16 consecutive 32-bit TMEM columns of this warp's 32-lane slice (lane i of the warp reads TMEM lane

@@ -28,6 +28,17 @@ TW_DEVICE void tma_load_2d_cta(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, i
       : "memory");
 }
 
+// tma_load_2d for one CTA of a cta_group::2 pair: the box lands in THIS CTA's smem at `dst`, but its bytes
+// complete_tx on `bar`, a shared::cluster address that may be the peer CTA's mbarrier (the pair's MMA issuer waits
+// there for both halves of a stage).
+TW_DEVICE void tma_load_2d_cg2(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.cta_group::2.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+      "%4}], [%2];" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
 // The load form for the architecture being compiled: shared::cta on sm_100+ (see tma_load_2d_cta), shared::cluster
 // below (the form every CUDA 12 toolchain accepts for sm_90; its SASS has no fallback path there).
 TW_DEVICE void tma_load_box(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c0, int c1) {
