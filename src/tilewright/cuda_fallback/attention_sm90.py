@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from . import build
-from .gemm import _device_model, _warn_once  # one warning per key, process-wide (shared with the GEMMs)
+from .gemm import _device_model, _warn_once, memo_self_check  # one warning per key, process-wide (shared)
 
 SOURCE = "attention_sm90.cu"
 KERNEL = "tw_attn_fwd_sm90"
@@ -293,21 +293,10 @@ def ready(q, k, v) -> tuple[bool, str]:
         return False, "no CUDA compiler (nvcc or NVRTC) found"
     var = pick_variant()
     key = (_device_model(q.device), var.name, q.shape[-1], q.dtype)
-    with _lock:
-        if key not in _checked:
-            try:
-                _checked[key] = self_check(q.device, var, q.shape[-1], q.dtype)
-            except build.CompileError as e:
-                _disabled = "compile failed (see the warning)"
-                _warn_once("attention-compile",
-                           f"tilewright: the CUDA attention did not compile; Triton serves instead.\n{e}")
-                return False, _disabled
-            except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
-                _checked[key] = (False, f"self-check raised {type(e).__name__}: {e}")
-            if not _checked[key][0]:
-                _warn_once(str(key), f"tilewright: CUDA attention {key[1]} disabled on {key[0]}: "
-                                     f"{_checked[key][1]}; Triton serves instead")
-    ok, msg = _checked[key]
+    ok, msg, off = memo_self_check(_checked, _lock, key, lambda: self_check(q.device, var, q.shape[-1], q.dtype),
+                                   "CUDA attention")
+    if off:
+        _disabled = off
     return ok, f"sm_90a attention {var.name}: {msg}"
 
 

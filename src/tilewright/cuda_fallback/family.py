@@ -67,22 +67,13 @@ class Guard:
         (a_mn, _), _ = _sm90._layout(a, "a")
         (b_first, _), _ = _sm90._layout(b, "b")
         key = (_sm90._device_model(a.device), v.name, a_mn, not b_first, a.dtype)
-        with self.lock:
-            if key not in self.checked:
-                try:
-                    self.checked[key] = _sm90._self_check_one(a.device, v, a_mn, not b_first, a.dtype,
-                                                              launch=self.launch)
-                except build.CompileError as e:
-                    self.disabled = "compile failed (see the warning)"
-                    _sm90._warn_once(f"{self.label}-compile",
-                                     f"tilewright: the {self.label} GEMM did not compile; Triton serves.\n{e}")
-                    return False, self.disabled
-                except Exception as e:  # noqa: BLE001 - any failure must fall back, never reach the caller
-                    self.checked[key] = (False, f"self-check raised {type(e).__name__}: {e}")
-                if not self.checked[key][0]:
-                    _sm90._warn_once(f"{self.label}{key}", f"tilewright: {self.label} GEMM {key[1]} disabled on "
-                                                           f"{key[0]}: {self.checked[key][1]}; Triton serves instead")
-        ok, msg = self.checked[key]
+        ok, msg, off = _sm90.memo_self_check(
+            self.checked, self.lock, key,
+            lambda: _sm90._self_check_one(a.device, v, a_mn, not b_first, a.dtype, launch=self.launch),
+            f"{self.label} GEMM")
+        if off:
+            self.disabled = off
+            return False, off
         return ok, f"{self.label} {v.name}: {msg}{self.note()}"
 
     def try_launch(self, a, b, out, bias=None, residual=None, activation=None, preact=None) -> bool:

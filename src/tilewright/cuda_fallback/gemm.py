@@ -296,6 +296,28 @@ def _device_model(device: torch.device) -> str:
     return f"{p.name} (sm_{p.major}{p.minor})"
 
 
+def memo_self_check(checked: dict, lock, key: tuple, check, label: str) -> tuple[bool, str, str | None]:
+    """Run ``check()`` -> (ok, message) once per ``key`` (memoized in ``checked``), for every CUDA kernel family.
+
+    Returns (ok, message, disable): ``disable`` is set when the kernel did not compile - the caller then disables its
+    whole family (one warning). Any other exception, or a failed check, marks only this key as failed (one warning
+    each); nothing raises to the caller, so the router can always fall back to Triton."""
+    with lock:
+        if key not in checked:
+            try:
+                checked[key] = check()
+            except build.CompileError as e:
+                _warn_once(f"{label}-compile", f"tilewright: the {label} did not compile; Triton serves instead.\n{e}")
+                return False, "compile failed (see the warning)", "compile failed (see the warning)"
+            except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
+                checked[key] = (False, f"self-check raised {type(e).__name__}: {e}")
+            if not checked[key][0]:
+                _warn_once(f"{label}{key}", f"tilewright: {label} {key[1]} disabled on {key[0]}: {checked[key][1]}; "
+                                            "Triton serves instead")
+    ok, msg = checked[key]
+    return ok, msg, None
+
+
 def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
@@ -357,20 +379,10 @@ def ready(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None) -> tuple[b
     (a_mn, _), _ = _layout(a, "a")
     (b_first, _), _ = _layout(b, "b")
     key = (_device_model(a.device), v.name, a_mn, not b_first, a.dtype)
-    with _lock:
-        if key not in _checked:
-            try:
-                _checked[key] = _self_check_one(a.device, v, a_mn, not b_first, a.dtype)
-            except build.CompileError as e:
-                _disabled = "compile failed (see the warning)"
-                _warn_once("compile", f"tilewright: the CUDA GEMM did not compile; Triton serves instead.\n{e}")
-                return False, _disabled
-            except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
-                _checked[key] = (False, f"self-check raised {type(e).__name__}: {e}")
-            if not _checked[key][0]:
-                _warn_once(str(key), f"tilewright: CUDA GEMM {key[1]} disabled on {key[0]}: {_checked[key][1]}; "
-                                     "Triton serves instead")
-    ok, msg = _checked[key]
+    ok, msg, off = memo_self_check(_checked, _lock, key, lambda: _self_check_one(a.device, v, a_mn, not b_first,
+                                                                                  a.dtype), "CUDA GEMM")
+    if off:
+        _disabled = off
     return ok, f"{v.name}: {msg}"
 
 

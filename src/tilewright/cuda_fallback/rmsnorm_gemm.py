@@ -273,21 +273,10 @@ def ready(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
     M, K = x.shape
     v = pick_variant(M, weight.shape[0], K)
     key = (_sm90._device_model(x.device), v.name, x.dtype)
-    with _lock:
-        if key not in _checked:
-            try:
-                _checked[key] = _self_check_one(x.device, v, x.dtype)
-            except build.CompileError as e:
-                _disabled = "compile failed (see the warning)"
-                _sm90._warn_once("rmsnorm-compile",
-                                 f"tilewright: the CUDA RMSNorm-GEMM did not compile; Triton serves instead.\n{e}")
-                return False, _disabled
-            except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
-                _checked[key] = (False, f"self-check raised {type(e).__name__}: {e}")
-            if not _checked[key][0]:
-                _sm90._warn_once(f"rmsnorm{key}", f"tilewright: CUDA RMSNorm-GEMM {key[1]} disabled on {key[0]}: "
-                                                  f"{_checked[key][1]}; Triton serves instead")
-    ok, msg = _checked[key]
+    ok, msg, off = _sm90.memo_self_check(_checked, _lock, key, lambda: _self_check_one(x.device, v, x.dtype),
+                                         "CUDA RMSNorm-GEMM")
+    if off:
+        _disabled = off
     return ok, f"sm_90a RMSNorm-GEMM {v.name}: {msg}"
 
 
