@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from . import build
-from .gemm import _device_model, _warn_once, memo_self_check  # one warning per key, process-wide (shared)
+from .gemm import _device_model, _warn_once, memo_self_check, ready_blocked  # shared with the GEMM families
 
 SOURCE = "attention_sm90.cu"
 KERNEL = "tw_attn_fwd_sm90"
@@ -284,13 +284,9 @@ def ready(q, k, v) -> tuple[bool, str]:
     """Everything the router needs before routing here: constraints, toolchain, and the variant's self-check on this
     device model (once per process; a failure disables the kernel with one warning and Triton serves)."""
     global _disabled
-    ok, why = constraints(q, k, v)
-    if not ok:
-        return False, why
-    if _disabled:
-        return False, _disabled
-    if build.toolchain() is None:
-        return False, "no CUDA compiler (nvcc or NVRTC) found"
+    blocked = ready_blocked(constraints(q, k, v), _disabled)
+    if blocked:
+        return blocked
     var = pick_variant()
     key = (_device_model(q.device), var.name, q.shape[-1], q.dtype)
     ok, msg, off = memo_self_check(_checked, _lock, key, lambda: self_check(q.device, var, q.shape[-1], q.dtype),

@@ -9,7 +9,6 @@ import ctypes
 import threading
 from pathlib import Path
 
-from . import build
 from . import gemm as _sm90
 
 NOT_RUN_NOTE = "not yet run on this hardware by the project's tests"
@@ -55,13 +54,9 @@ class Guard:
         return "" if result_files(self.result_glob) else f"; {NOT_RUN_NOTE}"
 
     def ready(self, a, b, bias=None, residual=None) -> tuple[bool, str]:
-        ok, why = _sm90.constraints(a, b, bias, residual)
-        if not ok:
-            return False, why
-        if self.disabled:
-            return False, self.disabled
-        if build.toolchain() is None:
-            return False, "no CUDA compiler (nvcc or NVRTC) found"
+        blocked = _sm90.ready_blocked(_sm90.constraints(a, b, bias, residual), self.disabled)
+        if blocked:
+            return blocked
         M, K = a.shape
         v = self.pick_variant(M, b.shape[1], K)
         (a_mn, _), _ = _sm90._layout(a, "a")

@@ -296,6 +296,19 @@ def _device_model(device: torch.device) -> str:
     return f"{p.name} (sm_{p.major}{p.minor})"
 
 
+def ready_blocked(constraints_result: tuple[bool, str], disabled: str | None) -> tuple[bool, str] | None:
+    """What stops a CUDA kernel family before its self-check, for every family: its input constraints
+    (``(ok, why)``), the family-wide disable switch, a missing compiler. None when nothing does."""
+    ok, why = constraints_result
+    if not ok:
+        return False, why
+    if disabled:
+        return False, disabled
+    if build.toolchain() is None:
+        return False, "no CUDA compiler (nvcc or NVRTC) found"
+    return None
+
+
 def memo_self_check(checked: dict, lock, key: tuple, check, label: str) -> tuple[bool, str, str | None]:
     """Run ``check()`` -> (ok, message) once per ``key`` (memoized in ``checked``), for every CUDA kernel family.
 
@@ -366,13 +379,9 @@ def ready(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None) -> tuple[b
     """Everything the router needs before routing here: constraints, toolchain, and the variant's self-check on
     this device model (run once per process; a failure disables the variant with one warning)."""
     global _disabled
-    ok, why = constraints(a, b, bias, residual)
-    if not ok:
-        return False, why
-    if _disabled:
-        return False, _disabled
-    if build.toolchain() is None:
-        return False, "no CUDA compiler (nvcc or NVRTC) found"
+    blocked = ready_blocked(constraints(a, b, bias, residual), _disabled)
+    if blocked:
+        return blocked
     M, K = a.shape
     N = b.shape[1]
     v = pick_variant(M, N, K)

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import torch
 
-from . import build
 from . import gemm as _sm90
 
 SOURCE = "rmsnorm_gemm_sm90.cu"
@@ -263,13 +262,9 @@ def ready(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
     """Constraints, toolchain and the variant's self-check on this device model (once per process; a failure
     disables the variant with one warning)."""
     global _disabled
-    ok, why = constraints(x, norm_weight, weight, bias)
-    if not ok:
-        return False, why
-    if _disabled:
-        return False, _disabled
-    if build.toolchain() is None:
-        return False, "no CUDA compiler (nvcc or NVRTC) found"
+    blocked = _sm90.ready_blocked(constraints(x, norm_weight, weight, bias), _disabled)
+    if blocked:
+        return blocked
     M, K = x.shape
     v = pick_variant(M, weight.shape[0], K)
     key = (_sm90._device_model(x.device), v.name, x.dtype)
