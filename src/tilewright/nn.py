@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from .ops._checks import check_backend, check_choice
 from .ops.gemm import ACTIVATION_CODES, linear
-from .ops.rms_norm_linear import rms_norm_linear
+from .ops.rms_norm_linear import _check_eps, rms_norm_linear
 
 
 class Linear(torch.nn.Linear):
@@ -16,9 +17,8 @@ class Linear(torch.nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, activation: str | None = None,
                  device=None, dtype=None, backend: str | None = None):
-        if activation not in ACTIVATION_CODES:
-            raise ValueError(f"activation: unsupported {activation!r}; expected one of "
-                             f"{[k for k in ACTIVATION_CODES if k]} or None")
+        check_choice("activation", activation, tuple(ACTIVATION_CODES))
+        check_backend(backend)  # at construction, not at the first forward
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation
         self.backend = backend
@@ -30,8 +30,7 @@ class Linear(torch.nn.Linear):
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = module.in_features, module.out_features
         new.weight, new.bias = module.weight, module.bias
-        if activation not in ACTIVATION_CODES:
-            raise ValueError(f"activation: unsupported {activation!r}")
+        check_choice("activation", activation, tuple(ACTIVATION_CODES))
         new.activation, new.backend = activation, None
         return new
 
@@ -51,6 +50,9 @@ class RMSNormLinear(torch.nn.Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, eps: float | None = 1e-6,
                  device=None, dtype=None, backend: str | None = None):
+        check_backend(backend)
+        if eps is not None:
+            _check_eps(eps)
         super().__init__()
         kw = {"device": device, "dtype": dtype}
         self.in_features, self.out_features, self.eps, self.backend = in_features, out_features, eps, backend

@@ -281,3 +281,43 @@ def test_bench_tiny_suite():
     flops = 4 * 1 * 2 * 128 ** 2 * 64
     row = df[(df.case.str.startswith("1x2/2x128x64")) & (df.provider == "torch-math")].iloc[0]
     assert math.isfinite(row.tflops) and row.tflops > 0 and flops > 0
+
+
+# ---- issue 12 -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scale", ["abc", [0.1], True])
+def test_non_numeric_scale_names_the_argument(scale):
+    q, k, v = _inputs(1, 2, 2, 8, 8, 32, torch.float32, requires_grad=False)
+    with pytest.raises(TypeError, match="scale"):
+        tilewright.flash_attention(q, k, v, scale=scale)
+    with pytest.raises(TypeError, match="scale"):
+        tilewright.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+def test_unknown_backend_names_the_argument():
+    q, k, v = _inputs(1, 2, 2, 8, 8, 32, torch.float32, requires_grad=False)
+    with pytest.raises((TypeError, ValueError), match="backend"):
+        tilewright.flash_attention(q, k, v, backend=["triton"])
+
+
+def test_double_backward_raises_a_clear_error():
+    q, k, v = _inputs(1, 2, 2, 16, 16, 32, torch.float32)
+    out = tilewright.flash_attention(q, k, v)
+    gq, = torch.autograd.grad((out * out).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad((gq * gq).sum(), k)
+
+
+def test_backward_op_reads_any_layout_of_its_saved_tensors():
+    """Direct calls of the backward op with a strided LSE / non-unit-stride dOut: the kernels read LSE as a
+    contiguous (B, H, S) array and every (B, H, S, D) tensor with a unit last stride."""
+    B, H, S, D = 1, 2, 24, 32
+    q, k, v = _inputs(B, H, H, S, S, D, torch.float32, requires_grad=False)
+    scale = 1 / math.sqrt(D)
+    out, lse = flash_attn_fwd_op(q, k, v, False, scale, "triton")
+    do = torch.randn(B, H, S, D)
+    want = flash_attn_bwd_op(do, None, q, k, v, out, lse, False, scale, "triton")
+    lse_strided = torch.stack([lse, torch.full_like(lse, 1e4)], -1)[..., 0]
+    do_strided = do.transpose(-1, -2).contiguous().transpose(-1, -2)  # stride(-1) = S
+    got = flash_attn_bwd_op(do_strided, None, q, k, v, out, lse_strided, False, scale, "triton")
+    for w_, g_ in zip(want, got):
+        assert torch.allclose(w_, g_, rtol=1e-5, atol=1e-5)

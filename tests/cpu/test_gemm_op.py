@@ -154,3 +154,96 @@ def test_forced_cuda_that_declines_raises_instead_of_substituting(monkeypatch):
     with pytest.raises(ValueError, match="backend 'cuda' was forced"):
         tilewright.matmul(a, b, backend="cuda")
     assert torch.allclose(tilewright.matmul(a, b), a @ b, atol=1e-5)  # unforced: the router's choice still runs
+
+
+# ---- issue 12: inputs that used to give a wrong answer or a raw internal error ----------------------------------------
+def _strided_vectors(N):
+    """A sliced (stride 2), an expanded (stride 0) and a storage-offset bias: each read as ptr + n gave garbage."""
+    yield "sliced", torch.randn(2 * N)[::2]
+    yield "expanded", torch.randn(1).expand(N)
+    yield "offset", torch.randn(N + 3)[3:]
+
+
+@pytest.mark.parametrize("entry", ["matmul", "linear", "nn.Linear"])
+def test_non_contiguous_bias_is_read_through_its_strides(entry):
+    M, K, N = 16, 24, 24
+    a, w = torch.randn(M, K), torch.randn(N, K)
+    for kind, bias in _strided_vectors(N):
+        ref = torch.nn.functional.linear(a.double(), w.double(), bias.double())
+        if entry == "matmul":
+            out = tilewright.matmul(a, w.t(), bias=bias, activation="gelu")
+            ref = torch.nn.functional.gelu(ref)
+        elif entry == "linear":
+            out = tilewright.linear(a, w, bias)
+        else:
+            mod = tilewright.nn.Linear(K, N)
+            with torch.no_grad():
+                mod.weight.copy_(w)
+            mod.bias = torch.nn.Parameter(bias)  # a Parameter keeps the view's strides
+            assert mod.bias.stride() == bias.stride()
+            out = mod(a)
+        assert (out.double() - ref).abs().max().item() < 1e-3, (entry, kind)
+
+
+def test_launcher_rejects_a_strided_vector_instead_of_misreading_it():
+    from tilewright.triton_kernels.gemm import launch_gemm
+
+    a, b = torch.randn(8, 16), torch.randn(16, 8)
+    with pytest.raises(ValueError, match="bias"):
+        launch_gemm(a, b, torch.empty(8, 8), bias=torch.randn(16)[::2])
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_double_backward_matches_torch(activation):
+    """Second-order gradients through the fused activation: the backward used to drop d act'(z) / dz."""
+    x = torch.randn(5, 12, requires_grad=True)
+    w = torch.randn(7, 12, requires_grad=True)
+    b = torch.randn(7, requires_grad=True)
+
+    def second_order(f, x, w, b):
+        y = f(x, w, b)
+        gx, = torch.autograd.grad((y * y).sum(), x, create_graph=True)
+        return torch.autograd.grad((gx * gx).sum(), (x, w, b))
+
+    got = second_order(lambda x, w, b: tilewright.linear(x, w, b, activation=activation), x, w, b)
+    refs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    want = second_order(lambda x, w, b: tilewright.reference.activation_reference(
+        torch.nn.functional.linear(x, w, b), activation), *refs)
+    for name, g, r in zip(("x", "weight", "bias"), got, want):
+        scale = r.abs().max().item()
+        assert (g.double() - r).abs().max().item() <= 1e-4 * scale + 1e-5, (activation, name)
+
+
+@pytest.mark.parametrize("M,N", [(0, 6), (5, 0), (0, 0)])
+def test_empty_output_with_residual_is_torchs_answer(M, N):
+    a, w = torch.randn(2, M, 8, requires_grad=True), torch.randn(N, 8, requires_grad=True)
+    r = torch.randn(2, M, N, requires_grad=True)
+    out = tilewright.linear(a, w, residual=r, activation="gelu")
+    assert out.shape == (2, M, N)
+    out.sum().backward()
+    assert a.grad.shape == a.shape and w.grad.shape == w.shape and r.grad.shape == r.shape
+    assert tilewright.matmul(torch.randn(M, 8), torch.randn(8, N), residual=torch.randn(N)).shape == (M, N)
+
+
+@pytest.mark.parametrize("kwargs,arg", [
+    ({"bias": [1.0] * 6}, "bias"), ({"bias": 1.0}, "bias"), ({"residual": 1.0}, "residual"),
+    ({"residual": [[0.0] * 6]}, "residual"), ({"activation": ["relu"]}, "activation"),
+    ({"activation": "tanh"}, "activation"), ({"backend": ["triton"]}, "backend"), ({"backend": "nonsense"}, "backend"),
+])
+def test_wrong_argument_types_name_the_argument(kwargs, arg):
+    a, w = torch.randn(4, 8), torch.randn(6, 8)
+    with pytest.raises((TypeError, ValueError), match=arg):
+        tilewright.linear(a, w, **kwargs)
+    with pytest.raises((TypeError, ValueError), match=arg):
+        tilewright.matmul(a, w.t(), **kwargs)
+
+
+def test_module_checks_its_options_at_construction():
+    with pytest.raises(ValueError, match="backend"):
+        tilewright.nn.Linear(4, 4, backend="nonsense")
+    with pytest.raises(TypeError, match="activation"):
+        tilewright.nn.Linear(4, 4, activation=["relu"])
+    with pytest.raises(ValueError, match="backend"):
+        tilewright.nn.RMSNormLinear(4, 4, backend="nonsense")
+    with pytest.raises(ValueError, match="eps"):
+        tilewright.nn.RMSNormLinear(4, 4, eps=-1.0)

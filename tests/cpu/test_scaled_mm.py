@@ -120,3 +120,24 @@ def test_fp8_gemm_compiles_for_sm90_with_qgmma_and_no_spills():
         assert rep.has("QGMMA"), "no FP8 wgmma in SASS"
         assert rep.has("UTMALDG")
         assert rep.spill_bytes == 0, f"{rep.spill_bytes} bytes spilled ({rep.registers} registers), {j['constexprs']}"
+
+
+def test_non_contiguous_bias_and_scales_are_read_through_their_strides():
+    """issue 12: a sliced bias / rowwise scale was read as ptr + n."""
+    M, K, N = 16, 32, 24
+    a, b = _fp8_pair(M, K, N)
+    bias = torch.randn(2 * N, dtype=torch.bfloat16)[::2]
+    sa = torch.rand(2 * M)[::2] + 0.5
+    sb = (torch.rand(1) + 0.5).expand(N)
+    out = tilewright.scaled_mm(a, b, sa, sb, bias=bias)
+    _check(out, a, b, sa.contiguous(), sb.contiguous(), bias.contiguous())
+
+
+@pytest.mark.parametrize("kwargs,arg", [({"bias": [0.0] * 8}, "bias"), ({"backend": "nonsense"}, "backend")])
+def test_wrong_argument_types_name_the_argument(kwargs, arg):
+    a, b = _fp8_pair(8, 16, 8)
+    one = torch.ones(1)
+    with pytest.raises((TypeError, ValueError), match=arg):
+        tilewright.scaled_mm(a, b, one, one, **kwargs)
+    with pytest.raises(TypeError, match="scale_a"):
+        tilewright.scaled_mm(a, b, 1.0, one)

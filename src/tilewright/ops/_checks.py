@@ -28,6 +28,7 @@ def check_same_dtype(ref_name: str, ref: torch.Tensor, **others) -> None:
 def check_same_device(ref_name: str, ref: torch.Tensor, **others) -> None:
     """Every tensor in ``others`` lives on ``ref``'s device."""
     for name, t in others.items():
+        check_optional_tensor(name, t)
         if t is not None and t.device != ref.device:
             raise ValueError(f"{name}: on device {t.device} but {ref_name} is on {ref.device}; move them to one device")
 
@@ -36,3 +37,42 @@ def check_out_dtype(out_dtype) -> None:
     """``out_dtype`` is None (keep the input dtype) or a supported floating dtype."""
     if out_dtype is not None and out_dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"out_dtype: {out_dtype} is not supported; use float16, bfloat16 or float32")
+
+
+def check_optional_tensor(name: str, t) -> None:
+    """``t`` is None or a torch.Tensor (a Python list or number here is a TypeError naming the argument, not an
+    AttributeError from deep inside the op)."""
+    if t is not None and not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor or None, got {type(t).__name__}")
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """``value`` is one of ``choices`` (None included where allowed); unhashable or wrong-typed values are a
+    TypeError/ValueError naming the argument."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name}: expected a string or None, got {type(value).__name__}")
+    if value not in choices:
+        named = [c for c in choices if c is not None]
+        raise ValueError(f"{name}: unsupported {value!r}; expected one of {named}"
+                         f"{' or None' if None in choices else ''}")
+
+
+def check_backend(backend) -> None:
+    """``backend`` is None or a backend name the router knows."""
+    from ..router import BACKENDS
+
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"backend: expected a string or None, got {type(backend).__name__}")
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend: unknown backend {backend!r}; expected one of {list(BACKENDS)} or None")
+
+
+def contiguous_vector(t):
+    """A 1-D parameter (bias, norm weight, scales) as the kernels read it: unit stride from its first element.
+
+    The kernels index these as ``ptr + i`` (one stride argument fewer per vector, and a 1-D copy is tiny next to a
+    GEMM); a sliced (``[::2]``) or expanded (stride 0) vector is copied here once. A contiguous one is returned as is.
+    """
+    if t is None or t.stride(-1) == 1 or t.numel() <= 1:
+        return t
+    return t.contiguous()

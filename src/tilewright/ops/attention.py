@@ -20,13 +20,14 @@ Semantics (documented contract):
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import Optional
 
 import torch
 
 from .. import router
 from ..reference import attention_grad_reference, attention_reference
-from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._checks import check_backend, check_same_device, check_same_dtype, check_tensor
 from ._eager import call_op
 
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
@@ -37,6 +38,7 @@ def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
                       backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of softmax(scale * q k^T [causal mask]) v; inputs already checked by the public functions."""
     B, Hq, Sq, _ = q.shape
+    q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)  # the kernels assume a unit stride along D
     out = torch.empty_like(q)
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     decision = router.decide("attention", q, k, v, backend=backend)
@@ -73,6 +75,10 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
                       v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
                       backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) given dOut (and optionally dLSE) and the forward's saved out / lse."""
+    # The kernels take (B, H, S, D) strides with a unit last dim; the row statistics (lse, dlse) are read as
+    # contiguous (B, H, S). Direct callers of this op (torch.ops.tilewright.flash_attn_bwd) may pass any layout.
+    grad_out, q, k, v, out = (_unit_last(t) for t in (grad_out, q, k, v, out))
+    lse = lse.contiguous()
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
@@ -85,8 +91,6 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
         return dq, dk, dv
     from ..triton_kernels.attention import attention_backward
 
-    if grad_out.stride(-1) != 1:
-        grad_out = grad_out.contiguous()
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse)
     return dq, dk, dv
@@ -117,6 +121,18 @@ def _backward(ctx, grad_out, grad_lse):
 flash_attn_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("tilewright.flash_attention: double backward (a gradient of a gradient, e.g. "
+                       "torch.autograd.grad(..., create_graph=True) followed by another backward) is not supported: "
+                       "the attention backward is a fused kernel without a derivative of its own. For second-order "
+                       "gradients use torch.nn.functional.scaled_dot_product_attention with the math backend.")
+
+
+# Registered so a second backward through the attention backward stops with the message above instead of torch's
+# generic "no autograd formula" error.
+flash_attn_bwd_op.register_autograd(_no_double_backward)
+
+
 def _check(q, k, v, names=("q", "k", "v")) -> None:
     nq, nk, nv = names
     for name, t in zip(names, (q, k, v)):
@@ -141,6 +157,15 @@ def _check(q, k, v, names=("q", "k", "v")) -> None:
         raise ValueError(f"{nq}: head dim {D} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
 
 
+def _check_scale(scale, head_dim: int) -> float:
+    """The score scale as a float: None means 1/sqrt(head_dim); anything but a real number is a TypeError."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, Real):
+        raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}")
+    return float(scale)
+
+
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
@@ -162,7 +187,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         out (B, Hq, Sq, D) with q's layout, or (out, lse).
     """
     _check(q, k, v)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    check_backend(backend)
+    scale = _check_scale(scale, q.shape[-1])
     out, lse = call_op(flash_attn_fwd_op, _unit_last(q), _unit_last(k), _unit_last(v), bool(causal), scale,
                        backend)
     return (out, lse) if return_lse else out
@@ -201,7 +227,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         raise ValueError(f"key: {key.shape[1]} heads differ from query's {query.shape[1]}; pass enable_gqa=True "
                          "for grouped-query attention")
     _check(query, key, value, names)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scale = _check_scale(scale, query.shape[-1])
     out, _ = call_op(flash_attn_fwd_op, _unit_last(query), _unit_last(key), _unit_last(value), bool(is_causal),
                      scale, None)
     return out.squeeze(0) if squeeze else out

@@ -17,7 +17,8 @@ import torch
 
 from .. import router
 from ..reference import activation_grad_reference, activation_reference
-from ._checks import check_out_dtype, check_same_device, check_same_dtype, check_tensor
+from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
+                      check_same_dtype, check_tensor, contiguous_vector)
 from ._eager import call_op
 
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
@@ -35,6 +36,7 @@ def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], resi
     N = b.shape[1]
     out = torch.empty((M, N), device=a.device, dtype=out_dtype)
     preact = torch.empty((M, N) if save_preact else (0,), device=a.device, dtype=out_dtype)
+    bias = contiguous_vector(bias)  # every backend's kernel reads bias[n] at bias_ptr + n
     decision = router.decide("gemm", a, b, bias, residual, backend=backend)
     choice = decision.backend
     if M == 0 or N == 0:
@@ -91,7 +93,14 @@ def _setup_context(ctx, inputs, output):
     ctx.res_dtype = None if residual is None else residual.dtype
 
 
-def _backward(ctx, grad_out, _grad_preact):
+def _backward(ctx, grad_out, grad_preact):
+    """Gradients of ``out = act(z) + residual`` and of the ``preact = z`` output, ``z = a @ b + bias``.
+
+    Written in differentiable ops only (this op, torch elementwise ops), so a double backward
+    (``create_graph=True``) is exact: the second pass differentiates ``act'(preact)`` through the saved ``preact``
+    output, whose own gradient (``grad_preact``) flows back into ``dz`` here. Ignoring it, as an earlier version did,
+    dropped the second-order term of every activation but relu.
+    """
     a, b, preact = ctx.saved_tensors
     dz = grad_out
     if ctx.activation is not None:
@@ -99,6 +108,8 @@ def _backward(ctx, grad_out, _grad_preact):
             raise RuntimeError("tilewright::gemm backward: the pre-activation was not saved; call the op with "
                                "save_preact=True when gradients are needed (tilewright.matmul does this)")
         dz = activation_grad_reference(grad_out, preact, ctx.activation)
+    if grad_preact is not None and grad_preact.numel():
+        dz = dz + grad_preact
     dz = dz.to(a.dtype)
     da = db = dbias = dres = None
     if ctx.needs_input_grad[0]:
@@ -125,12 +136,17 @@ def _residual_3d(residual: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Te
                          f"{tuple(out_shape)}") from None
     if len(out_shape) == 1:
         return r.reshape(1, 1, out_shape[0])
-    return r.reshape(-1, out_shape[-2], out_shape[-1])
+    # The batch count is spelled out: reshape(-1, ...) is ambiguous when M or N is 0.
+    return r.reshape(math.prod(out_shape[:-2]), out_shape[-2], out_shape[-1])
 
 
 def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text):
     check_tensor(a_name, a, min_dim=1)
     check_tensor(b_name, b, dims=(2,))
+    check_optional_tensor("bias", bias)
+    check_optional_tensor("residual", residual)
+    check_choice("activation", activation, tuple(ACTIVATION_CODES))
+    check_backend(backend)
     check_same_dtype(a_name, a, **{b_name: b})
     check_same_device(a_name, a, **{b_name: b, "bias": bias, "residual": residual})
     if a.shape[-1] != b.shape[0]:
@@ -144,9 +160,6 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
             raise ValueError(f"bias: expected shape ({N},), got {tuple(bias.shape)}")
     if residual is not None:
         check_tensor("residual", residual)
-    if activation not in ACTIVATION_CODES:
-        raise ValueError(f"activation: unsupported {activation!r}; expected one of "
-                         f"{[k for k in ACTIVATION_CODES if k]} or None")
     check_out_dtype(out_dtype)
     out_shape = (*a.shape[:-1], N)
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])

@@ -26,7 +26,8 @@ import torch
 
 from .. import router
 from ..reference import rms_norm_linear_reference
-from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
+                      contiguous_vector)
 from ._eager import call_op
 from .gemm import gemm_op
 
@@ -39,6 +40,8 @@ def rms_norm_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch
     N = weight.shape[0]
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     rstd = torch.empty((M,), device=x.device, dtype=torch.float32)
+    # every backend's kernel reads g[k] at g_ptr + k and bias[n] at bias_ptr + n
+    norm_weight, bias = contiguous_vector(norm_weight), contiguous_vector(bias)
     decision = router.decide("rms_norm_linear", x, norm_weight, weight, bias, backend=backend)
     choice = decision.backend
     if M == 0:
@@ -82,6 +85,7 @@ def rms_norm_backward_op(x: torch.Tensor, du: torch.Tensor, norm_weight: torch.T
     x, du: (M, K); norm_weight: (K,); rstd: (M,) fp32 from the forward.
     """
     M, K = x.shape
+    norm_weight, rstd = contiguous_vector(norm_weight), contiguous_vector(rstd)  # read as ptr + k / ptr + m
     if backend == "cuda" or (backend is None and router._forced()[0] == "cuda"):
         backend = "triton"  # the CUDA kernel is the forward only; the norm backward is Triton's
     choice = router.dispatch("rms_norm_linear", x, du, norm_weight, backend=backend)
@@ -147,6 +151,18 @@ def _backward(ctx, dy, _drstd):
 rms_norm_linear_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("tilewright.rms_norm_linear: double backward (a gradient of a gradient, e.g. "
+                       "torch.autograd.grad(..., create_graph=True) followed by another backward) is not supported: "
+                       "the norm's backward is a fused kernel without a derivative of its own. For second-order "
+                       "gradients compute the norm unfused: tilewright.linear(F.rms_norm(x, ...), weight, bias).")
+
+
+# Registered so a second backward through the norm's backward stops with the message above instead of torch's
+# generic "no autograd formula" error.
+rms_norm_backward_op.register_autograd(_no_double_backward)
+
+
 def _check_eps(eps) -> float:
     if isinstance(eps, bool) or not isinstance(eps, Real):
         raise TypeError(f"eps: expected a positive float, got {type(eps).__name__}")
@@ -175,12 +191,15 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
 
     Numerics: sum of squares and rstd in fp32; the GEMM operand is ``x * norm_weight`` rounded once to x's dtype
     (exact for an all-ones norm weight) and rstd scales the fp32 accumulator, so the normalised x is never rounded to
-    bf16/fp16 as it is in the unfused pipeline. See docs/numerics_rmsnorm.md. fp16: ``|x * norm_weight|`` must stay
-    below 65504 (the product is formed before normalising).
+    bf16/fp16 as it is in the unfused pipeline. fp16: the product is formed as ``x * (norm_weight * 2^-e)`` with
+    ``max|norm_weight| < 2^e`` and 2^e applied to the accumulator, so it cannot overflow fp16 (where an unscaled
+    ``x * norm_weight`` past 65504 would give NaN rows). See docs/numerics_rmsnorm.md.
     """
     check_tensor("x", x, min_dim=1)
     check_tensor("norm_weight", norm_weight, dims=(1,))
     check_tensor("weight", weight, dims=(2,))
+    check_optional_tensor("bias", bias)
+    check_backend(backend)
     check_same_dtype("x", x, norm_weight=norm_weight, weight=weight)
     check_same_device("x", x, norm_weight=norm_weight, weight=weight, bias=bias)
     K = x.shape[-1]

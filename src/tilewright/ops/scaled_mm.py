@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from .. import router
-from ._checks import check_same_device
+from ._checks import check_backend, check_optional_tensor, check_same_device, contiguous_vector
 from ._eager import call_op
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -30,6 +30,8 @@ def scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
     out = torch.empty((M, N), device=a.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return out
+    # the kernel reads bias[n] / scale[i] at ptr + n / ptr + i
+    bias, scale_a, scale_b = contiguous_vector(bias), contiguous_vector(scale_a), contiguous_vector(scale_b)
     choice = router.dispatch("scaled_mm", a, b, backend=backend)
     if choice == "torch" or a.shape[1] == 0:
         out.copy_(scaled_mm_reference(a, b, scale_a, scale_b, bias, out_dtype))
@@ -99,6 +101,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
                          "instructions read both operands K-major; pass weight.t() of an (N, K) weight")
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype: {out_dtype} is not supported; use bfloat16, float16 or float32")
+    check_optional_tensor("bias", bias)
+    check_backend(backend)
     check_same_device("a", a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)
     M, N = a.shape[0], b.shape[1]
     sa = _flat_scale("scale_a", scale_a, M)

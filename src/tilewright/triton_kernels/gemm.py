@@ -68,21 +68,46 @@ def operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, 
 
 
 @triton.jit
-def _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G: tl.constexpr, BLOCK_K: tl.constexpr):
-    """RMSNorm prologue for one A tile: add its rows' fp32 sums of squares to ``ss``; return the tile scaled by g."""
+def _norm_step(a, ss, g_ptr, g_shift, offs_k, K, APPLY_G: tl.constexpr, RESCALE_G: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """RMSNorm prologue for one A tile: add its rows' fp32 sums of squares to ``ss``; return the tile scaled by g
+    (and by the power of two ``g_shift`` when RESCALE_G, see :func:`_g_pow2_scale`)."""
     af = a.to(tl.float32)
     ss += tl.sum(af * af, axis=1)
     if APPLY_G:
         rk = offs_k + tl.arange(0, BLOCK_K)
         g = tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+        if RESCALE_G:
+            g = g * g_shift
         a = (af * g[None, :]).to(a.dtype)
     return a, ss
 
 
 @triton.jit
-def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-             A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, LOAD_DESC: tl.constexpr, NORM: tl.constexpr,
-             APPLY_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECISE_ACC: tl.constexpr,
+def _g_pow2_scale(g_ptr, K, BLOCK_K: tl.constexpr):
+    """(2^-e, 2^e) with max|g| < 2^e, for fp16 inputs.
+
+    The mainloop rounds ``x * g`` to the input dtype before the dot; in fp16 that overflows once |x * g| > 65504
+    (NaN rows where the unfused pipeline, which normalises first, stays finite). ``x * (g * 2^-e)`` is at most |x|,
+    so it cannot overflow, and the accumulator is scaled back by 2^e with rstd. A power of two keeps every product
+    bit-identical to ``x * g`` wherever that did not overflow (or fall below fp16's normal range). Computed once per
+    program from g (K values, L2-resident), e clamped so both factors stay normal fp32 numbers.
+    """
+    gmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        gmax = tl.maximum(gmax, tl.abs(tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)))
+    bits = tl.max(gmax, axis=0).to(tl.int32, bitcast=True)
+    e = tl.minimum(tl.maximum(((bits >> 23) & 0xFF) - 126, -125), 125)  # max|g| = m * 2^e, 0.5 <= m < 1
+    shift = ((127 - e) << 23).to(tl.float32, bitcast=True)
+    unshift = ((127 + e) << 23).to(tl.float32, bitcast=True)
+    return shift, unshift
+
+
+@triton.jit
+def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk,
+             stride_bn, A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, LOAD_DESC: tl.constexpr,
+             NORM: tl.constexpr, APPLY_G: tl.constexpr, RESCALE_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECISE_ACC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One output tile's K loop: returns the fp32 accumulator and, with NORM (the RMSNorm-fused GEMM), the fp32 row
     sums of squares of A gathered from the very tiles the loop loads (A scaled by g first when APPLY_G).
@@ -107,7 +132,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, strid
             else:
                 b = b_desc.load([offs_k, offs_n])
             if NORM:
-                a, ss = _norm_step(a, ss, g_ptr, offs_k, K, APPLY_G, BLOCK_K)
+                a, ss = _norm_step(a, ss, g_ptr, g_shift, offs_k, K, APPLY_G, RESCALE_G, BLOCK_K)
             acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
     else:
         rm = offs_m + tl.arange(0, BLOCK_M)
@@ -124,7 +149,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, strid
             a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
             if NORM:
-                a, ss = _norm_step(a, ss, g_ptr, ki * BLOCK_K, K, APPLY_G, BLOCK_K)
+                a, ss = _norm_step(a, ss, g_ptr, g_shift, ki * BLOCK_K, K, APPLY_G, RESCALE_G, BLOCK_K)
             acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
             a_ptrs += a_step
             b_ptrs += b_step
@@ -161,7 +186,8 @@ def _gemm_kernel(
     STORE_PREACT: tl.constexpr,
     # RMSNorm-fused GEMM (rmsnorm_gemm.py): x's row sums of squares from the A tiles, A * g before the dot (APPLY_G;
     # else g is folded into b), the accumulator scaled by rstd before the bias, rstd stored for the backward.
-    NORM: tl.constexpr, APPLY_G: tl.constexpr, STORE_RSTD: tl.constexpr,
+    # RESCALE_G (fp16): g is scaled by a power of two so x * g cannot overflow (_g_pow2_scale).
+    NORM: tl.constexpr, APPLY_G: tl.constexpr, RESCALE_G: tl.constexpr, STORE_RSTD: tl.constexpr,
     # FP8 inputs (scaled_mm): dequantization scales applied to the fp32 accumulator before the bias;
     # 0: none, 1: one scale per tensor, 2: rowwise (scale_a (M,), scale_b (N,)). PRECISE_ACC: FP8 slices
     # accumulated from zero and added in fp32 (see _mma); off = "fast accumulation".
@@ -191,21 +217,28 @@ def _gemm_kernel(
     if TMA_STORE:  # the output box is one epilogue chunk
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                            block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
+    g_shift = 1.0
+    g_unshift = 1.0
+    if RESCALE_G:
+        g_shift, g_unshift = _g_pow2_scale(g_ptr, K, BLOCK_K)
 
     for tile_id in tl.range(pid, num_tiles, num_programs, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
-        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
-                           stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM, APPLY_G, DOT_PRECISION,
-                           UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, stride_am,
+                           stride_ak, stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM, APPLY_G,
+                           RESCALE_G, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
         if NORM:
             # rstd in fp32 with an IEEE sqrt; stored once per row (by the tiles of the first column) for backward.
             rstd = 1.0 / tl.sqrt_rn(ss / K + eps)
             if STORE_RSTD:
                 rows = offs_m + tl.arange(0, BLOCK_M)
                 tl.store(rstd_ptr + rows, rstd, mask=(rows < M) & (pid_n == 0))
-            acc = acc * rstd[:, None]
+            if RESCALE_G:
+                acc = acc * (rstd * g_unshift)[:, None]
+            else:
+                acc = acc * rstd[:, None]
         if SCALE_MODE == 1:
             acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
         elif SCALE_MODE == 2:
@@ -445,6 +478,7 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
         RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
         NORM=norm is not None, APPLY_G=bool(norm) and norm["weight"] is not None,
+        RESCALE_G=bool(norm) and norm["weight"] is not None and a.dtype == torch.float16,
         SCALE_MODE=0 if scales is None else 1 if scales[0].numel() == 1 else 2,
         PRECISE_ACC=scales is not None and not fast_accum,
         STORE_RSTD=bool(norm) and norm["rstd"] is not None,
@@ -500,6 +534,11 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     (FP8 only) accumulates in the tensor cores' reduced-precision FP8 accumulator across K, as
     ``torch._scaled_mm(use_fast_accum=True)`` - faster, less accurate. The launch plan (everything but the pointers) is cached per call signature on the GPU.
     """
+    for name, vec in (("bias", bias), ("norm weight", norm and norm["weight"]), ("rstd", norm and norm["rstd"]),
+                      ("scale_a", scales and scales[0]), ("scale_b", scales and scales[1])):
+        if vec is not None and vec.numel() > 1 and vec.stride(-1) != 1:
+            # the kernel reads these as ptr + i; the op layer passes them contiguous (ops/_checks.contiguous_vector)
+            raise ValueError(f"launch_gemm: {name} must have a unit stride, got stride {vec.stride()}")
     key = None
     if a.is_cuda and not INTERPRET and config is None and num_programs is None:
         key = _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, scales, fast_accum)
