@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from .ops._checks import check_backend, check_choice
-from .ops.gemm import ACTIVATION_CODES, linear
+from ._codes import ACTIVATIONS
+from .ops.gemm import linear
 from .ops.rms_norm_linear import _check_eps, rms_norm_linear
 
 
@@ -17,7 +18,7 @@ class Linear(torch.nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, activation: str | None = None,
                  device=None, dtype=None, backend: str | None = None):
-        check_choice("activation", activation, tuple(ACTIVATION_CODES))
+        check_choice("activation", activation, tuple(ACTIVATIONS))
         check_backend(backend)  # at construction, not at the first forward
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation
@@ -30,7 +31,7 @@ class Linear(torch.nn.Linear):
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = module.in_features, module.out_features
         new.weight, new.bias = module.weight, module.bias
-        check_choice("activation", activation, tuple(ACTIVATION_CODES))
+        check_choice("activation", activation, tuple(ACTIVATIONS))
         new.activation, new.backend = activation, None
         return new
 

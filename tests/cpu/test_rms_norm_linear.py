@@ -398,18 +398,19 @@ def test_interpreter_bf16_downcast_truncates():
 
 def test_fused_kernel_compiles_for_sm90_with_wgmma_and_no_spills():
     """AOT (no GPU): the fused forward compiles for sm_90a with wgmma (A from registers after the g multiply), TMA
-    loads and no spills, for the 128x256 tile with the 4-chunk epilogue the space gives it, and for the folded
-    variant (A straight from shared memory)."""
+    loads and no spills, for the 128x256 tile with the 4-chunk epilogue the space gives it, for the folded variant
+    (A straight from shared memory) and for fp16 (g rescaled by a power of two)."""
     from tilewright.triton_kernels.aot import compile_reports
 
     ptrs = ("a_ptr", "b_ptr", "c_ptr", "g_ptr", "bias_ptr", "res_ptr", "preact_ptr")
     ints = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm", "stride_res0", "stride_res1", "RES_PERIOD",
             "M_BUCKET")
-    sig = {**{k: "*bf16" for k in ptrs}, "rstd_ptr": "*fp32", **{k: "i32" for k in ints}, "eps": "fp32"}
 
-    def job(apply_g, bias):
+    def job(apply_g, bias, dtype="bf16"):
+        sig = {**{k: f"*{dtype}" for k in ptrs}, "rstd_ptr": "*fp32", **{k: "i32" for k in ints}, "eps": "fp32"}
         ce = dict(stride_ak=1, stride_bn=1, stride_cn=1, stride_res2=1, A_K_CONTIG=True, B_K_CONTIG=True,
-                  USE_TMA=True, TMA_STORE=True, NORM=True, APPLY_G=apply_g, STORE_RSTD=True, STORE_PREACT=False,
+                  USE_TMA=True, TMA_STORE=True, NORM=True, APPLY_G=apply_g, RESCALE_G=apply_g and dtype == "fp16",
+                  STORE_RSTD=True, STORE_PREACT=False,
                   HAS_BIAS=bias, ACTIVATION=0,
                   HAS_RESIDUAL=False, RES_PERIODIC=False, DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False,
                   BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP=8, TILE_ORDER=1, EPI_SPLIT=4, TMA_LOADS=True,
@@ -418,7 +419,8 @@ def test_fused_kernel_compiles_for_sm90_with_wgmma_and_no_spills():
                     constexprs=ce, arch=90, num_warps=8, num_stages=3,
                     divisible_by_16=ptrs + ("rstd_ptr", "stride_am", "stride_bk", "stride_cm", "stride_res1"))
 
-    for rep in compile_reports([job(True, True), job(False, False)]):
+    # fp16 with g applied also runs the power-of-two rescale of g (gemm._g_pow2_scale)
+    for rep in compile_reports([job(True, True), job(False, False), job(True, True, "fp16")]):
         assert rep.has("HGMMA"), "no wgmma in SASS"
         assert rep.has("UTMALDG"), "no TMA loads"
         assert rep.spill_bytes == 0, f"{rep.spill_bytes} bytes spilled"

@@ -16,12 +16,11 @@ from typing import Optional
 import torch
 
 from .. import router
+from .._codes import ACTIVATIONS
 from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
                       check_same_dtype, check_tensor, contiguous_vector)
 from ._eager import call_op
-
-ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
 
 @torch.library.custom_op("tilewright::gemm", mutates_args=())
@@ -63,7 +62,7 @@ def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], resi
                              "let the router choose")
     from ..triton_kernels.gemm import launch_gemm
 
-    launch_gemm(a, b, out, bias=bias, residual=residual, activation=ACTIVATION_CODES[activation],
+    launch_gemm(a, b, out, bias=bias, residual=residual, activation=ACTIVATIONS[activation],
                 preact=preact if save_preact else None)
     return out, preact
 
@@ -145,7 +144,7 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     check_tensor(b_name, b, dims=(2,))
     check_optional_tensor("bias", bias)
     check_optional_tensor("residual", residual)
-    check_choice("activation", activation, tuple(ACTIVATION_CODES))
+    check_choice("activation", activation, tuple(ACTIVATIONS))
     check_backend(backend)
     check_same_dtype(a_name, a, **{b_name: b})
     check_same_device(a_name, a, **{b_name: b, "bias": bias, "residual": residual})

@@ -36,9 +36,9 @@ def scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
     if choice == "torch" or a.shape[1] == 0:
         out.copy_(scaled_mm_reference(a, b, scale_a, scale_b, bias, out_dtype))
         return out
-    from ..triton_kernels.gemm import launch_gemm
+    from ..triton_kernels.gemm import Dequant, launch_gemm
 
-    launch_gemm(a, b, out, bias=bias, scales=(scale_a, scale_b), fast_accum=use_fast_accum)
+    launch_gemm(a, b, out, bias=bias, dequant=Dequant(scale_a, scale_b, use_fast_accum))
     return out
 
 

@@ -5,8 +5,7 @@ Only core ``tl`` math is used (no libdevice), so the same code runs under ``TRIT
 import triton
 import triton.language as tl
 
-# Activation codes are constexprs in the kernels; 0 means none.
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+from .._codes import ACTIVATIONS  # noqa: F401  (the codes apply_activation switches on)
 
 
 @triton.jit

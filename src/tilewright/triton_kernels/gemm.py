@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -33,6 +34,34 @@ from ._runtime import ensure_allocator, is_tuned
 from .tile_order import tile_coords
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@dataclass(frozen=True)
+class NormPrologue:
+    """The RMSNorm prologue of the fused GEMM (``rmsnorm_gemm.py``): x's row sums of squares are gathered from the
+    A tiles, A is scaled by ``weight`` before the dot and the accumulator by ``rstd`` before the bias.
+
+    weight: (K,) unit-stride norm weight g, or None when the caller folded it into b. rstd: (M,) fp32 output that
+    receives ``1/sqrt(mean(x^2) + eps)`` for the backward, or None. eps: > 0.
+    """
+
+    weight: torch.Tensor | None
+    rstd: torch.Tensor | None
+    eps: float
+
+
+@dataclass(frozen=True)
+class Dequant:
+    """FP8 inputs (``ops/scaled_mm.py``): dequantisation scales applied to the fp32 accumulator before the bias.
+
+    scale_a, scale_b: fp32, one element each (per tensor) or (M,) and (N,) unit-stride (rowwise). fast_accum: keep
+    the tensor cores' reduced-precision FP8 accumulator across K (``torch._scaled_mm(use_fast_accum=True)``) instead
+    of promoting every BLOCK_K slice to fp32.
+    """
+
+    scale_a: torch.Tensor
+    scale_b: torch.Tensor
+    fast_accum: bool = False
 
 
 @triton.jit
@@ -313,9 +342,10 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bi
 # Bias and activation are not in the key: one tuning per shape and layout serves them (vector loads and elementwise
 # math in the epilogue; every kept config compiles spill-free with them - test_gemm_aot.py). A residual or a saved
 # pre-activation is keyed: their epilogue tiles change shared-memory needs (H200: a config tuned without the residual
-# asked 245,792 bytes of 232,448 with it on the odd shape) and the pruned space (periodic residual).
+# asked 245,792 bytes of 232,448 with it on the odd shape) and the pruned space (periodic residual). The RMSNorm
+# prologue is keyed too: with APPLY_G the A tile passes through registers, which changes the best tile.
 _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "SCALE_MODE", "PRECISE_ACC",
-               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION"]
+               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION", "NORM", "APPLY_G"]
 
 
 def _early_prune(configs, named_args, **kwargs):
@@ -440,18 +470,18 @@ class _Plan:
     config (None: the autotuner decides) and the grid. Working it out costs ~60 us of Python (descriptor checks,
     the autotune-cache lookup, a default config); launch_gemm caches plans per signature (see _plan_key)."""
 
-    __slots__ = ("static", "config", "grid", "tma", "tuner")
+    __slots__ = ("static", "config", "grid", "tma")
 
-    def __init__(self, static, config, grid, tma, tuner):
-        self.static, self.config, self.grid, self.tma, self.tuner = static, config, grid, tma, tuner
+    def __init__(self, static, config, grid, tma):
+        self.static, self.config, self.grid, self.tma = static, config, grid, tma
 
 
 _PLANS_MAX = 4096
 _plans: dict = {}
 
 
-def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, num_programs, norm, scales,
-               fast_accum) -> _Plan:
+def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, num_programs,
+               norm: NormPrologue | None, dequant: Dequant | None) -> _Plan:
     M, K = a.shape
     N = b.shape[1]
     if a.is_cuda:
@@ -466,6 +496,7 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
         res_strides, res_period = residual.stride(), residual.shape[1]
     else:
         res_strides, res_period = (0, 0, 0), 1
+    apply_g = norm is not None and norm.weight is not None
     programs = num_programs or sms
     static = dict(
         M=M, N=N, K=K,
@@ -477,11 +508,10 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
         HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_RESIDUAL=residual is not None,
         RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
-        NORM=norm is not None, APPLY_G=bool(norm) and norm["weight"] is not None,
-        RESCALE_G=bool(norm) and norm["weight"] is not None and a.dtype == torch.float16,
-        SCALE_MODE=0 if scales is None else 1 if scales[0].numel() == 1 else 2,
-        PRECISE_ACC=scales is not None and not fast_accum,
-        STORE_RSTD=bool(norm) and norm["rstd"] is not None,
+        NORM=norm is not None, APPLY_G=apply_g, RESCALE_G=apply_g and a.dtype == torch.float16,
+        SCALE_MODE=0 if dequant is None else 1 if dequant.scale_a.numel() == 1 else 2,
+        PRECISE_ACC=dequant is not None and not dequant.fast_accum,
+        STORE_RSTD=norm is not None and norm.rstd is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and a.dtype == torch.bfloat16,
         INDEX_64=_needs_int64(M, N, out, residual),
@@ -503,49 +533,56 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
             # allocation and a descriptor write per launch, several microseconds on a ~10 us decode GEMM.
             static["TMA_STORE"] = False
         static.update(config.all_kwargs())
-        return _Plan(static, config, grid(config.kwargs), bool(use_tma) or static["TMA_STORE"], None)
-    return _Plan(static, None, grid, bool(use_tma) or tma_store, norm["tuner"] if norm else gemm_kernel)
+        return _Plan(static, config, grid(config.kwargs), bool(use_tma) or static["TMA_STORE"])
+    return _Plan(static, None, grid, bool(use_tma) or tma_store)
 
 
-def _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, scales, fast_accum):
+def _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequant):
     from ..autotune import cache
 
     return (_tensor_key(a), _tensor_key(b), _tensor_key(out), bias is None, _tensor_key(residual),
             None if preact is None else preact.stride(), activation, use_tma,
-            None if norm is None else (norm["weight"] is None, norm["rstd"] is None, id(norm["tuner"])),
-            None if scales is None else (scales[0].numel(), fast_accum), os.environ.get("TILEWRIGHT_AUTOTUNE"),
-            cache.generation)
+            None if norm is None else (norm.weight is None, norm.rstd is None),
+            None if dequant is None else (dequant.scale_a.numel(), dequant.fast_accum),
+            os.environ.get("TILEWRIGHT_AUTOTUNE"), cache.generation)
+
+
+def _check_unit_stride(bias, norm, dequant) -> None:
+    """The kernel reads 1-D parameters as ``ptr + i``; the op layer makes them unit-stride
+    (ops/_checks.contiguous_vector). A direct caller passing a sliced or expanded vector gets an error, not garbage."""
+    vectors = [("bias", bias)]
+    if norm is not None:
+        vectors += [("norm weight", norm.weight), ("rstd", norm.rstd)]
+    if dequant is not None:
+        vectors += [("scale_a", dequant.scale_a), ("scale_b", dequant.scale_b)]
+    for name, vec in vectors:
+        if vec is not None and vec.numel() > 1 and vec.stride(-1) != 1:
+            raise ValueError(f"launch_gemm: {name} must have a unit stride, got stride {vec.stride()}")
 
 
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
-                activation: int = 0, preact=None, use_tma: bool | None = None, config: triton.Config | None = None,
-                num_programs: int | None = None, norm: dict | None = None, scales=None,
-                fast_accum: bool = False) -> torch.Tensor:
+                activation: int = 0, preact=None, norm: NormPrologue | None = None, dequant: Dequant | None = None,
+                use_tma: bool | None = None, config: triton.Config | None = None,
+                num_programs: int | None = None) -> torch.Tensor:
     """Compute ``out = act(a @ b + bias) + residual`` into ``out`` with the persistent Triton kernel.
 
-    a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,);
-    residual: (R0, P, N) addressed as row r -> (r // P, r % P); preact: optional (M, N) with out's strides that
-    receives ``a @ b + bias`` before the activation. Shapes and dtypes are checked by the op layer, not here.
-    ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size.
-    With ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning.
-    ``norm`` (from rmsnorm_gemm.launch_rmsnorm_gemm) turns on the fused RMSNorm: ``{"weight": g or None, "rstd":
-    (M,) fp32 out or None, "eps": float, "tuner": its autotuner}``. ``scales`` (FP8 inputs, ops/scaled_mm.py):
-    ``(scale_a, scale_b)`` fp32, both with one element (per tensor) or (M,) and (N,) (rowwise); ``fast_accum``
-    (FP8 only) accumulates in the tensor cores' reduced-precision FP8 accumulator across K, as
-    ``torch._scaled_mm(use_fast_accum=True)`` - faster, less accurate. The launch plan (everything but the pointers) is cached per call signature on the GPU.
+    a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,) unit-stride;
+    residual: (R0, P, N) addressed as row r -> (r // P, r % P); activation: an ``ACTIVATIONS`` code; preact: optional
+    (M, N) with out's strides that receives ``a @ b + bias`` before the activation. ``norm``: the fused RMSNorm
+    prologue (:class:`NormPrologue`); ``dequant``: FP8 scales (:class:`Dequant`). Shapes and dtypes are checked by
+    the op layer, not here.
+
+    ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size. With
+    ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning. The launch
+    plan (everything but the pointers) is cached per call signature on the GPU.
     """
-    for name, vec in (("bias", bias), ("norm weight", norm and norm["weight"]), ("rstd", norm and norm["rstd"]),
-                      ("scale_a", scales and scales[0]), ("scale_b", scales and scales[1])):
-        if vec is not None and vec.numel() > 1 and vec.stride(-1) != 1:
-            # the kernel reads these as ptr + i; the op layer passes them contiguous (ops/_checks.contiguous_vector)
-            raise ValueError(f"launch_gemm: {name} must have a unit stride, got stride {vec.stride()}")
+    _check_unit_stride(bias, norm, dequant)
     key = None
     if a.is_cuda and not INTERPRET and config is None and num_programs is None:
-        key = _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, scales, fast_accum)
+        key = _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequant)
         plan = _plans.get(key)
     if key is None or plan is None:
-        plan = _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, num_programs, norm, scales,
-                          fast_accum)
+        plan = _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, num_programs, norm, dequant)
         if key is not None:
             if len(_plans) >= _PLANS_MAX:
                 _plans.clear()
@@ -557,20 +594,20 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         plan.static,
         a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
         res_ptr=residual if residual is not None else dummy, preact_ptr=preact if preact is not None else dummy,
-        g_ptr=norm["weight"] if norm and norm["weight"] is not None else dummy,
-        rstd_ptr=norm["rstd"] if norm and norm["rstd"] is not None else dummy,
-        scale_a_ptr=scales[0] if scales is not None else dummy, scale_b_ptr=scales[1] if scales is not None else dummy,
-        eps=float(norm["eps"]) if norm else 0.0,
+        g_ptr=norm.weight if norm is not None and norm.weight is not None else dummy,
+        rstd_ptr=norm.rstd if norm is not None and norm.rstd is not None else dummy,
+        scale_a_ptr=dequant.scale_a if dequant is not None else dummy,
+        scale_b_ptr=dequant.scale_b if dequant is not None else dummy,
+        eps=float(norm.eps) if norm is not None else 0.0,
     )
     if plan.config is not None:
         _gemm_kernel[plan.grid](**kernel_args)
         return out
     M, N, K = plan.static["M"], plan.static["N"], plan.static["K"]
-    tuner = plan.tuner
-    if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(tuner, kernel_args):
+    if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(gemm_kernel, kernel_args):
         raise RuntimeError(
             f"tilewright {'rms_norm_linear' if norm else 'GEMM'}: this shape/dtype has not been autotuned yet and "
             f"autotuning cannot run during CUDA-graph capture (M={M}, N={N}, K={K}, dtype={a.dtype}). Run the same "
             "call once before capturing (warm-up), or load a tuned cache with `tilewright tune`.")
-    tuner[plan.grid](**kernel_args)
+    gemm_kernel[plan.grid](**kernel_args)
     return out

@@ -1,7 +1,7 @@
 """RMSNorm-fused GEMM: ``y = act(F.linear(F.rms_norm(x, (K,), g, eps), W, bias)) + residual`` in one kernel.
 
 Forward (``gemm._gemm_kernel`` with ``NORM`` on)
--------------------------------------------
+-------------------------------------------------
 The persistent GEMM of ``gemm.py`` (same operand loaders, tile orders, TMA/pointer paths and autotune space) with
 three additions, none of which reads x a second time:
 
@@ -20,8 +20,9 @@ three additions, none of which reads x a second time:
 
 Numerics versus torch's unfused bf16 pipeline: torch rounds ``x * rstd`` (and then ``* g``) to bf16 before its GEMM;
 the fused kernel rounds ``x * g`` once (exact when g is all ones, the RMSNorm initialisation) and applies rstd in
-fp32. fp16 caveat: ``x * g`` is formed *before* normalisation, so it overflows fp16 where ``|x * g| > 65504`` while
-torch's normalised operand would not (the sum of squares itself is fp32 and never overflows).
+fp32. fp16: ``x * g`` is formed *before* normalisation and would overflow fp16 where ``|x * g| > 65504`` while
+torch's normalised operand would not, so for fp16 g is scaled by a power of two 2^-e with max|g| < 2^e
+(``gemm._g_pow2_scale``) and 2^e is applied with rstd. The sum of squares is fp32 and never overflows.
 
 Backward (``_rmsnorm_bwd_kernel``)
 -------------------------------------------
@@ -35,21 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..autotune.space import INTERPRETER_CONFIG, gemm_configs
-from .gemm import _TUNING_KEY as _GEMM_TUNING_KEY
-from .gemm import INTERPRET, _early_prune, _gemm_kernel, _tuning_bench, launch_gemm
-
-
-# The forward is the GEMM kernel itself with its NORM switch on (gemm.py: the mainloop's RMSNorm prologue, rstd in
-# the epilogue). It gets its own autotuner - same config space, pruning and tuning benchmark - because the norm
-# changes the best tile (A passes through registers when APPLY_G) and the key must include APPLY_G.
-rmsnorm_gemm_kernel = triton.autotune(
-    configs=[INTERPRETER_CONFIG] if INTERPRET else gemm_configs(),
-    key=_GEMM_TUNING_KEY + ["NORM", "APPLY_G"],
-    prune_configs_by={"early_config_prune": _early_prune},
-    do_bench=_tuning_bench,
-    cache_results=True,
-)(_gemm_kernel)
+from .gemm import NormPrologue, launch_gemm
 
 
 def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor | None, b: torch.Tensor, out: torch.Tensor,
@@ -60,11 +47,11 @@ def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor | None, b: to
 
     x: (M, K); norm_weight: (K,) or None (already folded into ``b``); b: (K, N) (``weight.t()``); out: (M, N);
     bias (N,); residual (R0, P, N) as in ``gemm.launch_gemm``, whose other arguments these are. Checks are the op
-    layer's job.
+    layer's job. The kernel is the GEMM's with its NORM switch on, tuned by the GEMM's autotuner (whose key holds
+    NORM and APPLY_G).
     """
     return launch_gemm(x, b, out, bias=bias, residual=residual, activation=activation, use_tma=use_tma,
-                       config=config, num_programs=num_programs,
-                       norm={"weight": norm_weight, "rstd": rstd, "eps": eps, "tuner": rmsnorm_gemm_kernel})
+                       config=config, num_programs=num_programs, norm=NormPrologue(norm_weight, rstd, eps))
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -20,11 +20,12 @@ persistent loop) and on blocks of tile indices (the property test evaluates a wh
 import triton
 import triton.language as tl
 
-ROW_MAJOR = 0
-GROUPED = 1
-MORTON = 2
-HILBERT = 3
-TILE_ORDERS = {"row_major": ROW_MAJOR, "grouped": GROUPED, "morton": MORTON, "hilbert": HILBERT}
+from .._codes import TILE_ORDERS
+
+ROW_MAJOR = TILE_ORDERS["row_major"]
+GROUPED = TILE_ORDERS["grouped"]
+MORTON = TILE_ORDERS["morton"]
+HILBERT = TILE_ORDERS["hilbert"]
 TILE_ORDER_NAMES = {v: k for k, v in TILE_ORDERS.items()}
 
 
