@@ -321,3 +321,33 @@ def test_backward_op_reads_any_layout_of_its_saved_tensors():
     got = flash_attn_bwd_op(do_strided, None, q, k, v, out, lse_strided, False, scale, "triton")
     for w_, g_ in zip(want, got):
         assert torch.allclose(w_, g_, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [-0.5, -0.05])
+def test_negative_scale_forward_and_gradients(causal, scale):
+    """Found by the fuzzer: the kernels scale the running row max after taking it, which is wrong for scale < 0
+    (NaN/inf rows); the op runs softmax(|s| (-q) k^T) instead."""
+    q, k, v = _inputs(1, 2, 1, 16, 40, 32, torch.float32)
+    out, lse = tilewright.flash_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    o64, l64 = attention_reference(q.double(), k.double(), v.double(), causal, scale)
+    assert torch.allclose(out.double(), o64, atol=1e-4) and torch.allclose(lse.double(), l64, atol=1e-4)
+    g = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
+    want = attention_grad_reference(g.double(), q.double(), k.double(), v.double(), causal, scale)
+    for got, ref in zip((dq, dk, dv), want):
+        assert torch.allclose(got.double(), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("inf", [float("inf"), float("-inf")])
+def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
+    """Found by the fuzzer: a +inf score gave a NaN LSE (torch's logsumexp: +inf). A row of -inf scores gives 0 and
+    LSE -inf, as torch's fused SDPA does (its math softmax would give NaN)."""
+    q, k, v = _inputs(1, 1, 1, 8, 8, 32, torch.float32, requires_grad=False)
+    q[0, 0, 3] = inf
+    k = k.abs() + 0.1  # every score of q row 3 is `inf` (same sign)
+    out, lse = tilewright.flash_attention(q, k, v, return_lse=True)
+    want = F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(out.isnan(), want.isnan())
+    assert torch.allclose(out.nan_to_num(), want.nan_to_num(), atol=1e-5)
+    assert lse[0, 0, 3].item() == torch.logsumexp(q[0, 0, 3] @ k[0, 0].T / math.sqrt(32), -1).item()

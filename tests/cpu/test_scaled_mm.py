@@ -141,3 +141,14 @@ def test_wrong_argument_types_name_the_argument(kwargs, arg):
         tilewright.scaled_mm(a, b, one, one, **kwargs)
     with pytest.raises(TypeError, match="scale_a"):
         tilewright.scaled_mm(a, b, 1.0, one)
+
+
+@pytest.mark.parametrize("M,N", [(1, 5), (5, 1)])
+def test_one_row_or_column_with_rowwise_scales_of_the_other_side(M, N):
+    """Found by the fuzzer: M == 1 with a rowwise scale_b used scale_b[0] for every column (per-tensor mode was
+    chosen from scale_a alone)."""
+    K = 16
+    a, b = _fp8_pair(M, K, N)
+    sa, sb = torch.rand(M) + 0.5, torch.rand(N) + 0.5
+    out = tilewright.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    _check(out, a, b, sa, sb, out_dtype=torch.float32)

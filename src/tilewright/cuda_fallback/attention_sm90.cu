@@ -446,11 +446,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float l = quad_sum(l_run[h]);
-      inv[h] = l > 0.0f ? 1.0f / l : 0.0f;  // a row without a visible key: O = 0
+      // l == 0: every visible score is -inf (the host declines Skv == 0 and the causal mask is top-left, so only
+      // an infinite input does it): O = 0, as SDPA's fused kernels give. A NaN score makes l NaN: O is NaN, not 0.
+      inv[h] = l == 0.0f ? 0.0f : 1.0f / l;
       const int row = row0 + 8 * h;
       if ((lane & 3) == 0 && row < Sq) {
-        // natural-log LSE of the scaled scores: log2(sum 2^(x - m)) + m, times ln 2; -inf for an empty row
-        const float v = l > 0.0f ? (m_run[h] + log2f(l)) * 0.69314718055994531f : TW_NEG_INF;
+        // natural-log LSE of the scaled scores, log2(sum 2^(x - m)) + m, times ln 2, like torch's logsumexp:
+        // -inf for l == 0, +inf when a score is +inf (m = +inf, where m - m made l NaN), NaN for a NaN score
+        const float v = l == 0.0f ? TW_NEG_INF
+                        : m_run[h] == -TW_NEG_INF ? m_run[h] : (m_run[h] + log2f(l)) * 0.69314718055994531f;
         lse[((long long)b * Hq + hq) * Sq + row] = v;
       }
     }

@@ -39,6 +39,7 @@ def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     """(out, lse) of softmax(scale * q k^T [causal mask]) v; inputs already checked by the public functions."""
     B, Hq, Sq, _ = q.shape
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)  # the kernels assume a unit stride along D
+    q, scale, _ = _nonnegative_scale(q, scale)
     out = torch.empty_like(q)
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     decision = router.decide("attention", q, k, v, backend=backend)
@@ -79,6 +80,7 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
     # contiguous (B, H, S). Direct callers of this op (torch.ops.tilewright.flash_attn_bwd) may pass any layout.
     grad_out, q, k, v, out = (_unit_last(t) for t in (grad_out, q, k, v, out))
     lse = lse.contiguous()
+    q, scale, flipped = _nonnegative_scale(q, scale)
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
@@ -88,12 +90,12 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
                                      None if grad_lse is None else grad_lse.float())
         for dst, src in zip((dq, dk, dv), g):
             dst.copy_(src)
-        return dq, dk, dv
+        return (dq.neg_() if flipped else dq), dk, dv
     from ..triton_kernels.attention import attention_backward
 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse)
-    return dq, dk, dv
+    return (dq.neg_() if flipped else dq), dk, dv
 
 
 @flash_attn_bwd_op.register_fake
@@ -155,6 +157,15 @@ def _check(q, k, v, names=("q", "k", "v")) -> None:
         raise ValueError(f"{nk}: {Hkv} kv heads do not divide {nq}'s {Hq} query heads; GQA/MQA needs Hq % Hkv == 0")
     if D not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"{nq}: head dim {D} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+
+
+def _nonnegative_scale(q: torch.Tensor, scale: float):
+    """(q, scale, flipped) with scale >= 0: softmax(s q k^T) = softmax(|s| (-q) k^T). The kernels take the running row
+    max of the unscaled scores and scale it afterwards, which holds only for s >= 0 (a negative scale gave NaN/inf
+    rows); the backward maps dq back with the same sign (d/dq of f(-q) is -f'(-q))."""
+    if scale < 0:
+        return -q, -scale, True
+    return q, scale, False
 
 
 def _check_scale(scale, head_dim: int) -> float:

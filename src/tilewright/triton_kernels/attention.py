@@ -243,10 +243,13 @@ def _attn_fwd_kernel(
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
                                start_m, hi_full, hi, Skv, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
                                True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
+    # l_i == 0: every visible score is -inf (Skv > 0 here and the causal mask is top-left, so only an infinite input
+    # does it): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN, which propagates.
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     acc = acc / l_safe[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    lse = tl.where(m_i == float("inf"), float("inf"), lse)  # a +inf score: logsumexp is +inf (m - m would be NaN)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     lse_ptrs = LSE + (off_b * Hq + off_h) * Sq + offs_m
     tl.store(lse_ptrs, lse, mask=offs_m < Sq)

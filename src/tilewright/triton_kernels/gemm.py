@@ -509,7 +509,9 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
         RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
         NORM=norm is not None, APPLY_G=apply_g, RESCALE_G=apply_g and a.dtype == torch.float16,
-        SCALE_MODE=0 if dequant is None else 1 if dequant.scale_a.numel() == 1 else 2,
+        # per tensor only when both scales are: with M == 1 (or N == 1) a rowwise scale_b (scale_a) sits beside a
+        # one-element scale of the other side, and per-tensor mode would read scale_b[0] for every column
+        SCALE_MODE=0 if dequant is None else 1 if dequant.scale_a.numel() == dequant.scale_b.numel() == 1 else 2,
         PRECISE_ACC=dequant is not None and not dequant.fast_accum,
         STORE_RSTD=norm is not None and norm.rstd is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
@@ -543,7 +545,7 @@ def _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequ
     return (_tensor_key(a), _tensor_key(b), _tensor_key(out), bias is None, _tensor_key(residual),
             None if preact is None else preact.stride(), activation, use_tma,
             None if norm is None else (norm.weight is None, norm.rstd is None),
-            None if dequant is None else (dequant.scale_a.numel(), dequant.fast_accum),
+            None if dequant is None else (dequant.scale_a.numel(), dequant.scale_b.numel(), dequant.fast_accum),
             os.environ.get("TILEWRIGHT_AUTOTUNE"), cache.generation)
 
 
