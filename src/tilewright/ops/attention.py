@@ -13,7 +13,9 @@ Semantics (documented contract):
 * head dims: 32, 64, 96, 128, 192, 256; others raise ValueError.
 * causal=True is top-left aligned exactly like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key
   j iff j <= i, also when Sq != Skv (this is NOT the bottom-right alignment some decoding kernels use).
-* a row with no visible key (only possible with Skv == 0) gives output 0 and LSE -inf, and zero gradients.
+* a row with no visible key (only possible with Skv == 0) gives output 0 and LSE -inf, and zero gradients; so does a
+  row whose visible scores are all -inf (an infinite input), as SDPA's fused kernels give (the math formula's
+  softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
 * lse: natural-log logsumexp of the scaled scores, fp32, (B, Hq, Sq); it is differentiable.
 * the output has q's layout (``torch.empty_like(q)``).
 """

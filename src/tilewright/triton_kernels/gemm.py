@@ -125,9 +125,12 @@ def _g_pow2_scale(g_ptr, K, BLOCK_K: tl.constexpr):
     gmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
-        gmax = tl.maximum(gmax, tl.abs(tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)))
-    bits = tl.max(gmax, axis=0).to(tl.int32, bitcast=True)
-    e = tl.minimum(tl.maximum(((bits >> 23) & 0xFF) - 126, -125), 125)  # max|g| = m * 2^e, 0.5 <= m < 1
+        g_abs = tl.abs(tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32))
+        # the largest *finite* |g|: an Inf / NaN entry stays Inf / NaN whatever the scale, while scaling by 2^-125
+        # for it would flush the finite products to 0 (and 0 * an inf weight is NaN where torch gets inf)
+        gmax = tl.maximum(gmax, tl.where(g_abs < float("inf"), g_abs, 0.0))
+    biased = (tl.max(gmax, axis=0).to(tl.int32, bitcast=True) >> 23) & 0xFF
+    e = tl.minimum(tl.maximum(biased - 126, -125), 125)  # max|g| = m * 2^e, 0.5 <= m < 1
     shift = ((127 - e) << 23).to(tl.float32, bitcast=True)
     unshift = ((127 + e) << 23).to(tl.float32, bitcast=True)
     return shift, unshift
