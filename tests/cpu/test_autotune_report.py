@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tilewright import cli
-from tilewright.autotune import cache, report, tuner
+from tilewright.autotune import cache
+from tilewright.autotune.tools import report, tuner
 
 SHAPE = (256, 512, 128)
 
@@ -77,9 +78,17 @@ def test_winners_across_backends_and_wrong_configs_never_win():
     assert win.vs_peer[0] == pytest.approx(2.0)
 
 
+def _triton_record(name="x", **config) -> dict:
+    """A well-formed record whose Triton winner is a whole config of the space (``config`` overrides fields)."""
+    from tilewright.autotune.space import default_gemm_config
+
+    cfg = default_gemm_config(4096, 4096, 4096)
+    full = {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": 3, **config}
+    return {"winner": "triton", "backends": {"triton": {"name": name, "config": full, "median_ms": 0.2}}}
+
+
 def test_cache_round_trip_buckets_and_dtypes():
-    rec = {"winner": "triton", "backends": {"triton": {"name": "x", "config": {"BLOCK_M": 64, "num_warps": 4,
-                                                                                "num_stages": 3}}}}
+    rec = _triton_record()
     assert cache.store("gemm", "cpu", torch.bfloat16, 3000, 5000, 4000, rec)
     got = cache.lookup("gemm", "cpu", torch.bfloat16, 4000, 5000, 4000)  # same M bucket (4096)
     assert got["winner"] == "triton" and got["shape"] == [3000, 5000, 4000]
