@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 BENCH_OPS = {"gemm": "tilewright.bench.gemm", "rms_norm_linear": "tilewright.bench.rms_norm_linear",
              "attention": "tilewright.bench.attention"}
@@ -33,13 +34,47 @@ def _run_bench_op(op: str, suite: str, all_ops: bool = False):
                                                                    flush=True), **extra)
 
 
+def _out_dir_problem(path) -> str | None:
+    """Why ``path`` cannot be made into an output folder (a file in the way, not writable), or None; creates nothing,
+    so a verb can refuse a bad ``--out`` before it spends minutes measuring."""
+    path = Path(path).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def _bench_suites(ops) -> list[str]:
+    """The suites every op in ``ops`` has (``--op all`` runs one suite name across them)."""
+    names = None
+    for op in ops:
+        try:
+            module = importlib.import_module(BENCH_OPS[op])
+        except ModuleNotFoundError:
+            continue  # reported as "not available" when the run reaches it
+        names = set(module.SUITES) if names is None else names & set(module.SUITES)
+    return sorted(names or ())
+
+
 def _bench(args) -> int:
-    import pandas as pd
+    from .bench.common import environment, on_gpu, require_pandas, results_dir
 
-    from .bench.common import environment, on_gpu, results_dir
-
+    pd = require_pandas("tilewright bench")
     ops = list(BENCH_OPS) if args.op == "all" else [args.op]
     suite = args.suite or ("default" if on_gpu() else "tiny")
+    valid = _bench_suites(ops)
+    if suite not in valid:
+        print(f"tilewright bench: error: --suite {suite!r}: expected one of {', '.join(valid)} "
+              f"(the suites of --op {args.op})", file=sys.stderr)
+        return 2
+    out_root = Path(args.out or ".") / "perf" / "results"
+    problem = _out_dir_problem(out_root)
+    if problem:
+        print(f"tilewright bench: error: --out {args.out or '.'}: cannot write results there ({problem})",
+              file=sys.stderr)
+        return 2
     env = environment()
     if not on_gpu():
         print("No usable GPU (or TRITON_INTERPRET=1): running the Triton interpreter on the tiny suite. "
@@ -77,7 +112,7 @@ def _bench(args) -> int:
         return 1
     df = pd.concat(frames, ignore_index=True)
     if args.op == "all":
-        from .autotune.report import ratio_table, write_bench_report
+        from .autotune.tools.report import ratio_table, write_bench_report
 
         day_dir = out_dir / datetime.date.today().isoformat()
         paths = write_bench_report(df, {**env, "suite": suite}, day_dir, plots=not args.no_plots)
@@ -205,9 +240,11 @@ _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 def _tune(args) -> int:
     import torch
 
-    from .autotune import tuner
-    from .autotune.report import write_report
-    from .bench.common import card_name, on_gpu
+    from .bench.common import card_name, on_gpu, require_pandas
+
+    pd = require_pandas("tilewright tune")
+    from .autotune.tools import tuner
+    from .autotune.tools.report import winners, write_report
     from .bench.gemm import SUITES
 
     if args.op not in TUNE_OPS:
@@ -220,6 +257,11 @@ def _tune(args) -> int:
         suite = args.suite or ("default" if on_gpu() else "tiny")
         shapes = list(SUITES[suite].values())
     dtype = getattr(torch, _DTYPES[args.dtype]) if args.dtype else None
+    out = args.out or os.path.join("perf", "tune", card_name(), datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    problem = None if args.no_report else _out_dir_problem(out)
+    if problem:
+        print(f"tilewright tune: error: --out {out}: cannot write the report there ({problem})", file=sys.stderr)
+        return 2
     try:
         sweep = tuner.tune_gemm(shapes, dtype=dtype, backends=args.backend, reuse=not args.force,
                                 max_configs=args.max_configs)
@@ -231,30 +273,39 @@ def _tune(args) -> int:
     if sweep.df.empty:
         print("nothing tuned (every shape was in the cache)")
         return 0
-    from .autotune.report import winners
-
-    with __import__("pandas").option_context("display.width", 200, "display.max_colwidth", 60):
+    with pd.option_context("display.width", 200, "display.max_colwidth", 60):
         print(winners(sweep.df)[["shape", "winner", "winner_config", "winner_ms", "winner_tflops", "vs_peer"]]
               .to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     from .autotune import cache
 
     print(f"stored winners in {cache.cache_path()}")
     if not args.no_report:
-        out = args.out or os.path.join("perf", "tune", card_name(), datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-        paths = write_report(sweep, out, plots=not args.no_plots)
+        try:
+            paths = write_report(sweep, out, plots=not args.no_plots)
+        except OSError as e:
+            print(f"tilewright tune: error: --out {out}: cannot write the report ({e}); the winners are stored "
+                  "in the cache all the same", file=sys.stderr)
+            return 1
         print(f"report: {paths['report_html']} (+ sweep.csv, winners.csv, report.md"
               f"{', plots/' if any(k.startswith('plot_') for k in paths) else ''})")
     return 0
 
 
 def _report(args) -> int:
-    from .autotune.report import render
+    from .autotune.tools.report import render
 
+    if args.out and (problem := _out_dir_problem(args.out)):
+        print(f"tilewright report: error: --out {args.out}: cannot write the report there ({problem})",
+              file=sys.stderr)
+        return 2
     try:
         paths = render(args.path, args.out, plots=not args.no_plots)
     except (FileNotFoundError, ValueError) as e:
         print(f"tilewright report: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # reading a file it may not open, or writing next to an input in a read-only folder
+        print(f"tilewright report: error: {e.filename or args.path}: {e.strerror or e}", file=sys.stderr)
+        return 1
     for name, path in sorted(paths.items()):
         print(f"  {name}: {path}")
     return 0
@@ -309,7 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", default="sm_90a", choices=["sm_90a", "sm_100a", "sm_120a"])
     p.set_defaults(fn=_build_check)
     args = parser.parse_args(argv)
-    return args.fn(args)
+    from .bench.common import MissingExtra
+
+    try:
+        return args.fn(args)
+    except MissingExtra as e:  # pandas not installed: one line saying which extra to install, not a traceback
+        print(f"tilewright {args.cmd}: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tilewright import cli
-from tilewright.autotune import cache, report, tuner
+from tilewright.autotune import cache
+from tilewright.autotune.tools import report, tuner
 
 SHAPE = (256, 512, 128)
 
@@ -77,9 +78,17 @@ def test_winners_across_backends_and_wrong_configs_never_win():
     assert win.vs_peer[0] == pytest.approx(2.0)
 
 
+def _triton_record(name="x", **config) -> dict:
+    """A well-formed record whose Triton winner is a whole config of the space (``config`` overrides fields)."""
+    from tilewright.autotune.space import default_gemm_config
+
+    cfg = default_gemm_config(4096, 4096, 4096)
+    full = {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": 3, **config}
+    return {"winner": "triton", "backends": {"triton": {"name": name, "config": full, "median_ms": 0.2}}}
+
+
 def test_cache_round_trip_buckets_and_dtypes():
-    rec = {"winner": "triton", "backends": {"triton": {"name": "x", "config": {"BLOCK_M": 64, "num_warps": 4,
-                                                                                "num_stages": 3}}}}
+    rec = _triton_record()
     assert cache.store("gemm", "cpu", torch.bfloat16, 3000, 5000, 4000, rec)
     got = cache.lookup("gemm", "cpu", torch.bfloat16, 4000, 5000, 4000)  # same M bucket (4096)
     assert got["winner"] == "triton" and got["shape"] == [3000, 5000, 4000]
@@ -106,6 +115,79 @@ def test_corrupted_or_mismatched_cache_warns_once_and_is_rewritten(content):
         _tune()
     data = json.loads(path.read_text())
     assert data["format"] == cache.FORMAT and cache.lookup("gemm", "cpu", torch.float16, *SHAPE)
+
+
+_MALFORMED = {
+    "list": [1, 2],
+    "number": 3.5,
+    "string": "triton",
+    "no backends": {"winner": "triton"},
+    "winner not a backend": {**_triton_record(), "winner": "cuda"},
+    "backend not an object": {"winner": "cuda", "backends": {"cuda": "fast"}},
+    "config not an object": {"winner": "triton", "backends": {"triton": {"name": "x", "config": "64x64"}}},
+    "time not a number": _triton_record(name="x"),
+    "partial triton config": {"winner": "triton", "backends": {"triton": {"name": "x", "config": {"BLOCK_M": 64}}}},
+    "text in a triton field": _triton_record(BLOCK_M="64"),
+    "unknown triton field": _triton_record(BLOCK_Q=1),
+    "cuda config without variant": {"winner": "cuda", "backends": {"cuda": {"name": "c", "config": {"group": 8}}}},
+    "peer_ms not a number": {**_triton_record(), "peer_ms": "0.2"},
+}
+_MALFORMED["time not a number"]["backends"]["triton"]["median_ms"] = "0.2"
+
+
+@pytest.mark.parametrize("kind", list(_MALFORMED))
+def test_malformed_entry_is_absent_at_launch_and_everywhere(kind):
+    """Valid JSON of the wrong type or shape for one entry: that entry is absent for every reader (the launcher's
+    lookup included), with one warning naming the file, while a good entry of the same file stays usable."""
+    from tilewright.triton_kernels import gemm as tg
+
+    key = cache.device_key("cpu")
+    good = _triton_record(name="good")
+    entries = {cache.entry_key("gemm", torch.float16, 64, 64, 64): _MALFORMED[kind],
+               cache.entry_key("gemm", torch.float16, 512, 512, 512): good}
+    path = cache.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"format": cache.FORMAT, "devices": {key: {"entries": entries}}}))
+    a = torch.empty(64, 64, dtype=torch.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert cache.lookup("gemm", "cpu", torch.float16, 64, 64, 64) is None
+            # what launch_gemm asks before a launch on a GPU (the CPU tensors only make it callable here)
+            assert tg._tuned_config(a, a, 64, 64, 64, True, True, False) is None
+        assert list(cache.entries("cpu")) == [cache.entry_key("gemm", torch.float16, 512, 512, 512)]
+        assert cache.lookup("gemm", "cpu", torch.float16, 512, 512, 512)["backends"]["triton"]["name"] == "good"
+        b = torch.empty(512, 512, dtype=torch.float16)
+        assert tg._tuned_config(b, b, 512, 512, 512, True, True, False) is not None
+    mine = [w for w in caught if str(path) in str(w.message)]
+    assert len(mine) == 1 and "malformed" in str(mine[0].message), [str(w.message) for w in caught]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _tune(shapes=((64, 64, 64),))  # a tune of the shape replaces the bad entry
+    stored = json.loads(path.read_text())["devices"][key]["entries"]
+    assert cache.record_problem(stored[cache.entry_key("gemm", torch.float16, 64, 64, 64)]) is None
+
+
+def test_malformed_peak_is_absent():
+    path = cache.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"format": cache.FORMAT, "devices": {cache.device_key("cpu"): {
+        "entries": {}, "peak_tflops": ["float16", 100]}}}))
+    with pytest.warns(RuntimeWarning, match="peak_tflops"):
+        assert cache.peak_tflops("cpu", torch.float16) is None
+
+
+def test_tuner_records_pass_the_cache_check():
+    _tune()
+    (rec,) = cache.entries("cpu").values()
+    assert cache.record_problem(rec) is None
+
+
+def test_every_space_config_has_the_checked_keys():
+    from tilewright.autotune import space
+
+    for cfg in space.gemm_configs() + [space.INTERPRETER_CONFIG, space.default_gemm_config(16, 64, 64)]:
+        assert tuple(cfg.kwargs) == space.GEMM_CONFIG_KEYS
 
 
 def test_stale_versions_are_ignored_not_applied():

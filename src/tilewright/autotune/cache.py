@@ -15,7 +15,10 @@ card or another software stack are never applied (they simply stay in the file, 
      "tuned_at": "2026-11-27T10:00:00+00:00"}
 
 A file that cannot be parsed, has another ``format`` or the wrong structure is ignored with one warning and
-rewritten by the next :func:`store`; nothing here raises on a bad file. Writes are atomic (a temporary file in the
+rewritten by the next :func:`store`; nothing here raises on a bad file. The same holds per entry: a record that is
+valid JSON of the wrong type or shape (a list, a number, missing keys, wrong-typed fields, a Triton config that is not
+one of :data:`tilewright.autotune.space.GEMM_CONFIG_KEYS`) is dropped when the file is read, with one warning naming
+the file, so :func:`lookup` at launch time, ``tilewright info`` and the tuner all see it as absent. Writes are atomic (a temporary file in the
 same folder, then ``os.replace``), and a write first re-reads the file so concurrent tuners lose no entries of other
 shapes. Reads are memoised per file modification time, so :func:`lookup` is cheap enough for every launch.
 """
@@ -107,8 +110,8 @@ def entry_key(op: str, dtype, M: int, N: int, K: int) -> str:
     return f"{op}|{dt}|{shape_bucket(op, M, N, K)}"
 
 
-def _warn_once(path: Path, message: str) -> None:
-    key = (str(path), message.split(":")[0])
+def _warn_once(path: Path, message: str, kind: str | None = None) -> None:
+    key = (str(path), kind or message.split(":")[0])
     if key not in _warned:
         _warned.add(key)
         warnings.warn(f"tilewright autotune cache {path}: {message}", RuntimeWarning, stacklevel=3)
@@ -122,6 +125,74 @@ def _valid(data) -> bool:
     if not isinstance(data, dict) or not isinstance(data.get("devices"), dict):
         return False
     return all(isinstance(d, dict) and isinstance(d.get("entries", {}), dict) for d in data["devices"].values())
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _config_problem(backend: str, config: dict) -> str | None:
+    """Why a backend's stored config cannot be launched, or None. Backends this file does not know pass unchecked."""
+    if backend == "triton":
+        from .space import GEMM_CONFIG_KEYS
+
+        want = set(GEMM_CONFIG_KEYS) | {"num_warps", "num_stages"}
+        if set(config) != want:
+            return (f"the triton config's keys differ from the config space's (missing {sorted(want - set(config))}, "
+                    f"unknown {sorted(set(config) - want)})")
+        bad = [k for k, v in config.items() if not isinstance(v, int)]  # bool is an int: the flags are bools
+        return f"the triton config's {bad[0]} is not an integer" if bad else None
+    if backend == "cuda":
+        types = {"variant": str, "tile_order": str, "group": int}
+        bad = [k for k, t in types.items() if not isinstance(config.get(k), t)]
+        return f"the cuda config's {bad[0]!r} is missing or not a {types[bad[0]].__name__}" if bad else None
+    return None
+
+
+def record_problem(rec) -> str | None:
+    """Why ``rec`` is not a usable record (layout in the module docstring), or None when every reader can use it."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    backends = rec.get("backends")
+    if not isinstance(backends, dict) or not backends:
+        return "'backends' is missing or not a non-empty object"
+    if not isinstance(rec.get("winner"), str) or rec["winner"] not in backends:
+        return "'winner' is missing or names no entry of 'backends'"
+    for name, best in backends.items():
+        if not isinstance(best, dict) or not isinstance(best.get("config"), dict):
+            return f"backends[{name!r}] is not an object with a 'config' object"
+        if not isinstance(best.get("name"), str):
+            return f"backends[{name!r}]['name'] is missing or not a string"
+        if any(k in best and not _is_number(best[k]) for k in ("median_ms", "tflops")):
+            return f"backends[{name!r}] has a time or TFLOP/s that is not a number"
+        problem = _config_problem(name, best["config"])
+        if problem:
+            return problem
+    if rec.get("peer_ms") is not None and not _is_number(rec["peer_ms"]):
+        return "'peer_ms' is not a number"
+    if rec.get("peer") is not None and not isinstance(rec["peer"], str):
+        return "'peer' is not a string"
+    return None
+
+
+def _drop_bad_entries(path: Path, data: dict) -> dict:
+    """``data`` without the records (and peak figures) no reader could use, after one warning per file naming them.
+
+    Checked once per read of the file (reads are memoised), so a launch's :func:`lookup` pays nothing per call."""
+    bad = []
+    for key, sec in data["devices"].items():
+        entries = sec.get("entries", {})
+        for name in [n for n, rec in entries.items() if record_problem(rec)]:
+            bad.append(f"{name!r} ({record_problem(entries[name])})")
+            del entries[name]
+        peak = sec.get("peak_tflops")
+        if peak is not None and not (isinstance(peak, dict) and all(_is_number(v) for v in peak.values())):
+            bad.append(f"peak_tflops of {key!r} (not an object of numbers)")
+            del sec["peak_tflops"]
+    if bad:
+        _warn_once(path, f"malformed entries treated as absent: {'; '.join(bad)}; a tune of those shapes rewrites "
+                         "them", kind="entries")
+    return data
 
 
 def load(path: Path | None = None) -> dict:
@@ -148,6 +219,8 @@ def load(path: Path | None = None) -> dict:
         elif not _valid(data):
             _warn_once(path, "unexpected structure; ignored, it is rewritten by the next tune")
             data = _empty()
+        else:
+            data = _drop_bad_entries(path, data)
     _memo[str(path)] = (stamp, data)
     return data
 

@@ -12,6 +12,11 @@ import triton
 
 from ..triton_kernels.tile_order import GROUPED, HILBERT, MORTON, ROW_MAJOR
 
+# The keyword arguments of every GEMM config (the kernel's tunable constexprs); num_warps and num_stages ride beside
+# them. The tuning cache holds configs as JSON and checks a stored one against this list before a launch uses it.
+GEMM_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP", "TILE_ORDER", "EPI_SPLIT", "TMA_LOADS", "PERSISTENT",
+                    "FLATTEN")
+
 # Shared memory per block on sm_90 (227 KB opt-in); sm_80 has 163 KB, sm_89/sm_120 99 KB. The pruner takes the
 # device's number when there is a device.
 SMEM_SM90 = 227 * 1024

@@ -14,11 +14,14 @@ forward output that was computed once (so it includes the preprocess, dK/dV and 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 
-from .common import COLUMNS, add_speedups, card_name, environment, on_gpu, time_ms
+if TYPE_CHECKING:  # annotations only: pandas is imported on first use (an optional extra)
+    import pandas as pd
+
+from .common import COLUMNS, add_speedups, card_name, environment, on_gpu, require_pandas, time_ms
 
 # (B, Hq, Hkv, S, D) - BENCHMARKS.md attention suite
 SUITES = {
@@ -199,6 +202,7 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
 
 
 def _frame(rows, peer, env) -> pd.DataFrame:
+    pd = require_pandas("tilewright.bench.attention")
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("peer", "speedup")])
     df = add_speedups(df, {c: peer for c in df["case"].unique()})
     for key in ("card", "torch", "triton", "cudnn"):
@@ -209,6 +213,7 @@ def _frame(rows, peer, env) -> pd.DataFrame:
 
 def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
     """One line per case: tilewright TFLOP/s and its ratios to cuDNN and FA2 (sdpa-flash)."""
+    pd = require_pandas("tilewright.bench.attention")
     piv = df.pivot_table(index="case", columns="provider", values="median_ms")
     out = pd.DataFrame(index=piv.index)
     tf = df[df.provider == "tilewright-triton"].set_index("case")["tflops"]
@@ -227,7 +232,7 @@ def main() -> None:  # python -m tilewright.bench.attention [suite] [csv]
     df = run(suite, csv_path=path)
     if path:
         df.to_csv(path, index=False)
-    pd.set_option("display.width", 200)
+    require_pandas("tilewright.bench.attention").set_option("display.width", 200)
     print(ratio_table(df).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 

@@ -16,6 +16,25 @@ from pathlib import Path
 import torch
 
 COLUMNS = ["op", "case", "shape", "dtype", "provider", "median_ms", "tflops", "peer", "speedup"]
+BENCH_EXTRA = "pip install 'tilewright[bench]'"
+
+
+class MissingExtra(ImportError):
+    """An optional dependency of the tools (bench, tune, report) is not installed; the message says how to get it."""
+
+
+def require_pandas(user: str):
+    """The pandas module, for ``user`` (a tool that names itself in the error).
+
+    pandas is an optional extra: ``import tilewright`` and every kernel launch run without it, so the tools import it
+    on first use through here, and a missing pandas is one :class:`MissingExtra` naming the extra instead of a bare
+    ``No module named 'pandas'`` from deep inside a tool.
+    """
+    try:
+        import pandas
+    except ImportError as e:
+        raise MissingExtra(f"{user} needs pandas, which is not installed: {BENCH_EXTRA}") from e
+    return pandas
 
 
 def on_gpu() -> bool:

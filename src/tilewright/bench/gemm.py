@@ -15,11 +15,15 @@ first-use tuning times configs instead of compiling them one by one.
 """
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 import torch
 
+if TYPE_CHECKING:  # annotations only: pandas is imported on first use (an optional extra)
+    import pandas as pd
+
 from .. import matmul, router, scaled_mm
-from .common import COLUMNS, add_speedups, compile_only, on_gpu, time_ms
+from .common import COLUMNS, add_speedups, compile_only, on_gpu, require_pandas, time_ms
 
 # tag: (M, N, K)
 SUITES = {
@@ -149,7 +153,7 @@ def run(suite: str = "default", progress=print, cases: tuple[str, ...] | None = 
             progress(f"[{i}/{len(shapes)}] {key:<22} {peer} {done[peer]['median_ms']:8.4f} ms | " + " | ".join(line))
         if gpu:
             torch.cuda.empty_cache()
-    df = add_speedups(pd.DataFrame(rows), peers)
+    df = add_speedups(require_pandas("tilewright.bench.gemm").DataFrame(rows), peers)
     return df[COLUMNS + ["timing", "rel_err_vs_peer"]]
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .common import COLUMNS, add_speedups, card_name, compile_only, environment, on_gpu, time_ms
+from .common import (COLUMNS, add_speedups, card_name, compile_only, environment, on_gpu, require_pandas,
+                     time_ms)
 
 # The GEMM suite of BENCHMARKS.md: (tag, M, N, K); x is (M, K), weight (N, K).
 GEMM_SUITE = [
@@ -130,7 +131,7 @@ def run(suite: str = "default", progress=print, backward: bool | tuple = True, p
     leaves out the torch.compile columns (a static-shape compile per shape and direction is most of this benchmark's
     time: `bench --op all` uses it to stay within its 10-minute budget).
     """
-    import pandas as pd
+    pd = require_pandas("tilewright.bench.rms_norm_linear")
 
     shapes = SUITES[suite]
     gpu = on_gpu()

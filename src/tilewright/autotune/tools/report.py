@@ -8,7 +8,7 @@ timed in the same run, plus a ``meta`` dict (device facts, versions, the card's 
                   ``pct_of_peak`` (TFLOP/s over the card's measured peak);
 * ``winners.csv`` one row per shape: each backend's best config and time, the winner, its ratio to the peer;
 * ``report.md`` / ``report.html`` both tables (the HTML embeds the plots, so it is one file to send around);
-* ``plots/*.png`` (matplotlib, optional: skipped with a note when it is not installed): per-shape bars of the best
+* ``plots/*.png`` (matplotlib, part of the ``bench`` extra: skipped with a note when it is not installed): per-shape bars of the best
   Triton / CUDA config vs the peer, a BLOCK_M x BLOCK_N heat map of Triton TFLOP/s for one shape, and the best
   TFLOP/s per tile order per shape.
 
@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+
+from ...bench.common import BENCH_EXTRA, require_pandas
+
+pd = require_pandas("tilewright.autotune.tools.report")
 
 PEER = "peer"
 BACKENDS = ("triton", "cuda")
@@ -68,12 +71,54 @@ class Sweep:
         if not csv.exists():
             raise FileNotFoundError(f"no sweep.csv at {csv}")
         meta_path = csv.with_suffix(".json")
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        df = pd.read_csv(csv)
+        meta = read_json(meta_path, "the sweep's meta data (a JSON object)") if meta_path.exists() else {}
+        df = read_csv(csv, SWEEP_EXPECTED)
         missing = {"shape", "backend", "config", "median_ms"} - set(df.columns)
         if missing:
-            raise ValueError(f"{csv}: not a tilewright sweep (missing columns {sorted(missing)})")
-        return cls(analyze(df, meta.get("peak_tflops")), meta)
+            raise ValueError(f"{csv}: not a tilewright sweep (missing columns {sorted(missing)}); expected "
+                             f"{SWEEP_EXPECTED}")
+        check_numeric(df, csv, ["median_ms", "tflops"], SWEEP_EXPECTED)
+        peak = meta.get("peak_tflops")
+        return cls(analyze(df, peak if isinstance(peak, (int, float)) else None), meta)
+
+
+# What `tilewright report` accepts, said in every error about an input it cannot use.
+SWEEP_EXPECTED = "a tune sweep (sweep.csv as `tilewright tune` writes it)"
+BENCH_EXPECTED = "tilewright bench results (CSV with op, case, provider, speedup columns)"
+EITHER_EXPECTED = f"{SWEEP_EXPECTED} or {BENCH_EXPECTED}"
+
+
+def read_csv(path: Path, expected: str) -> pd.DataFrame:
+    """``pd.read_csv(path)``, or a ValueError naming the file and what was ``expected`` when it is no CSV (binary,
+    empty, ragged) - pandas' own errors name neither."""
+    try:
+        return pd.read_csv(path)
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: not a readable CSV file ({reason}); expected {expected}") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: a folder where a CSV file was expected; expected {expected}") from None
+
+
+def read_json(path: Path, expected: str) -> dict:
+    """A JSON object from ``path``, or a ValueError naming the file and what was ``expected``."""
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); expected {expected}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a JSON {type(data).__name__}; expected {expected}")
+    return data
+
+
+def check_numeric(df: pd.DataFrame, path: Path, columns, expected: str) -> None:
+    """Raise a ValueError naming the file and column when a column that must hold numbers holds other text."""
+    for col in columns:
+        if col in df and not pd.api.types.is_numeric_dtype(df[col]):
+            bad = df[col][pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()]
+            if len(bad):
+                raise ValueError(f"{path}: column {col!r} holds {str(bad.iloc[0])!r} where a number was expected; "
+                                 f"expected {expected}")
 
 
 def analyze(df: pd.DataFrame, peak_tflops: float | None = None) -> pd.DataFrame:
@@ -300,7 +345,7 @@ def sweep_plots(sweep: Sweep, out_dir: Path) -> tuple[list[Path], str | None]:
     """All sweep plots into ``out_dir/plots``; ([], reason) when matplotlib is not installed."""
     plt = _pyplot()
     if plt is None:
-        return [], "matplotlib not installed (pip install 'tilewright[plots]'): plots skipped"
+        return [], f"matplotlib not installed ({BENCH_EXTRA}): plots skipped"
     plots = Path(out_dir) / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     df = sweep.df
@@ -408,7 +453,7 @@ def write_bench_report(df: pd.DataFrame, env: dict, out_dir, plots: bool = True)
     if plots:
         plt = _pyplot()
         if plt is None:
-            notes.append("matplotlib not installed (pip install 'tilewright[plots]'): plots skipped")
+            notes.append(f"matplotlib not installed ({BENCH_EXTRA}): plots skipped")
         else:
             (out / "plots").mkdir(exist_ok=True)
             images = [p for op in df.op.unique()
@@ -431,21 +476,26 @@ def write_bench_report(df: pd.DataFrame, env: dict, out_dir, plots: bool = True)
 
 
 def render(path, out_dir=None, plots: bool = True) -> dict[str, Path]:
-    """Re-render a saved sweep (folder, sweep.csv) or bench results (folder of per-op CSVs, or one CSV)."""
+    """Re-render a saved sweep (folder, sweep.csv) or bench results (folder of per-op CSVs, or one CSV).
+
+    An input it cannot use (missing, not a CSV, other columns, text where numbers belong) raises FileNotFoundError or
+    ValueError naming the file and what was expected; ``tilewright report`` prints that one line.
+    """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or folder")
+        raise FileNotFoundError(f"{path}: no such file or folder; expected {EITHER_EXPECTED}")
     sweep_csv = path / "sweep.csv" if path.is_dir() else path
-    if sweep_csv.exists() and "config_json" in pd.read_csv(sweep_csv, nrows=0).columns:
+    if sweep_csv.exists() and "config_json" in read_csv(sweep_csv, EITHER_EXPECTED).columns:
         sweep = Sweep.load(sweep_csv)
         return write_report(sweep, out_dir or sweep_csv.parent, plots)
     csvs = sorted(p for p in path.glob("*.csv") if p.name != "ratios.csv") if path.is_dir() else [path]
-    frames = [pd.read_csv(p) for p in csvs]
-    frames = [f for f in frames if {"op", "provider", "speedup", "case"} <= set(f.columns)]
+    frames = [(p, read_csv(p, EITHER_EXPECTED)) for p in csvs]
+    frames = [(p, f) for p, f in frames if {"op", "provider", "speedup", "case"} <= set(f.columns)]
     if not frames:
-        raise ValueError(f"{path}: neither a tune sweep (sweep.csv) nor tilewright bench results (CSV with op, case, "
-                         "provider, speedup columns)")
+        raise ValueError(f"{path}: neither a tune sweep nor bench results; expected {EITHER_EXPECTED}")
+    for p, f in frames:
+        check_numeric(f, p, ["median_ms", "tflops", "speedup"], BENCH_EXPECTED)
     folder = path if path.is_dir() else path.parent
     env_path = folder / "env.json"
-    env = json.loads(env_path.read_text()) if env_path.exists() else {}
-    return write_bench_report(pd.concat(frames, ignore_index=True), env, out_dir or folder, plots)
+    env = read_json(env_path, "the run's environment (a JSON object)") if env_path.exists() else {}
+    return write_bench_report(pd.concat([f for _, f in frames], ignore_index=True), env, out_dir or folder, plots)
