@@ -112,7 +112,7 @@ def _bench(args) -> int:
         return 1
     df = pd.concat(frames, ignore_index=True)
     if args.op == "all":
-        from .autotune.tools.report import ratio_table, write_bench_report
+        from .tools.report import ratio_table, write_bench_report
 
         day_dir = out_dir / datetime.date.today().isoformat()
         paths = write_bench_report(df, {**env, "suite": suite}, day_dir, plots=not args.no_plots)
@@ -243,8 +243,8 @@ def _tune(args) -> int:
     from .bench.common import card_name, on_gpu, require_pandas
 
     pd = require_pandas("tilewright tune")
-    from .autotune.tools import tuner
-    from .autotune.tools.report import winners, write_report
+    from .tools import tuner
+    from .tools.report import winners, write_report
     from .bench.gemm import SUITES
 
     if args.op not in TUNE_OPS:
@@ -292,7 +292,7 @@ def _tune(args) -> int:
 
 
 def _report(args) -> int:
-    from .autotune.tools.report import render
+    from .tools.report import render
 
     if args.out and (problem := _out_dir_problem(args.out)):
         print(f"tilewright report: error: --out {args.out}: cannot write the report there ({problem})",

@@ -10,7 +10,7 @@ import torch
 
 from tilewright import cli
 from tilewright.autotune import cache
-from tilewright.autotune.tools import report, tuner
+from tilewright.tools import report, tuner
 
 SHAPE = (256, 512, 128)
 

@@ -1,7 +1,7 @@
 """CPU tier: one import direction between the runtime and the tools (issue 13, item 3).
 
-The runtime (what ``import tilewright`` and a kernel launch load: ops, router, kernels, CUDA fallback, the runtime half
-of ``autotune``) never imports a tool (``autotune.tools``, ``bench``, ``cli``) nor the tools' optional pandas /
+The runtime (what ``import tilewright`` and a kernel launch load: ops, router, kernels, CUDA fallback,
+``autotune``) never imports a tool (``tools``, ``bench``, ``cli``) nor the tools' optional pandas /
 matplotlib - not even inside a function. Checked two ways: by reading every runtime module's imports, and by running
 ``import tilewright`` plus a kernel in a fresh interpreter where pandas and matplotlib cannot be imported.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 import tilewright
 
 PACKAGE_DIR = Path(tilewright.__file__).parent
-TOOLS = ("tilewright.autotune.tools", "tilewright.bench", "tilewright.cli")
+TOOLS = ("tilewright.tools", "tilewright.bench", "tilewright.cli")
 OPTIONAL = ("pandas", "matplotlib")
-TOOL_PATHS = (PACKAGE_DIR / "autotune" / "tools", PACKAGE_DIR / "bench", PACKAGE_DIR / "cli.py")
+TOOL_PATHS = (PACKAGE_DIR / "tools", PACKAGE_DIR / "bench", PACKAGE_DIR / "cli.py")
 
 
 def _module_name(path: Path) -> str:
@@ -65,14 +65,14 @@ def test_scanner_sees_lazy_relative_and_dynamic_imports():
         from . import cache
 
         def tune():
-            from .tools import tuner
+            from ..tools import tuner
             from ..bench.common import time_ms
             import importlib
             importlib.import_module("tilewright.cli")
             return __import__("pandas")
         """)
     names = {name for _, name in imported_names(source, "tilewright.autotune.space")}
-    assert {"tilewright.autotune.cache", "tilewright.autotune.tools.tuner", "tilewright.bench.common",
+    assert {"tilewright.autotune.cache", "tilewright.tools.tuner", "tilewright.bench.common",
             "tilewright.cli", "pandas"} <= names
     assert [n for n in names if _is_tool(n)] and not _is_tool("tilewright.autotune.cache")
 

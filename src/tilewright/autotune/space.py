@@ -10,7 +10,9 @@ import itertools
 
 import triton
 
-from ..triton_kernels.tile_order import GROUPED, HILBERT, MORTON, ROW_MAJOR
+from .._codes import TILE_ORDERS
+
+ROW_MAJOR, GROUPED, MORTON, HILBERT = (TILE_ORDERS[k] for k in ("row_major", "grouped", "morton", "hilbert"))
 
 # The keyword arguments of every GEMM config (the kernel's tunable constexprs); num_warps and num_stages ride beside
 # them. The tuning cache holds configs as JSON and checks a stored one against this list before a launch uses it.

@@ -8,7 +8,7 @@ candidate's output is compared with the peer's before it is timed: a fast wrong 
 can never win. Timing goes through a pluggable ``timer(candidate, fn) -> ms`` (default: ``do_bench`` median, CUDA
 graph replays for decode-sized M) so the CPU tests drive the whole pipeline with a deterministic fake timer.
 
-The result is a :class:`tilewright.autotune.tools.report.Sweep` (one row per shape x backend x config) and, per shape, a
+The result is a :class:`tilewright.tools.report.Sweep` (one row per shape x backend x config) and, per shape, a
 cache record (:mod:`tilewright.autotune.cache`) naming the fastest backend and each backend's best config.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from .. import cache
+from ..autotune import cache
 from .report import Sweep, winners
 
 PEER_BACKEND = "peer"
@@ -51,7 +51,7 @@ class Candidate:
 
 def default_timer(candidate: Candidate, fn: Callable[[], object]) -> float:
     """Median milliseconds of ``fn`` (``triton.testing.do_bench``, shortened; graph replays where flagged)."""
-    from ...bench.common import time_ms
+    from ..bench.common import time_ms
 
     return time_ms(fn, warmup_ms=10, rep_ms=50, cudagraph=candidate.cudagraph)
 
@@ -119,9 +119,9 @@ def make_progress(total: int, desc: str, stream=None, plain: bool | None = None)
 
 # ------------------------------------------------------------------------------------------------ candidates
 def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
-    from ...triton_kernels.gemm import launch_gemm, tma_compatible
-    from ...triton_kernels.tile_order import TILE_ORDER_NAMES
-    from ..space import SMEM_SM90, gemm_configs, prune_gemm_configs
+    from ..triton_kernels.gemm import launch_gemm, tma_compatible
+    from ..triton_kernels.tile_order import TILE_ORDER_NAMES
+    from ..autotune.space import SMEM_SM90, gemm_configs, prune_gemm_configs
 
     M, K = a.shape
     N = b.shape[1]
@@ -153,7 +153,7 @@ def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
 
 
 def _cuda_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
-    from ...cuda_fallback import gemm as cg
+    from ..cuda_fallback import gemm as cg
 
     if torch.cuda.get_device_capability(a.device)[0] != 9:
         return []  # the variants below are the sm_90a WGMMA kernel's; other families are not swept yet
@@ -175,7 +175,7 @@ def _cuda_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
 
 def eligible_backends(a, b, requested=None) -> tuple[list[str], dict[str, str]]:
     """The tunable backends that can run GEMM on ``a``, ``b`` here (router's verdict), and the reason for each."""
-    from ... import router
+    from .. import router
 
     names = list(requested) if requested else list(TUNABLE_BACKENDS)
     found, reasons = [], {}
@@ -268,7 +268,7 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
             records.append(("gemm", dtype, M, N, K, rec))
     if store and records:
         cache.store_many(records, device)
-    from ...bench.common import environment
+    from ..bench.common import environment
 
     meta = {"op": "gemm", "dtype": str(dtype).replace("torch.", ""), "device_key": cache.device_key(device),
             "facts": cache.device_facts(device), "env": environment(), "peak_tflops": peak,

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...bench.common import BENCH_EXTRA, require_pandas
+from ..bench.common import BENCH_EXTRA, require_pandas
 
-pd = require_pandas("tilewright.autotune.tools.report")
+pd = require_pandas("tilewright.tools.report")
 
 PEER = "peer"
 BACKENDS = ("triton", "cuda")
