@@ -1,4 +1,4 @@
-"""Device-machine driver for the sm_90a CUDA RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm.py): build, numerics, stress,
+"""Device-machine driver for the sm_90a CUDA RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm_sm90.py): build, numerics, stress,
 sanitize (one small problem, run under compute-sanitizer by the .sh), bench vs cuBLAS / eager / Triton fused.
 
 Each phase is a subcommand so gpu_rmsnorm_gemm_sm90.sh runs it under its own timeout. CSVs go to $OUT
@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from tilewright.cuda_fallback import build, build_check  # noqa: E402
-from tilewright.cuda_fallback import gemm as cg  # noqa: E402
-from tilewright.cuda_fallback import rmsnorm_gemm as rg  # noqa: E402
+from tilewright.cuda_fallback import build_check  # noqa: E402
+from tilewright.cuda_fallback.runtime import build  # noqa: E402
+from tilewright.cuda_fallback import gemm_sm90 as cg  # noqa: E402
+from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as rg  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")
 os.makedirs(OUT, exist_ok=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (<= 240 s): build, numerics, stress, compute-sanitizer memcheck, benchmark of the sm_90a CUDA
-# RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm.py). Each phase under its own timeout (limits sum to 230 s) so a hang
+# RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm_sm90.py). Each phase under its own timeout (limits sum to 230 s) so a hang
 # shows up as a timed-out phase. $OUT gets gpu.txt, rmsnorm_sm90.log (every phase), numerics.csv, bench.csv.
 # Usage: bash scripts/gpu_rmsnorm_gemm_sm90.sh [phases...]   (default: build numerics stress sanitize bench)
 # Variants: *-xf = transform warps (TW_NORM_XFORM, the default: x -> x*g in smem by the producer warpgroup, SS wgmma),
