@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from tilewright.cuda_fallback import attention_sm90 as ca  # noqa: E402
-from tilewright.cuda_fallback import build, build_check  # noqa: E402
+from tilewright.cuda_fallback import build_check  # noqa: E402
+from tilewright.cuda_fallback.runtime import build  # noqa: E402
 from tilewright.reference import attention_reference  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")

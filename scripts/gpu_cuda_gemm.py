@@ -19,8 +19,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from tilewright.cuda_fallback import build, build_check  # noqa: E402
-from tilewright.cuda_fallback import gemm as cg  # noqa: E402
+from tilewright.cuda_fallback import build_check  # noqa: E402
+from tilewright.cuda_fallback.runtime import build  # noqa: E402
+from tilewright.cuda_fallback import gemm_sm90 as cg  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")
 os.makedirs(OUT, exist_ok=True)

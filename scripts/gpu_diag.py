@@ -107,7 +107,7 @@ def phase_layers(_):
     """Host cost of each layer of the launch path on a small problem (TILEWRIGHT_AUTOTUNE=0: no tuning)."""
     from tilewright import router
     from tilewright.autotune.space import default_gemm_config
-    from tilewright.cuda_fallback import gemm as cg
+    from tilewright.cuda_fallback import gemm_sm90 as cg
     from tilewright.triton_kernels import gemm as tg
 
     M, N, K = 512, 512, 512
@@ -176,8 +176,8 @@ def phase_tune(_):
 
 
 def phase_one_rms(_):
-    from tilewright.cuda_fallback import gemm as cg
-    from tilewright.cuda_fallback import rmsnorm_gemm as crg
+    from tilewright.cuda_fallback import gemm_sm90 as cg
+    from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as crg
 
     M = N = K = 8192
     x = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)

@@ -1,4 +1,4 @@
-"""Device-machine driver for the sm_90a CUDA RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm.py): build, numerics, stress,
+"""Device-machine driver for the sm_90a CUDA RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm_sm90.py): build, numerics, stress,
 sanitize (one small problem, run under compute-sanitizer by the .sh), bench vs cuBLAS / eager / Triton fused.
 
 Each phase is a subcommand so gpu_rmsnorm_gemm_sm90.sh runs it under its own timeout. CSVs go to $OUT
@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-from tilewright.cuda_fallback import build, build_check  # noqa: E402
-from tilewright.cuda_fallback import gemm as cg  # noqa: E402
-from tilewright.cuda_fallback import rmsnorm_gemm as rg  # noqa: E402
+from tilewright.cuda_fallback import build_check  # noqa: E402
+from tilewright.cuda_fallback.runtime import build  # noqa: E402
+from tilewright.cuda_fallback import gemm_sm90 as cg  # noqa: E402
+from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as rg  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")
 os.makedirs(OUT, exist_ok=True)
@@ -39,11 +40,12 @@ EPILOGUES = [("none", False, None, False), ("bias", True, None, False), ("bias_g
              ("bias_silu", True, "silu", False)]
 
 
-# fp16 builds: these only (the -xf defaults, the register-A default tile and its single-buffered fallback)
-FP16_VARIANTS = (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT, rg.REGISTER_A_VARIANT, "coop128x256s3-sb")
-FULL_VARIANTS = (rg.DEFAULT_VARIANT, rg.REGISTER_A_VARIANT)  # every epilogue on every numerics shape (bf16)
+# fp16 builds: these only (the -xf large and small-M tiles, the register-A default and its single-buffered fallback)
+XFORM_SMALL_M = rg.SMALL_M_VARIANT + "-xf"
+FP16_VARIANTS = (rg.XFORM_VARIANT, XFORM_SMALL_M, rg.REGISTER_A_VARIANT, "coop128x256s3-sb")
+FULL_VARIANTS = (rg.XFORM_VARIANT, rg.REGISTER_A_VARIANT)  # every epilogue on every numerics shape (bf16)
 PLAIN_GEMM = "cuda_plain_gemm"  # bench provider / build: the sm_90 GEMM of the default variant's tile, no norm
-BMN_VARIANTS = (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT, rg.REGISTER_A_VARIANT)  # + B N-major builds, K % 8 != 0
+BMN_VARIANTS = (rg.XFORM_VARIANT, XFORM_SMALL_M, rg.REGISTER_A_VARIANT)  # + B N-major builds, K % 8 != 0
 
 
 def log(*a):
@@ -105,9 +107,9 @@ def phase_build(args):
                 bad += 1
                 log("SPILL", b, info)
     log(f"{len(todo)} builds in {time.time() - t0:.1f}s, {bad} with spills; toolchain {build.toolchain()}")
-    # SASS markers of the default (-xf) and the register-A build (the full matrix is CI's build-check)
+    # SASS markers of the -xf and the register-A (default) build (the full matrix is CI's build-check)
     missing = False
-    for name in (rg.DEFAULT_VARIANT, rg.REGISTER_A_VARIANT):
+    for name in (rg.XFORM_VARIANT, rg.REGISTER_A_VARIANT):
         v = rg.VARIANTS[name]
         text = build_check.sass(build.compile_source(rg.SOURCE, "sm_90a", v.defines(False, False, False)).cubin) or ""
         found = {m: text.count(m) for m in build_check.KERNELS[rg.SOURCE][1] + rg.build_markers(v)}
@@ -207,7 +209,7 @@ def phase_numerics(args):
     # failure only in the former is in the fragment path (ldmatrix/swizzle/pack/RS wgmma). The -xf build with g = 1
     # writes x back unchanged: a failure there but not with -ssdebug is in its synchronisation (transformed / rstd
     # barriers, proxy fence) or its rstd rows; one with g != 1 only is in the g chunk mapping
-    for variant in (rg.VARIANTS[rg.DEFAULT_VARIANT], rg.VARIANTS[rg.REGISTER_A_VARIANT], *rg.DEBUG_VARIANTS.values()):
+    for variant in (rg.VARIANTS[rg.XFORM_VARIANT], rg.VARIANTS[rg.REGISTER_A_VARIANT], *rg.DEBUG_VARIANTS.values()):
         for (M, N, K) in ((127, 136, 72), (513, 776, 1000)):
             rows.append(run_case(M, N, K, torch.bfloat16, variant, EPILOGUES[1], g_ones=True))
             fails += not rows[-1]["ok"]
@@ -215,7 +217,7 @@ def phase_numerics(args):
                 log("FAIL", rows[-1])
     # a large-magnitude x (rstd far from 1) and a tiny one
     for scale in (100.0, 1e-3):
-        for variant in (rg.DEFAULT_VARIANT, rg.REGISTER_A_VARIANT):
+        for variant in (rg.XFORM_VARIANT, rg.REGISTER_A_VARIANT):
             rows.append(run_case(513, 776, 1000, torch.bfloat16, variant, EPILOGUES[1], x_scale=scale))
             fails += not rows[-1]["ok"]
             if not rows[-1]["ok"]:
@@ -304,9 +306,9 @@ def phase_stress(args):
 
 # ----------------------------------------------------------------------------------------------- sanitize
 def phase_sanitize(args):
-    """One small problem with M/N/K tails on the default and the small-M variant (both -xf) and the register-A default
-    tile (run under compute-sanitizer)."""
-    for variant in (rg.DEFAULT_VARIANT, rg.SMALL_M_VARIANT, rg.REGISTER_A_VARIANT):
+    """One small problem with M/N/K tails on the -xf large and small-M tiles and the register-A default tile (run
+    under compute-sanitizer)."""
+    for variant in (rg.XFORM_VARIANT, XFORM_SMALL_M, rg.REGISTER_A_VARIANT):
         r = run_case(130, 264, 200, torch.bfloat16, variant, EPILOGUES[2])
         log(r)
     torch.cuda.synchronize()

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device call (<= 240 s): build, numerics, stress, compute-sanitizer memcheck, benchmark of the sm_90a CUDA
-# RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm.py). Each phase under its own timeout (limits sum to 230 s) so a hang
+# RMSNorm-GEMM (cuda_fallback/rmsnorm_gemm_sm90.py). Each phase under its own timeout (limits sum to 230 s) so a hang
 # shows up as a timed-out phase. $OUT gets gpu.txt, rmsnorm_sm90.log (every phase), numerics.csv, bench.csv.
 # Usage: bash scripts/gpu_rmsnorm_gemm_sm90.sh [phases...]   (default: build numerics stress sanitize bench)
-# Variants: *-xf = transform warps (TW_NORM_XFORM, the default: x -> x*g in smem by the producer warpgroup, SS wgmma),
-# the others register-A (ldmatrix -> x*g -> RS wgmma in the consumers; -sb single-buffered fragments).
+# Variants: *-xf = transform warps (TW_NORM_XFORM, measured slower: x -> x*g in smem by the producer warpgroup, SS
+# wgmma), the others register-A (the default: ldmatrix -> x*g -> RS wgmma in the consumers; -sb single-buffered).
 # Localising a numerics failure (numerics.csv): every variant runs, so compare the rows -
 #   register-A: only the double-buffered builds fail -> fragment reuse / wgmma wait; coop128x256s3/g=1 fails but
 #     -ssdebug/g=1 passes -> the fragment path (ldmatrix swizzle, pack, RS wgmma); only pp* -> MA = 2.

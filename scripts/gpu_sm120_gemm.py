@@ -1,4 +1,4 @@
-"""Device driver for the mma.sync GEMM (gemm_sm120_mma.cu) built for the device's own arch (sm_90 on H100/H200):
+"""Device driver for the mma.sync GEMM (gemm_sm120.cu) built for the device's own arch (sm_90 on H100/H200):
 build, numerics (suite incl. tails, layouts, dtypes, epilogues, tile orders), randomized stress, benchmark beside
 cuBLAS and the sm_90a WGMMA kernel. Reuses the helpers of gpu_cuda_gemm.py. Results go to $OUT.
 
@@ -18,9 +18,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import gpu_cuda_gemm as base  # noqa: E402  (also puts src/ on sys.path)
-from tilewright.cuda_fallback import build  # noqa: E402
-from tilewright.cuda_fallback import gemm as cg  # noqa: E402
-from tilewright.cuda_fallback import gemm_mma as mg  # noqa: E402
+from tilewright.cuda_fallback.runtime import build  # noqa: E402
+from tilewright.cuda_fallback import gemm_sm90 as cg  # noqa: E402
+from tilewright.cuda_fallback import gemm_sm120 as mg  # noqa: E402
 
 DEV = base.DEV
 log = base.log

@@ -12,8 +12,8 @@ import torch
 
 from tilewright import router
 from tilewright.cuda_fallback import attention_sm90 as ca
-from tilewright.cuda_fallback import build, build_check
-from tilewright.cuda_fallback import gemm as cg
+from tilewright.cuda_fallback import build_check
+from tilewright.cuda_fallback.runtime import build, guard, launch
 
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 bf = torch.bfloat16
@@ -134,7 +134,7 @@ def fake_driver(monkeypatch):
         return types.SimpleNamespace(key="k")
 
     monkeypatch.setattr(build, "compile_source", compile_source)
-    monkeypatch.setattr(build, "driver", lambda: drv)
+    monkeypatch.setattr(launch, "driver", lambda: drv)
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: types.SimpleNamespace(cuda_stream=0))
     monkeypatch.setattr(ca, "_prepared", {})
@@ -183,14 +183,14 @@ def test_try_launch_never_raises(monkeypatch):
     def broken(*a, **k):
         raise build.CompileError("boom")
 
-    monkeypatch.setattr(ca, "_disabled", None)
-    monkeypatch.setattr(cg, "_warned", set())
+    monkeypatch.setattr(ca.GUARD, "disabled", None)
+    monkeypatch.setattr(guard, "_warned", set())
     monkeypatch.setattr(build, "compile_source", broken)
     q, k, v = _qkv()
     out, lse = torch.empty_like(q), torch.empty(2, 4, 100)
     # a call the kernel does not fit declines without disabling it
     assert ca.try_launch(q.float(), k.float(), v.float(), out.float(), lse, False, 0.1) is False
-    assert ca._disabled is None
+    assert ca.GUARD.disabled is None
     with pytest.warns(RuntimeWarning, match="Triton serves"):
         assert ca.try_launch(q, k, v, out, lse, False, 0.1) is False
     with warnings.catch_warnings():
@@ -200,7 +200,7 @@ def test_try_launch_never_raises(monkeypatch):
 
 # ------------------------------------------------------------------------------------------------ router
 @pytest.fixture
-def fake_sm90(monkeypatch):
+def fake_sm90(monkeypatch, swap_record, fake_compiler):
     state = {"cap": (9, 0), "calls": 0, "self_check": (True, "self-check passed")}
 
     def ready(q, k, v):
@@ -208,8 +208,7 @@ def fake_sm90(monkeypatch):
         return state["self_check"]
 
     monkeypatch.setattr(router, "_capability", lambda device: state["cap"])
-    monkeypatch.setattr(router, "_cuda_toolchain", lambda: build.Toolchain("nvcc", "nvcc", "13.0"))
-    monkeypatch.setattr(ca, "ready", ready)
+    swap_record("attention", "attention_sm90", ready=ready)
     monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
     monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
     monkeypatch.delenv("TILEWRIGHT_CUDA_ATTN", raising=False)

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from tilewright import router
-from tilewright.cuda_fallback import build, build_check
-from tilewright.cuda_fallback import gemm as cg
+from tilewright.cuda_fallback import build_check
+from tilewright.cuda_fallback import gemm_sm90 as cg
+from tilewright.cuda_fallback.runtime import build, guard, launch
 
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 
@@ -22,7 +23,7 @@ def test_build_check_sm90a_passes(cache):
     rows, ok = build_check.build_check("sm_90a")
     table = build_check.format_table(rows)
     assert ok, table
-    built = [r for r in rows if r["kernel"] == "gemm_sm90_pingpong.cu"]
+    built = [r for r in rows if r["kernel"] == "gemm_sm90.cu"]
     assert len(built) == len(cg.BUILD_CHECK_BUILDS)
     for r in built:
         assert r["spills"] == 0 and r["stack"] == 0, table
@@ -124,15 +125,15 @@ def test_no_compiler_is_a_clear_error(monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_driver_without_gpu_is_a_clear_error():
     with pytest.raises(build.CudaUnavailable, match="CUDA device"):
-        build.driver()
+        launch.driver()
 
 
 def test_try_launch_never_raises(monkeypatch):
     def broken(*a, **k):
         raise build.CompileError("boom")
 
-    monkeypatch.setattr(cg, "_disabled", None)
-    monkeypatch.setattr(cg, "_warned", set())
+    monkeypatch.setattr(cg.GUARD, "disabled", None)
+    monkeypatch.setattr(guard, "_warned", set())
     monkeypatch.setattr(build, "compile_source", broken)
     a = torch.randn(256, 256, dtype=torch.bfloat16)
     b = torch.randn(256, 256, dtype=torch.bfloat16)
@@ -171,17 +172,16 @@ def test_constraints():
 
 # ------------------------------------------------------------------------------------------------ router
 @pytest.fixture
-def fake_gpu(monkeypatch):
+def fake_gpu(monkeypatch, swap_record, fake_compiler):
     """Pretend CPU tensors live on a GPU of a chosen capability, with a compiler and a passing self-check."""
-    state = {"cap": (9, 0), "self_check": (True, "cuda: pp128x128s4: self-check passed"), "calls": 0}
+    state = {"cap": (9, 0), "self_check": (True, "pp128x128s4: self-check passed"), "calls": 0}
 
-    def self_check(op, raw):
+    def self_check(*tensors):
         state["calls"] += 1
         return state["self_check"]
 
     monkeypatch.setattr(router, "_capability", lambda device: state["cap"])
-    monkeypatch.setattr(router, "_cuda_toolchain", lambda: build.Toolchain("nvcc", "nvcc", "13.0"))
-    monkeypatch.setattr(router, "_cuda_self_check", self_check)
+    swap_record("gemm", "gemm_sm90", ready=self_check)
     monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
     monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
     return state
@@ -246,13 +246,13 @@ def test_router_decode_shapes_prefer_triton(fake_gpu):
 
 
 def test_router_toolchain_missing(fake_gpu, monkeypatch):
-    monkeypatch.setattr(router, "_cuda_toolchain", lambda: None)
+    monkeypatch.setattr(build, "toolchain", lambda: None)
     d = router.decide("gemm", *_big(), None, None)
     assert d.backend != "cuda" and "no CUDA compiler" in d.reasons[0]
 
 
 def test_router_self_check_failure_falls_back(fake_gpu):
-    fake_gpu["self_check"] = (False, "cuda: self-check failed for pp128x128s4: relative error 0.5")
+    fake_gpu["self_check"] = (False, "self-check failed for pp128x128s4: relative error 0.5")
     d = router.decide("gemm", *_big(), None, None)
     assert d.backend == "triton" and "self-check failed" in d.reasons[0]
     with pytest.raises(ValueError, match="self-check failed"):

@@ -9,12 +9,13 @@ import warnings
 import pytest
 import torch
 
-from tilewright import router
-from tilewright.cuda_fallback import build, build_check, dispatch
-from tilewright.cuda_fallback import gemm as cg
-from tilewright.cuda_fallback import gemm_mma as mg
+from tilewright import backends, router
+from tilewright.cuda_fallback import build_check
+from tilewright.cuda_fallback import gemm_sm90 as cg
 from tilewright.cuda_fallback import gemm_sm100 as tg
+from tilewright.cuda_fallback import gemm_sm120 as mg
 from tilewright.cuda_fallback import sm100_descriptors as d
+from tilewright.cuda_fallback.runtime import build, gemm_common, guard
 
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 
@@ -22,9 +23,9 @@ needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA c
 # ------------------------------------------------------------------------------------------------ build-check
 @needs_compiler
 @pytest.mark.parametrize("arch,kernel,markers,module", [
-    ("sm_100a", "gemm_sm100_tcgen05.cu", ("UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"), tg),
-    ("sm_120a", "gemm_sm120_mma.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
-    ("sm_90a", "gemm_sm120_mma.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
+    ("sm_100a", "gemm_sm100.cu", ("UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"), tg),
+    ("sm_120a", "gemm_sm120.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
+    ("sm_90a", "gemm_sm120.cu", ("HMMA", "LDSM", "UTMALDG"), mg),
 ])
 def test_build_check_blackwell(cache, arch, kernel, markers, module):
     rows, ok = build_check.build_check(arch)
@@ -194,7 +195,7 @@ def test_smem_desc_hand_computed():
 
 
 def test_kernel_descriptors_match_the_cu_static_asserts():
-    """gemm_sm100_tcgen05.cu static_asserts its constexpr mirror on these literals; keep both sides in sync."""
+    """gemm_sm100.cu static_asserts its constexpr mirror on these literals; keep both sides in sync."""
     src = (build.SOURCE_DIR / tg.SOURCE).read_text()
     for lit, val in (("0x08400490u", d.instr_desc(128, 256, "bfloat16")),
                      ("0x08210010u", d.instr_desc(128, 128, "float16", b_mn=True)),
@@ -212,10 +213,9 @@ def test_kernel_descriptors_match_the_cu_static_asserts():
 
 # ------------------------------------------------------------------------------------------------ router
 @pytest.fixture
-def fake_gpu(monkeypatch):
+def fake_gpu(monkeypatch, fake_compiler):
     state = {"cap": (10, 0), "calls": 0}
     monkeypatch.setattr(router, "_capability", lambda device: state["cap"])
-    monkeypatch.setattr(router, "_cuda_toolchain", lambda: build.Toolchain("nvcc", "nvcc", "13.0"))
     monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
     monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
     return state
@@ -227,7 +227,7 @@ def _big(M=2048, N=2048, K=2048):
 
 @pytest.mark.parametrize("cap,module,label", [((10, 0), tg, "tcgen05"), ((10, 3), tg, "tcgen05"),
                                               ((12, 0), mg, "mma.sync"), ((12, 1), mg, "mma.sync")])
-def test_router_blackwell_goes_to_its_family(fake_gpu, monkeypatch, cap, module, label):
+def test_router_blackwell_goes_to_its_family(fake_gpu, swap_record, cap, module, label):
     fake_gpu["cap"] = cap
     seen = []
 
@@ -235,7 +235,7 @@ def test_router_blackwell_goes_to_its_family(fake_gpu, monkeypatch, cap, module,
         seen.append(module.__name__)
         return True, "x: self-check passed; not yet run on this hardware by the project's tests"
 
-    monkeypatch.setattr(module, "ready", ready)
+    swap_record("gemm", module.__name__.rsplit(".", 1)[1], ready=ready)
     dec = router.decide("gemm", *_big(), None, None)
     assert dec.backend == "cuda", str(dec)
     assert seen == [module.__name__]
@@ -250,11 +250,11 @@ def test_router_blackwell_goes_to_its_family(fake_gpu, monkeypatch, cap, module,
 def test_router_blackwell_failing_self_check_falls_back_with_one_warning(fake_gpu, monkeypatch, cap, module):
     """The real ready(): a failing self-check disables the family (Triton serves) and warns exactly once."""
     fake_gpu["cap"] = cap
-    monkeypatch.setattr(module.guard, "checked", {})
-    monkeypatch.setattr(module.guard, "disabled", None)
-    monkeypatch.setattr(cg, "_warned", set())
-    monkeypatch.setattr(cg, "_device_model", lambda device: f"Fake Blackwell (sm_{cap[0]}{cap[1]})")
-    monkeypatch.setattr(cg, "_self_check_one",
+    monkeypatch.setattr(module.GUARD, "checked", {})
+    monkeypatch.setattr(module.GUARD, "disabled", None)
+    monkeypatch.setattr(guard, "_warned", set())
+    monkeypatch.setattr(guard, "device_model", lambda device: f"Fake Blackwell (sm_{cap[0]}{cap[1]})")
+    monkeypatch.setattr(gemm_common, "self_check",
                         lambda *a, **k: (False, "self-check failed on (300, 264, 200): relative error 0.9"))
     with pytest.warns(RuntimeWarning, match="Triton serves"):
         dec = router.decide("gemm", *_big(), None, None)
@@ -266,16 +266,22 @@ def test_router_blackwell_failing_self_check_falls_back_with_one_warning(fake_gp
         router.decide("gemm", *_big(), None, None, backend="cuda")
 
 
-def test_dispatch_families():
-    assert dispatch.gemm_module(9) is cg and dispatch.gemm_module(10) is tg and dispatch.gemm_module(12) is mg
-    assert dispatch.gemm_module(8) is None and dispatch.gemm_module(11) is None
+def test_gemm_families_by_capability():
+    """One "cuda" GEMM record per capability major, each launching its own family; none for sm_8x or sm_11x."""
+    by_major = {m: r for r in backends.records("gemm", "cuda") for m in r.archs}
+    assert by_major[9].launch == cg.try_launch and by_major[10].launch == tg.try_launch
+    assert by_major[12].launch == mg.try_launch
+    assert 8 not in by_major and 11 not in by_major
     a, b = _big(64, 64, 64)
-    assert dispatch.try_launch(a, b, torch.empty(64, 64, dtype=torch.bfloat16)) is False  # CPU: declines
+    d = router.decide("gemm", a, b)  # CPU: no CUDA record serves, so the op layer's launch entry declines
+    assert d.backend != "cuda" and d.launch(a, b, torch.empty(64, 64, dtype=torch.bfloat16)) is False
 
 
-def test_no_result_file_from_blackwell_yet():
-    assert tg.measured_on_hardware() == []
-    assert all("_on_sm90" not in p for p in mg.measured_on_hardware())
+def test_no_result_from_blackwell_yet():
+    """No measurement on an sm_100 or sm_120 card: their records carry none (runs on an sm_90 stand-in do not count),
+    which keeps the "not yet run on this hardware" note in their reasons."""
+    assert tg.MEASURED_ON == () and mg.MEASURED_ON == ()
+    assert backends.REGISTRY[("gemm", "gemm_sm100")].measured == () and tg.GUARD.measured == ()
 
 
 def test_variant_smem_fits():

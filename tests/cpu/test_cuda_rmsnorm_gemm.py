@@ -1,5 +1,5 @@
-"""CPU tier for the sm_90a RMSNorm-fused GEMM (cuda_fallback/rmsnorm_gemm.py + rmsnorm_gemm_sm90.cu): one build with
-its resource report and SASS markers, host validation, the router's decisions on a faked sm_90 device, and the
+"""CPU tier for the sm_90a RMSNorm-fused GEMM (cuda_fallback/rmsnorm_gemm_sm90.py + .cu): one build with its
+resource report and SASS markers, host validation, the router's decisions on a faked sm_90 device, and the
 op layer's fallbacks. The full build matrix is in build-check (test_cuda_build.py). No GPU needed."""
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from tilewright import router
-from tilewright.cuda_fallback import build, build_check
-from tilewright.cuda_fallback import gemm as cg
-from tilewright.cuda_fallback import rmsnorm_gemm as rg
+from tilewright.cuda_fallback import build_check
+from tilewright.cuda_fallback import gemm_sm90 as cg
+from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as rg
+from tilewright.cuda_fallback.runtime import build, guard
 
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 
@@ -28,8 +29,8 @@ def _sm90_build(name, fp16=False, act=0, bias=False, res=False):
 
 @needs_compiler
 @pytest.mark.parametrize("fp16,act,bias,res", [(False, 0, False, False), (True, 2, True, True)])
-def test_default_build_transform_warps_ss_hgmma_no_spills(cache, fp16, act, bias, res):
-    """-xf: the consumers' wgmmas read A (x * g, written back by the transform warps) from smem descriptors; the
+def test_xform_build_transform_warps_ss_hgmma_no_spills(cache, fp16, act, bias, res):
+    """-xf (selectable, not the default): the consumers' wgmmas read A (x * g, written back by the transform warps) from smem descriptors; the
     transform warps use 16-byte shared loads/stores and no ldmatrix; 72/216 setmaxnreg split."""
     assert rg.VARIANTS[rg.XFORM_VARIANT].xform
     b = _sm90_build(rg.XFORM_VARIANT, fp16, act, bias, res)
@@ -143,8 +144,8 @@ def test_reference_matches_unfused_for_unit_weight():
 
 
 def test_try_launch_never_raises(monkeypatch):
-    monkeypatch.setattr(rg, "_disabled", None)
-    monkeypatch.setattr(cg, "_warned", set())
+    monkeypatch.setattr(rg.GUARD, "disabled", None)
+    monkeypatch.setattr(guard, "_warned", set())
 
     def broken(*a, **k):
         raise RuntimeError("boom")
@@ -154,7 +155,7 @@ def test_try_launch_never_raises(monkeypatch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert rg.try_launch(x, g, w, torch.empty(1), None, 1e-6) is False
-    assert rg._disabled and "boom" in rg._disabled
+    assert rg.GUARD.disabled and "boom" in rg.GUARD.disabled
     assert any("RMSNorm-GEMM" in str(w.message) for w in caught)
     assert rg.try_launch(x, g, w, torch.empty(1), None, 1e-6) is False  # stays disabled, no second warning
 
@@ -172,30 +173,28 @@ def test_cache_key_covers_an_included_kernel_body(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ router
 @pytest.fixture
-def fake_sm90(monkeypatch):
+def fake_sm90(monkeypatch, swap_record, fake_compiler):
     """CPU tensors on a pretend sm_90 device with a compiler; the self-check result is recorded and faked."""
-    state = {"calls": [], "self_check": (True, "cuda: self-check passed")}
+    state = {"calls": [], "self_check": (True, "self-check passed")}
 
-    def self_check(op, raw):
-        state["calls"].append(op)
+    def self_check(*tensors):
+        state["calls"].append("rms_norm_linear")
         return state["self_check"]
 
     monkeypatch.setattr(router, "_capability", lambda device: (9, 0))
-    monkeypatch.setattr(router, "_cuda_toolchain", lambda: build.Toolchain("nvcc", "nvcc", "13.0"))
-    monkeypatch.setattr(router, "_cuda_self_check", self_check)
+    swap_record("rms_norm_linear", "rmsnorm_gemm_sm90", ready=self_check)
     monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
     monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     return state
 
 
-def test_router_automatic_keeps_triton_until_measured(fake_sm90, monkeypatch):
-    x, g, w, b = _operands(M=512, N=1024, K=512)  # inside the GEMM's measured win region
-    monkeypatch.setattr(rg, "MEASURED_WIN", False)
+def test_router_automatic_follows_the_measured_region(fake_sm90):
+    x, g, w, b = _operands(M=256, N=1024, K=512)  # M <= 256: outside the GEMM's measured win region
     d = router.decide("rms_norm_linear", x, g, w, b)
-    assert d.backend == "triton" and "not yet measured" in str(d)
+    assert d.backend == "triton" and "outside the measured win region" in str(d)
     assert fake_sm90["calls"] == []  # no self-check (no compile) when not preferred
-    monkeypatch.setattr(rg, "MEASURED_WIN", True)
+    x, g, w, b = _operands(M=512, N=1024, K=512)  # inside it
     d = router.decide("rms_norm_linear", x, g, w, b)
     assert d.backend == "cuda" and fake_sm90["calls"] == ["rms_norm_linear"]
 
@@ -204,7 +203,7 @@ def test_router_forced_cuda_runs_the_self_check(fake_sm90):
     x, g, w, b = _operands()
     d = router.decide("rms_norm_linear", x, g, w, b, backend="cuda")
     assert d.backend == "cuda" and d.forced and fake_sm90["calls"] == ["rms_norm_linear"]
-    fake_sm90["self_check"] = (False, "cuda: self-check failed")
+    fake_sm90["self_check"] = (False, "self-check failed")
     with pytest.raises(ValueError, match="self-check failed"):
         router.decide("rms_norm_linear", x, g, w, b, backend="cuda")
 

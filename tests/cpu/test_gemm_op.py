@@ -139,18 +139,19 @@ def test_router_without_interpreter_picks_torch_on_cpu(monkeypatch):
 
 def test_forced_cuda_that_declines_raises_instead_of_substituting(monkeypatch):
     """A forced backend is never silently replaced: if the CUDA kernel declines a call, the op says so."""
-    from tilewright.cuda_fallback import dispatch
+    from tilewright import backends
 
     a, b = torch.randn(8, 16), torch.randn(16, 8)
     real_decide = router.decide
+    declining = backends.Backend("gemm", "cuda", "declining", lambda *t: (True, "fits"),
+                                 launch=lambda *args, **kwargs: False)
 
     def fake_decide(op, *tensors, backend=None):
         if backend == "cuda":
-            return router.Decision(op, "cuda", ["forced by backend= argument"], forced=True)
+            return router.Decision(op, "cuda", ["forced by backend= argument"], forced=True, record=declining)
         return real_decide(op, *tensors, backend=backend)
 
     monkeypatch.setattr(router, "decide", fake_decide)
-    monkeypatch.setattr(dispatch, "try_launch", lambda *args, **kwargs: False)
     with pytest.raises(ValueError, match="backend 'cuda' was forced"):
         tilewright.matmul(a, b, backend="cuda")
     assert torch.allclose(tilewright.matmul(a, b), a @ b, atol=1e-5)  # unforced: the router's choice still runs

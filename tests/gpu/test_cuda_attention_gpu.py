@@ -18,7 +18,8 @@ DEV = "cuda"
 def _ca():
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         pytest.skip("sm_90a kernel: needs an H100/H200")
-    from tilewright.cuda_fallback import attention_sm90, build
+    from tilewright.cuda_fallback import attention_sm90
+    from tilewright.cuda_fallback.runtime import build
 
     if build.toolchain() is None:
         pytest.skip("no CUDA compiler on this machine")

@@ -46,7 +46,7 @@ def _skip_unless_cuda_backend(backend):
     """backend="cuda" (the sm_90a RMSNorm-GEMM, same numerics contract) runs only on sm_90 with a CUDA compiler."""
     if backend != "cuda":
         return
-    from tilewright.cuda_fallback import build
+    from tilewright.cuda_fallback.runtime import build
 
     if torch.cuda.get_device_capability()[0] != 9 or build.toolchain() is None:
         pytest.skip("the CUDA RMSNorm-GEMM needs sm_90 and a CUDA compiler")

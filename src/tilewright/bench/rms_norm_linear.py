@@ -6,7 +6,7 @@ Forward providers per GEMM-suite shape (x: (M, K), weight: (N, K), bf16, no bias
 * ``tilewright_fused_folded`` - the same kernel with ``weight * norm_weight`` folded beforehand (APPLY_G=False; the
                                 fold itself is not timed): shows what the in-loop ``x * g`` costs (NORM_HEAVY shapes)
 * ``cuda_fused``              - ``tilewright.rms_norm_linear(..., backend="cuda")``: the hand-written sm_90a
-                                register-A WGMMA kernel (cuda_fallback/rmsnorm_gemm.py); only on sm_90 with a CUDA
+                                register-A WGMMA kernel (cuda_fallback/rmsnorm_gemm_sm90.py); only on sm_90 with a CUDA
                                 compiler
 * ``tilewright_gemm``         - ``tilewright.linear(x, weight)``: the plain GEMM, the "norm is free" yardstick
 * ``eager_unfused``           - ``F.linear(F.rms_norm(x, (K,), g, eps), weight)``: the **peer**
@@ -101,7 +101,7 @@ def _cuda_norm_available(x) -> bool:
     """Whether the sm_90a CUDA RMSNorm-GEMM column applies: an sm_90 device and a CUDA compiler."""
     if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
         return False
-    from ..cuda_fallback import build
+    from ..cuda_fallback.runtime import build
 
     return build.toolchain() is not None
 

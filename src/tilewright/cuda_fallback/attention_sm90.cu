@@ -106,7 +106,7 @@ constexpr int EPI_BAR = 3;
 static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
 static_assert(BN == 64 || BN == 128, "key block 64 or 128 (the generated SS wgmma shapes)");
 static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
-static_assert(SMEM_BYTES <= 232448, "shared memory over the sm_90 per-block limit");
+static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 per-block limit");
 static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "register split over the file");
 static_assert(BN <= 256 && BM <= 256, "TMA boxes hold at most 256 rows");
 

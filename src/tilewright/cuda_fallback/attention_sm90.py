@@ -7,29 +7,31 @@ Entry points:
 * :func:`cuda_attention` - (out, lse) on new tensors; the benchmark's CUDA column.
 * :func:`launch_attention` - the same into given ``out`` / ``lse``.
 * :func:`constraints` - why these tensors can or cannot take this kernel (device-independent; the router's filter).
-* :func:`preferred` - whether the router's automatic choice takes it (not until measured on a GPU).
+* :func:`preferred` - whether the router's automatic choice takes it (the measured win region on H200).
 * :func:`ready` - constraints + toolchain + first-use self-check of the variant on this device model.
 * :func:`try_launch` - what the op layer calls: launches, or returns False (after one warning on a failure) so the
   caller falls back to Triton; never raises.
+
+Its registry record is at the bottom.
 """
 from __future__ import annotations
 
 import ctypes
 import math
 import os
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from . import build
-from .gemm import _device_model, _warn_once, memo_self_check, ready_blocked  # shared with the GEMM families
+from .._env import SMEM_OPTIN_BYTES
+from ..backends import Measurement, register
+from .runtime import HALF_DTYPES, build, cuda_backend, launch
+from .runtime.guard import Guard
 
 SOURCE = "attention_sm90.cu"
 KERNEL = "tw_attn_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
-_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-SMEM_LIMIT = 232448  # sm_90 per-block opt-in maximum
+SMEM_LIMIT = SMEM_OPTIN_BYTES
 LOG2E = 1.4426950408889634
 
 
@@ -89,6 +91,9 @@ DEFAULT_VARIANT = "c"
 BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
                       ("c", 128, True, False), ("c", 64, True, True), ("c", 256, False, False),
                       ("c", 256, True, False), ("c64", 128, True, False))
+BUILD_CHECK_ARCHS = ("sm_90a",)
+# wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
+BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
 
 
 def pick_variant() -> Variant:
@@ -96,27 +101,28 @@ def pick_variant() -> Variant:
     return VARIANTS[os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT") or DEFAULT_VARIANT]
 
 
-# Measured win region (H200, 2026-11-26, through the op as users call it: perf/results/h200/2026-11-26/attention.csv):
-# head dim >= 128 and >= 1024 query rows - 1.15-1.56x the Triton forward and 1.02x cuDNN geomean on the hdim-128
-# rows with S >= 2048. Outside it Triton served faster: hdim 64 without a mask (0.95x at S = 8192) and S = 512,
-# where the CUDA op's host path (tensor maps per call, ~0.15 ms) costs more than the kernel.
+# Measured win region (H200, through the op as users call it: MEASURED_ON): head dim >= 128 and >= 1024 query rows -
+# 1.15-1.56x the Triton forward and 1.02x cuDNN geomean on the hdim-128 rows with S >= 2048. Outside it Triton served
+# faster: hdim 64 without a mask (0.95x at S = 8192) and S = 512, where the CUDA op's host path (tensor maps per
+# call, ~0.15 ms) costs more than the kernel.
+MEASURED_ON = (Measurement("H200", "perf/results/h200/2026-11-26/attention.csv", "2026-11-26"),)
 PREFER_MIN_HEAD_DIM = 128
 PREFER_MIN_SEQ = 1024
 
 
-def preferred(q: torch.Tensor, k: torch.Tensor) -> tuple[bool, str]:
+def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None) -> tuple[bool, str]:
     """Whether the router's automatic choice should take this kernel: inside the measured win region (head dim >=
     128, >= 1024 query rows). ``TILEWRIGHT_CUDA_ATTN=1`` takes it everywhere it is eligible, ``=0`` never."""
     env = os.environ.get("TILEWRIGHT_CUDA_ATTN")
     if env == "0":
-        return False, "cuda: attention forward opted out by TILEWRIGHT_CUDA_ATTN=0"
+        return False, "attention forward opted out by TILEWRIGHT_CUDA_ATTN=0"
     if env == "1":
-        return True, "cuda: attention forward opted in by TILEWRIGHT_CUDA_ATTN=1"
+        return True, "attention forward opted in by TILEWRIGHT_CUDA_ATTN=1"
     D, Sq = q.shape[-1], q.shape[-2]
     region = f"head dim >= {PREFER_MIN_HEAD_DIM}, >= {PREFER_MIN_SEQ} query rows"
     if D >= PREFER_MIN_HEAD_DIM and Sq >= PREFER_MIN_SEQ:
-        return True, f"cuda: sm_90a attention forward, in the measured win region ({region}; H200)"
-    return False, f"cuda: outside the measured win region ({region}); the Triton forward was faster there"
+        return True, f"sm_90a attention forward, in the measured win region ({region}; H200)"
+    return False, f"outside the measured win region ({region}); the Triton forward was faster there"
 
 
 # ------------------------------------------------------------------------------------------------ constraints
@@ -141,13 +147,13 @@ def tma_dims_strides(t: torch.Tensor):
     return ((D, S, H, B), tuple(strides)), ""
 
 
-def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[bool, str]:
+def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None) -> tuple[bool, str]:
     """Whether the kernel can take these operands at all (dtype, head dim, shapes, TMA alignment), and why not."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False, "q, k, v must be tensors"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return False, "q, k, v must be 4-D (B, H, S, D)"
-    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+    if q.dtype not in HALF_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return False, f"dtype {q.dtype} (the WGMMA attention takes bfloat16 / float16, all three equal)"
     B, Hq, Sq, D = q.shape
     if D not in HEAD_DIMS:
@@ -171,17 +177,16 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[bool
 
 
 # ------------------------------------------------------------------------------------------------ launch
-# launch-ready (function, grid, kernel arguments) per (pointers, shapes, strides, variant, causal, scale): a repeated
-# call (benchmarks, a training step's fixed buffers) costs one cuLaunchKernel.
-_prepared: dict = {}
+_prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per (pointers, shapes, strides, variant, causal,
+#                       scale): runtime.launch.launch_cached
 
 
 def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
-    dt = _DTYPES[q.dtype]
+    dt = launch.tma_dtype(q.dtype)
     bld = build.compile_source(SOURCE, "sm_90a", var.defines(D, causal, q.dtype == torch.float16))
-    drv = build.driver()
+    drv = launch.driver()
     bn = var.bn(D)
     maps = []
     with torch.cuda.device(q.device):
@@ -224,16 +229,8 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
     var = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant())
     key = (q.device.index, q.dtype, var, bool(causal), scale,
            *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr())
-    prepared = _prepared.get(key)
-    if prepared is None:
-        prepared = _prepare(q, k, v, out, lse, bool(causal), scale, var)
-        if len(_prepared) >= 256:
-            _prepared.pop(next(iter(_prepared)))
-        _prepared[key] = prepared
-    fn, grid, args = prepared
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    with torch.cuda.device(q.device):
-        build.driver().launch(fn, grid, (var.threads, 1, 1), var.smem_bytes(q.shape[-1]), stream, args)
+    launch.launch_cached(_prepared, key, lambda: _prepare(q, k, v, out, lse, bool(causal), scale, var), q.device,
+                         var.threads, var.smem_bytes(q.shape[-1]))
 
 
 def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, variant=None):
@@ -246,10 +243,6 @@ def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, va
 
 
 # ------------------------------------------------------------------------------------------------ self-check
-_checked: dict = {}  # (device model, variant, head dim, dtype) -> (ok, message)
-_disabled: str | None = None
-_lock = threading.Lock()
-
 # (B, Hq, Hkv, Sq, Skv): GQA, tails in both lengths (not block multiples), Sq != Skv both ways, one block only
 SELF_CHECK_SHAPES = ((1, 4, 2, 200, 200), (2, 2, 1, 65, 300), (1, 2, 2, 300, 130), (1, 1, 1, 7, 7))
 
@@ -280,37 +273,24 @@ def self_check(device, var: Variant, head_dim: int, dtype) -> tuple[bool, str]:
     return True, f"self-check passed (max relative error {worst:.2e})"
 
 
+GUARD = Guard("CUDA attention", "sm_90a attention ", MEASURED_ON, declines=(ValueError,))  # ValueError: check_launch
+
+
 def ready(q, k, v) -> tuple[bool, str]:
     """Everything the router needs before routing here: constraints, toolchain, and the variant's self-check on this
     device model (once per process; a failure disables the kernel with one warning and Triton serves)."""
-    global _disabled
-    blocked = ready_blocked(constraints(q, k, v), _disabled)
+    blocked = GUARD.blocked(constraints(q, k, v))
     if blocked:
         return blocked
     var = pick_variant()
-    key = (_device_model(q.device), var.name, q.shape[-1], q.dtype)
-    ok, msg, off = memo_self_check(_checked, _lock, key, lambda: self_check(q.device, var, q.shape[-1], q.dtype),
-                                   "CUDA attention")
-    if off:
-        _disabled = off
-    return ok, f"sm_90a attention {var.name}: {msg}"
+    return GUARD.check(q.device, var.name, (q.shape[-1], q.dtype),
+                       lambda: self_check(q.device, var, q.shape[-1], q.dtype))
 
 
 def try_launch(q, k, v, out, lse, causal: bool, scale: float) -> bool:
-    """Launch for the op layer; False (Triton then runs) when the kernel declines or fails - never raises."""
-    global _disabled
-    if _disabled:
-        return False
-    try:
-        launch_attention(q, k, v, out, lse, causal, scale)
-        return True
-    except ValueError:  # these tensors do not fit the kernel (check_launch): decline this call only
-        return False
-    except Exception as e:  # noqa: BLE001
-        _disabled = f"launch failed: {type(e).__name__}: {e}"
-        _warn_once("attention-launch",
-                   f"tilewright: CUDA attention launch failed ({e}); Triton serves from now on")
-        return False
+    """Launch for the op layer; False (Triton then runs) when the kernel declines these tensors (the family stays on)
+    or fails (then disabled with one warning) - never raises."""
+    return GUARD.run(launch_attention, q, k, v, out, lse, causal, scale)
 
 
 def build_check_builds() -> list:
@@ -322,3 +302,8 @@ def build_check_builds() -> list:
         label = f"{name} hdim{hdim} {'causal' if causal else 'full'} {'fp16' if fp16 else 'bf16'}"
         out.append((label, v.defines(hdim, causal, fp16), v.smem_bytes(hdim)))
     return out
+
+
+register(cuda_backend("attention", "attention_sm90", "sm_90a FA3-style flash-attention forward", (9,),
+                      env=("TILEWRIGHT_CUDA_ATTN", "TILEWRIGHT_CUDA_ATTN_VARIANT"), constraints=constraints,
+                      preferred=preferred, ready=ready, launch=try_launch, measured=MEASURED_ON))

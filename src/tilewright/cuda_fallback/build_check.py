@@ -14,65 +14,20 @@ import re
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-from . import build
-
-# kernel source -> (archs it targets, markers its SASS must contain, builds: (label, defines, dynamic smem bytes[,
-# markers this build's SASS must contain besides the kernel's]))
+from ..backends import implementation_modules
+from .runtime import build
 
 
-def _gemm_builds():
-    from . import gemm
-
-    out = []
-    for name, a_mn, b_mn, fp16 in gemm.BUILD_CHECK_BUILDS:
-        v = gemm.VARIANTS[name]
-        label = f"{name} {'fp16' if fp16 else 'bf16'} A:{'M' if a_mn else 'K'}-major B:{'N' if b_mn else 'K'}-major"
-        out.append((label, v.defines(a_mn, b_mn, fp16), v.smem_bytes()))
-    return out
+def _kernels() -> dict:
+    """kernel source -> (archs it is built for, SASS markers every build must contain, builds() -> rows of (label,
+    defines, dynamic smem bytes[, markers this build's SASS must contain besides the kernel's])): read from each
+    registered CUDA family module (SOURCE, BUILD_CHECK_ARCHS, BUILD_CHECK_MARKERS, build_check_builds)."""
+    return {m.SOURCE: (m.BUILD_CHECK_ARCHS, m.BUILD_CHECK_MARKERS, m.build_check_builds)
+            for m in implementation_modules() if str(getattr(m, "SOURCE", "")).endswith(".cu")}
 
 
-def _family_builds(module: str):
-    """build-check rows of a family module with BUILD_CHECK_BUILDS = (variant, a_mn, b_mn, fp16, act, bias, res);
-    a module function ``build_markers(variant)`` adds per-variant SASS markers."""
-    def builds():
-        import importlib
-
-        mod = importlib.import_module(f".{module}", __package__)
-        out = []
-        variants = getattr(mod, "BUILD_CHECK_VARIANTS", mod.VARIANTS)  # build-only variants included
-        for name, a_mn, b_mn, fp16, act, bias, res in mod.BUILD_CHECK_BUILDS:
-            v = variants[name]
-            epi = f" act{act}" * bool(act) + " bias" * bias + " res" * res
-            dt = ("fp8->" if getattr(v, "fp8", False) else "") + ("fp16" if fp16 else "bf16")
-            label = (f"{name} {dt} A:{'M' if a_mn else 'K'}-major "
-                     f"B:{'N' if b_mn else 'K'}-major{epi}")
-            row = (label, v.defines(a_mn, b_mn, fp16, act, bias, res), v.smem_bytes())
-            if hasattr(mod, "build_markers"):
-                row += (tuple(mod.build_markers(v)),)
-            out.append(row)
-        return out
-    return builds
-
-
-KERNELS = {
-    "gemm_sm90_pingpong.cu": (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"), _gemm_builds),
-    # tcgen05: TMEM alloc/dealloc (UTCATOMSWS), TMEM loads (LDTM), tcgen05.commit (UTCBAR); per build
-    # (gemm_sm100.build_markers) the MMA: UTCHMMA for kind::f16, UTCQMMA for the FP8 builds' kind::f8f6f4
-    "gemm_sm100_tcgen05.cu": (("sm_100a",), ("UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG"),
-                              _family_builds("gemm_sm100")),
-    # mma.sync: built for sm_120a (its target) and sm_90a (the arch the project runs it on)
-    "gemm_sm120_mma.cu": (("sm_120a", "sm_90a"), ("HMMA", "LDSM", "UTMALDG"), _family_builds("gemm_mma")),
-    # RMSNorm-GEMM (the sm_90 GEMM with TW_NORM_A): HGMMA, TMA in and out, setmaxnreg, stmatrix; per variant
-    # (rmsnorm_gemm.build_markers): LDSM for the register-A builds, LDS.128/STS.128 + the proxy fence for -xf
-    "rmsnorm_gemm_sm90.cu": (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"),
-                             _family_builds("rmsnorm_gemm")),
-}
-# FA3-style attention forward: wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
-KERNELS["attention_sm90.cu"] = (("sm_90a",), ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM"),
-                                lambda: __import__(f"{__package__}.attention_sm90", fromlist=["x"])
-                                .build_check_builds())
+KERNELS = _kernels()
 PERF_WARNINGS = re.compile(r"C75(04|08|09|10|15)|Potential Performance Loss", re.I)
 COLUMNS = ("kernel", "build", "arch", "regs", "spills", "stack", "smem", "markers", "status")
 
@@ -120,7 +75,8 @@ def parse_ptxas(log: str) -> dict:
 
 
 def build_check(arch: str = "sm_90a", use_cache: bool = True) -> tuple[list[dict], bool]:
-    """Compile every kernel under cuda_fallback/ for ``arch``; one row per build and whether all passed."""
+    """Compile every kernel under cuda_fallback/ for ``arch``; one row per build and whether all passed (a source no
+    family registers is listed as skipped)."""
     rows: list[dict] = []
     ok = True
     tc = build.toolchain()

@@ -1,4 +1,4 @@
-"""Host side of the tcgen05 GEMM (``gemm_sm100_tcgen05.cu``) for sm_100/103 (B200, GB200, B300).
+"""Host side of the tcgen05 GEMM (``gemm_sm100.cu``) for sm_100/103 (B200, GB200, B300).
 
 NEVER RUN on an sm_100 device by this project: it compiles, passes build-check's SASS checks, and reaches users only
 through :func:`ready`, whose first-use self-check must pass on the device first (else Triton serves, one warning).
@@ -6,7 +6,7 @@ A wrong answer or a launch error is caught that way; a protocol hang (mbarrier p
 so the first test on a B200 is a bounded one: ``timeout 60 python -c`` running :func:`ready` on a 4096 x 4096 bf16
 problem (the self-check: M/N/K tails, bias + gelu + residual), then the GPU tier with ``TILEWRIGHT_BACKEND=cuda``.
 
-Same contract as :mod:`.gemm` (operands, (R0, P, N) residual, activations, tile orders, constraints).
+Same contract as :mod:`.gemm_sm90` (operands, (R0, P, N) residual, activations, tile orders, constraints).
 
 FP8 builds (``FP8_VARIANTS``, TW_FP8=1: tcgen05.mma kind::f8f6f4, e4m3/e5m2 K-major operands, per-tensor or row-wise
 scales in the epilogue, bf16 out) are BUILD-ONLY: build-check compiles and SASS-checks them, but no launcher or
@@ -15,7 +15,7 @@ router path reaches them (ops/scaled_mm.py does not route to sm_100 CUDA). :func
 
 2-CTA builds (``CTA2_VARIANTS``, TW_CTA2=1: tcgen05.mma cta_group::2, M = 256 per 2x1 cluster, K-major operands;
 bf16/fp16 or FP8) are BUILD-ONLY as well. The kernel carries ``__cluster_dims__(2, 1, 1)``, so a launcher needs no
-cuLaunchKernelEx: the plain cuLaunchKernel of build.Driver.launch launches it as clusters, given an even grid
+cuLaunchKernelEx: the plain cuLaunchKernel of runtime.launch launches it as clusters, given an even grid
 (:func:`grid_ctas`), B maps with (BK, BN / 2) boxes (:func:`tma_boxes`) and the M = 256 descriptor
 (:func:`kernel_descriptors` with a 2-CTA variant). Existing launches are untouched.
 """
@@ -27,17 +27,19 @@ from dataclasses import dataclass
 
 import torch
 
-from . import family
-from . import gemm as _sm90
+from ..backends import register
+from .._env import SMEM_OPTIN_BYTES
+from . import gemm_sm90
 from . import sm100_descriptors as desc
+from .runtime import gemm_common, launch
+from .runtime.guard import Guard
 
-SOURCE = "gemm_sm100_tcgen05.cu"
+SOURCE = "gemm_sm100.cu"
 KERNEL = "tw_gemm_sm100"
 BM = 128
 THREADS = 192
-SMEM_LIMIT = 232448
-BUILD_CHECK_ARCH = "sm_100a"
-RESULT_GLOB = "tcgen05_gemm_*.csv"
+SMEM_LIMIT = SMEM_OPTIN_BYTES  # sm_100 has sm_90's per-block opt-in maximum
+MEASURED_ON = ()  # never run on an sm_100/103 card
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,10 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     # 2-CTA (K-major only): bf16 with bias + gelu + residual, FP8 per-tensor
     ("tc256x256s6c2", False, False, False, 2, True, True), ("tc256x256s6f8c2", False, False, False, 0, False, False),
 )
+BUILD_CHECK_ARCHS = ("sm_100a",)
+# TMEM alloc/dealloc (UTCATOMSWS), TMEM loads (LDTM), tcgen05.commit (UTCBAR), TMA loads; per build
+# (build_markers) the MMA: UTCHMMA for kind::f16, UTCQMMA for the FP8 builds' kind::f8f6f4
+BUILD_CHECK_MARKERS = ("UTCATOMSWS", "LDTM", "UTCBAR", "UTMALDG")
 
 
 def build_markers(v: Variant) -> tuple[str, ...]:
@@ -103,6 +109,12 @@ def build_markers(v: Variant) -> tuple[str, ...]:
     if v.cta2:
         return (mma + ".2CTA", "UTCBAR.2CTA.MULTICAST", "UTCATOMSWS.2CTA")
     return (mma,)
+
+
+def build_check_builds() -> list:
+    """``tilewright build-check`` rows (label, defines, dynamic smem, per-build markers) of BUILD_CHECK_BUILDS,
+    build-only FP8 and 2-CTA variants included."""
+    return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, BUILD_CHECK_VARIANTS, build_markers)
 
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
@@ -146,19 +158,13 @@ def grid_ctas(v: Variant, sms: int, tiles: int) -> int:
 
 
 def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:
-    """Whether the tcgen05 kernel accepts these inputs (the sm_90 kernel's TMA rules), and why not."""
-    ok, why = _sm90.constraints(a, b, bias, residual)
-    return ok, why.replace("WGMMA", "tcgen05")
+    """Whether the tcgen05 kernel accepts these inputs (the GEMM families' TMA rules), and why not."""
+    return gemm_common.operand_rules(a, b, bias, residual, "tcgen05")
 
 
-def measured_on_hardware() -> list[str]:
-    """Result files from a real sm_100/103 card in this checkout's perf/results (none so far)."""
-    return family.result_files(RESULT_GLOB)
-
-
-def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
+def preferred(M: int, N: int, K: int, residual: bool = False) -> tuple[bool, str]:
     """No sm_100 measurement exists: the sm_90 win region stands in, and the reason says so."""
-    return family.stand_in_preferred("tcgen05", measured_on_hardware(), M, N, K)
+    return gemm_common.stand_in(gemm_sm90.preferred, "tcgen05", MEASURED_ON, M, N, K, residual)
 
 
 # ------------------------------------------------------------------------------------------------ launch
@@ -168,15 +174,17 @@ _prepared: dict = {}
 def launch_sm100_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                       activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
                       group: int = 8, num_ctas: int | None = None) -> torch.Tensor:
-    """``out = act(a @ b + bias) + residual`` with the tcgen05 kernel; arguments as :func:`.gemm.launch_cuda_gemm`."""
-    activation, tile_order, rs, res_ptr, res_period = _sm90.launch_args(
+    """``out = act(a @ b + bias) + residual`` with the tcgen05 kernel; arguments as
+    :func:`.gemm_sm90.launch_cuda_gemm`."""
+    activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
         "tcgen05 gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=16)
     M, K = a.shape
-    v = _sm90.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
-    key = _sm90.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas)
-    _sm90.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                         tile_order, group, num_ctas),
-                        a.device, THREADS, v.smem_bytes())
+    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
+    key = gemm_common.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
+                                   num_ctas)
+    launch.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                          tile_order, group, num_ctas),
+                         a.device, THREADS, v.smem_bytes())
     return out
 
 
@@ -186,17 +194,19 @@ def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, t
     major, minor = torch.cuda.get_device_capability(a.device)
     arch = f"sm_{major}{minor}a"  # tcgen05 is arch-specific: sm_100a / sm_103a
     # the A box's M extent is v.bm == BM
-    _, fn, tm_a, tm_b, a_mn, b_mn, sms = _sm90.build_and_map_operands(SOURCE, KERNEL, arch, a, b, v, activation,
-                                                                      bias, res_ptr)
+    _, fn, tm_a, tm_b, a_mn, b_mn, sms = gemm_common.build_and_map_operands(SOURCE, KERNEL, arch, a, b, v,
+                                                                            activation, bias, res_ptr)
     idesc, a_hi, b_hi = kernel_descriptors(v, a_mn, b_mn, a.dtype)
     tiles = -(-M // BM) * -(-N // v.bn)
     grid = num_ctas or min(sms, tiles)  # one CTA per SM (its smem ring takes the SM)
-    args = family.direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M, N, K, tile_order, group) + \
+    args = gemm_common.direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M, N, K, tile_order, group) + \
         [ctypes.c_uint32(idesc), ctypes.c_uint64(a_hi), ctypes.c_uint64(b_hi)]
     return fn, grid, args
 
 
-# ------------------------------------------------------------------------------------------------ self-check
-guard = family.Guard("tcgen05", launch_sm100_gemm, pick_variant, RESULT_GLOB)
-ready = guard.ready
-try_launch = guard.try_launch
+# ------------------------------------------------------------------------------------------------ router record
+GUARD = Guard("tcgen05 GEMM", "tcgen05 ", MEASURED_ON)
+FAMILY = gemm_common.GemmFamily(GUARD, constraints, pick_variant, launch_sm100_gemm, preferred)
+ready, try_launch = FAMILY.ready, FAMILY.try_launch
+
+register(FAMILY.backend("gemm_sm100", "sm_100a tcgen05 + TMEM GEMM", (10,), env=("TILEWRIGHT_CUDA_SM100_VARIANT",)))

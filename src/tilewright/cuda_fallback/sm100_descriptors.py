@@ -1,6 +1,6 @@
 """Encoders (and decoders, for tests and debugging) of the two descriptors a ``tcgen05.mma`` takes on sm_100a.
 
-The kernel (``gemm_sm100_tcgen05.cu``) receives the instruction descriptor and the high fields of its shared-memory
+The kernel (``gemm_sm100.cu``) receives the instruction descriptor and the high fields of its shared-memory
 descriptors from these functions as kernel arguments, so this module is the one encoding that runs; the constexpr
 mirrors in ``ptx/tcgen05.cuh`` are static_asserted against the same examples the CPU tests check here.
 
@@ -107,7 +107,7 @@ def decode_smem_desc(desc: int) -> dict:
 
 
 def operand_desc_hi(mn_major: bool, bk: int = 64) -> int:
-    """High descriptor fields of one 128B-swizzled operand tile as gemm_sm100_tcgen05.cu stores it: K-major
+    """High descriptor fields of one 128B-swizzled operand tile as gemm_sm100.cu stores it: K-major
     (rows = M or N, 128 bytes of K each) or MN-major (rows = K, one bk x 128-byte block per 64 of M/N)."""
     if mn_major:
         return smem_desc_hi(bk * 128, 1024)

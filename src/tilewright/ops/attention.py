@@ -54,9 +54,7 @@ def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     if choice == "cuda":
         # sm_90a forward (same out / LSE layout as Triton's, so the backward below stays Triton's); it declines
         # (False) on a launch failure and Triton serves the call.
-        from ..cuda_fallback import attention_sm90
-
-        if attention_sm90.try_launch(q, k, v, out, lse, causal, scale):
+        if decision.launch(q, k, v, out, lse, causal, scale):
             return out, lse
         if decision.forced:
             raise ValueError("flash_attention: backend 'cuda' was forced but the CUDA forward cannot run this call "

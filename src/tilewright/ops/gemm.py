@@ -49,11 +49,9 @@ def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], resi
         out.copy_(_epilogue_torch(z, res2d, activation, out_dtype))
         return out, preact
     elif choice == "cuda":
-        from ..cuda_fallback.dispatch import try_launch  # the family of the device's capability
-
         # False: the kernel declined (pre-activation output, mixed out dtype) or failed once (warned): Triton runs.
-        if try_launch(a, b, out, bias=bias, residual=residual, activation=activation,
-                      preact=preact if save_preact else None):
+        if decision.launch(a, b, out, bias=bias, residual=residual, activation=activation,
+                           preact=preact if save_preact else None):
             return out, preact
         if decision.forced:
             raise ValueError("gemm: backend 'cuda' was forced but the CUDA kernel cannot run this call (it does not "

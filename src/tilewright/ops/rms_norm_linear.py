@@ -52,10 +52,8 @@ def rms_norm_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch
             y.copy_(rms_norm_linear_reference(x, norm_weight, weight, bias, eps))
         return y, rstd
     if choice == "cuda":
-        from ..cuda_fallback import rmsnorm_gemm as cuda_rmsnorm
-
         # False: the kernel failed once (warned, now disabled): Triton serves, unless "cuda" was forced
-        if cuda_rmsnorm.try_launch(x, norm_weight, weight, y, rstd, eps, bias=bias):
+        if decision.launch(x, norm_weight, weight, y, rstd, eps, bias=bias):
             return y, rstd
         if decision.forced:
             raise ValueError("rms_norm_linear: backend 'cuda' was forced but the CUDA kernel is disabled after a "
@@ -184,7 +182,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         bias: optional (N,).
         eps: > 0, added to the mean square (note: ``F.rms_norm``'s default ``eps=None`` means
             ``torch.finfo(x.dtype).eps``; pass that explicitly to match it).
-        backend: None (router decides), "cuda" (sm_90a forward kernel, cuda_fallback/rmsnorm_gemm.py; the
+        backend: None (router decides), "cuda" (sm_90a forward kernel, cuda_fallback/rmsnorm_gemm_sm90.py; the
             backward stays Triton), "triton" or "torch".
     Returns:
         (..., N) in x's dtype; differentiable in x, norm_weight, weight and bias.

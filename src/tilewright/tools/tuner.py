@@ -153,7 +153,7 @@ def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
 
 
 def _cuda_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
-    from ..cuda_fallback import gemm as cg
+    from ..cuda_fallback import gemm_sm90 as cg
 
     if torch.cuda.get_device_capability(a.device)[0] != 9:
         return []  # the variants below are the sm_90a WGMMA kernel's; other families are not swept yet

@@ -3,6 +3,10 @@
 
 #define TW_DEVICE __device__ __forceinline__
 
+// Per-block opt-in shared-memory maximum of sm_90 and sm_100 (227 KiB); the host's _env.SMEM_OPTIN_BYTES is the same
+// number (a CPU test keeps them equal).
+#define TW_SMEM_OPTIN_BYTES (227 * 1024)
+
 typedef unsigned int tw_u32;
 typedef unsigned long long tw_u64;
 

@@ -1,7 +1,7 @@
 // tcgen05 (sm_100a / sm_103a): the single-thread-issued tensor-core MMA with accumulators in tensor memory (TMEM).
 // Descriptors: the instruction descriptor and the high bits of the shared-memory descriptors are encoded on the host
 // by cuda_fallback/sm100_descriptors.py (unit-tested against the PTX ISA tables) and passed as kernel arguments; the
-// constexpr encoders below mirror that module and gemm_sm100_tcgen05.cu static_asserts them on the same examples.
+// constexpr encoders below mirror that module and gemm_sm100.cu static_asserts them on the same examples.
 #pragma once
 #include "common.cuh"
 
@@ -100,7 +100,7 @@ TW_DEVICE void tc_commit(tw_u32 bar) {
   asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(bar) : "memory");
 }
 
-// ---- cta_group::2 (a 2x1 cluster computing one 256-row tile; see gemm_sm100_tcgen05.cu TW_CTA2) ----
+// ---- cta_group::2 (a 2x1 cluster computing one 256-row tile; see gemm_sm100.cu TW_CTA2) ----
 
 // (TMEM alloc / relinquish / dealloc of a pair: tmem_alloc_cg2 & co. above.)
 

@@ -107,7 +107,7 @@ static_assert(BN % 16 == 0 && BN >= 32 && BN <= 256, "M = 128 MMAs take N in 16.
 static_assert(BN % 32 == 0 || !B_MN, "N-major B is loaded in 64-column boxes");
 static_assert(!B_MN || BN % 64 == 0, "N-major B is loaded in 64-column boxes");
 static_assert(2 * BN <= 512, "two accumulators must fit TMEM's 512 columns");
-static_assert(SMEM_BYTES <= 232448, "over the sm_100 per-block shared memory limit");
+static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "over the sm_100 per-block shared memory limit");
 static_assert(!FP8 || (!A_MN && !B_MN), "FP8 build: K-major A and B only (the layout scaled_mm passes)");
 static_assert(FP8 ? (SCALE == 1 || SCALE == 2) : SCALE == 0, "TW_SCALE: 1 per-tensor / 2 row-wise, FP8 builds only");
 static_assert(!CTA2 || (!A_MN && !B_MN && B_ROWS % 16 == 0), "2-CTA build: K-major operands, BN / 2 rows of B");

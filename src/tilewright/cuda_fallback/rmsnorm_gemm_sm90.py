@@ -1,5 +1,5 @@
-"""Host side of the Hopper RMSNorm-fused GEMM (``rmsnorm_gemm_sm90.cu`` = ``gemm_sm90_pingpong.cu`` with
-``TW_NORM_A``): ``y = act(rms_norm(x, g, eps) @ b + bias) + residual`` and rstd (fp32, (M,)) in one kernel.
+"""Host side of the Hopper RMSNorm-fused GEMM (``rmsnorm_gemm_sm90.cu`` = ``gemm_sm90.cu`` with ``TW_NORM_A``):
+``y = act(rms_norm(x, g, eps) @ b + bias) + residual`` and rstd (fp32, (M,)) in one kernel.
 
 Same numerics contract as the Triton path (triton_kernels/rmsnorm_gemm.py): fp32 sum of squares of x, the MMA
 operand is ``x * g`` rounded once to x's dtype, ``rstd = 1 / sqrt_rn(ss / K + eps)`` scales the fp32 accumulator
@@ -8,35 +8,39 @@ before the bias.
 Entry points:
 * :func:`launch_cuda_rmsnorm_gemm` - into given ``out`` / ``rstd`` (the op layer's and the benchmark's call).
 * :func:`constraints` - whether (x, norm_weight, weight, bias) can take this kernel, and why not.
-* :func:`preferred` - the router's automatic choice (off until measured on a GPU).
+* :func:`preferred` - the router's automatic choice (the sm_90 GEMM's measured win region, where this kernel was
+  measured faster than the Triton fused one).
 * :func:`ready` - constraints + toolchain + first-use self-check per (device model, variant, dtype).
 * :func:`try_launch` - launches or returns False (one warning, then disabled); never raises.
 
-Variants reuse the GEMM's tiles (``gemm.VARIANTS``). ``-xf`` (``TW_NORM_XFORM``, the default) gives the per-element
-work to three transform warps of the producer warpgroup (x -> x * g in place in smem, row sums, rstd through smem)
-so the consumers run the plain GEMM's SS-wgmma mainloop; the others are the register-A builds (ldmatrix -> x * g ->
-register-A wgmma in the consumers), ``-sb`` their single-buffered-fragment fallback (``TW_NORM_DBUF=0``). Any is
-selectable with ``TILEWRIGHT_CUDA_RMSNORM_VARIANT``; ``DEBUG_VARIANTS`` holds ``-ssdebug`` (register-A build with A
-read from smem by the wgmma, g ignored) for the device script.
+Variants reuse the GEMM's tiles (``gemm_sm90.VARIANTS``). The default builds are register-A: ldmatrix -> x * g ->
+register-A wgmma in the consumers, with the fp32 row sums kept there; ``-sb`` is their single-buffered-fragment
+fallback (``TW_NORM_DBUF=0``). ``-xf`` (``TW_NORM_XFORM``) gives the per-element work to three transform warps of
+the producer warpgroup instead (x -> x * g in place in smem, row sums, rstd through smem) so the consumers run the
+plain GEMM's SS-wgmma mainloop; measured slower, it stays selectable. Any is selectable with
+``TILEWRIGHT_CUDA_RMSNORM_VARIANT``; ``DEBUG_VARIANTS`` holds ``-ssdebug`` (register-A build with A read from smem
+by the wgmma, g ignored) for the device script.
 """
 from __future__ import annotations
 
 import ctypes
 import math
 import os
-import threading
 from dataclasses import dataclass
 
 import torch
 
-from . import gemm as _sm90
+from ..backends import Measurement, register
+from . import gemm_sm90
+from .runtime import cuda_backend, gemm_common, launch
+from .runtime.guard import Guard
 
 SOURCE = "rmsnorm_gemm_sm90.cu"
 KERNEL = "tw_rmsnorm_gemm_sm90"
 
 
 @dataclass(frozen=True)
-class NormVariant(_sm90.Variant):
+class NormVariant(gemm_sm90.Variant):
     """A GEMM tile variant built with the norm prologue; ``dbuf`` False is the single-fragment-buffer fallback."""
 
     dbuf: bool = True
@@ -74,16 +78,21 @@ VARIANTS = {v.name: v for v in (
 )}
 # debug builds (scripts/gpu_rmsnorm_gemm_sm90.py numerics, with g = 1); never picked by the router
 DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
-# H200 (2026-11-26, perf/results/h200/rmsnorm_gemm_sm90_*.csv), time / cuBLAS GEMM geomean over the 8 large shapes:
-# register-A coop128x256s3 1.219x, its single-buffered build 1.317x, transform warps (-xf) 1.368x, Triton fused
-# 1.281x, eager rms_norm + cuBLAS 1.069x. The register-A build is the default; -xf stays selectable.
+# H200 (MEASURED_ON), time / cuBLAS GEMM geomean over the 8 large shapes: register-A coop128x256s3 1.219x, its
+# single-buffered build 1.317x, transform warps (-xf) 1.368x, Triton fused 1.281x, eager rms_norm + cuBLAS 1.069x.
+# The register-A build is the default; -xf stays selectable. The register-A kernel beat the Triton fused kernel on
+# all 8 shapes (a tie on sq8k), so the router takes it inside the sm_90 GEMM's measured win region (preferred).
+MEASURED_ON = (
+    Measurement("H200", "perf/results/h200/rmsnorm_gemm_sm90_register_a_2026-11-26.csv", "2026-11-26"),
+    Measurement("H200", "perf/results/h200/rmsnorm_gemm_sm90_xform_2026-11-26.csv", "2026-11-26"),
+)
 DEFAULT_VARIANT = "coop128x256s3"     # register-A, double-buffered fragments
 SMALL_M_VARIANT = "pp128x128s5"       # the GEMM's M <= 256 choice
 REGISTER_A_VARIANT = "coop128x256s3"
 XFORM_VARIANT = "coop128x256s3-xf"    # transform warps (slower on H200: the 3 transform warps set the pace)
-# build-check (CPU CI): default bf16 (B K-major as weight.t() is) + fp16 full epilogue + small-M for the -xf builds;
-# the register-A default, its fallback, fp16 + full epilogue, small-M.
-BUILD_CHECK_BUILDS = (
+# build-check (CPU CI), B K-major as weight.t() is: the -xf builds in bf16, in fp16 with the full epilogue, and the
+# small-M tiles; the register-A default, its single-buffered fallback, fp16 with the full epilogue, small-M.
+BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("coop128x256s3-xf", False, False, False, 0, False, False),
     ("coop128x256s3-xf", False, False, True, 2, True, True),
     ("pp128x128s5-xf", False, False, False, 0, True, False),
@@ -93,17 +102,21 @@ BUILD_CHECK_BUILDS = (
     ("coop128x256s3", False, False, True, 2, True, True),
     ("pp128x128s5", False, False, False, 0, True, False),
 )
+BUILD_CHECK_ARCHS = ("sm_90a",)
+# the sm_90 GEMM's: HGMMA, TMA in and out, setmaxnreg, stmatrix; per variant (build_markers) LDSM for the
+# register-A builds, LDS.128/STS.128 for -xf
+BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
+
+
+def build_check_builds() -> list:
+    """``tilewright build-check`` rows (label, defines, dynamic smem, per-build markers) of BUILD_CHECK_BUILDS."""
+    return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS, build_markers)
 
 
 def build_markers(v: NormVariant) -> tuple:
     """SASS markers of a build beyond the kernel's (build-check): the -xf transform warps' 16-byte shared loads and
     stores; the register-A builds' ldmatrix."""
     return ("LDS.128", "STS.128") if v.xform else ("LDSM",)
-
-
-# Measured on H200 (see DEFAULT_VARIANT): the register-A kernel beat the Triton fused kernel on all 8 large shapes
-# (tie on sq8k), so the router prefers it inside the sm_90 GEMM's measured win region.
-MEASURED_WIN = True
 
 
 def pick_variant(M: int, N: int, K: int) -> NormVariant:
@@ -114,15 +127,13 @@ def pick_variant(M: int, N: int, K: int) -> NormVariant:
     return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
 
 
-def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
-    """Whether the router's automatic choice takes this kernel (only once measured faster; see MEASURED_WIN)."""
-    if not MEASURED_WIN:
-        return False, ("cuda: RMSNorm-GEMM not yet measured against Triton on a GPU (force backend='cuda' to use "
-                       "it)")
-    return _sm90.preferred(M, N, K)
+def preferred(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
+    """Whether the router's automatic choice takes this kernel for x (M, K) and weight (N, K): inside the sm_90
+    GEMM's measured win region."""
+    return gemm_sm90.preferred(x.shape[0], weight.shape[0], x.shape[1])
 
 
-def constraints(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
+def constraints(x, norm_weight, weight=None, bias=None) -> tuple[bool, str]:
     """Whether x (M, K), norm_weight (K,), weight (N, K), bias (N,) can take the kernel, and why not."""
     if not all(isinstance(t, torch.Tensor) for t in (x, norm_weight, weight)):
         return False, "expects tensors x, norm_weight, weight"
@@ -137,7 +148,7 @@ def constraints(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
         # The kernel forms x * g in fp16 before normalising: |x * g| > 65504 overflows to inf (NaN rows) where the
         # unfused pipeline stays finite. The Triton kernel rescales g by 1/max|g| for fp16; this one does not yet.
         return False, "float16 (x * norm_weight would be formed in fp16 and can overflow; Triton rescales it)"
-    ok, why = _sm90.constraints(x, weight.t(), bias)
+    ok, why = gemm_sm90.constraints(x, weight.t(), bias)
     if not ok:
         return False, why
     if x.stride(1) != 1 and K > 1:
@@ -161,7 +172,7 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
                              group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
     """``out = act(rms_norm(x, g, eps) @ b + bias) + residual`` with the sm_90a kernel; rstd (fp32 (M,)) stored when
     given. x: (M, K) K-major; b: (K, N) (``weight.t()``); out: (M, N) row-major; residual (R0, P, N) as in
-    :func:`gemm.launch_cuda_gemm`. Raises ValueError on inputs outside :func:`constraints`."""
+    :func:`.gemm_sm90.launch_cuda_gemm`. Raises ValueError on inputs outside :func:`constraints`."""
     M, K = x.shape
     N = b.shape[1]
     ok, why = constraints(x, norm_weight, b.t(), bias)
@@ -171,16 +182,16 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
         raise ValueError("cuda rmsnorm gemm: rstd must be a contiguous fp32 (M,) tensor")
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"cuda rmsnorm gemm: eps must be finite and > 0, got {eps}")
-    activation, tile_order, rs, res_ptr, res_period = _sm90.launch_args(
+    activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
         "cuda rmsnorm gemm", x, b, out, bias, residual, activation, tile_order, group, out_align=16)
-    v = _sm90.resolve_variant(VARIANTS, pick_variant, variant, M, N, K)
+    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, N, K)
     g = _norm_weight_arg(norm_weight)
     rstd_ptr = rstd.data_ptr() if rstd is not None else 0
-    key = _sm90.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
-                             g.data_ptr(), rstd_ptr, float(eps))
-    _sm90.launch_cached(_prepared, key, lambda: _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                         tile_order, group, num_ctas, g, rstd_ptr, eps),
-                        x.device, 384, v.smem_bytes())
+    key = gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
+                                   num_ctas, g.data_ptr(), rstd_ptr, float(eps))
+    launch.launch_cached(_prepared, key, lambda: _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                          tile_order, group, num_ctas, g, rstd_ptr, eps),
+                         x.device, 384, v.smem_bytes())
     return out
 
 
@@ -189,19 +200,9 @@ _prepared: dict = {}
 
 def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd_ptr,
              eps):
-    M, K = x.shape
-    N = b.shape[1]
-    drv, fn, tm_a, tm_b, _, _, sms = _sm90.build_and_map_operands(SOURCE, KERNEL, "sm_90a", x, b, v, activation,
-                                                                  bias, res_ptr)
-    with torch.cuda.device(x.device):
-        tm_c = drv.encode_tiled(_sm90._DTYPES[x.dtype], out.data_ptr(), (N, M), (out.stride(0) * 2,), (64, v.wm),
-                                128)
-    tiles = -(-M // v.bm) * -(-N // v.bn)
-    pair = (not v.coop) and tiles >= 2 * sms
-    grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
-    args = [tm_a, tm_b, tm_c, *_sm90.epilogue_args(bias, res_ptr, rs, res_period, M, N, K),
-            ctypes.c_int32(activation), ctypes.c_int32(tile_order), ctypes.c_int32(group), ctypes.c_int32(int(pair)),
-            ctypes.c_uint64(g.data_ptr()), ctypes.c_uint64(rstd_ptr), ctypes.c_float(eps)]
+    fn, grid, args = gemm_sm90.prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
+                                       num_ctas, SOURCE, KERNEL)
+    args += [ctypes.c_uint64(g.data_ptr()), ctypes.c_uint64(rstd_ptr), ctypes.c_float(eps)]
     # g's address is baked into the cached arguments: keep a private copy of it alive with them
     return fn, grid, _Args(args, keep=g)
 
@@ -231,11 +232,6 @@ def reference(x, norm_weight, weight, bias, eps, activation=None, residual=None)
     return z, rstd
 
 
-_checked: dict = {}
-_disabled: str | None = None
-_lock = threading.Lock()
-
-
 def _self_check_one(device, v, dtype) -> tuple[bool, str]:
     """Small problems with M/N/K tails, a non-trivial g, bias + gelu + residual and rstd, against :func:`reference`."""
     gen = torch.Generator(device="cpu").manual_seed(4321)
@@ -262,33 +258,24 @@ def _self_check_one(device, v, dtype) -> tuple[bool, str]:
     return True, f"self-check passed (max relative error {worst:.2e})"
 
 
+GUARD = Guard("CUDA RMSNorm-GEMM", "sm_90a RMSNorm-GEMM ", MEASURED_ON)
+
+
 def ready(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
     """Constraints, toolchain and the variant's self-check on this device model (once per process; a failure
     disables the variant with one warning)."""
-    global _disabled
-    blocked = _sm90.ready_blocked(constraints(x, norm_weight, weight, bias), _disabled)
+    blocked = GUARD.blocked(constraints(x, norm_weight, weight, bias))
     if blocked:
         return blocked
-    M, K = x.shape
-    v = pick_variant(M, weight.shape[0], K)
-    key = (_sm90._device_model(x.device), v.name, x.dtype)
-    ok, msg, off = _sm90.memo_self_check(_checked, _lock, key, lambda: _self_check_one(x.device, v, x.dtype),
-                                         "CUDA RMSNorm-GEMM")
-    if off:
-        _disabled = off
-    return ok, f"sm_90a RMSNorm-GEMM {v.name}: {msg}"
+    v = pick_variant(x.shape[0], weight.shape[0], x.shape[1])
+    return GUARD.check(x.device, v.name, (x.dtype,), lambda: _self_check_one(x.device, v, x.dtype))
 
 
 def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
     """The op layer's forward: launch, or False (Triton then runs) after one warning on a failure; never raises."""
-    global _disabled
-    if _disabled:
-        return False
-    try:
-        launch_cuda_rmsnorm_gemm(x, norm_weight, weight.t(), out, rstd, eps, bias=bias)
-        return True
-    except Exception as e:  # noqa: BLE001
-        _disabled = f"launch failed: {type(e).__name__}: {e}"
-        _sm90._warn_once("rmsnorm-launch", f"tilewright: CUDA RMSNorm-GEMM launch failed ({e}); Triton serves "
-                                           "from now on")
-        return False
+    return GUARD.run(launch_cuda_rmsnorm_gemm, x, norm_weight, weight.t(), out, rstd, eps, bias=bias)
+
+
+register(cuda_backend("rms_norm_linear", "rmsnorm_gemm_sm90", "sm_90a register-A WGMMA RMSNorm-GEMM", (9,),
+                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT",), constraints=constraints, preferred=preferred,
+                      ready=ready, launch=try_launch, measured=MEASURED_ON))

@@ -1,10 +1,10 @@
-"""Host side of the mma.sync GEMM (``gemm_sm120_mma.cu``): the CUDA GEMM for sm_120/121 (RTX 50xx, RTX PRO 6000
+"""Host side of the mma.sync GEMM (``gemm_sm120.cu``): the CUDA GEMM for sm_120/121 (RTX 50xx, RTX PRO 6000
 Blackwell), which has neither WGMMA nor TMEM. Its instructions (TMA, mbarrier parity waits, ldmatrix, mma.sync)
-all exist from sm_90 on, so it is also built for and tested on H100/H200 (where WGMMA is faster - the router never
-picks it there).
+all exist from sm_90 on, so it is also built for and tested on H100/H200 (where WGMMA is faster - its record serves
+sm_12x only).
 
-Same contract as :mod:`.gemm` (operands, (R0, P, N) residual, activations, tile orders, constraints); the
-difference is a persistent grid sized from the occupancy API and direct fragment stores instead of a TMA store.
+Same contract as :mod:`.gemm_sm90` (operands, (R0, P, N) residual, activations, tile orders); the difference is a
+persistent grid sized from the occupancy API and direct fragment stores instead of a TMA store.
 """
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ from dataclasses import dataclass
 
 import torch
 
-from . import family
-from . import gemm as _sm90
+from ..backends import register
+from . import gemm_sm90
+from .runtime import gemm_common, launch
+from .runtime.guard import Guard
 
-SOURCE = "gemm_sm120_mma.cu"
+SOURCE = "gemm_sm120.cu"
 KERNEL = "tw_gemm_mma"
 SMEM_LIMIT = 101376  # sm_120: 99 KB per block
-BUILD_CHECK_ARCH = "sm_120a"
-# where results from real sm_120 cards would be committed (see measured_on_hardware)
-RESULT_GLOB = "sm120_gemm_*.csv"
+# No run on an sm_120/121 card yet. Runs of this code on H100/H200 as sm_90 code
+# (perf/results/h200/sm120_gemm_on_sm90_2026-11-26.csv) do not count: they say nothing of its speed on its target.
+MEASURED_ON = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,13 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("mma128x128s3", True, True, False, 2, True, True), ("mma128x128s2", False, True, False, 0, False, False),
     ("mma64x128s4", False, False, False, 4, True, False),
 )
+BUILD_CHECK_ARCHS = ("sm_120a", "sm_90a")  # its target, and the arch the project runs it on
+BUILD_CHECK_MARKERS = ("HMMA", "LDSM", "UTMALDG")  # mma.sync, ldmatrix, TMA loads
+
+
+def build_check_builds() -> list:
+    """``tilewright build-check`` rows (label, defines, dynamic smem) of BUILD_CHECK_BUILDS."""
+    return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS)
 
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
@@ -77,17 +86,14 @@ def device_arch(device) -> str:
     return f"sm_{major}{minor}"
 
 
-constraints = _sm90.constraints  # identical operand rules (TMA-describable, bf16/fp16, 16-byte rows)
+def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:
+    """Whether the mma.sync kernel accepts these inputs (the GEMM families' TMA rules), and why not."""
+    return gemm_common.operand_rules(a, b, bias, residual, "mma.sync")
 
 
-def measured_on_hardware() -> list[str]:
-    """Result files from a real sm_120/121 card in this checkout's perf/results (not sm_90 stand-in runs)."""
-    return family.result_files(RESULT_GLOB)
-
-
-def preferred(M: int, N: int, K: int) -> tuple[bool, str]:
+def preferred(M: int, N: int, K: int, residual: bool = False) -> tuple[bool, str]:
     """Automatic choice on sm_120: no measurement exists yet, so the sm_90 win region stands in for one."""
-    return family.stand_in_preferred("mma.sync", measured_on_hardware(), M, N, K)
+    return gemm_common.stand_in(gemm_sm90.preferred, "mma.sync", MEASURED_ON, M, N, K, residual)
 
 
 # ------------------------------------------------------------------------------------------------ launch
@@ -97,16 +103,17 @@ _prepared: dict = {}
 def launch_mma_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                     activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
                     group: int = 8, num_ctas: int | None = None, arch: str | None = None) -> torch.Tensor:
-    """``out = act(a @ b + bias) + residual`` with the mma.sync kernel; arguments as :func:`.gemm.launch_cuda_gemm`."""
-    activation, tile_order, rs, res_ptr, res_period = _sm90.launch_args(
+    """``out = act(a @ b + bias) + residual`` with the mma.sync kernel; arguments as
+    :func:`.gemm_sm90.launch_cuda_gemm`."""
+    activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
         "mma gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=4)
     M, K = a.shape
-    v = _sm90.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
-    key = _sm90.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
-                             arch)
-    _sm90.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                         tile_order, group, num_ctas, arch),
-                        a.device, v.threads, v.smem_bytes())
+    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
+    key = gemm_common.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
+                                   num_ctas, arch)
+    launch.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                          tile_order, group, num_ctas, arch),
+                         a.device, v.threads, v.smem_bytes())
     return out
 
 
@@ -123,13 +130,13 @@ def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, t
     M, K = a.shape
     N = b.shape[1]
     arch = arch or device_arch(a.device)
-    drv, fn, tm_a, tm_b, _, _, sms = _sm90.build_and_map_operands(SOURCE, KERNEL, arch, a, b, v, activation, bias,
-                                                                  res_ptr)
+    drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(SOURCE, KERNEL, arch, a, b, v, activation,
+                                                                        bias, res_ptr)
     with torch.cuda.device(a.device):
         per_sm = _occupancy(drv, fn, v.threads, v.smem_bytes())
     tiles = -(-M // v.bm) * -(-N // v.bn)
     grid = num_ctas or min(sms * per_sm, tiles)  # persistent: every co-resident CTA slot, never more than tiles
-    args = family.direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M, N, K, tile_order, group)
+    args = gemm_common.direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M, N, K, tile_order, group)
     return fn, grid, args
 
 
@@ -141,7 +148,9 @@ def mma_gemm(a, b, bias=None, residual=None, activation=None, **kw) -> torch.Ten
     return launch_mma_gemm(a, b, out, bias=bias, residual=res3, activation=activation, **kw)
 
 
-# ------------------------------------------------------------------------------------------------ self-check
-guard = family.Guard("mma.sync", launch_mma_gemm, pick_variant, RESULT_GLOB)
-ready = guard.ready
-try_launch = guard.try_launch
+# ------------------------------------------------------------------------------------------------ router record
+GUARD = Guard("mma.sync GEMM", "mma.sync ", MEASURED_ON)
+FAMILY = gemm_common.GemmFamily(GUARD, constraints, pick_variant, launch_mma_gemm, preferred)
+ready, try_launch = FAMILY.ready, FAMILY.try_launch
+
+register(FAMILY.backend("gemm_sm120", "sm_120 ldmatrix + mma.sync GEMM", (12,), env=("TILEWRIGHT_CUDA_MMA_VARIANT",)))

@@ -157,7 +157,7 @@ static_assert(BM % 64 == 0 && WM % 64 == 0, "tile M must be a multiple of 64 per
 static_assert(BN % 64 == 0 && BN <= 256, "tile N must be 64, 128, 192 or 256");
 static_assert(MA * BN / 2 <= 128, "accumulator must fit in 128 fp32 registers per thread");
 static_assert(BM <= 256, "TMA boxes hold at most 256 rows");
-static_assert(SMEM_BYTES <= 232448, "shared memory over the sm_90 per-block limit");
+static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 per-block limit");
 // setmaxnreg.inc only takes what setmaxnreg.dec released from the CTA's launch allocation (168 registers x 384
 // threads under __launch_bounds__(384, 1)), not the whole 64K file: a split over it deadlocks the consumers' inc.
 static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 168 * 384, "register split over the CTA's allocation");

@@ -1,4 +1,4 @@
-"""Compile the CUDA fallbacks at first use, cache the cubins on disk, load and launch them through the driver API.
+"""Compile the CUDA kernels at first use and cache the cubins on disk (the first piece of the CUDA runtime).
 
 Compilers, in order (``TILEWRIGHT_CUDA_COMPILER=nvcc|nvrtc`` forces one):
 * ``nvcc`` found on PATH, in ``$CUDA_HOME/bin`` or ``/usr/local/cuda/bin``;
@@ -11,10 +11,7 @@ compiler's resource report) per key = sha256 over the source, every header under
 the compiler's version string. Editing a header or upgrading the compiler therefore rebuilds; writes are atomic
 (temp file + rename) so concurrent processes never read half a cubin.
 
-Driver API: ``libcuda`` through ctypes (the driver's C ABI is stable; ``cuda-bindings`` is not required). Kernels
-run on torch's current stream of the tensors' device, in torch's primary context. TMA descriptors come from
-``cuTensorMapEncodeTiled`` and are passed by value (``__grid_constant__``). Importing this module never touches
-CUDA; the first call that needs the GPU raises :class:`CudaUnavailable` with the reason on a machine without one.
+Loading and launching the cubins is :mod:`.launch`; nothing here touches a GPU.
 """
 from __future__ import annotations
 
@@ -33,13 +30,16 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-SOURCE_DIR = Path(__file__).resolve().parent
+SOURCE_DIR = Path(__file__).resolve().parents[1]  # cuda_fallback/: the kernels' .cu files and ptx/
 PTX_DIR = SOURCE_DIR / "ptx"
 BASE_FLAGS = ("-std=c++17", "-DNDEBUG")
 
 
 class CudaUnavailable(RuntimeError):
     """No GPU, no driver, or no compiler: the CUDA fallback cannot run here (the message says which)."""
+
+
+COMPILER_MISSING = "no CUDA compiler found (nvcc, or `pip install nvidia-cuda-nvrtc`)"
 
 
 class CompileError(RuntimeError):
@@ -116,6 +116,12 @@ def _toolchain(preference: str) -> Toolchain | None:
 def toolchain() -> Toolchain | None:
     """The compiler that would build the CUDA fallbacks here, or None (the router then skips the CUDA backend)."""
     return _toolchain(os.environ.get("TILEWRIGHT_CUDA_COMPILER", "auto").lower())
+
+
+def compiler_missing() -> str | None:
+    """Why no CUDA kernel can be built here (no compiler), or None when one is found: what every CUDA backend
+    record requires of the machine."""
+    return None if toolchain() is not None else COMPILER_MISSING
 
 
 def cache_dir() -> Path:
@@ -246,124 +252,3 @@ def compile_source(source: str | Path, arch: str = "sm_90a", defines: dict | Non
             os.replace(tmp_cubin, path)
     _memo[memo_key] = Build(cubin, log, key, path, False, tc)
     return _memo[memo_key]
-
-
-# ----------------------------------------------------------------------------------------------- driver API
-CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-TMA_DTYPE = {"float16": 6, "bfloat16": 9, "float32": 7}
-TMA_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
-TMA_L2_PROMOTION_256B = 3
-
-
-class TensorMap(ctypes.Structure):
-    """The 128-byte CUtensorMap, passed by value to a kernel's ``__grid_constant__`` parameter."""
-
-    _fields_ = [("opaque", ctypes.c_uint64 * 16)]
-
-
-class _Driver:
-    def __init__(self):
-        try:
-            self.lib = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
-        except OSError as e:
-            raise CudaUnavailable(f"the CUDA driver library could not be loaded ({e}); is there an NVIDIA GPU?") \
-                from None
-        self.check(self.lib.cuInit(0), "cuInit")
-        self.lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-        self.lib.cuTensorMapEncodeTiled.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
-            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
-            ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        self.lib.cuModuleGetFunction.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]
-        self.lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        self.lib.cuModuleLoadData.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-        self._functions: dict = {}
-        self._lock = threading.Lock()
-        # a 64-byte aligned scratch for cuTensorMapEncodeTiled, which requires an aligned destination
-        self._scratch = ctypes.create_string_buffer(256)
-
-    def error_string(self, rc: int) -> str:
-        s = ctypes.c_char_p()
-        self.lib.cuGetErrorString(rc, ctypes.byref(s))
-        return s.value.decode() if s.value else f"CUresult {rc}"
-
-    def check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            raise RuntimeError(f"{what} failed: {self.error_string(rc)} ({rc})")
-
-    def _ensure_context(self) -> int:
-        ctx = ctypes.c_void_p()
-        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
-        if not ctx.value:
-            import torch
-
-            dev = torch.cuda.current_device()
-            self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-            self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        return ctx.value
-
-    def function(self, build: Build, name: str, dynamic_smem: int):
-        """The kernel ``name`` of ``build``'s cubin in the current context (loaded once per context)."""
-        ctx = self._ensure_context()
-        key = (ctx, build.key, name)
-        with self._lock:
-            fn = self._functions.get(key)
-            if fn is None:
-                mod = ctypes.c_void_p()
-                self.check(self.lib.cuModuleLoadData(ctypes.byref(mod), build.cubin), f"cuModuleLoadData({name})")
-                f = ctypes.c_void_p()
-                self.check(self.lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()),
-                           f"cuModuleGetFunction({name})")
-                if dynamic_smem > 48 * 1024:
-                    self.check(self.lib.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                           dynamic_smem), "cuFuncSetAttribute(max dynamic smem)")
-                fn = self._functions[key] = f
-        return fn
-
-    def encode_tiled(self, dtype: str, ptr: int, dims, strides_bytes, box, swizzle_bytes: int) -> TensorMap:
-        """cuTensorMapEncodeTiled for a tensor of ``dims`` (innermost first) with row strides in bytes."""
-        rank = len(dims)
-        g_dim = (ctypes.c_uint64 * rank)(*dims)
-        g_str = (ctypes.c_uint64 * max(rank - 1, 1))(*strides_bytes)
-        b_dim = (ctypes.c_uint32 * rank)(*box)
-        e_str = (ctypes.c_uint32 * rank)(*([1] * rank))
-        with self._lock:
-            base = ctypes.addressof(self._scratch)
-            aligned = (base + 127) & ~127
-            rc = self.lib.cuTensorMapEncodeTiled(
-                ctypes.c_void_p(aligned), TMA_DTYPE[dtype], rank, ctypes.c_void_p(ptr), g_dim, g_str, b_dim, e_str,
-                0, TMA_SWIZZLE[swizzle_bytes], TMA_L2_PROMOTION_256B, 0)
-            if rc != 0:
-                raise RuntimeError(f"cuTensorMapEncodeTiled failed: {self.error_string(rc)} (dims={list(dims)}, "
-                                   f"strides={list(strides_bytes)} B, box={list(box)}, ptr=0x{ptr:x})")
-            tmap = TensorMap()
-            ctypes.memmove(ctypes.addressof(tmap), aligned, 128)
-        return tmap
-
-    def launch(self, fn, grid, block, smem: int, stream: int, args) -> None:
-        """cuLaunchKernel with ``args``: ctypes objects in the kernel's parameter order (kept alive for the call)."""
-        params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-        gx, gy, gz = grid
-        bx, by, bz = block
-        self.check(self.lib.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, ctypes.c_void_p(stream), params,
-                                           None), "cuLaunchKernel")
-
-
-_driver: _Driver | None = None
-_driver_lock = threading.Lock()
-
-
-def driver() -> _Driver:
-    """The process-wide driver handle; raises CudaUnavailable without a usable GPU."""
-    global _driver
-    if _driver is None:
-        with _driver_lock:
-            if _driver is None:
-                import torch
-
-                if not torch.cuda.is_available():
-                    raise CudaUnavailable("torch sees no CUDA device (CPU-only torch or no GPU); the CUDA fallback "
-                                          "needs an NVIDIA GPU")
-                torch.cuda.init()
-                _driver = _Driver()
-    return _driver

@@ -1,0 +1,182 @@
+"""Host side of the Hopper WGMMA GEMM (``gemm_sm90.cu``): variants, measured preference, launch, and its record.
+
+Entry points:
+* :func:`cuda_gemm` - ``act(a @ b + bias) + residual`` on new output; the benchmark's CUDA column.
+* :func:`launch_cuda_gemm` - the same into a given ``out`` with the op layer's (R0, P, N) residual.
+* :func:`constraints` - why these tensors can or cannot take this kernel (device-independent; the router's filter).
+* :func:`preferred` - the measured win region (H200), which the sm_100 / sm_120 families borrow as a stand-in.
+* :func:`ready` - constraints + toolchain + a first-use self-check of the variant on this device model.
+* :func:`try_launch` - the op layer's entry: launches, or returns False (after one warning on a failure) so the
+  caller falls back to Triton; never raises.
+
+What the GEMM families share (operand rules, launch arguments, tensor maps, self-check) is
+:mod:`.runtime.gemm_common`; the registry record is at the bottom.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..backends import Measurement, register
+from .._env import SMEM_OPTIN_BYTES
+from .runtime import gemm_common, launch
+from .runtime.gemm_common import ACTIVATIONS, TILE_ORDERS  # noqa: F401 - part of this module's launch contract
+from .runtime.guard import Guard
+
+SOURCE = "gemm_sm90.cu"
+KERNEL = "tw_gemm_sm90"
+SMEM_LIMIT = SMEM_OPTIN_BYTES
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled configuration: CTA tile, ring depth, pingpong or cooperative consumers."""
+
+    bm: int
+    bn: int
+    stages: int
+    coop: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{'coop' if self.coop else 'pp'}{self.bm}x{self.bn}s{self.stages}"
+
+    @property
+    def wm(self) -> int:
+        return self.bm // 2 if self.coop else self.bm
+
+    def smem_bytes(self) -> int:
+        return 1024 + self.stages * (self.bm + self.bn) * 128 + 2 * self.wm * self.bn * 2 + 16 * self.stages
+
+    def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
+                res: bool = False) -> dict:
+        """-D macros of one build: this variant, the operand layouts, the dtype and the fused epilogue."""
+        return {"TW_BM": self.bm, "TW_BN": self.bn, "TW_STAGES": self.stages, "TW_COOP": int(self.coop),
+                "TW_A_MN": int(a_mn), "TW_B_MN": int(b_mn), "TW_FP16": int(fp16), "TW_ACT": int(act),
+                "TW_BIAS": int(bias), "TW_RES": int(res)}
+
+
+VARIANTS = {v.name: v for v in (
+    Variant(128, 128, 4), Variant(128, 128, 5), Variant(64, 256, 4),
+    Variant(128, 256, 3, coop=True), Variant(256, 128, 3, coop=True),
+)}
+DEFAULT_VARIANT = "coop128x256s3"  # large problems (H200 run 2: 1.003-1.073x cuBLAS on the 8 LLM/square shapes)
+SMALL_M_VARIANT = "pp128x128s5"    # M <= 256: fewer, smaller tiles; the fastest variant on decode16/decode128
+# compiled by build-check (CPU CI): the default and the other families, bf16 + one fp16 / K-major-B build;
+# (variant, a_mn, b_mn, fp16, act, bias, res)
+BUILD_CHECK_BUILDS = (
+    ("coop128x256s3", False, True, False, 0, False, False), ("coop128x256s3", False, False, True, 0, False, False),
+    ("pp128x128s5", False, True, False, 0, False, False), ("pp64x256s4", False, True, False, 0, False, False),
+)
+BUILD_CHECK_ARCHS = ("sm_90a",)
+BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")  # wgmma, TMA in and out, setmaxnreg
+
+
+def build_check_builds() -> list:
+    """``tilewright build-check`` rows (label, defines, dynamic smem) of BUILD_CHECK_BUILDS."""
+    return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS)
+
+
+def pick_variant(M: int, N: int, K: int) -> Variant:
+    """Static choice per shape (``TILEWRIGHT_CUDA_GEMM_VARIANT`` overrides)."""
+    forced = os.environ.get("TILEWRIGHT_CUDA_GEMM_VARIANT")
+    if forced:
+        return VARIANTS[forced]
+    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
+
+
+# Measured preference (router, automatic mode), from one H200 run with Triton's default config and cuBLAS beside it
+# (MEASURED_ON[0]): this kernel was faster on every suite shape with full 64-row / 128-column tiles and M >= 128 (all
+# eight LLM/square shapes, decode128: 157 vs 73 TF/s), Triton on decode16 (22 vs 19) and on `odd` (3000x5000x4000:
+# 549 vs 511). Outside that region Triton keeps the default.
+# Updated by the tuned side-by-side run (MEASURED_ON[1]): with Triton's decode defaults, decode128 runs 0.84x cuBLAS
+# in Triton and 0.60x in this kernel, so M <= 256 stays with Triton.
+# A fused residual (MEASURED_ON[2]): this kernel reads it with 2-byte loads after its mainloop (0.82-0.98x
+# cuBLAS+add), Triton's chunked epilogue hides it (0.99-1.14x), so a residual goes to Triton.
+MEASURED_ON = (
+    Measurement("H200", "perf/results/h200/cuda_gemm_2026-11-26.csv", "2026-11-26"),
+    Measurement("H200", "perf/results/h200/2026-11-26/gemm.csv", "2026-11-26"),
+    Measurement("H200", "perf/results/h200/gemm_default_20261126-0146_v3.csv", "2026-11-26"),
+)
+PREFER_MIN_M = 257
+PREFER_MIN_N = 1024
+PREFER_MIN_K = 512
+
+
+def preferred(M: int, N: int, K: int, residual: bool = False) -> tuple[bool, str]:
+    """Whether the router's automatic choice should take this kernel for an (M, N, K) problem (with a fused
+    residual when ``residual``), and why: the measured win region."""
+    if residual:
+        return False, "fused residual epilogue is faster in Triton (measured)"
+    region = (f"M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}, M % 64 == 0, N % 128 == 0")
+    if M >= PREFER_MIN_M and N >= PREFER_MIN_N and K >= PREFER_MIN_K and M % 64 == 0 and N % 128 == 0:
+        return True, f"({M}, {N}, {K}) is in the measured win region ({region})"
+    return False, f"({M}, {N}, {K}) is outside the measured win region ({region}); Triton is faster there"
+
+
+def constraints(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None) -> tuple[bool, str]:
+    """Whether the kernel can take these operands at all (dtype, rank, TMA alignment), and why not."""
+    return gemm_common.operand_rules(a, b, bias, residual, "WGMMA")
+
+
+# ------------------------------------------------------------------------------------------------ launch
+def launch_cuda_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
+                     activation=0, variant: Variant | str | None = None, tile_order: str | int = "grouped",
+                     group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
+    """``out = act(a @ b + bias) + residual`` with the sm_90a kernel (no checks beyond :func:`constraints`).
+
+    a: (M, K), b: (K, N), out: (M, N) row-major; residual: (R0, P, N) with R0 * P == M (row r reads
+    residual[r // P, r % P]) or None; activation: a name or an ACTIVATIONS code; tile_order: a TILE_ORDERS name or
+    code (group must be a power of two for morton/hilbert). Grouped-16 won 6 of the 8 large suite shapes on H200.
+    """
+    activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
+        "cuda gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=16)
+    M, K = a.shape
+    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
+    key = gemm_common.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
+                                   num_ctas)
+    launch.launch_cached(_prepared, key, lambda: prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                         tile_order, group, num_ctas), a.device, 384, v.smem_bytes())
+    return out
+
+
+_prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per prepared_key (runtime.launch.launch_cached)
+
+
+def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
+            source: str = SOURCE, kernel: str = KERNEL) -> tuple:
+    """(function, grid, kernel arguments) of one launch of ``kernel`` in ``source`` - this kernel body, or a build
+    of it such as rmsnorm_gemm_sm90.cu, which appends its own arguments: the A/B/out tensor maps, the epilogue,
+    the tile order and the pingpong pairing."""
+    M, K = a.shape
+    N = b.shape[1]
+    drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(source, kernel, "sm_90a", a, b, v,
+                                                                        activation, bias, res_ptr)
+    with torch.cuda.device(a.device):
+        tm_c = drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,), (64, v.wm),
+                                128)
+    tiles = -(-M // v.bm) * -(-N // v.bn)
+    pair = (not v.coop) and tiles >= 2 * sms
+    grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
+    args = [tm_a, tm_b, tm_c, *gemm_common.epilogue_args(bias, res_ptr, rs, res_period, M, N, K),
+            ctypes.c_int32(activation), ctypes.c_int32(tile_order), ctypes.c_int32(group), ctypes.c_int32(int(pair))]
+    return fn, grid, args
+
+
+def cuda_gemm(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None, activation=None, **kw) -> torch.Tensor:
+    """``activation(a @ b + bias) + residual`` -> new (M, N) tensor; residual broadcastable to (M, N)."""
+    M, N = a.shape[0], b.shape[1]
+    out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    res3 = None if residual is None else torch.broadcast_to(residual, (M, N)).unsqueeze(0)
+    return launch_cuda_gemm(a, b, out, bias=bias, residual=res3, activation=activation, **kw)
+
+
+# ------------------------------------------------------------------------------------------------ router record
+GUARD = Guard("CUDA GEMM", measured=MEASURED_ON)
+FAMILY = gemm_common.GemmFamily(GUARD, constraints, pick_variant, launch_cuda_gemm, preferred)
+ready, try_launch = FAMILY.ready, FAMILY.try_launch
+
+register(FAMILY.backend("gemm_sm90", "sm_90a WGMMA pingpong GEMM", (9,), env=("TILEWRIGHT_CUDA_GEMM_VARIANT",)))

@@ -1,0 +1,261 @@
+"""What every GEMM-shaped CUDA family shares on the host (sm_90 WGMMA, sm_100 tcgen05, sm_120 mma.sync and the sm_90
+RMSNorm-GEMM): operand rules (TMA-describable bf16/fp16), launch-argument normalisation, the prepared-launch key,
+the build + A/B tensor maps, the epilogue arguments, the GEMM self-check, and :class:`GemmFamily` - the ready /
+try_launch / preferred surface the router and the op layer call.
+
+The kernels share ``ptx/gemm_common.cuh`` the same way: activation codes, tile orders and the (R0, P, N) residual.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import torch
+
+from . import build, cuda_backend, launch
+from .guard import NOT_RUN_NOTE
+
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+TILE_ORDERS = {"row_major": 0, "grouped": 1, "morton": 2, "hilbert": 3}
+
+
+# ------------------------------------------------------------------------------------------------ operand rules
+def layout(t: torch.Tensor, name: str):
+    """((first dim contiguous?, leading stride in elements), "") for a 2-D tensor TMA can describe, else (None, why).
+
+    Row-major (unit stride on dim 1) is preferred; the stride of a size-1 dim is free and replaced by a valid one."""
+    rows, cols = t.shape
+    es = t.element_size()
+    options = []
+    if t.stride(1) == 1 or cols == 1:
+        options.append((False, t.stride(0), rows, cols))
+    if t.stride(0) == 1 or rows == 1:
+        options.append((True, t.stride(1), cols, rows))
+    if not options:
+        return None, f"{name} has no unit stride (strides {tuple(t.stride())})"
+    for first_contig, lead, outer, inner in options:
+        if outer == 1:
+            lead = -(-inner * es // 16) * 16 // es
+        if lead > 0 and (lead * es) % 16 == 0:
+            if t.data_ptr() % 16:
+                return None, f"{name}'s base address is not 16-byte aligned (TMA)"
+            return (first_contig, lead), ""
+    return None, (f"{name}'s leading stride {options[0][1]} x {es} B is not a multiple of 16 bytes (TMA needs "
+                  "16-byte aligned strides)")
+
+
+def operand_rules(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
+                  kernel: str = "WGMMA") -> tuple[bool, str]:
+    """Whether a GEMM kernel can take these operands at all (dtype, rank, TMA alignment), and why not; ``kernel``
+    names it in the reason."""
+    if a.dtype not in (torch.bfloat16, torch.float16):
+        return False, f"dtype {a.dtype} (the {kernel} kernel takes bfloat16 / float16)"
+    if b.dtype != a.dtype or (bias is not None and bias.dtype != a.dtype):
+        return False, "mixed dtypes"
+    if residual is not None and residual.dtype != a.dtype:
+        return False, f"residual dtype {residual.dtype} differs from {a.dtype}"
+    if a.dim() != 2 or b.dim() != 2:
+        return False, "operands must be 2-D"
+    if a.numel() == 0 or b.numel() == 0:
+        return False, "empty operand"
+    for t, name in ((a, "a"), (b, "b")):
+        lay, why = layout(t, name)
+        if lay is None:
+            return False, why
+    N = b.shape[1]
+    if (N * a.element_size()) % 16:
+        return False, f"N = {N}: output rows are not a multiple of 16 bytes (TMA store)"
+    if bias is not None and bias.dim() == 1 and bias.stride(0) != 1 and bias.shape[0] > 1:
+        return False, "bias is not contiguous"
+    return True, "bf16/fp16 with 16-byte aligned strides (TMA)"
+
+
+# ------------------------------------------------------------------------------------------------ launch
+def launch_args(label: str, a, b, out, bias, residual, activation, tile_order, group, out_align: int):
+    """Validate one launch and return (activation code, tile-order code, residual strides, residual pointer,
+    residual period). ``out_align``: the byte alignment the kernel's stores need for out's base and rows."""
+    M, K = a.shape
+    N = b.shape[1]
+    ok, why = operand_rules(a, b, bias, residual)
+    if not ok:
+        raise ValueError(f"{label}: {why}")
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % out_align or \
+            out.data_ptr() % out_align:
+        raise ValueError(f"{label}: out must be a row-major (M, N) tensor of a's dtype with {out_align}-byte "
+                         "aligned rows")
+    if isinstance(activation, str) or activation is None:
+        activation = ACTIVATIONS[activation]
+    if isinstance(tile_order, str):
+        tile_order = TILE_ORDERS[tile_order]
+    if tile_order in (2, 3) and group & (group - 1):
+        raise ValueError(f"{label}: morton/hilbert tile orders need a power-of-two group")
+    if residual is None:
+        return activation, tile_order, (0, 0, 0), 0, 1
+    r0, p, rn = residual.shape
+    if r0 * p != M or rn != N:
+        raise ValueError(f"{label}: residual must be (R0, P, N) with R0 * P == M")
+    return activation, tile_order, residual.stride(), residual.data_ptr(), p
+
+
+def resolve_variant(variants: dict, pick, variant, M: int, N: int, K: int):
+    """``variant`` as a name, a variant object, or None (then ``pick(M, N, K)``)."""
+    return variants[variant] if isinstance(variant, str) else (variant or pick(M, N, K))
+
+
+def prepared_key(a, b, out, v, bias, *rest) -> tuple:
+    """What a prepared launch depends on: device, pointers, shapes, strides, dtype, variant, bias, then ``rest``
+    (the residual, epilogue and schedule values of the family)."""
+    return (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.shape, b.stride(), out.data_ptr(),
+            out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, *rest)
+
+
+def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activation, bias, res_ptr):
+    """Compile ``v``'s build of ``source`` for ``arch`` (layouts, dtype and epilogue from the operands), load
+    ``kernel`` and encode A's and B's 128B-swizzled TMA maps (64-element K box; a K-major box of (64, v.bm) for A and
+    (64, v.bn) for B). Returns (driver, function, tm_a, tm_b, a_mn, b_mn, SM count)."""
+    M, K = a.shape
+    N = b.shape[1]
+    (a_mn, lda), _ = layout(a, "a")
+    (b_kcontig_first, ldb), _ = layout(b, "b")
+    b_mn = not b_kcontig_first  # b (K, N) with unit stride on N -> N-major
+    dt = launch.tma_dtype(a.dtype)
+    bld = build.compile_source(source, arch, v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
+                                                       bias is not None, res_ptr != 0))
+    drv = launch.driver()
+    with torch.cuda.device(a.device):
+        fn = drv.function(bld, kernel, v.smem_bytes())
+        if a_mn:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
+        else:
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, v.bm), 128)
+        if b_mn:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
+        else:
+            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    return drv, fn, tm_a, tm_b, a_mn, b_mn, sms
+
+
+def epilogue_args(bias, res_ptr, rs, res_period, M: int, N: int, K: int) -> list:
+    """The kernel arguments every family passes in this order: bias pointer, residual pointer, its three strides and
+    row period, then M, N, K."""
+    return [ctypes.c_uint64(bias.data_ptr() if bias is not None else 0), ctypes.c_uint64(res_ptr),
+            ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]), ctypes.c_int32(res_period),
+            ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K)]
+
+
+def direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M: int, N: int, K: int, tile_order: int,
+                      group: int) -> list:
+    """Kernel arguments the sm_100 and sm_120 kernels start with: A/B tensor maps, out's pointer and row stride (they
+    store fragments directly, no TMA store), the epilogue arguments, tile order and group."""
+    return [tm_a, tm_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int64(out.stride(0)),
+            *epilogue_args(bias, res_ptr, rs, res_period, M, N, K), ctypes.c_int32(tile_order),
+            ctypes.c_int32(group)]
+
+
+# ------------------------------------------------------------------------------------------------ build-check
+def build_check_rows(builds, variants: dict, markers=None) -> list:
+    """``tilewright build-check`` rows (label, defines, dynamic smem[, SASS markers]) of ``builds`` = (variant name,
+    a_mn, b_mn, fp16, act, bias, res) tuples; ``markers(variant)`` adds the markers one build must carry."""
+    out = []
+    for name, a_mn, b_mn, fp16, act, bias, res in builds:
+        v = variants[name]
+        epi = f" act{act}" * bool(act) + " bias" * bias + " res" * res
+        dt = ("fp8->" if getattr(v, "fp8", False) else "") + ("fp16" if fp16 else "bf16")
+        label = f"{name} {dt} A:{'M' if a_mn else 'K'}-major B:{'N' if b_mn else 'K'}-major{epi}"
+        row = (label, v.defines(a_mn, b_mn, fp16, act, bias, res), v.smem_bytes())
+        out.append(row + (tuple(markers(v)),) if markers else row)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ self-check
+def self_check(device, v, a_mn: bool, b_mn: bool, dtype, launch_fn) -> tuple[bool, str]:
+    """Small problems with tails in M, N and K and every epilogue piece, against an fp32 reference.
+
+    ``v`` is a variant with ``bm``/``bn``/``name``; ``launch_fn`` takes ``(a, b, out, bias=, residual=, activation=,
+    variant=)`` like the families' ``launch_*_gemm``."""
+    from ...reference import activation_reference
+
+    g = torch.Generator(device="cpu").manual_seed(1234)
+    worst = 0.0
+    # one epilogue build (bias + gelu + residual) checks the machinery every build shares: TMA, ring, MMA, stores
+    # Tails in every dim, but every dim a multiple of 8 elements: an MN-major operand's leading stride is M (or N),
+    # and TMA needs 16-byte strides - an odd M made the check itself ineligible and disabled the kernel (H200 run).
+    for (M, N, K, act, use_res) in ((296, 264, 200, "gelu", True), (8, 64, 72, "gelu", True),
+                                    (2 * v.bm + 8, 3 * v.bn + 8, 1000, "gelu", True)):
+        a = torch.randn(M, K, generator=g).to(device=device, dtype=dtype)
+        b = torch.randn(K, N, generator=g).to(device=device, dtype=dtype) / math.sqrt(K)
+        if a_mn:
+            a = a.t().contiguous().t()
+        if not b_mn:
+            b = b.t().contiguous().t()
+        bias = torch.randn(N, generator=g).to(device=device, dtype=dtype)
+        res = torch.randn(M, N, generator=g).to(device=device, dtype=dtype) if use_res else None
+        out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
+        launch_fn(a, b, out, bias=bias, residual=None if res is None else res.reshape(1, M, N), activation=act,
+                  variant=v)
+        ref = activation_reference(a.float() @ b.float() + bias.float(), act)
+        if res is not None:
+            ref = ref + res.float()
+        torch.cuda.synchronize(device)
+        err = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+        if not math.isfinite(err) or err > 2e-2:
+            return False, f"self-check failed for {v.name} on ({M}, {N}, {K}): relative error {err:.3g}"
+        worst = max(worst, err)
+    return True, f"self-check passed (max relative error {worst:.2e})"
+
+
+# ------------------------------------------------------------------------------------------------ the family
+def stand_in(region, label: str, measured: tuple, M: int, N: int, K: int, residual: bool = False):
+    """Preference of a family with no measurement of its own: ``region`` (the sm_90 kernel's measured one) stands
+    in; the reason names ``label`` and, while ``measured`` is empty, says the code has not run on this hardware."""
+    ok, why = region(M, N, K, residual)
+    return ok, f"{label}: {why}" + ("" if measured else f" ({NOT_RUN_NOTE})")
+
+
+class GemmFamily:
+    """What the router and the op layer call on one GEMM family, built from the family's own pieces: its
+    :class:`~.guard.Guard`, ``constraints(a, b, bias, residual)``, ``pick_variant(M, N, K)``, ``launch(a, b, out,
+    bias=, residual=, activation=, variant=)`` and ``region(M, N, K, residual)`` (its measured win region)."""
+
+    def __init__(self, guard, constraints, pick_variant, launch_fn, region):
+        self.guard, self.constraints, self.pick_variant = guard, constraints, pick_variant
+        self.launch, self.region = launch_fn, region
+
+    def preferred(self, a, b, bias=None, residual=None) -> tuple[bool, str]:
+        """The automatic choice for these operands: the ``tilewright tune`` winner when the autotune cache has this
+        shape, else the family's measured win region."""
+        from ...autotune import cache
+
+        M, N, K = a.shape[0], b.shape[1], a.shape[1]
+        rec = cache.lookup("gemm", a.device, a.dtype, M, N, K)
+        if rec and "cuda" in rec.get("backends", {}):
+            if rec.get("winner") == "cuda":
+                return True, f"tuned winner in the autotune cache ({rec['backends']['cuda'].get('name')})"
+            return False, "triton won the tuning in the autotune cache"
+        return self.region(M, N, K, residual is not None)
+
+    def ready(self, a, b, bias=None, residual=None) -> tuple[bool, str]:
+        """Constraints, toolchain, and the variant's self-check on this device model (once per process; a failure
+        disables the variant, a compile failure the family, with one warning)."""
+        blocked = self.guard.blocked(self.constraints(a, b, bias, residual))
+        if blocked:
+            return blocked
+        v = self.pick_variant(a.shape[0], b.shape[1], a.shape[1])
+        (a_mn, _), _ = layout(a, "a")
+        (b_first, _), _ = layout(b, "b")
+        return self.guard.check(a.device, v.name, (a_mn, not b_first, a.dtype),
+                                lambda: self_check(a.device, v, a_mn, not b_first, a.dtype, self.launch))
+
+    def try_launch(self, a, b, out, bias=None, residual=None, activation=None, preact=None) -> bool:
+        """The op layer's entry: launches, or False (Triton then runs) when the kernel declines (a pre-activation
+        output, an out dtype other than the inputs') or fails; never raises."""
+        if preact is not None or out.dtype != a.dtype:
+            return False
+        return self.guard.run(self.launch, a, b, out, bias=bias, residual=residual, activation=activation)
+
+    def backend(self, name: str, kernel: str, archs: tuple[int, ...], env: tuple[str, ...] = ()):
+        """The family's "cuda" record for the gemm op: these hooks, its guard's measurements as provenance."""
+        return cuda_backend("gemm", name, kernel, archs, env=env, constraints=self.constraints,
+                            preferred=self.preferred, ready=self.ready, launch=self.try_launch,
+                            measured=self.guard.measured)

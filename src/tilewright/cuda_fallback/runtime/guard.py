@@ -1,0 +1,96 @@
+"""The guard every CUDA kernel family stands behind (the third piece of the CUDA runtime): a first-use self-check per
+(device model, variant, build switches), memoized for the process, and a family-wide disable switch.
+
+A kernel that does not compile, or launches and fails, disables its whole family for the process; a failed
+self-check marks only that (device model, variant, ...) key. Either warns once, and the router / op layer then let
+Triton serve. Nothing here raises to the caller.
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+
+from . import build
+
+NOT_RUN_NOTE = "not yet run on this hardware by the project's tests"
+_warned: set = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """A RuntimeWarning with ``message``, once per ``key`` for the process."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def device_model(device) -> str:
+    """The self-check's unit: the device's name and compute capability, e.g. "NVIDIA H200 (sm_90)"."""
+    import torch
+
+    p = torch.cuda.get_device_properties(device)
+    return f"{p.name} (sm_{p.major}{p.minor})"
+
+
+class Guard:
+    """First-use self-check and process-wide disable switch of one kernel family.
+
+    ``name`` is what warnings call the family ("CUDA GEMM"), ``prefix`` what readiness reasons put before the
+    variant ("sm_90a attention "); ``measured`` (the family's Measurement records) empty adds the note that the code
+    has not run on this hardware. ``declines``: exception types a launch raises for inputs the kernel does not take -
+    that call falls back without disabling the family.
+    """
+
+    def __init__(self, name: str, prefix: str = "", measured: tuple = (), declines: tuple = ()):
+        self.name, self.prefix, self.measured, self.declines = name, prefix, measured, declines
+        self.checked: dict = {}  # (device model, variant, *key) -> (ok, message)
+        self.disabled: str | None = None  # why the whole family is off for this process
+        self.lock = threading.Lock()
+
+    def blocked(self, constraints: tuple[bool, str]) -> tuple[bool, str] | None:
+        """What stops the family before its self-check: the inputs' ``constraints`` result ``(ok, why)``, the
+        disable switch, a missing compiler. None when nothing does."""
+        ok, why = constraints
+        if not ok:
+            return False, why
+        if self.disabled:
+            return False, self.disabled
+        if build.toolchain() is None:
+            return False, "no CUDA compiler (nvcc or NVRTC) found"
+        return None
+
+    def check(self, device, variant: str, key: tuple, run) -> tuple[bool, str]:
+        """``run()`` -> (ok, message): the self-check of ``variant`` (with build switches ``key``) on ``device``'s
+        model, run once per process and remembered; the reason names the variant."""
+        full = (device_model(device), variant, *key)
+        with self.lock:
+            if full not in self.checked:
+                try:
+                    self.checked[full] = run()
+                except build.CompileError as e:
+                    warn_once(f"{self.name}-compile",
+                              f"tilewright: the {self.name} did not compile; Triton serves instead.\n{e}")
+                    self.disabled = "compile failed (see the warning)"
+                    return False, self.disabled
+                except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
+                    self.checked[full] = (False, f"self-check raised {type(e).__name__}: {e}")
+                if not self.checked[full][0]:
+                    warn_once(f"{self.name}{full}", f"tilewright: {self.name} {variant} disabled on {full[0]}: "
+                                                    f"{self.checked[full][1]}; Triton serves instead")
+        ok, msg = self.checked[full]
+        note = "" if self.measured else f"; {NOT_RUN_NOTE}"
+        return ok, f"{self.prefix}{variant}: {msg}{note}"
+
+    def run(self, launch, *args, **kwargs) -> bool:
+        """``launch(*args, **kwargs)`` for the op layer: False (Triton then runs) when the family is disabled, the
+        inputs are declined, or the launch fails - which disables the family with one warning. Never raises."""
+        if self.disabled:
+            return False
+        try:
+            launch(*args, **kwargs)
+            return True
+        except self.declines:
+            return False
+        except Exception as e:  # noqa: BLE001
+            self.disabled = f"launch failed: {type(e).__name__}: {e}"
+            warn_once(f"{self.name}-launch", f"tilewright: {self.name} launch failed ({e}); Triton serves from now on")
+            return False
