@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from .._env import interpreting
 FORMAT = 1
 FILE_NAME = "autotune.json"
 
@@ -75,7 +76,7 @@ def _facts(device_type: str, index: int) -> tuple:
         cap = "sm_%d%d" % torch.cuda.get_device_capability(index)
         driver = _driver_version()
     else:
-        interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
+        interp = interpreting()
         name, cap, driver = ("cpu-interpreter" if interp else "cpu"), "none", "none"
     return name, cap, driver, torch.__version__, triton.__version__
 

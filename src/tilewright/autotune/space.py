@@ -21,7 +21,7 @@ GEMM_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP", "TILE_ORDER", "EPI
 
 # Shared memory per block on sm_90 (227 KB opt-in); sm_80 has 163 KB, sm_89/sm_120 99 KB. The pruner takes the
 # device's number when there is a device.
-SMEM_SM90 = 227 * 1024
+from .._env import SMEM_OPTIN_BYTES
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) for problems with many tiles: wgmma-sized tiles.
 _LARGE_TILES = [
@@ -91,7 +91,7 @@ def gemm_smem_bytes(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store
 
 
 def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes: int, tma_store: bool,
-                       smem_limit: int = SMEM_SM90, use_tma: bool = True,
+                       smem_limit: int = SMEM_OPTIN_BYTES, use_tma: bool = True,
                        periodic_residual: bool = False, precise_acc: bool = False) -> list[triton.Config]:
     """Drop configs that cannot fit shared memory or are silly for the shape.
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .._env import interpreting
 COLUMNS = ["op", "case", "shape", "dtype", "provider", "median_ms", "tflops", "peer", "speedup"]
 BENCH_EXTRA = "pip install 'tilewright[bench]'"
 
@@ -39,7 +40,7 @@ def require_pandas(user: str):
 
 def on_gpu() -> bool:
     """True when benchmarks can time real kernels (CUDA present, interpreter off)."""
-    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    return torch.cuda.is_available() and not interpreting()
 
 
 def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, cudagraph: bool = False) -> float:

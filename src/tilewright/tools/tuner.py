@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from .._env import interpreting
 from ..autotune import cache
 from .report import Sweep, winners
 
@@ -121,15 +121,16 @@ def make_progress(total: int, desc: str, stream=None, plain: bool | None = None)
 def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
     from ..triton_kernels.gemm import launch_gemm, tma_compatible
     from ..triton_kernels.tile_order import TILE_ORDER_NAMES
-    from ..autotune.space import SMEM_SM90, gemm_configs, prune_gemm_configs
+    from .._env import SMEM_OPTIN_BYTES
+    from ..autotune.space import gemm_configs, prune_gemm_configs
 
     M, K = a.shape
     N = b.shape[1]
     if a.is_cuda:
         props = torch.cuda.get_device_properties(a.device)
-        major, smem = props.major, getattr(props, "shared_memory_per_block_optin", SMEM_SM90)
+        major, smem = props.major, getattr(props, "shared_memory_per_block_optin", SMEM_OPTIN_BYTES)
     else:
-        major, smem = 9, SMEM_SM90  # the interpreter plays an sm_90, as launch_gemm does
+        major, smem = 9, SMEM_OPTIN_BYTES  # the interpreter plays an sm_90, as launch_gemm does
     use_tma = major >= 9 and tma_compatible(a) and tma_compatible(b)
     tma_store = use_tma and tma_compatible(out)
     configs = prune_gemm_configs(gemm_configs(), M, N, K, a.element_size(), out.element_size(), tma_store,
@@ -206,7 +207,7 @@ def measured_peak(device, dtype, timer=None) -> float | None:
 
     None off-GPU (interpreter numbers are not performance)."""
     device = torch.device(device)
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if device.type != "cuda" or interpreting():
         return None
     known = cache.peak_tflops(device, dtype)
     if known:
@@ -245,7 +246,7 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     for s in shapes:
         if len(s) != 3 or min(s) <= 0:
             raise TuneError(f"shape {s}: expected (M, N, K) with three positive integers")
-    gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    gpu = torch.cuda.is_available() and not interpreting()
     device = torch.device(device or ("cuda" if gpu else "cpu"))
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float16)
     timer = timer or default_timer

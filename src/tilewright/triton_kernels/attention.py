@@ -44,9 +44,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .._env import interpreting
 from ._runtime import ensure_allocator, is_tuned
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453

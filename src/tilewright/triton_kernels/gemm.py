@@ -28,12 +28,13 @@ import torch
 import triton
 import triton.language as tl
 
+from .._env import SMEM_OPTIN_BYTES, interpreting
 from ..autotune.space import INTERPRETER_CONFIG, default_gemm_config, gemm_configs, prune_gemm_configs
 from .activation import apply_activation
 from ._runtime import ensure_allocator, is_tuned
 from .tile_order import tile_coords
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
 
 
 @dataclass(frozen=True)
@@ -365,12 +366,12 @@ def _early_prune(configs, named_args, **kwargs):
 def _device_facts(index: int) -> tuple[int, int, int]:
     """(multiprocessors, major capability, opt-in shared memory per block) - queried once per device."""
     props = torch.cuda.get_device_properties(index)
-    return props.multi_processor_count, props.major, getattr(props, "shared_memory_per_block_optin", 227 * 1024)
+    return props.multi_processor_count, props.major, getattr(props, "shared_memory_per_block_optin", SMEM_OPTIN_BYTES)
 
 
 def _smem_limit(device: torch.device) -> int:
     if device.type != "cuda":
-        return 227 * 1024
+        return SMEM_OPTIN_BYTES
     return _device_facts(device.index if device.index is not None else torch.cuda.current_device())[2]
 
 

@@ -24,7 +24,7 @@
 
 namespace tw {
 
-// Activation codes match ops/gemm.py ACTIVATION_CODES; CODE is a compile-time constant.
+// Activation codes match tilewright/_codes.py ACTIVATIONS; CODE is a compile-time constant.
 template <int CODE>
 TW_DEVICE float activation(float x) {
   if constexpr (CODE == 1) return fmaxf(x, 0.0f);

@@ -12,11 +12,10 @@ import math
 
 import torch
 
+from ..._codes import ACTIVATIONS, TILE_ORDERS  # noqa: F401  (re-exported: the families and tests read them here)
 from . import build, cuda_backend, launch
 from .guard import NOT_RUN_NOTE
 
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
-TILE_ORDERS = {"row_major": 0, "grouped": 1, "morton": 2, "hilbert": 3}
 
 
 # ------------------------------------------------------------------------------------------------ operand rules
