@@ -56,17 +56,47 @@ def _dtype_of(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", fc.FAMILIES)
 def test_fuzz_gpu(family, request):
+    """GPU tier: cases of ``family`` with every backend of --fuzz-backends forced in turn, until --fuzz-cases cases
+    or --fuzz-seconds (per family) have run. Each new shape / layout / epilogue combination compiles a kernel
+    specialization (Triton) or a cubin (CUDA), so the run is compile-bound; the report is rewritten every few cases
+    so a run cut short still counts what it did."""
     cfg = request.config
     n_cases = cfg.getoption("--fuzz-cases") or 1500
+    budget = cfg.getoption("--fuzz-seconds")
     seed0 = cfg.getoption("--fuzz-seed")
     shard, n_shards = _shard(cfg)
     backends = [None if b == "auto" else b for b in cfg.getoption("--fuzz-backends").split(",")]
     counts = collections.Counter()
     failures = []
     t0 = time.time()
+    report = cfg.getoption("--fuzz-report")
+    cases_run = 0
+
+    def write_report():
+        if not report:
+            return
+        path = report.replace("{shard}", str(shard))
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "families": {}}
+        data["families"][family] = {
+            "cases": cases_run, "seed": seed0, "shard": f"{shard}/{n_shards}", "seconds": round(time.time() - t0, 1),
+            "backends": [b or "auto" for b in backends],
+            "counts": [dict(zip(("family", "backend", "dtype", "outcome", "n"), (*k, v)))
+                       for k, v in sorted(counts.items(), key=lambda kv: str(kv[0]))],
+            "failures": failures}
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(path + ".tmp", path)
+
     for idx in range(n_cases):
         if idx % n_shards != shard:
             continue
+        if budget and time.time() - t0 > budget:
+            break
         case = fc.generate(family, seed0 + idx, "gpu")
         for backend in backends:
             if case.get("invalid") == "backend_name":
@@ -82,22 +112,10 @@ def test_fuzz_gpu(family, request):
                 failures.append(f"[{family} seed={case['seed']} backend={backend}] harness crash "
                                 f"{type(e).__name__}: {e}\n{fc.repro(dict(case, backend=backend))}")
             torch.cuda.synchronize()
-    report = cfg.getoption("--fuzz-report")
-    if report:
-        path = report.replace("{shard}", str(shard))
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            data = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "families": {}}
-        data["families"][family] = {
-            "cases": n_cases, "seed": seed0, "shard": f"{shard}/{n_shards}", "seconds": round(time.time() - t0, 1),
-            "counts": [dict(zip(("family", "backend", "dtype", "outcome", "n"), (*k, v)))
-                       for k, v in sorted(counts.items(), key=lambda kv: str(kv[0]))],
-            "failures": failures}
-        with open(path, "w") as f:
-            json.dump(data, f, indent=1)
+        cases_run += 1
+        if cases_run % 10 == 0:
+            write_report()
+    write_report()
     ran = sum(counts.values())
     assert ran > 0, "no case ran"
     assert not failures, f"{len(failures)} of {ran} case runs failed:\n" + "\n".join(failures[:30])
