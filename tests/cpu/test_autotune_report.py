@@ -355,3 +355,19 @@ def test_cli_tune_runs_checks_and_reuses_cache(tmp_path, capsys):
     assert "cached: gemm 48x64x40" in capsys.readouterr().out
     assert cli.main(["info"]) == 0
     assert "gemm|float16|M64,N64,K40" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("M", [1000, 200, 16])
+@pytest.mark.parametrize("use_tma", [True, False])
+def test_default_config_fits_shared_memory_for_fp32(M, use_tma):
+    """Found by the GPU fuzzer: the 16-bit-sized defaults asked 262,160 bytes of 232,448 for fp32 operands
+    (OutOfResources at launch with TILEWRIGHT_AUTOTUNE=0 or M <= 256)."""
+    from tilewright.autotune import space
+
+    for in_bytes, out_bytes in ((4, 4), (2, 2), (1, 2)):
+        cfg = space.default_gemm_config(M, 3000, 4096, use_tma=use_tma, in_bytes=in_bytes, out_bytes=out_bytes,
+                                        tma_store=use_tma)
+        assert space.gemm_smem_bytes(cfg, in_bytes, out_bytes, use_tma) <= space.SMEM_OPTIN_BYTES - 1024
+    # 16-bit defaults are unchanged (they fit as measured)
+    assert space.default_gemm_config(M, 3000, 4096, use_tma=use_tma).num_stages == \
+        space.default_gemm_config(M, 3000, 4096, use_tma=use_tma, in_bytes=2, out_bytes=2).num_stages

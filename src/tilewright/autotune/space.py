@@ -133,8 +133,30 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     return kept
 
 
+def fit_shared_memory(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store: bool,
+                      smem_limit: int = SMEM_OPTIN_BYTES) -> triton.Config:
+    """``cfg``, or the nearest config that fits ``smem_limit``: fewer pipeline stages (down to 2), then a halved
+    BLOCK_K. The defaults below are sized for 16-bit operands; fp32 operands double the ring (128x128x64 with 4
+    stages asked 262,160 bytes of 232,448 on H100, found by the GPU fuzzer)."""
+    while gemm_smem_bytes(cfg, in_bytes, out_bytes, tma_store) > smem_limit - _SMEM_SLACK:
+        kw, stages = dict(cfg.kwargs), cfg.num_stages
+        if stages > 2:
+            stages -= 1
+        elif kw["BLOCK_K"] > 16:
+            kw["BLOCK_K"] //= 2
+        else:
+            break
+        cfg = triton.Config(kw, num_warps=cfg.num_warps, num_stages=stages)
+    return cfg
+
+
+# Triton keeps a few barriers and scratch words beside the operand ring and the store tile.
+_SMEM_SLACK = 1024
+
+
 def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodic_residual: bool = False,
-                        precise_acc: bool = False) -> triton.Config:
+                        precise_acc: bool = False, in_bytes: int = 2, out_bytes: int = 2, tma_store: bool = True,
+                        smem_limit: int = SMEM_OPTIN_BYTES) -> triton.Config:
     """A good untuned config for the shape: the only config for M <= 256 (see triton_kernels/gemm.SMALL_M) unless
     `tilewright tune` stored a winner, and everywhere with ``TILEWRIGHT_AUTOTUNE=0``.
 
@@ -145,11 +167,13 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodi
     against 15.8 us with pointer loads (persistent or not) and 12.8 us for cuBLAS on 128x4096x4096.
     """
     if M <= 16:
-        return _config(16, 32, 256, 4, 4, tma=False)
-    if M <= 32:
-        return _config(32, 32, 256, 4, 4, tma=False)
-    if M <= 256:
-        return _config(64, 64, 128, 4, 4, persistent=not use_tma, tma=use_tma)
-    if use_tma and not periodic_residual and not precise_acc:
-        return _config(128, 256, 64, 8, 3, split=4)
-    return _config(128, 128, 64, 8, 4, split=2, tma=use_tma)
+        cfg = _config(16, 32, 256, 4, 4, tma=False)
+    elif M <= 32:
+        cfg = _config(32, 32, 256, 4, 4, tma=False)
+    elif M <= 256:
+        cfg = _config(64, 64, 128, 4, 4, persistent=not use_tma, tma=use_tma)
+    elif use_tma and not periodic_residual and not precise_acc:
+        cfg = _config(128, 256, 64, 8, 3, split=4)
+    else:
+        cfg = _config(128, 128, 64, 8, 4, split=2, tma=use_tma)
+    return fit_shared_memory(cfg, in_bytes, out_bytes, tma_store and cfg.kwargs["TMA_LOADS"], smem_limit)

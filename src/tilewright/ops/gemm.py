@@ -178,7 +178,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
         b: (K, N), same dtype and device as ``a``; any strides (a transposed weight is read in place).
         bias: optional (N,), same dtype as ``a``.
         residual: optional tensor broadcastable to the output (..., M, N): a full residual, or e.g. a pos_embed
-            (S, N) broadcast over the batch of a (B, S, K) input - read in place, never materialised.
+            (S, N) broadcast over the batch of a (B, S, K) input - read in place, never materialised. It must
+            broadcast *to* the output's shape: one that would enlarge it (torch's ``a @ b + r`` would) is a
+            ValueError, since the fused epilogue writes the GEMM's own output.
         activation: None, "relu", "gelu", "gelu_tanh" or "silu" (applied before the residual add).
         out_dtype: output dtype (default: ``a.dtype``). Accumulation and the epilogue are fp32; one rounding.
         backend: None (router decides), "triton" or "torch".

@@ -532,7 +532,9 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
                                static["PRECISE_ACC"])
     if config is None and not INTERPRET and (M <= SMALL_M or os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0"):
         config = default_gemm_config(M, N, K, use_tma=bool(use_tma), periodic_residual=static["RES_PERIODIC"],
-                                     precise_acc=static["PRECISE_ACC"])
+                                     precise_acc=static["PRECISE_ACC"], in_bytes=a.element_size(),
+                                     out_bytes=out.element_size(), tma_store=tma_store,
+                                     smem_limit=_smem_limit(a.device))
     if config is not None:
         if not config.kwargs.get("TMA_LOADS", True):
             # A pointer-load config stores through pointers too: building the output descriptor costs a scratch
