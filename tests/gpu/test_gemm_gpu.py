@@ -220,3 +220,22 @@ def test_launch_plan_cache_follows_alignment_and_layout():
                 out = torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16)
                 tg.launch_gemm(a, b, out)
                 _assert_within_torch_error(out, (a, b))
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
+def test_nan_in_bias_propagates_through_the_activation(backend, activation):
+    """Found by the GPU fuzzer: relu as fmax turned NaN into 0 on the GPU (torch.relu keeps NaN). A NaN bias entry
+    must give a NaN output column, and nothing else may change."""
+    M, K, N = 256, 512, 384
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    bias[[3, 100]] = float("nan")
+    try:
+        out = tilewright.linear(a, w, bias, activation=activation, backend=backend)
+    except ValueError as e:  # forced cuda that this device or toolchain cannot run: says so
+        pytest.skip(str(e))
+    ref = gemm_reference(a.float(), w.float().t(), bias.float(), None, activation)
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert out.isnan()[:, [3, 100]].all()

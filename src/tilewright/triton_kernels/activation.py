@@ -12,7 +12,9 @@ from .._codes import ACTIVATIONS  # noqa: F401  (the codes apply_activation swit
 def apply_activation(x, ACTIVATION: tl.constexpr):
     """activation(x) for an fp32 block; ACTIVATION is one of the ACTIVATIONS codes."""
     if ACTIVATION == 1:
-        x = tl.maximum(x, 0.0)
+        # not tl.maximum: on the GPU it is fmax, which turns NaN into 0 (torch.relu keeps NaN); found by the GPU
+        # fuzzer (the interpreter's numpy maximum propagates NaN, so the CPU tier could not see it)
+        x = tl.where(x < 0.0, 0.0, x)
     elif ACTIVATION == 2:
         # exact GELU, as torch.nn.functional.gelu(approximate="none")
         x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))

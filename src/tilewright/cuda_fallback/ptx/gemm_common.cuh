@@ -27,7 +27,7 @@ namespace tw {
 // Activation codes match tilewright/_codes.py ACTIVATIONS; CODE is a compile-time constant.
 template <int CODE>
 TW_DEVICE float activation(float x) {
-  if constexpr (CODE == 1) return fmaxf(x, 0.0f);
+  if constexpr (CODE == 1) return x < 0.0f ? 0.0f : x;  // not fmaxf: fmaxf(NaN, 0) = 0, torch.relu(NaN) = NaN
   else if constexpr (CODE == 2) return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
   else if constexpr (CODE == 3) return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
   else if constexpr (CODE == 4) return x / (1.0f + expf(-x));
