@@ -8,7 +8,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv | tee "$OUT/g
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())"
 TRITON_PRINT_AUTOTUNING=1 TILEWRIGHT_BENCH_FLEX=0 timeout ${BENCH_TIMEOUT:-240} python3 -W ignore -m tilewright.bench.attention default "$OUT/attention.csv" > "$OUT/bench.log" 2>&1
 grep -E "precompiled|best config|TFLOP" "$OUT/bench.log" | grep -E "precompiled|best config" | sort | uniq -c | sort -rn | head -40
-TILEWRIGHT_AUTOTUNE=0 timeout ${TEST_TIMEOUT:-120} python3 -m pytest tests/gpu/test_attention_gpu.py -q -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/tests.log"
+TILEWRIGHT_AUTOTUNE=0 timeout ${TEST_TIMEOUT:-120} python3 -m pytest tests/test_attention_gpu.py -q -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/tests.log"
 timeout 60 python3 - <<'PY' 2>&1 | tail -25
 import torch, tilewright
 from torch.profiler import profile, ProfilerActivity

@@ -67,7 +67,7 @@ def needed_builds():
             out.add((*b, *EPI_CODES[epi[0]]))
     for name in cg.VARIANTS:  # router self-check epilogue
         out.add((name, False, True, False, 2, 1, 1))
-    # tests/gpu/test_cuda_gemm_gpu.py
+    # tests/cuda/test_gemm_sm90_gpu.py
     for name in cg.VARIANTS:
         for a_mn in (False, True):
             for b_mn in (False, True):

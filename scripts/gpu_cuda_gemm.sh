@@ -25,7 +25,7 @@ for ph in $PHASES; do
     continue
   fi
   if [ "$ph" = pytest ]; then
-    timeout 200 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_cuda_gemm_gpu.py > "$OUT/pytest.log" 2>&1
+    timeout 200 python -m pytest -q -x -p no:cacheprovider tests/cuda/test_gemm_sm90_gpu.py > "$OUT/pytest.log" 2>&1
     echo "rc=$?"; tail -8 "$OUT/pytest.log"
     continue
   fi

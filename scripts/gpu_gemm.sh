@@ -14,7 +14,7 @@ for ph in $PHASES; do
     bench) timeout ${BENCH_S:-330} python -m tilewright.cli bench --op gemm --out /tmp/twbench ${BENCH_ARGS:-} > "$OUT/bench_gemm.log" 2>&1
            echo "rc=$?"; cp /tmp/twbench/perf/results/*/*.csv /tmp/twbench/perf/results/*/*.json "$OUT/" 2>/dev/null
            grep -E "WARNING|Error|error" "$OUT/bench_gemm.log" | head -5; tail -60 "$OUT/bench_gemm.log" ;;
-    tests) timeout ${TESTS_S:-240} python -m pytest tests/gpu/test_gemm_gpu.py -q -x ${PYTEST_ARGS:-} > "$OUT/tests_gemm.log" 2>&1
+    tests) timeout ${TESTS_S:-240} python -m pytest tests/test_gemm_gpu.py -q -x ${PYTEST_ARGS:-} > "$OUT/tests_gemm.log" 2>&1
            echo "rc=$?"; tail -25 "$OUT/tests_gemm.log" ;;
   esac
 done

@@ -11,7 +11,7 @@ timeout "${BENCH_TIMEOUT:-300}" python -m tilewright.bench.rms_norm_linear --out
     > "$OUT/bench.log" 2>&1
 echo "bench rc=$? after ${SECONDS}s"
 TILEWRIGHT_NUMERICS_CSV=$OUT/numerics.csv timeout "${TEST_TIMEOUT:-150}" \
-    python -m pytest tests/gpu/test_rms_norm_linear_gpu.py -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+    python -m pytest tests/test_rms_norm_linear_gpu.py -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
 echo "tests rc=$? after ${SECONDS}s"
 grep -E "passed|failed|Error|assert" "$OUT/gpu_tests.log" | tail -15
 [ -f "$OUT/numerics.csv" ] && column -s, -t < "$OUT/numerics.csv" | cut -c1-250

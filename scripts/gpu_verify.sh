@@ -13,11 +13,11 @@ summary=()
 for ph in $PHASES; do
   SECONDS=0
   case $ph in
-    gemm) timeout 200 $PYTEST tests/gpu/test_gemm_gpu.py -k "not every_config" > "$OUT/t_gemm.log" 2>&1 ;;
-    rms) timeout 150 $PYTEST tests/gpu/test_rms_norm_linear_gpu.py > "$OUT/t_rms.log" 2>&1 ;;
-    fp8) timeout 90 $PYTEST tests/gpu/test_scaled_mm_gpu.py > "$OUT/t_fp8.log" 2>&1 ;;
-    cuda) timeout 90 $PYTEST tests/gpu/test_cuda_gemm_gpu.py > "$OUT/t_cuda.log" 2>&1 ;;
-    tune) timeout 120 $PYTEST tests/gpu/test_tune_gpu.py > "$OUT/t_tune.log" 2>&1 ;;
+    gemm) timeout 200 $PYTEST tests/test_gemm_gpu.py -k "not every_config" > "$OUT/t_gemm.log" 2>&1 ;;
+    rms) timeout 150 $PYTEST tests/test_rms_norm_linear_gpu.py > "$OUT/t_rms.log" 2>&1 ;;
+    fp8) timeout 90 $PYTEST tests/test_scaled_mm_gpu.py > "$OUT/t_fp8.log" 2>&1 ;;
+    cuda) timeout 90 $PYTEST tests/cuda/test_gemm_sm90_gpu.py > "$OUT/t_cuda.log" 2>&1 ;;
+    tune) timeout 120 $PYTEST tests/test_tuning_gpu.py > "$OUT/t_tune.log" 2>&1 ;;
     sanitizer)
       # Small problems with K and N tails; the kernels' async-proxy traffic (TMA, wgmma) is invisible to racecheck,
       # so it checks the generic-proxy smem accesses (epilogue staging) only.
@@ -31,7 +31,7 @@ for ph in $PHASES; do
         done
       done
       tail -4 "$OUT/sanitizer.log"; false ;;
-    every_config) timeout ${EVERY_S:-150} $PYTEST tests/gpu/test_gemm_gpu.py -k every_config > "$OUT/t_every.log" 2>&1 ;;
+    every_config) timeout ${EVERY_S:-150} $PYTEST tests/test_gemm_gpu.py -k every_config > "$OUT/t_every.log" 2>&1 ;;
   esac
   rc=$?
   [ $ph = sanitizer ] && rc=$(grep -c "rc=[^0]" "$OUT/sanitizer.log")

@@ -13,5 +13,5 @@ Tools (:mod:`tilewright.tools`; run by ``tilewright tune`` / ``tilewright report
 Imports run one way: the tools import the runtime (and the kernels, the router and ``bench``), never the reverse,
 so ``import tilewright`` and every launch stay on torch + triton + numpy, and the tools' pandas / matplotlib stay an
 optional extra (``pip install 'tilewright[bench]'``). This file imports nothing for the same reason:
-``from tilewright.autotune import cache`` must not load a tool. ``tests/cpu/test_layers.py`` checks the direction.
+``from tilewright.autotune import cache`` must not load a tool. ``tests/test_layers.py`` checks the direction.
 """

@@ -59,7 +59,7 @@ def gemm_configs() -> list[triton.Config]:
     configs = []
     for (bm, bn, bk, warps, stages), (order, group) in itertools.product(_LARGE_TILES, _LARGE_ORDERS):
         # 128x256 / 256x128 accumulators take 128 registers a thread: their epilogue runs in 4 chunks, 128x128 in 2
-        # (the splits that compile without spills with every epilogue; tests/cpu/test_gemm_aot.py checks).
+        # (the splits that compile without spills with every epilogue; tests/test_triton_gemm_aot.py checks).
         split = 4 if bm * bn > 128 * 128 else 2
         for persistent, flatten in _SCHEDULES:
             configs.append(_config(bm, bn, bk, warps, stages, order=order, group=group, split=split,
@@ -101,7 +101,7 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     * with a single row or column of tiles every tile order is the same, so only GROUPED survives;
     * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped;
     * the pointer path (no TMA) and a broadcast (periodic) residual, which needs an integer division per row in the
-      epilogue, keep 128-row tiles at <= 128x128 with 8 warps: larger ones spill (tests/cpu/test_gemm_aot.py);
+      epilogue, keep 128-row tiles at <= 128x128 with 8 warps: larger ones spill (tests/test_triton_gemm_aot.py);
     * FP8 precise accumulation holds a second accumulator: at most 64 accumulator values per thread.
     """
     kept = []

@@ -12,7 +12,7 @@ tile needs them. Four orders are offered and the autotuner picks:
 
 Morton/Hilbert only tile full GROUP x GROUP squares with the curve; the partial squares at the right edge and the
 partial band at the bottom fall back to the grouped order, which keeps every order a bijection over the tiles of any
-grid (tested as a property in tests/cpu/test_tile_order.py). ``GROUP`` must be a power of two for the curves.
+grid (tested as a property in tests/test_tile_order.py). ``GROUP`` must be a power of two for the curves.
 
 Every function is written with arithmetic and ``tl.where`` only, so it works on scalars (inside a kernel's
 persistent loop) and on blocks of tile indices (the property test evaluates a whole grid in one program).

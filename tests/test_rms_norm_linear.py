@@ -357,7 +357,7 @@ def test_flat_abs_error_rule_flags_torch_itself_at_magnitude_64():
     the fp64 truth: the flat rule flags some of its elements, all of them at |y| >= 128 and each within 1 ulp + the
     error of the bf16 operand rounding. A fused kernel compared against torch inherits those flags (two correct
     results can be 1-2 ulps apart, 2-4 in absolute terms). The GPU tier repeats this with the kernel itself
-    (tests/gpu/test_rms_norm_linear_gpu.py); the evidence that decides correctness is the error against fp64
+    (tests/test_rms_norm_linear_gpu.py); the evidence that decides correctness is the error against fp64
     relative to torch's own (test_forward_vs_fp64_and_torch).
     """
     gen = torch.Generator().manual_seed(0)

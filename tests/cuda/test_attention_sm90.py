@@ -1,6 +1,6 @@
 """CPU tier for the sm_90a flash-attention forward (cuda_fallback/attention_sm90.py + attention_sm90.cu): the builds
 build-check does not cover (variant "a"), the host-side constraints and launch arguments with a fake driver, and the
-router's decisions for a faked sm_90 device. The GPU tier is tests/gpu/test_cuda_attention_gpu.py."""
+router's decisions for a faked sm_90 device. The GPU tier is tests/cuda/test_attention_sm90_gpu.py."""
 from __future__ import annotations
 
 import contextlib
