@@ -351,3 +351,31 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
     assert torch.equal(out.isnan(), want.isnan())
     assert torch.allclose(out.nan_to_num(), want.nan_to_num(), atol=1e-5)
     assert lse[0, 0, 3].item() == torch.logsumexp(q[0, 0, 3] @ k[0, 0].T / math.sqrt(32), -1).item()
+
+
+def test_dkdv_kernel_builds_for_one_query_row_with_tma():
+    """Found by the GPU fuzzer: with Sq == 1 Triton specialized Sq to a constant and the sm_90 TMA build of the dK/dV
+    kernel failed ("PassManager::run failed") - a crash of any one-query-row backward (e.g. a decode step). The kernel
+    now never specializes Sq; this compiles it for sm_90a the way a launch with Sq == 1 does (AOT, no GPU)."""
+    import subprocess
+    import sys
+
+    from tilewright.triton_kernels.aot import compile_reports
+
+    probe = ("from tilewright.triton_kernels import attention as ta; "
+             "print([p.name for p in ta._attn_bwd_dkdv_kernel.params if p.do_not_specialize])")
+    env = dict(__import__("os").environ, TRITON_INTERPRET="0")
+    names = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert names.stdout.strip().splitlines()[-1] == "['Sq']"
+    strides = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk", "dv") for d in "bhs"]
+    ptrs = ("Q", "K", "V", "DO", "DK", "DV")
+    sig = {**{p: "*fp16" for p in ptrs}, "LSE": "*fp32", "DELTA": "*fp32", "sm_scale": "fp32",
+           **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
+           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32"}
+    job = dict(kernel="tilewright.triton_kernels.attention:_attn_bwd_dkdv_kernel", signature=sig, arch=90,
+               constexprs=dict(HEAD_DIM=64, HEAD_DIM_PAD=64, CAUSAL=False, UPCAST=False, DOT_PRECISION="tf32",
+                               USE_TMA=True, BLOCK_M1=32, BLOCK_N1=128),
+               num_warps=8, num_stages=3,
+               divisible_by_16=(*ptrs, "LSE", "DELTA", *strides, "SQ_BUCKET", "SKV_BUCKET"))
+    rep, = compile_reports([job])
+    assert rep.has("HGMMA") or rep.has("HMMA")

@@ -323,7 +323,10 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
     return dk, dv
 
 
-@triton.jit
+# Sq is never specialized: Triton turns an int argument equal to 1 into a constant, and with Sq == 1 (one query row,
+# e.g. a decode step's backward) the TMA build of this kernel failed in Triton 3.6's sm_90 pipeliner ("PassManager::run
+# failed", found by the GPU fuzzer; reproduced by tests/test_attention.py's AOT compile).
+@triton.jit(do_not_specialize=["Sq"])
 def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
