@@ -16,6 +16,8 @@ Semantics (documented contract):
 * a row with no visible key (only possible with Skv == 0) gives output 0 and LSE -inf, and zero gradients; so does a
   row whose visible scores are all -inf (an infinite input), as SDPA's fused kernels give (the math formula's
   softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
+  A NaN/Inf in the value (or key) of a key a query cannot see (causal) is implementation-defined for that query, as
+  in SDPA's fused kernels: keys in a loaded tile meet a zero probability (0 * NaN = NaN), keys past it are not read.
 * lse: natural-log logsumexp of the scaled scores, fp32, (B, Hq, Sq); it is differentiable.
 * the output has q's layout (``torch.empty_like(q)``).
 """
