@@ -142,3 +142,46 @@ def test_info_with_malformed_cache_entry(entry, capsys):
     assert "no tuned shapes for this device" in out
     mine = [w for w in caught if str(path) in str(w.message)]
     assert len(mine) == 1 and "malformed" in str(mine[0].message)
+
+
+# ------------------------------------------------------------------------------------------------ diag
+@pytest.mark.parametrize("argv, message", [
+    (["diag", "--what", "bogus"], "invalid choice"),
+    (["diag", "--what", "launch", "--shape", "1,2"], "expected M,N,K"),
+    (["diag", "--what", "launch", "--kernel", "sm_80"], "invalid choice"),
+    (["diag", "--what", "launch", "--group", "0"], "positive integer"),
+])
+def test_diag_argument_errors_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and argv[-2] in err
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["diag", "--what", "gemm-sm90", "--variants", "pp128x128s5,nope"], "--variants nope: expected names from"),
+    (["diag", "--what", "launch", "--kernel", "rmsnorm_sm90", "--variants", "pp128x128s4"], "coop128x256s3-xf"),
+    (["diag", "--what", "attention-sm90", "--variants", "d"], "a, b, b_free, c, c64"),
+    (["diag", "--what", "host", "--variants", "a"], "takes no variants"),
+    (["diag", "--what", "gemm-sm120", "--cases", "sq4k,huge"], "--cases huge: expected tags from sq4k"),
+])
+def test_diag_bad_values_are_one_line_exit_2(argv, expect, capsys):
+    assert cli.main(argv) == 2
+    assert expect in _one_line(capsys.readouterr().err)
+
+
+def test_diag_unwritable_out(blocked_out, capsys):
+    assert cli.main(["diag", "--what", "layers", "--out", str(blocked_out)]) == 2
+    assert "a-file is a file" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_diag_without_a_device_says_so(capsys):
+    assert cli.main(["diag", "--what", "gemm-sm90", "--variants", "pp128x128s5", "--cases", "odd"]) == 1
+    assert "needs a CUDA device" in _one_line(capsys.readouterr().err)
+
+
+def test_diag_every_what_has_a_function():
+    from tilewright.tools import diag
+
+    assert all(callable(getattr(diag, "diag_" + w.replace("-", "_"), None)) for w in diag.WHAT)

@@ -1,4 +1,4 @@
-"""``tilewright`` command line: info | bench | tune | report | build-check."""
+"""``tilewright`` command line: info | bench | tune | report | build-check | diag."""
 from __future__ import annotations
 
 import argparse
@@ -320,6 +320,34 @@ def _build_check(args) -> int:
     return module.main_build_check(args)
 
 
+def _diag(args) -> int:
+    from .tools import diag
+
+    def fail(message: str) -> int:
+        print(f"tilewright diag: error: {message}", file=sys.stderr)
+        return 2
+    try:
+        table = diag.variants_of(args.what, args.kernel)
+    except ImportError as e:  # a build without the CUDA sources
+        return fail(f"--what {args.what}: {e}")
+    names = [v for v in (args.variants or "").split(",") if v]
+    if names and not table:
+        return fail(f"--variants: --what {args.what} takes no variants (gemm-sm90, gemm-sm120, rmsnorm-sm90, "
+                    "attention-sm90 and launch do)")
+    unknown = [v for v in names if v not in table]
+    if unknown:
+        return fail(f"--variants {','.join(unknown)}: expected names from {', '.join(table)}")
+    args.variants = names
+    tags = [t for t, *_ in diag.GEMM_SUITE]
+    args.cases = [c for c in (args.cases or "").split(",") if c]
+    if [c for c in args.cases if c not in tags]:
+        return fail(f"--cases {','.join(c for c in args.cases if c not in tags)}: expected tags from "
+                    f"{', '.join(tags)}")
+    if args.out and (problem := _out_dir_problem(args.out)):
+        return fail(f"--out {args.out}: cannot write results there ({problem})")
+    return diag.run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tilewright`` console script."""
     parser = argparse.ArgumentParser(prog="tilewright", description=__doc__)
@@ -359,6 +387,21 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("build-check", help="compile every CUDA kernel for an arch and check its SASS")
     p.add_argument("--arch", default="sm_90a", choices=["sm_90a", "sm_100a", "sm_120a"])
     p.set_defaults(fn=_build_check)
+    from .tools.diag import KERNELS, WHAT
+
+    p = sub.add_parser("diag", help="device diagnostics: host cost per call, per-variant kernel timings beside "
+                                    "cuBLAS / cuDNN, autotuner timings, launches for Nsight Compute")
+    p.add_argument("--what", required=True, choices=WHAT, help="which diagnostic (see tilewright/tools/diag.py)")
+    p.add_argument("--variants", default=None, metavar="V1,V2", help="kernel variants to time or launch")
+    p.add_argument("--cases", default=None, metavar="TAG,...", help="GEMM suite shapes to run (default: all)")
+    p.add_argument("--kernel", choices=KERNELS, default="gemm_sm90", help="--what launch: the kernel")
+    p.add_argument("--shape", type=_parse_shape, default=None, metavar="M,N,K", help="--what launch: the problem")
+    p.add_argument("--order", choices=["row_major", "grouped", "morton", "hilbert"], default="grouped",
+                   help="--what launch: tile order")
+    p.add_argument("--group", type=_positive_int, default=8, help="--what launch: tile-order group size")
+    p.add_argument("--quick", action="store_true", help="gemm-sm90: one tile order per variant")
+    p.add_argument("--out", default=None, help="also write the rows to OUT/diag_<what>.csv")
+    p.set_defaults(fn=_diag)
     args = parser.parse_args(argv)
     from .bench.common import MissingExtra
 

@@ -1,10 +1,11 @@
 """GPU tier for the sm_90a CUDA GEMM (Hopper only): numerics of every variant / layout / dtype / epilogue on odd
 shapes against fp64, with the rule "error <= 2x torch's own unfused error in the same dtype"; randomized repeated
-launches (the persistent-kernel bug class: fine once, wrong or hung after many runs); the op and router path."""
+launches (the persistent-kernel bug class: fine once, wrong or hung after many runs; 10,000 of them with --stress);
+compute-sanitizer on small launches (--sanitizer); the op and router path. ``_check`` also serves the mma.sync
+kernel's tests (test_gemm_sm120_gpu.py) through its ``launch`` / ``constraints`` arguments."""
 from __future__ import annotations
 
 import math
-import os
 import random
 
 import pytest
@@ -45,9 +46,15 @@ def _inputs(M, N, K, dtype, a_mn=False, b_mn=True):
 
 
 def _check(cg, M, N, K, dtype, *, variant=None, a_mn=False, b_mn=True, bias=False, act=None, res=None,
-           order="grouped", group=8):
+           order="grouped", group=8, launch=None, constraints=None):
+    """One launch into a NaN-poisoned output, checked against fp64; its relative error, or None when the layout cannot
+    take TMA (the router would not route it). ``res``: None | "full" | "pos" (a (S, N) pos_embed broadcast over the
+    batch) | "row" (one (N,) row for every output row). ``launch`` / ``constraints``: another CUDA GEMM family's
+    (default: ``cg``'s launch_cuda_gemm / constraints)."""
+    launch = launch or cg.launch_cuda_gemm
+    constraints = constraints or cg.constraints
     a, b = _inputs(M, N, K, dtype, a_mn, b_mn)
-    if not cg.constraints(a, b)[0]:
+    if not constraints(a, b)[0]:
         return None
     bias_t = torch.randn(N, device=DEV, dtype=dtype) if bias else None
     res3 = res2d = None
@@ -59,9 +66,12 @@ def _check(cg, M, N, K, dtype, *, variant=None, a_mn=False, b_mn=True, bias=Fals
         pe = torch.randn(S, N, device=DEV, dtype=dtype)
         res3 = pe.unsqueeze(0).expand(M // S, S, N)
         res2d = res3.reshape(M, N)
+    elif res == "row":  # a residual with outer and row stride 0
+        row = torch.randn(N, device=DEV, dtype=dtype)
+        res3 = row.expand(1, M, N)
+        res2d = row.expand(M, N)
     out = torch.full((M, N), float("nan"), device=DEV, dtype=dtype)  # poisoned: every element must be written
-    cg.launch_cuda_gemm(a, b, out, bias=bias_t, residual=res3, activation=act, variant=variant, tile_order=order,
-                        group=group)
+    launch(a, b, out, bias=bias_t, residual=res3, activation=act, variant=variant, tile_order=order, group=group)
     ref = gemm_reference(a.double(), b.double(), None if bias_t is None else bias_t.double(),
                          None if res2d is None else res2d.double(), act)
     ours = (out.double() - ref).norm() / ref.norm()
@@ -75,18 +85,58 @@ ODD = [(1, 8, 8), (5, 136, 72), (127, 136, 72), (300, 264, 200), (513, 776, 1000
        (5000, 1032, 336), (129, 264, 4104)]
 EPILOGUES = [dict(), dict(bias=True), dict(bias=True, act="relu"), dict(bias=True, act="gelu"),
              dict(bias=True, act="gelu_tanh"), dict(bias=True, act="silu"), dict(res="full"),
-             dict(bias=True, res="pos"), dict(bias=True, act="gelu", res="full")]
+             dict(bias=True, res="pos"), dict(bias=True, act="gelu", res="full"), dict(act="silu", res="row")]
+FULL_EPILOGUE = EPILOGUES[8]  # bias + gelu + full residual: every epilogue stage at once
+VARIANTS = ["pp128x128s4", "pp128x128s5", "pp64x256s4", "coop128x256s3", "coop256x128s3"]
+DEFAULT = "coop128x256s3"  # gemm_sm90.DEFAULT_VARIANT (named here so collection needs no CUDA module)
+# tails in every dim; K = 1 and K = 333 / 4100 are not TMA-able with a K-major operand (those cases are skipped per
+# layout, as the router would); 2048^3 and 5000 rows: many waves of the persistent grid
+SWEEP_SHAPES = [(1, 8, 8), (5, 136, 1), (64, 64, 64), (127, 136, 72), (300, 264, 200), (513, 776, 1000),
+                (1000, 4096, 120), (2048, 2048, 2048), (5000, 1032, 333), (129, 264, 4100)]
+# (variant, a_mn, b_mn, fp16): every variant with A K-major / B N-major in bf16; the default variant also in the other
+# three layouts and in fp16 (both B layouts)
+SWEEP_BUILDS = ([(v, False, True, False) for v in VARIANTS] +
+                [(DEFAULT, True, True, False), (DEFAULT, False, False, False), (DEFAULT, True, False, False),
+                 (DEFAULT, False, True, True), (DEFAULT, False, False, True)])
+
+
+def _epilogues_for(build):
+    """Every epilogue on the main build (default variant, bf16, A K-major, B N-major); none and the full one elsewhere
+    (each (build, epilogue) is a compile)."""
+    return EPILOGUES if build == (DEFAULT, False, True, False) else [EPILOGUES[0], FULL_EPILOGUE]
+
+
+def _epi_id(e):
+    return "-".join(f"{k}={v}" for k, v in e.items()) or "plain"
+
+
+def _build_id(b):
+    return f"{b[0]}-{'AM' if b[1] else 'AK'}-{'BN' if b[2] else 'BK'}-{'fp16' if b[3] else 'bf16'}"
 
 
 @needs_hopper
-@pytest.mark.parametrize("epi", EPILOGUES, ids=lambda e: "-".join(f"{k}={v}" for k, v in e.items()) or "plain")
+@pytest.mark.parametrize("epi", EPILOGUES, ids=_epi_id)
 @pytest.mark.parametrize("shape", ODD, ids=str)
 def test_epilogues_odd_shapes(shape, epi):
     _check(_cg(), *shape, torch.bfloat16, **epi)
 
 
 @needs_hopper
-@pytest.mark.parametrize("variant", ["pp128x128s4", "pp128x128s5", "pp64x256s4", "coop128x256s3", "coop256x128s3"])
+@pytest.mark.parametrize("build", SWEEP_BUILDS, ids=_build_id)
+def test_sweep_builds_shapes_epilogues(build):
+    """Each build of the sweep on every SWEEP_SHAPES shape its layout can take, with its epilogues."""
+    cg = _cg()
+    variant, a_mn, b_mn, fp16 = build
+    dtype = torch.float16 if fp16 else torch.bfloat16
+    checked = 0
+    for shape in SWEEP_SHAPES:
+        for epi in _epilogues_for(build):
+            checked += _check(cg, *shape, dtype, variant=variant, a_mn=a_mn, b_mn=b_mn, **epi) is not None
+    assert checked >= 3, f"only {checked} cases were TMA-able"  # M-major A with K-major B: 3 of the shapes
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("layout", [(False, True), (True, True), (False, False), (True, False)],
                          ids=["AK-BN", "AM-BN", "AK-BK", "AM-BK"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -100,32 +150,77 @@ def test_variants_layouts_dtypes(variant, layout, dtype):
 @needs_hopper
 @pytest.mark.parametrize("order", ["row_major", "grouped", "morton", "hilbert"])
 @pytest.mark.parametrize("group", [1, 4, 8, 16])
-def test_tile_orders(order, group):
-    _check(_cg(), 2048 + 64, 3000, 256, torch.bfloat16, bias=True, order=order, group=group)
+@pytest.mark.parametrize("shape", [(2048 + 64, 3000, 256), (2048, 2048, 256), (1000, 3000, 128)], ids=str)
+def test_tile_orders(shape, order, group):
+    _check(_cg(), *shape, torch.bfloat16, variant=DEFAULT, bias=True, order=order, group=group)
+
+
+def _random_problem(rng, a_mn, b_mn):
+    """(M, N, K, tile order, group) of one randomized launch: M-major A / N-major B dims rounded to 8 elements (the
+    16-byte TMA stride rule), so every draw is a launch."""
+    M = rng.choice([rng.randint(1, 300), rng.randint(1, 3000)])
+    if a_mn:
+        M = 8 * -(-M // 8)
+    N = 8 * rng.randint(1, 300)
+    K = rng.randint(1, 1500)
+    if not (a_mn and b_mn):
+        K = 8 * -(-K // 8)
+    return M, N, K, rng.choice(["row_major", "grouped", "morton", "hilbert"]), rng.choice([1, 2, 4, 8, 16])
 
 
 @needs_hopper
 def test_many_randomized_launches():
-    """TW_STRESS_N launches (default 2000; the issue's 10,000 with TW_STRESS_N=10000) over random shapes,
-    variants, layouts, tile orders and epilogues; each checked."""
+    """2,000 launches over random shapes, variants, layouts, tile orders and epilogues; each checked."""
     cg = _cg()
     rng = random.Random(0)
-    n_target = int(os.environ.get("TW_STRESS_N", "2000"))
     n = 0
-    while n < n_target:
+    while n < 2000:
         a_mn, b_mn = rng.random() < 0.2, rng.random() < 0.7
-        M = rng.choice([rng.randint(1, 300), rng.randint(1, 3000)])
-        K = rng.randint(1, 1500)
-        if a_mn:
-            M = 8 * -(-M // 8)
-        if not (a_mn and b_mn):
-            K = 8 * -(-K // 8)
-        epi = rng.choice([dict(), dict(bias=True, act="gelu", res="full")])
-        r = _check(cg, M, 8 * rng.randint(1, 300), K, torch.bfloat16, variant=rng.choice(list(cg.VARIANTS)),
-                   a_mn=a_mn, b_mn=b_mn, order=rng.choice(list(cg.TILE_ORDERS)),
-                   group=rng.choice([1, 2, 4, 8, 16]), **epi)
+        M, N, K, order, group = _random_problem(rng, a_mn, b_mn)
+        epi = rng.choice([dict(), FULL_EPILOGUE])
+        r = _check(cg, M, N, K, torch.bfloat16, variant=rng.choice(VARIANTS), a_mn=a_mn, b_mn=b_mn, order=order,
+                   group=group, **epi)
         n += r is not None
     torch.cuda.synchronize()
+
+
+@needs_hopper
+def test_stress_randomized_launches(stress_launches):
+    """--stress: --stress-launches launches (10,000) over the sweep's builds (fp16 and every layout included) with
+    random shapes, tile orders and each build's epilogues; each checked."""
+    cg = _cg()
+    rng = random.Random(1)
+    n = 0
+    while n < stress_launches:
+        build = rng.choice(SWEEP_BUILDS)
+        variant, a_mn, b_mn, fp16 = build
+        M, N, K, order, group = _random_problem(rng, a_mn, b_mn)
+        r = _check(cg, M, N, K, torch.float16 if fp16 else torch.bfloat16, variant=variant, a_mn=a_mn, b_mn=b_mn,
+                   order=order, group=group, **rng.choice(_epilogues_for(build)))
+        n += r is not None
+    torch.cuda.synchronize()
+
+
+@needs_hopper
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+@pytest.mark.parametrize("variant", ["pp128x128s5", "coop128x256s3"])
+def test_sanitizer_small_launch(sanitizer, tool, variant):
+    """--sanitizer: a 200x328x520 launch (K and N tails) with the full epilogue under each compute-sanitizer tool.
+    The kernel's async-proxy traffic (TMA, wgmma) is invisible to racecheck: it checks the generic-proxy shared
+    memory accesses (epilogue staging) only."""
+    _cg()
+    sanitizer(tool, f"""
+        import torch
+        from tilewright.cuda_fallback import gemm_sm90 as cg
+        a = torch.randn(200, 520, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(520, 328, device="cuda", dtype=torch.bfloat16) / 23
+        bias = torch.randn(328, device="cuda", dtype=torch.bfloat16)
+        res = torch.randn(1, 200, 328, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(200, 328, device="cuda", dtype=torch.bfloat16)
+        for _ in range(2):
+            cg.launch_cuda_gemm(a, b, out, variant="{variant}")
+            cg.launch_cuda_gemm(a, b, out, bias=bias, residual=res, activation="gelu", variant="{variant}")
+        """)
 
 
 @needs_hopper

@@ -76,7 +76,7 @@ VARIANTS = {v.name: v for v in (
     NormVariant(128, 128, 5), NormVariant(64, 256, 4), NormVariant(64, 256, 4, dbuf=False),
     NormVariant(256, 128, 3, coop=True),
 )}
-# debug builds (scripts/gpu_rmsnorm_gemm_sm90.py numerics, with g = 1); never picked by the router
+# debug builds (tests/cuda/test_rmsnorm_gemm_sm90_gpu.py, with g = 1); never picked by the router
 DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
 # H200 (MEASURED_ON), time / cuBLAS GEMM geomean over the 8 large shapes: register-A coop128x256s3 1.219x, its
 # single-buffered build 1.317x, transform warps (-xf) 1.368x, Triton fused 1.281x, eager rms_norm + cuBLAS 1.069x.

@@ -1,6 +1,6 @@
 """Eager fast path shared by the ops: call a custom op's implementation directly when the dispatcher adds nothing.
 
-Measured on H200 (torch 2.11, scripts/gpu_diag.py): going through a Python ``torch.library.custom_op`` costs ~60-80 us
+Measured on H200 (torch 2.11, `tilewright diag --what host`): going through a Python ``torch.library.custom_op`` costs ~60-80 us
 per call (autograd wrapper, redispatch, alias checks) - as long as a 4096^2 x 4096 GEMM runs, so eager callers and
 ``triton.testing.do_bench`` saw the op's host time rather than its kernel. The registered op is what torch.compile,
 export, FakeTensor / functionalization tracing and autograd need; a plain eager call that needs none of them gets
