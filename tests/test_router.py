@@ -257,3 +257,55 @@ def test_every_op_explains_the_info_command_s_probe(monkeypatch, fake_compiler):
     assert "q, k, v must be tensors" in texts["attention"]
     assert "expects tensors x, norm_weight, weight" in texts["rms_norm_linear"]
     assert "dtype torch.bfloat16 not supported for scaled_mm" in texts["scaled_mm"]
+
+
+# ---- the first-use self-check loop every CUDA family shares (runtime/guard.run_self_check) ----------------------------
+def _gemm_by_torch(bug=None):
+    from tilewright.reference import activation_reference
+
+    def launch(a, b, out, bias=None, residual=None, activation=None, variant=None):
+        y = activation_reference(a.float() @ b.float() + (0 if bug == "drop bias" else bias.float()), activation)
+        if residual is not None:
+            y = y + residual.reshape(out.shape).float()
+        if bug == "skip a row":
+            y[-1] = float("nan")  # an element the kernel never wrote stays at the NaN the check pre-fills
+        out.copy_(y.to(out.dtype))
+    return launch
+
+
+@pytest.mark.parametrize("bug", [None, "drop bias", "skip a row"])
+def test_gemm_self_check_passes_a_correct_kernel_and_fails_a_wrong_one(bug):
+    from tilewright.cuda_fallback.runtime import gemm_common
+
+    variant = type("V", (), {"bm": 64, "bn": 64, "name": "fake64"})()
+    ok, why = gemm_common.self_check(torch.device("cpu"), variant, False, False, torch.float32, _gemm_by_torch(bug))
+    assert ok == (bug is None), why
+    assert why.startswith("self-check passed" if bug is None else "self-check failed for fake64 on (296, 264, 200)")
+
+
+def test_attention_and_rmsnorm_self_checks_fail_a_wrong_kernel(monkeypatch):
+    """The two other families run the same loop: a kernel that ignores its inputs fails it, with the metrics."""
+    from tilewright.cuda_fallback import attention_sm90, rmsnorm_gemm_sm90
+
+    from tilewright.reference import attention_reference
+
+    def attention_by_torch(q, k, v, out, lse, causal, scale, variant):
+        o, l_ = attention_reference(q.float(), k.float(), v.float(), causal, scale)
+        out.copy_(o.to(out.dtype))
+        lse.copy_(l_)
+    monkeypatch.setattr(attention_sm90, "launch_attention", attention_by_torch)
+    ok, why = attention_sm90.self_check(torch.device("cpu"), attention_sm90.pick_variant(), 64, torch.float32)
+    assert ok, why
+    monkeypatch.setattr(attention_sm90, "launch_attention", lambda q, k, v, out, lse, *a: (out.zero_(), lse.zero_()))
+    ok, why = attention_sm90.self_check(torch.device("cpu"), attention_sm90.pick_variant(), 64, torch.float32)
+    assert not ok and "out relative error" in why and "max |LSE error|" in why
+
+    def rms_by_torch(x, g, b, out, rstd, eps, bias=None, residual=None, activation=None, variant=None):
+        y, r = rmsnorm_gemm_sm90.reference(x, g, b.t(), bias, eps, activation,
+                                          None if residual is None else residual.reshape(out.shape))
+        out.copy_(y.to(out.dtype))
+        rstd.copy_(r * 1.001)  # 0.1% off: the rstd limit is 1e-5
+    monkeypatch.setattr(rmsnorm_gemm_sm90, "launch_cuda_rmsnorm_gemm", rms_by_torch)
+    variant = type("V", (), {"bm": 64, "bn": 64, "name": "fake-rms"})()
+    ok, why = rmsnorm_gemm_sm90._self_check_one(torch.device("cpu"), variant, torch.float32)
+    assert not ok and "rstd error" in why

@@ -26,7 +26,7 @@ import torch
 from .._env import SMEM_OPTIN_BYTES
 from ..backends import Measurement, register
 from .runtime import HALF_DTYPES, build, cuda_backend, launch
-from .runtime.guard import Guard
+from .runtime.guard import Guard, relative_error, run_self_check, synchronize
 
 SOURCE = "attention_sm90.cu"
 KERNEL = "tw_attn_fwd_sm90"
@@ -252,25 +252,23 @@ def self_check(device, var: Variant, head_dim: int, dtype) -> tuple[bool, str]:
     from ..reference import attention_reference
 
     g = torch.Generator(device="cpu").manual_seed(7)
-    worst = 0.0
-    for (B, Hq, Hkv, Sq, Skv) in SELF_CHECK_SHAPES:
-        for causal in (False, True):
-            q = torch.randn(B, Hq, Sq, head_dim, generator=g).to(device=device, dtype=dtype)
-            k = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
-            v = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
-            out = torch.full_like(q, float("nan"))
-            lse = torch.full((B, Hq, Sq), float("nan"), device=device)
-            launch_attention(q, k, v, out, lse, causal, None, var)
-            ro, rl = attention_reference(q.float(), k.float(), v.float(), causal)
-            torch.cuda.synchronize(device)
-            err = ((out.float() - ro).norm() / ro.norm().clamp_min(1e-6)).item()
-            lerr = (lse - rl).abs().max().item()
-            if not (math.isfinite(err) and math.isfinite(lerr)) or err > 2e-2 or lerr > 2e-2:
-                return False, (f"self-check failed for {var.name} hdim {head_dim} causal={causal} on "
-                               f"(B={B}, Hq={Hq}, Hkv={Hkv}, Sq={Sq}, Skv={Skv}): out rel. error {err:.3g}, "
-                               f"max |LSE error| {lerr:.3g}")
-            worst = max(worst, err)
-    return True, f"self-check passed (max relative error {worst:.2e})"
+
+    def measure(B, Hq, Hkv, Sq, Skv, causal):
+        q = torch.randn(B, Hq, Sq, head_dim, generator=g).to(device=device, dtype=dtype)
+        k = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
+        v = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((B, Hq, Sq), float("nan"), device=device)
+        launch_attention(q, k, v, out, lse, causal, None, var)
+        ro, rl = attention_reference(q.float(), k.float(), v.float(), causal)
+        synchronize(device)
+        return {"out relative error": (relative_error(out, ro), 2e-2),
+                "max |LSE error|": ((lse - rl).abs().max().item(), 2e-2)}
+
+    cases = ((f"hdim {head_dim} causal={causal} (B={B}, Hq={Hq}, Hkv={Hkv}, Sq={Sq}, Skv={Skv})",
+              lambda c=(B, Hq, Hkv, Sq, Skv, causal): measure(*c))
+             for (B, Hq, Hkv, Sq, Skv) in SELF_CHECK_SHAPES for causal in (False, True))
+    return run_self_check(var.name, cases)
 
 
 GUARD = Guard("CUDA attention", "sm_90a attention ", MEASURED_ON, declines=(ValueError,))  # ValueError: check_launch

@@ -33,7 +33,7 @@ import torch
 from ..backends import Measurement, register
 from . import gemm_sm90
 from .runtime import cuda_backend, gemm_common, launch
-from .runtime.guard import Guard
+from .runtime.guard import Guard, relative_error, run_self_check, synchronize
 
 SOURCE = "rmsnorm_gemm_sm90.cu"
 KERNEL = "tw_rmsnorm_gemm_sm90"
@@ -235,9 +235,8 @@ def reference(x, norm_weight, weight, bias, eps, activation=None, residual=None)
 def _self_check_one(device, v, dtype) -> tuple[bool, str]:
     """Small problems with M/N/K tails, a non-trivial g, bias + gelu + residual and rstd, against :func:`reference`."""
     gen = torch.Generator(device="cpu").manual_seed(4321)
-    worst = 0.0
-    for M, N, K, act, use_res in ((296, 264, 200, "gelu", True), (8, 64, 72, None, False),
-                                  (2 * v.bm + 8, 3 * v.bn + 8, 1000, "gelu", True)):
+
+    def measure(M, N, K, act, use_res):
         x = (torch.randn(M, K, generator=gen) * 3).to(device=device, dtype=dtype)
         g = (1 + 0.5 * torch.randn(K, generator=gen)).to(device=device, dtype=dtype)
         w = (torch.randn(N, K, generator=gen) / math.sqrt(K)).to(device=device, dtype=dtype)
@@ -248,14 +247,13 @@ def _self_check_one(device, v, dtype) -> tuple[bool, str]:
         launch_cuda_rmsnorm_gemm(x, g, w.t(), out, rstd, 1e-6, bias=bias,
                                  residual=None if res is None else res.reshape(1, M, N), activation=act, variant=v)
         ref, ref_rstd = reference(x, g, w, bias, 1e-6, act, res)
-        torch.cuda.synchronize(device)
-        err = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
-        rerr = ((rstd - ref_rstd).abs() / ref_rstd).max().item()
-        if not math.isfinite(err) or err > 2e-2 or not math.isfinite(rerr) or rerr > 1e-5:
-            return False, (f"self-check failed for {v.name} on ({M}, {N}, {K}): relative error {err:.3g}, "
-                           f"rstd error {rerr:.3g}")
-        worst = max(worst, err)
-    return True, f"self-check passed (max relative error {worst:.2e})"
+        synchronize(device)
+        return {"relative error": (relative_error(out, ref), 2e-2),
+                "rstd error": (((rstd - ref_rstd).abs() / ref_rstd).max().item(), 1e-5)}
+
+    shapes = ((296, 264, 200, "gelu", True), (8, 64, 72, None, False), (2 * v.bm + 8, 3 * v.bn + 8, 1000, "gelu", True))
+    return run_self_check(v.name, ((f"({M}, {N}, {K})", lambda c=(M, N, K, act, res): measure(*c))
+                                   for M, N, K, act, res in shapes))
 
 
 GUARD = Guard("CUDA RMSNorm-GEMM", "sm_90a RMSNorm-GEMM ", MEASURED_ON)

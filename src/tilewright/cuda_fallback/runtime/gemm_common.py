@@ -14,7 +14,7 @@ import torch
 
 from ..._codes import ACTIVATIONS, TILE_ORDERS  # noqa: F401  (re-exported: the families and tests read them here)
 from . import build, cuda_backend, launch
-from .guard import NOT_RUN_NOTE
+from .guard import NOT_RUN_NOTE, relative_error, run_self_check, synchronize
 
 
 
@@ -176,12 +176,8 @@ def self_check(device, v, a_mn: bool, b_mn: bool, dtype, launch_fn) -> tuple[boo
     from ...reference import activation_reference
 
     g = torch.Generator(device="cpu").manual_seed(1234)
-    worst = 0.0
-    # one epilogue build (bias + gelu + residual) checks the machinery every build shares: TMA, ring, MMA, stores
-    # Tails in every dim, but every dim a multiple of 8 elements: an MN-major operand's leading stride is M (or N),
-    # and TMA needs 16-byte strides - an odd M made the check itself ineligible and disabled the kernel (H200 run).
-    for (M, N, K, act, use_res) in ((296, 264, 200, "gelu", True), (8, 64, 72, "gelu", True),
-                                    (2 * v.bm + 8, 3 * v.bn + 8, 1000, "gelu", True)):
+
+    def measure(M, N, K, act, use_res):
         a = torch.randn(M, K, generator=g).to(device=device, dtype=dtype)
         b = torch.randn(K, N, generator=g).to(device=device, dtype=dtype) / math.sqrt(K)
         if a_mn:
@@ -196,12 +192,16 @@ def self_check(device, v, a_mn: bool, b_mn: bool, dtype, launch_fn) -> tuple[boo
         ref = activation_reference(a.float() @ b.float() + bias.float(), act)
         if res is not None:
             ref = ref + res.float()
-        torch.cuda.synchronize(device)
-        err = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
-        if not math.isfinite(err) or err > 2e-2:
-            return False, f"self-check failed for {v.name} on ({M}, {N}, {K}): relative error {err:.3g}"
-        worst = max(worst, err)
-    return True, f"self-check passed (max relative error {worst:.2e})"
+        synchronize(device)
+        return {"relative error": (relative_error(out, ref), 2e-2)}
+
+    # one epilogue build (bias + gelu + residual) checks the machinery every build shares: TMA, ring, MMA, stores
+    # Tails in every dim, but every dim a multiple of 8 elements: an MN-major operand's leading stride is M (or N),
+    # and TMA needs 16-byte strides - an odd M made the check itself ineligible and disabled the kernel (H200 run).
+    shapes = ((296, 264, 200, "gelu", True), (8, 64, 72, "gelu", True),
+              (2 * v.bm + 8, 3 * v.bn + 8, 1000, "gelu", True))
+    return run_self_check(v.name, ((f"({M}, {N}, {K})", lambda c=(M, N, K, act, res): measure(*c))
+                                   for M, N, K, act, res in shapes))
 
 
 # ------------------------------------------------------------------------------------------------ the family

@@ -7,8 +7,11 @@ Triton serve. Nothing here raises to the caller.
 """
 from __future__ import annotations
 
+import math
 import threading
 import warnings
+
+import torch
 
 from . import build
 
@@ -21,6 +24,35 @@ def warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Frobenius-norm relative error of a kernel's output against an fp32 reference (NaN/inf stay NaN/inf)."""
+    return ((got.float() - want).norm() / want.norm().clamp_min(1e-6)).item()
+
+
+def run_self_check(label: str, cases) -> tuple[bool, str]:
+    """The first-use self-check loop every family shares.
+
+    ``cases`` yields ``(problem, measure)``: ``problem`` names the shape in the failure message, ``measure()``
+    launches the kernel on fresh inputs (outputs pre-filled with NaN, so an unwritten element fails), waits for it
+    and returns ``{metric: (value, limit)}`` with the headline relative error first. The first non-finite or
+    over-limit metric fails the check with every metric of that problem in the message.
+    """
+    worst = 0.0
+    for problem, measure in cases:
+        metrics = measure()
+        if not all(math.isfinite(value) and value <= limit for value, limit in metrics.values()):
+            found = ", ".join(f"{name} {value:.3g}" for name, (value, _) in metrics.items())
+            return False, f"self-check failed for {label} on {problem}: {found}"
+        worst = max(worst, next(iter(metrics.values()))[0])
+    return True, f"self-check passed (max relative error {worst:.2e})"
+
+
+def synchronize(device) -> None:
+    """Wait for the device's work (a self-check reads its results next); nothing to wait for off the GPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def device_model(device) -> str:
