@@ -12,7 +12,7 @@ from tilewright.reference import attention_reference
 
 pytestmark = pytest.mark.gpu
 
-# (B, Hq, Hkv, S, D): BENCHMARKS.md suite rows with heads/batch cut so the fp64 reference stays small
+# (B, Hq, Hkv, S, D): attention-suite rows (bench/attention.py) with heads/batch cut so the fp64 reference stays small
 SUITE_SHAPES = [(2, 2, 2, 512, 64), (1, 2, 2, 8192, 64), (1, 2, 2, 2048, 128), (1, 2, 2, 4096, 128),
                 (1, 1, 1, 8192, 128), (1, 1, 1, 16384, 128), (1, 4, 1, 4096, 128), (1, 2, 2, 4096, 256)]
 ODD_SHAPES = [(1, 3, 3, 1000, 777, 96), (2, 2, 1, 300, 1100, 32), (1, 2, 2, 513, 513, 192), (1, 4, 2, 1537, 200, 128)]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # annotations only: pandas is imported on first use (an optio
 
 from .common import COLUMNS, add_speedups, card_name, environment, on_gpu, require_pandas, time_ms
 
-# (B, Hq, Hkv, S, D) - BENCHMARKS.md attention suite
+# (B, Hq, Hkv, S, D) - the attention suite: head dims 64/128/256, GQA 4:1, S from 512 to 16k
 SUITES = {
     "default": [(4, 16, 16, 512, 64), (2, 8, 8, 8192, 64), (8, 16, 16, 2048, 128), (4, 32, 32, 4096, 128),
                 (2, 16, 16, 8192, 128), (1, 16, 16, 16384, 128), (4, 32, 8, 4096, 128), (4, 16, 16, 4096, 256)],
@@ -137,7 +137,7 @@ def _precompile_one(job) -> int:
 
 def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex: bool | None = None,
         csv_path: str | None = None) -> pd.DataFrame:
-    """Benchmark ``suite`` ("default" = BENCHMARKS.md attention suite on GPU, "tiny" = CPU interpreter smoke run).
+    """Benchmark ``suite`` ("default" = the attention suite above, on GPU, "tiny" = CPU interpreter smoke run).
 
     with_flex: include FlexAttention (default: on, unless TILEWRIGHT_BENCH_FLEX=0). csv_path: rewrite this CSV after
     every row (a run cut short still leaves its rows).

@@ -1,6 +1,6 @@
 """GEMM suite, side by side: tilewright vs cuBLAS (``a @ b``), cuBLASLt bias (``addmm``), cuBLAS + separate add.
 
-Cases per shape (bf16 in, fp32 accumulate, bf16 out; a (M, K) and b (K, N) row-major, BENCHMARKS.md):
+Cases per shape (bf16 in, fp32 accumulate, bf16 out; a (M, K) and b (K, N) row-major; the suite is SUITES below):
   gemm      tilewright ``matmul(a, b)``                 vs cuBLAS ``a @ b``
   bias      tilewright ``matmul(a, b, bias=bias)``      vs cuBLASLt ``torch.addmm(bias, a, b)``
   residual  tilewright ``matmul(a, b, residual=r)``     vs cuBLAS ``a @ b`` + a separate ``+ r`` kernel

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from .common import (COLUMNS, add_speedups, card_name, compile_only, environment, on_gpu, require_pandas,
                      time_ms)
 
-# The GEMM suite of BENCHMARKS.md: (tag, M, N, K); x is (M, K), weight (N, K).
+# The project's GEMM shape suite (square and Llama-3 8B/70B projections): (tag, M, N, K); x is (M, K), weight (N, K).
 GEMM_SUITE = [
     ("sq4k", 4096, 4096, 4096), ("sq8k", 8192, 8192, 8192), ("l3-8b-qkv", 8192, 6144, 4096),
     ("l3-8b-o", 8192, 4096, 4096), ("l3-8b-gateup", 8192, 28672, 4096), ("l3-8b-down", 8192, 4096, 14336),

@@ -3,7 +3,7 @@
 One custom op, ``tilewright::gemm``, works on 2-D operands; the public functions flatten leading batch dims, bring
 the residual to the (R0, P, N) form the kernel addresses (see triton_kernels/gemm.py) and check inputs.
 
-Why ``torch.library.custom_op`` on GPU too (DESIGN.md suggests ``triton_op``): it is the only registration style that
+Why ``torch.library.custom_op`` on GPU too (rather than ``triton_op``): it is the only registration style that
 works under the interpreter, so the very code CI tests is what runs on the GPU, and the op stays opaque so the router
 and autotuner run inside it without graph breaks. The dispatcher is not free (~60-80 us a call measured on H200):
 eager calls that need no autograd call the implementation directly (ops/_eager.py).
