@@ -13,6 +13,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
+from _cuda_gpu import cuda_family
 
 import tilewright
 from tilewright.reference import attention_reference
@@ -22,14 +23,7 @@ DEV = "cuda"
 
 
 def _ca():
-    if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
-        pytest.skip("sm_90a kernel: needs an H100/H200")
-    from tilewright.cuda_fallback import attention_sm90
-    from tilewright.cuda_fallback.runtime import build
-
-    if build.toolchain() is None:
-        pytest.skip("no CUDA compiler on this machine")
-    return attention_sm90
+    return cuda_family("attention_sm90", majors=(9,))
 
 
 def _rel(a, b):

@@ -8,8 +8,16 @@ import random
 
 import pytest
 import torch
+from _cuda_gpu import cuda_family
+from test_gemm_sm90_gpu import (  # noqa: E402
+    EPILOGUES,
+    FULL_EPILOGUE,
+    SWEEP_SHAPES,
+    _check,
+    _epi_id,
+    _random_problem,
+)
 
-from test_gemm_sm90_gpu import EPILOGUES, FULL_EPILOGUE, SWEEP_SHAPES, _check, _epi_id, _random_problem  # noqa: E402
 # (tests/cuda is on sys.path: pytest's rootdir-relative import of this folder, as tests/fuzz imports fuzz_cases)
 
 pytestmark = pytest.mark.gpu
@@ -21,14 +29,7 @@ LAYOUTS = [(False, True), (False, False), (True, True), (True, False)]  # (A M-m
 
 def _mg():
     """The gemm_sm120 module, or a skip: the kernel loads operands with TMA (sm_90 and newer) and needs a compiler."""
-    if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9):
-        pytest.skip("the mma.sync GEMM uses TMA: needs sm_90 or newer")
-    from tilewright.cuda_fallback import gemm_sm120
-    from tilewright.cuda_fallback.runtime import build
-
-    if build.toolchain() is None:
-        pytest.skip("no CUDA compiler on this machine")
-    return gemm_sm120
+    return cuda_family("gemm_sm120", majors=range(9, 100), why="the mma.sync GEMM uses TMA: needs sm_90 or newer")
 
 
 def _check_mma(mg, *args, **kw):

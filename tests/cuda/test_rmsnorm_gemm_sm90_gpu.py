@@ -19,6 +19,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
+from _cuda_gpu import cuda_family
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -40,14 +41,7 @@ SHAPES = [(1, 8, 8), (5, 136, 16), (127, 136, 72), (300, 264, 200), (513, 776, 1
 
 
 def _rg():
-    if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
-        pytest.skip("sm_90a kernel: needs an H100/H200")
-    from tilewright.cuda_fallback import rmsnorm_gemm_sm90
-    from tilewright.cuda_fallback.runtime import build
-
-    if build.toolchain() is None:
-        pytest.skip("no CUDA compiler on this machine")
-    return rmsnorm_gemm_sm90
+    return cuda_family("rmsnorm_gemm_sm90", majors=(9,))
 
 
 def _variant(rg, name):

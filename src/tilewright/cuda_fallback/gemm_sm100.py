@@ -22,7 +22,6 @@ cuLaunchKernelEx: the plain cuLaunchKernel of runtime.launch launches it as clus
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +30,7 @@ from ..backends import register
 from .._env import SMEM_OPTIN_BYTES
 from . import gemm_sm90
 from . import sm100_descriptors as desc
-from .runtime import gemm_common, launch
+from .runtime import gemm_common
 from .runtime.guard import Guard
 
 SOURCE = "gemm_sm100.cu"
@@ -119,10 +118,7 @@ def build_check_builds() -> list:
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
     """The variant for an (M, N, K) problem; TILEWRIGHT_CUDA_SM100_VARIANT forces one by name."""
-    forced = os.environ.get("TILEWRIGHT_CUDA_SM100_VARIANT")
-    if forced:
-        return VARIANTS[forced]
-    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
+    return gemm_common.pick_by_size(VARIANTS, "TILEWRIGHT_CUDA_SM100_VARIANT", SMALL_M_VARIANT, DEFAULT_VARIANT, M)
 
 
 def kernel_descriptors(v: Variant, a_mn: bool, b_mn: bool, dtype) -> tuple[int, int, int]:
@@ -176,16 +172,9 @@ def launch_sm100_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bi
                       group: int = 8, num_ctas: int | None = None) -> torch.Tensor:
     """``out = act(a @ b + bias) + residual`` with the tcgen05 kernel; arguments as
     :func:`.gemm_sm90.launch_cuda_gemm`."""
-    activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
-        "tcgen05 gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=16)
-    M, K = a.shape
-    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
-    key = gemm_common.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
-                                   num_ctas)
-    launch.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                          tile_order, group, num_ctas),
-                         a.device, THREADS, v.smem_bytes())
-    return out
+    return gemm_common.launch_family("tcgen05 gemm", VARIANTS, pick_variant, _prepared, _prepare, a, b, out, bias,
+                                     residual, activation, variant, tile_order, group, num_ctas, out_align=16,
+                                     threads=THREADS)
 
 
 def _prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas):

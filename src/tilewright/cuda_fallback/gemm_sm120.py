@@ -9,14 +9,13 @@ persistent grid sized from the occupancy API and direct fragment stores instead 
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..backends import register
 from . import gemm_sm90
-from .runtime import gemm_common, launch
+from .runtime import gemm_common
 from .runtime.guard import Guard
 
 SOURCE = "gemm_sm120.cu"
@@ -74,10 +73,7 @@ def build_check_builds() -> list:
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
     """The variant for an (M, N, K) problem; TILEWRIGHT_CUDA_MMA_VARIANT forces one by name."""
-    forced = os.environ.get("TILEWRIGHT_CUDA_MMA_VARIANT")
-    if forced:
-        return VARIANTS[forced]
-    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
+    return gemm_common.pick_by_size(VARIANTS, "TILEWRIGHT_CUDA_MMA_VARIANT", SMALL_M_VARIANT, DEFAULT_VARIANT, M)
 
 
 def device_arch(device) -> str:
@@ -105,16 +101,8 @@ def launch_mma_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias
                     group: int = 8, num_ctas: int | None = None, arch: str | None = None) -> torch.Tensor:
     """``out = act(a @ b + bias) + residual`` with the mma.sync kernel; arguments as
     :func:`.gemm_sm90.launch_cuda_gemm`."""
-    activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
-        "mma gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=4)
-    M, K = a.shape
-    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
-    key = gemm_common.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
-                                   num_ctas, arch)
-    launch.launch_cached(_prepared, key, lambda: _prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                          tile_order, group, num_ctas, arch),
-                         a.device, v.threads, v.smem_bytes())
-    return out
+    return gemm_common.launch_family("mma gemm", VARIANTS, pick_variant, _prepared, _prepare, a, b, out, bias, residual,
+                                     activation, variant, tile_order, group, num_ctas, out_align=4, extra=(arch,))
 
 
 def _occupancy(drv, fn, threads: int, smem: int) -> int:

@@ -15,7 +15,6 @@ What the GEMM families share (operand rules, launch arguments, tensor maps, self
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 
 import torch
@@ -82,10 +81,7 @@ def build_check_builds() -> list:
 
 def pick_variant(M: int, N: int, K: int) -> Variant:
     """Static choice per shape (``TILEWRIGHT_CUDA_GEMM_VARIANT`` overrides)."""
-    forced = os.environ.get("TILEWRIGHT_CUDA_GEMM_VARIANT")
-    if forced:
-        return VARIANTS[forced]
-    return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
+    return gemm_common.pick_by_size(VARIANTS, "TILEWRIGHT_CUDA_GEMM_VARIANT", SMALL_M_VARIANT, DEFAULT_VARIANT, M)
 
 
 # Measured preference (router, automatic mode), from one H200 run with Triton's default config and cuBLAS beside it
@@ -132,15 +128,8 @@ def launch_cuda_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bia
     residual[r // P, r % P]) or None; activation: a name or an ACTIVATIONS code; tile_order: a TILE_ORDERS name or
     code (group must be a power of two for morton/hilbert). Grouped-16 won 6 of the 8 large suite shapes on H200.
     """
-    activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
-        "cuda gemm", a, b, out, bias, residual, activation, tile_order, group, out_align=16)
-    M, K = a.shape
-    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, b.shape[1], K)
-    key = gemm_common.prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
-                                   num_ctas)
-    launch.launch_cached(_prepared, key, lambda: prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                         tile_order, group, num_ctas), a.device, 384, v.smem_bytes())
-    return out
+    return gemm_common.launch_family("cuda gemm", VARIANTS, pick_variant, _prepared, prepare, a, b, out, bias, residual,
+                                     activation, variant, tile_order, group, num_ctas, out_align=16, threads=384)
 
 
 _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per prepared_key (runtime.launch.launch_cached)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 
 import torch
 
@@ -99,6 +100,33 @@ def launch_args(label: str, a, b, out, bias, residual, activation, tile_order, g
 def resolve_variant(variants: dict, pick, variant, M: int, N: int, K: int):
     """``variant`` as a name, a variant object, or None (then ``pick(M, N, K)``)."""
     return variants[variant] if isinstance(variant, str) else (variant or pick(M, N, K))
+
+
+def pick_by_size(variants: dict, env: str, small: str, default: str, M: int):
+    """A family's static variant choice: the one the environment variable ``env`` names, else ``small`` for
+    M <= 256 (decode-sized: fewer, smaller tiles keep more SMs busy), else ``default``."""
+    forced = os.environ.get(env)
+    if forced:
+        return variants[forced]
+    return variants[small if M <= 256 else default]
+
+
+def launch_family(label: str, variants: dict, pick, prepared: dict, prepare, a, b, out, bias, residual, activation,
+                  variant, tile_order, group, num_ctas, *, out_align: int, threads: int | None = None,
+                  extra: tuple = ()):
+    """The launch every GEMM family does: validate (:func:`launch_args`), resolve the variant, and launch the
+    prepared (function, grid, arguments) cached per signature, building it with ``prepare(a, b, out, v, bias,
+    res_ptr, residual strides, period, activation, tile order, group, num_ctas, *extra)`` on a miss.
+    ``threads``: the block size (None: the variant's ``threads``)."""
+    activation, tile_order, rs, res_ptr, res_period = launch_args(label, a, b, out, bias, residual, activation,
+                                                                  tile_order, group, out_align=out_align)
+    M, K = a.shape
+    v = resolve_variant(variants, pick, variant, M, b.shape[1], K)
+    key = prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, *extra)
+    launch.launch_cached(prepared, key, lambda: prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
+                                                        tile_order, group, num_ctas, *extra),
+                         a.device, threads if threads is not None else v.threads, v.smem_bytes())
+    return out
 
 
 def prepared_key(a, b, out, v, bias, *rest) -> tuple:
