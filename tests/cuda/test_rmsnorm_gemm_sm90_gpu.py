@@ -32,7 +32,6 @@ EPILOGUES = [("none", False, None, False), ("bias", True, None, False), ("bias_g
 VARIANTS = ["coop128x256s3-xf", "pp128x128s5-xf", "pp64x256s4-xf", "coop128x256s3", "coop128x256s3-sb",
             "pp128x128s5", "pp64x256s4", "pp64x256s4-sb", "coop256x128s3"]
 XFORM, REGISTER_A, SSDEBUG = "coop128x256s3-xf", "coop128x256s3", "coop128x256s3-ssdebug"
-FP16_VARIANTS = (XFORM, "pp128x128s5-xf", REGISTER_A, "coop128x256s3-sb")
 FULL_VARIANTS = (XFORM, REGISTER_A)  # every epilogue on every shape (bf16)
 BMN_VARIANTS = (XFORM, "pp128x128s5-xf", REGISTER_A)  # also built with B N-major (K % 8 != 0 when M = 1)
 # tails in M (odd), N (not a tile multiple) and K (k-block counts 1, 2, 3 = odd with the double buffer, ...)
@@ -99,7 +98,8 @@ def _check(rg, M, N, K, dtype, variant, epi, x_scale=1.0, g_ones=False, b_n_majo
     assert re <= 1e-5, f"{where}: rstd rel err {re:.2e}"
 
 
-SWEEP = [(v, torch.bfloat16) for v in VARIANTS] + [(v, torch.float16) for v in FP16_VARIANTS]
+# fp16 is declined (constraints: x * g formed in fp16 could overflow, the Triton kernel rescales it instead)
+SWEEP = [(v, torch.bfloat16) for v in VARIANTS]
 
 
 @pytest.mark.parametrize("variant,dtype", SWEEP, ids=[f"{v}-{str(d)[6:]}" for v, d in SWEEP])
@@ -140,6 +140,16 @@ def test_many_waves_reuse_the_rstd_buffers(variant):
     _check(_rg(), 8192, 2048, 264, torch.bfloat16, variant, EPILOGUES[1])
 
 
+def test_float16_is_declined_with_the_reason():
+    """fp16 would form x * g in fp16 before normalising (overflow past 65504, NaN rows the unfused pipeline does not
+    give): the launcher refuses it, naming float16, and the router sends fp16 to the Triton kernel, which rescales g."""
+    rg = _rg()
+    x, g, w, _, _ = _make(64, 128, 64, torch.float16, seed=0)
+    out = torch.empty(64, 128, device=DEV, dtype=torch.float16)
+    with pytest.raises(ValueError, match="float16"):
+        rg.launch_cuda_rmsnorm_gemm(x, g, w.t(), out, torch.empty(64, device=DEV), EPS)
+
+
 def test_every_build_compiles_without_spills():
     """Every build the tests above launch (and the op layer's bias build): no spills, no stack frame. On the device (its
     cores compile in parallel); build-check compiles a subset on the CPU."""
@@ -151,8 +161,6 @@ def test_every_build_compiles_without_spills():
     for name in VARIANTS:
         todo |= {(name, False, False, ACTS[e[2]], e[1], e[3]) for e in EPILOGUES}
         todo |= {(name, False, False, 2, True, True), (name, False, False, 0, True, False)}
-    for name in FP16_VARIANTS:
-        todo |= {(name, False, True, ACTS[e[2]], e[1], e[3]) for e in EPILOGUES}
     todo |= {(SSDEBUG, False, False, 0, True, False)}
     todo |= {(name, True, False, 0, True, False) for name in BMN_VARIANTS}
 
@@ -169,7 +177,7 @@ def test_every_build_compiles_without_spills():
 
 def test_stress_launches(stress_launches):
     """--stress: --stress-launches (10,000) launches drawn from 48 randomized small problems (every variant, epilogue,
-    k-block parity; fp16 on its variants), each output compared on the GPU with the kernel's fp32 contract reference;
+    k-block parity; bf16), each output compared on the GPU with the kernel's fp32 contract reference;
     synchronised every 500 launches."""
     rg = _rg()
     rnd = random.Random(7)
@@ -179,8 +187,7 @@ def test_stress_launches(stress_launches):
         N = 8 * rnd.randint(1, 96)
         K = 8 * rnd.choice([1, 2, 3, 8, 9, 15, 16, 17, 33, 64])
         variant = rnd.choice(VARIANTS)
-        dtype = rnd.choice([torch.bfloat16, torch.bfloat16, torch.float16]) if variant in FP16_VARIANTS else \
-            torch.bfloat16
+        dtype = torch.bfloat16
         epi = rnd.choice(EPILOGUES)
         x, g, w, bias, res = _make(M, N, K, dtype, seed=i)
         bias = bias if epi[1] else None

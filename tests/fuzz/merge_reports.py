@@ -28,7 +28,11 @@ def merge(paths: list[str]) -> dict:
     rows = [dict(zip(("family", "backend", "dtype", "outcome", "n"), (*k, v))) for k, v in sorted(counts.items())]
     meta["cases"] = dict(meta.get("cases", {}))
     return {**meta, "shards": len(paths), "missing_shards": missing, "seconds_per_family": dict(seconds),
-            "total_runs": sum(counts.values()), "counts": rows, "failures": failures}
+            "total_runs": sum(counts.values()),
+            # runs where tilewright computed an answer or raised its checked error; "declined" (a forced backend that
+            # cannot take the input says so before launching anything) is counted apart
+            "computed_runs": sum(n for k, n in counts.items() if k[3] != "declined"),
+            "counts": rows, "failures": failures}
 
 
 def main(argv: list[str]) -> int:
@@ -39,7 +43,7 @@ def main(argv: list[str]) -> int:
     by = collections.Counter()
     for row in report["counts"]:
         by[(row["family"], row["backend"], row["outcome"])] += row["n"]
-    print(f"{report.get('device')}: {report['cases']} cases, {report['total_runs']} case runs (case x backend), "
+    print(f"{report.get('device')}: {report['cases']} cases, {report['total_runs']} case runs (case x backend; {report['computed_runs']} not declined), "
           f"{len(report['failures'])} failures, "
           f"missing shards: {report['missing_shards'] or 'none'}")
     for (fam, backend, outcome), n in sorted(by.items()):

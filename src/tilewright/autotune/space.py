@@ -47,6 +47,14 @@ _SMALL_M_TILES = [  # (tiles that spilled with pointer loads and an epilogue wer
     (128, 32, 128, 4, 4),
 ]
 
+# fp32 operands: the dot runs as FFMA chains on the CUDA cores (no wgmma), each thread holding its slice of the
+# accumulator plus the BLOCK_K slice sum (gemm._mma), so tiles stay small: these two compile without spills for every
+# epilogue and the RMSNorm prologue, with TMA or pointer loads (larger ones spilled 16-2,700 bytes, sm_90, ptxas 12.9).
+_FP32_TILES = [
+    (32, 32, 32, 4, 3),
+    (64, 64, 32, 4, 3),
+]
+
 # Under TRITON_INTERPRET=1 each (program x K step) costs ~2-3 ms whatever the tile: big tiles, one config.
 INTERPRETER_CONFIG = triton.Config(
     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP": 2, "TILE_ORDER": GROUPED, "EPI_SPLIT": 2,
@@ -72,7 +80,14 @@ def gemm_configs() -> list[triton.Config]:
     for (bm, bn, bk, warps, stages), persistent, tma in itertools.product(_SMALL_M_TILES, (True, False),
                                                                            (True, False)):
         configs.append(_config(bm, bn, bk, warps, stages, persistent=persistent, tma=tma))
+    for (bm, bn, bk, warps, stages), persistent, tma in itertools.product(_FP32_TILES, (True, False), (True, False)):
+        configs.append(_config(bm, bn, bk, warps, stages, persistent=persistent, tma=tma))
     return configs
+
+
+def _is_fp32_tile(cfg: triton.Config) -> bool:
+    kw = cfg.kwargs
+    return (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], cfg.num_warps, cfg.num_stages) in _FP32_TILES
 
 
 def _config(bm, bn, bk, warps, stages, *, order=GROUPED, group=8, split=1, persistent=True, flatten=False,
@@ -102,11 +117,19 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped;
     * the pointer path (no TMA) and a broadcast (periodic) residual, which needs an integer division per row in the
       epilogue, keep 128-row tiles at <= 128x128 with 8 warps: larger ones spill (tests/test_triton_gemm_aot.py);
-    * FP8 precise accumulation holds a second accumulator: at most 64 accumulator values per thread.
+    * FP8 precise accumulation holds a second accumulator: at most 64 accumulator values per thread;
+    * fp32 operands (``in_bytes == 4``) use only the FFMA tiles (``_FP32_TILES``), and 16-bit/FP8 operands never do.
     """
     kept = []
     for cfg in configs:
         kw = cfg.kwargs
+        if _is_fp32_tile(cfg) != (in_bytes == 4):
+            continue
+        if in_bytes == 4:
+            if not use_tma and kw["TMA_LOADS"]:
+                continue
+            kept.append(cfg)
+            continue
         is_small_tile = kw["BLOCK_M"] <= 64 or kw["BLOCK_N"] < 128
         if (is_small_tile and M > 256) or (not is_small_tile and M <= 64):
             continue
@@ -166,7 +189,10 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodi
     gemm_diag_tune_2026-11-26.log put 64x64x128 tiles, one per program, with TMA loads and store first: 13.9 us
     against 15.8 us with pointer loads (persistent or not) and 12.8 us for cuBLAS on 128x4096x4096.
     """
-    if M <= 16:
+    if in_bytes == 4:  # FFMA tiles (see _FP32_TILES)
+        bm, bn, bk, warps, stages = _FP32_TILES[0] if M <= 32 else _FP32_TILES[1]
+        cfg = _config(bm, bn, bk, warps, stages, persistent=not use_tma, tma=use_tma)
+    elif M <= 16:
         cfg = _config(16, 32, 256, 4, 4, tma=False)
     elif M <= 32:
         cfg = _config(32, 32, 256, 4, 4, tma=False)

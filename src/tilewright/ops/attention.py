@@ -18,6 +18,7 @@ Semantics (documented contract):
   softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
   A NaN/Inf in the value (or key) of a key a query cannot see (causal) is implementation-defined for that query, as
   in SDPA's fused kernels: keys in a loaded tile meet a zero probability (0 * NaN = NaN), keys past it are not read.
+  An Inf in v gives Inf in the outputs that weigh it, or NaN where the weight underflowed to exactly 0 in fp32.
 * lse: natural-log logsumexp of the scaled scores, fp32, (B, Hq, Sq); it is differentiable.
 * the output has q's layout (``torch.empty_like(q)``).
 """

@@ -85,6 +85,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             in fp32 (cuBLASLt's accurate mode); True keeps the tensor cores' reduced-precision FP8 accumulator across
             K on sm_90 - faster, with errors growing with K.
         backend: None (router), "triton" or "torch".
+
+    Non-finite scales: an Inf or NaN scale makes its row (scale_a) or column (scale_b) of the output non-finite,
+    but whether an entry is +Inf, -Inf or NaN follows the sign (and exact zeroness) of the FP8 accumulator, which
+    rounding decides, so it may differ from torch's.
     """
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):

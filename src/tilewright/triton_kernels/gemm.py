@@ -66,7 +66,7 @@ class Dequant:
 
 
 @triton.jit
-def _mma(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECISE_ACC: tl.constexpr):
+def _mma(a, b, acc, zero, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECISE_ACC: tl.constexpr):
     if UPCAST_DOT:
         # The interpreter multiplies raw bf16 bit patterns in tl.dot (triton#11584); fp32 is exact there.
         a = a.to(tl.float32)
@@ -78,6 +78,13 @@ def _mma(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECI
         # accumulator on the CUDA cores - cuBLASLt's default (torch._scaled_mm use_fast_accum=False). It holds a
         # second accumulator, so the pruner keeps <= 64 accumulator values per thread for it.
         return acc + tl.dot(a, b)
+    if DOT_PRECISION == "ieee":
+        # fp32 inputs: the dot runs as FFMA chains on the CUDA cores, each output's products added one after the
+        # other. Chained across all of K, rounding error grows ~K (4-6x cuBLAS's at K = 4096, past the 2x rule);
+        # summing each BLOCK_K slice from zero and adding the slice sums grows it ~(BLOCK_K + K / BLOCK_K), at one
+        # FADD per BLOCK_K FFMAs. Triton folds `acc + dot(a, b, 0)` back into `dot(a, b, acc)` when the 0 is a
+        # constant, so the slice starts from a zero the compiler cannot see as one (`zero` is a runtime 0.0).
+        return acc + tl.dot(a, b, tl.full(acc.shape, zero, tl.float32), input_precision="ieee")
     return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
 
@@ -153,6 +160,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
     k_tiles = tl.cdiv(K, BLOCK_K)
+    zero = tl.cast(K, tl.float32) * 0.0  # 0.0 for _mma's fp32 path, not a compile-time constant
     if LOAD_DESC:
         for ki in range(k_tiles):
             offs_k = ki * BLOCK_K
@@ -166,7 +174,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
                 b = b_desc.load([offs_k, offs_n])
             if NORM:
                 a, ss = _norm_step(a, ss, g_ptr, g_shift, offs_k, K, APPLY_G, RESCALE_G, BLOCK_K)
-            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
+            acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
     else:
         rm = offs_m + tl.arange(0, BLOCK_M)
         rn = offs_n + tl.arange(0, BLOCK_N)
@@ -183,7 +191,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
             b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
             if NORM:
                 a, ss = _norm_step(a, ss, g_ptr, g_shift, ki * BLOCK_K, K, APPLY_G, RESCALE_G, BLOCK_K)
-            acc = _mma(a, b, acc, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
+            acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
             a_ptrs += a_step
             b_ptrs += b_step
     return acc, ss
