@@ -53,5 +53,11 @@ def main(path, family, seed, device="cuda"):
         print("rstd of non-finite x rows:", rstd[(~torch.isfinite(x)).any(-1)].tolist())
 
 
+    try:
+        print("verdict:", fc.run_case(case, device, case["backend"]))
+    except fc.FuzzFailure as e:
+        print("verdict: FAIL", str(e).splitlines()[0][:400])
+
+
 if __name__ == "__main__":
     main(*sys.argv[1:])
