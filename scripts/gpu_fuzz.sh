@@ -16,6 +16,9 @@ GPUS=$(nvidia-smi -L | wc -l)
 PROCS=${PROCS:-$(( $(nproc) - 2 ))}
 NC=$(( PROCS / 3 )); NA=$(( PROCS - NC ))
 echo "fuzz: $GPUS GPU(s), $NA Triton/auto + $NC CUDA processes, ${S}s per family, seeds from $SEED"
+# one torch CPU thread per process: the oracle's float64 compares run on the CPU, and N processes x N intra-op threads
+# oversubscribed the cores (4x the processes on a 4x larger host ran no more cases)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT" /tmp/fz
 run() { TILEWRIGHT_AUTOTUNE=0 PYTHONPATH=src timeout $((4 * S + 40)) python3 -m pytest tests/fuzz -m gpu -q \
           -p no:cacheprovider --fuzz-cases 200000 --fuzz-seconds "$S" "$@"; }

@@ -15,6 +15,7 @@ Loading and launching the cubins is :mod:`.launch`; nothing here touches a GPU.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -214,6 +215,23 @@ def _key_lock(key: str) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive advisory lock on ``path`` (created if needed) while the block runs; a no-op where fcntl is
+    missing (Windows) - the cache's atomic renames keep it correct there, only duplicate work is possible."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def compile_source(source: str | Path, arch: str = "sm_90a", defines: dict | None = None,
                    tc: Toolchain | None = None, use_cache: bool = True) -> Build:
     """Compile ``source`` (a path, or a file name under cuda_fallback/) to a cubin for ``arch``, through the cache."""
@@ -232,7 +250,10 @@ def compile_source(source: str | Path, arch: str = "sm_90a", defines: dict | Non
     directory = cache_dir()
     path = directory / f"{source.stem}-{arch}-{key}.cubin"
     log_path = path.with_suffix(".log")
-    with _key_lock(key):  # one build per key at a time; different keys compile in parallel
+    directory.mkdir(parents=True, exist_ok=True)
+    # one build per key at a time, also across processes (8 ranks of a job, or test workers, starting together would
+    # otherwise each run the same ~30 s compile at once); different keys compile in parallel
+    with _key_lock(key), _file_lock(path.with_suffix(".lock")):
         if use_cache and path.is_file():
             log = log_path.read_text() if log_path.is_file() else ""
             _memo[memo_key] = Build(path.read_bytes(), log, key, path, True, tc)
