@@ -116,6 +116,39 @@ def test_forced_backend_sources_and_errors(fake_op, monkeypatch):
             pass
 
 
+def test_backward_keeps_a_forced_backend_only_where_it_can_run(fake_op, monkeypatch):
+    """The backward's own calls (other shapes and layouts than the forward's) keep the forced backend where it fits
+    and otherwise get the router's pick by name - never the forward-time ValueError halfway through a step."""
+    assert router.backward_backend(OP, None, _x()) is None  # nothing forced: the router decides as usual
+    assert router.backward_backend(OP, "cuda", _x()) == "cuda"
+    three_d = torch.randn(2, 64, 32, dtype=torch.bfloat16)  # the fake CUDA record takes 2-D inputs only
+    with pytest.raises(ValueError, match="forced by backend= argument cannot run"):
+        router.decide(OP, three_d, backend="cuda")
+    assert router.backward_backend(OP, "cuda", three_d) == "triton"
+    with router.use_backend("cuda"):
+        assert router.backward_backend(OP, None, three_d) == "triton"
+    monkeypatch.setenv("TILEWRIGHT_BACKEND", "cuda")
+    fake_op["ready"] = (False, "self-check failed")
+    assert router.backward_backend(OP, None, _x()) == "triton"
+
+
+def test_forced_cuda_gemm_backward_falls_back_per_call(monkeypatch):
+    """A forced CUDA backend that cannot take the backward's GEMMs: gradients still come (the router's pick runs
+    them), equal to torch's. On this CPU machine no call is CUDA-eligible, so the forward runs unforced and the
+    backward is forced to "cuda" through use_backend (before, each backward GEMM raised the forward's ValueError)."""
+    import tilewright
+
+    x = torch.randn(5, 24, dtype=torch.float32, requires_grad=True)
+    w = torch.randn(7, 24, dtype=torch.float32, requires_grad=True)
+    y = tilewright.linear(x, w)
+    with router.use_backend("cuda"):
+        with pytest.raises(ValueError, match="forced by tilewright.use_backend"):
+            tilewright.linear(x, w)  # the forward itself still refuses
+        gx, gw = torch.autograd.grad(y.sum(), (x, w))
+    torch.testing.assert_close(gx, torch.ones(5, 7) @ w.detach())
+    torch.testing.assert_close(gw, torch.ones(5, 7).t() @ x.detach())
+
+
 def test_forcing_a_backend_the_op_lacks(fake_op):
     with pytest.raises(ValueError, match="cuda: no cuda implementation of scaled_mm"):
         router.decide("scaled_mm", torch.randn(4, 4), torch.randn(4, 4), backend="cuda")

@@ -190,12 +190,12 @@ def decide(op: str, *tensors, backend: str | None = None) -> Decision:
     return decision
 
 
-def _decide(op: str, tensors, backend: str | None) -> Decision:
+def _decide(op: str, tensors, backend: str | None, honor_forced: bool = True) -> Decision:
     order = backends.preference(op)
     if not order:
         raise ValueError(f"router: unknown op {op!r}; known ops: {sorted(backends.ops())}")
     source = "backend= argument"
-    if backend is None:
+    if backend is None and honor_forced:
         backend, source = _forced()
     if backend is not None:
         if backend not in BACKENDS:
@@ -221,6 +221,23 @@ def _decide(op: str, tensors, backend: str | None) -> Decision:
         if ok:
             return Decision(op, candidate, reasons, record=record)
     raise AssertionError("the torch backend is always eligible")  # pragma: no cover
+
+
+def backward_backend(op: str, backend: str | None, *tensors) -> str | None:
+    """The backend a backward pass runs ``op`` on ``tensors`` with, given the forward's ``backend=`` argument.
+
+    A forced backend (argument, :func:`use_backend`, ``TILEWRIGHT_BACKEND``) is kept where it can run the backward's
+    own call, whose shapes and layouts differ from the forward's (``dz @ b.T``, ``a.T @ dz``: a CUDA GEMM that took
+    the forward may not take an N that is no multiple of 8); elsewhere the router's own pick is returned, by name, so
+    the forcing does not fail a training step halfway. None when nothing is forced.
+    """
+    name = backend if backend is not None else _forced()[0]
+    if name is None:
+        return None
+    record, _ = _select(op, name, tensors)
+    if record is not None and (record.ready is None or _ready(record, tensors)[0]):
+        return name
+    return _decide(op, tensors, None, honor_forced=False).backend
 
 
 def dispatch(op: str, *tensors, backend: str | None = None) -> str:

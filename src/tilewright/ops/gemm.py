@@ -110,9 +110,13 @@ def _backward(ctx, grad_out, grad_preact):
     dz = dz.to(a.dtype)
     da = db = dbias = dres = None
     if ctx.needs_input_grad[0]:
-        da = gemm_op(dz, b.t(), None, None, None, a.dtype, False, ctx.backend)[0]
+        bt = b.t()
+        da = gemm_op(dz, bt, None, None, None, a.dtype, False,
+                     router.backward_backend("gemm", ctx.backend, dz, bt, None, None))[0]
     if ctx.needs_input_grad[1]:
-        db = gemm_op(a.t(), dz, None, None, None, b.dtype, False, ctx.backend)[0]
+        at = a.t()
+        db = gemm_op(at, dz, None, None, None, b.dtype, False,
+                     router.backward_backend("gemm", ctx.backend, at, dz, None, None))[0]
     if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
         dbias = dz.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
     if ctx.res_shape is not None and ctx.needs_input_grad[3]:

@@ -131,7 +131,8 @@ def _backward(ctx, dy, _drstd):
     dx = dg = dw = db = None
     dy = dy.to(x.dtype)
     if need_dx or need_dg:
-        du = gemm_op(dy, weight, None, None, None, x.dtype, False, ctx.backend)[0]  # (M, N) @ (N, K)
+        du = gemm_op(dy, weight, None, None, None, x.dtype, False,  # (M, N) @ (N, K)
+                     router.backward_backend("gemm", ctx.backend, dy, weight, None, None))[0]
     else:
         du = x.new_empty((0, x.shape[1]))
     if need_dx or need_dg or need_dw:
@@ -140,7 +141,9 @@ def _backward(ctx, dy, _drstd):
         dx = dx if need_dx else None
         dg = dg.to(norm_weight.dtype) if need_dg else None
         if need_dw:
-            dw = gemm_op(dy.t(), u, None, None, None, weight.dtype, False, ctx.backend)[0]  # (N, M) @ (M, K)
+            dyt = dy.t()
+            dw = gemm_op(dyt, u, None, None, None, weight.dtype, False,  # (N, M) @ (M, K)
+                         router.backward_backend("gemm", ctx.backend, dyt, u, None, None))[0]
     if need_db:
         db = dy.sum(0, dtype=torch.float32).to(x.dtype)
     return dx, dg, dw, db, None, None
