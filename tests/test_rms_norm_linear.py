@@ -1,5 +1,5 @@
 """CPU tier: the RMSNorm-fused GEMM under the Triton interpreter - numerics against fp64 (measured against torch's own
-unfused error, not against loose thresholds), rstd, tails, zero and large-magnitude rows, the folded-weight variant,
+unfused error, not against loose thresholds), rstd, tails, zero and large-magnitude rows, the (refused) folded-weight variant,
 gradients, the backward kernel's long-row path, opcheck, torch.compile, input checks, module and router."""
 import math
 
@@ -145,20 +145,29 @@ def test_zero_rows_give_bias_and_rstd_one_over_sqrt_eps():
     assert torch.allclose(rstd[zero], torch.full((int(zero.sum()),), 1 / math.sqrt(EPS)), rtol=2 ** -22)
 
 
-def test_folded_norm_weight_variant_error():
-    """APPLY_G=False with W * g folded (one rounding per weight element instead of per x element): the same error
-    class - exact for the folded operands, and norm-wise within 1.5x torch's own error against fp64."""
-    dtype = torch.float16
-    x, g, w, b = make(96, 72, 80, dtype)
-    w_folded = (w.float() * g.float()).to(dtype)
-    out = torch.empty(96, 72, dtype=dtype)
-    launch_rmsnorm_gemm(x, None, w_folded.t(), out, None, EPS, bias=b)
-    y64 = ref64(x, g, w, b)
-    ones = torch.ones_like(g)
-    exact_class_check(out, x, ones, w_folded, b, dtype)
-    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
-    assert (out.double() - y64).norm() <= 1.5 * (y_torch.double() - y64).norm()
+def test_folded_norm_weight_variant_is_refused():
+    """The folded variant (norm_weight=None, W * g passed as b) fed the loaded tile straight to the tensor cores and
+    computed wrong products on sm_90 for 128x256 tiles and the pointer path (GPU fuzzer, 2026-11-26): removed, and a
+    caller who still passes None gets an error that says so instead of a launch."""
+    x, g, w, b = make(96, 72, 80, torch.float16)
+    out = torch.empty(96, 72, dtype=torch.float16)
+    with pytest.raises(TypeError, match="folded-weight variant"):
+        launch_rmsnorm_gemm(x, None, (w.float() * g.float()).half().t(), out, None, EPS, bias=b)
 
+
+def test_fp16_g_scale_is_a_power_of_two_over_finite_entries_and_cached():
+    """g_pow2_scale: [2^-e, 2^e] with max|finite g| = m * 2^e (0.5 <= m < 1), Inf/NaN ignored, e clamped to
+    [-125, 125]; one tensor per (storage, version) of g, recomputed after an in-place update."""
+    from tilewright.triton_kernels.rmsnorm_gemm import g_pow2_scale
+
+    g = torch.tensor([0.5, -3.0, float("inf"), float("nan"), 1.0], dtype=torch.float16)
+    s = g_pow2_scale(g)
+    assert s.dtype == torch.float32 and s.tolist() == [0.25, 4.0]  # 3 = 0.75 * 2^2
+    assert g_pow2_scale(g) is s  # cached
+    g.mul_(4)  # 12 = 0.75 * 2^4: a new version, a new scale
+    assert g_pow2_scale(g).tolist() == [2.0 ** -4, 16.0]
+    assert g_pow2_scale(torch.zeros(8, dtype=torch.float16)).tolist() == [1.0, 1.0]
+    assert g_pow2_scale(torch.full((4,), 2.0 ** -24, dtype=torch.float16)).tolist() == [2.0 ** 23, 2.0 ** -23]
 
 def test_epilogue_activation_and_residual():
     from tilewright.reference import activation_reference
@@ -398,19 +407,21 @@ def test_interpreter_bf16_downcast_truncates():
 
 def test_fused_kernel_compiles_for_sm90_with_wgmma_and_no_spills():
     """AOT (no GPU): the fused forward compiles for sm_90a with wgmma (A from registers after the g multiply), TMA
-    loads and no spills, for the 128x256 tile with the 4-chunk epilogue the space gives it, for the folded variant
-    (A straight from shared memory) and for fp16 (g rescaled by a power of two)."""
+    loads and no spills, for the 128x256 tile with the 4-chunk epilogue the space gives it, with and without bias,
+    and for fp16 (g rescaled by a power of two)."""
     from tilewright.triton_kernels.aot import compile_reports
 
     ptrs = ("a_ptr", "b_ptr", "c_ptr", "g_ptr", "bias_ptr", "res_ptr", "preact_ptr")
+    fp32_ptrs = ("rstd_ptr", "gscale_ptr", "scale_a_ptr", "scale_b_ptr")
     ints = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm", "stride_res0", "stride_res1", "RES_PERIOD",
             "M_BUCKET")
 
-    def job(apply_g, bias, dtype="bf16"):
-        sig = {**{k: f"*{dtype}" for k in ptrs}, "rstd_ptr": "*fp32", **{k: "i32" for k in ints}, "eps": "fp32"}
+    def job(bias, dtype="bf16"):
+        sig = {**{k: f"*{dtype}" for k in ptrs}, **{k: "*fp32" for k in fp32_ptrs}, **{k: "i32" for k in ints},
+               "eps": "fp32"}
         ce = dict(stride_ak=1, stride_bn=1, stride_cn=1, stride_res2=1, A_K_CONTIG=True, B_K_CONTIG=True,
-                  USE_TMA=True, TMA_STORE=True, NORM=True, APPLY_G=apply_g, RESCALE_G=apply_g and dtype == "fp16",
-                  STORE_RSTD=True, STORE_PREACT=False,
+                  USE_TMA=True, TMA_STORE=True, NORM=True, RESCALE_G=dtype == "fp16",
+                  STORE_RSTD=True, STORE_PREACT=False, SCALE_MODE=0, PRECISE_ACC=False,
                   HAS_BIAS=bias, ACTIVATION=0,
                   HAS_RESIDUAL=False, RES_PERIODIC=False, DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False,
                   BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP=8, TILE_ORDER=1, EPI_SPLIT=4, TMA_LOADS=True,
@@ -419,8 +430,8 @@ def test_fused_kernel_compiles_for_sm90_with_wgmma_and_no_spills():
                     constexprs=ce, arch=90, num_warps=8, num_stages=3,
                     divisible_by_16=ptrs + ("rstd_ptr", "stride_am", "stride_bk", "stride_cm", "stride_res1"))
 
-    # fp16 with g applied also runs the power-of-two rescale of g (gemm._g_pow2_scale)
-    for rep in compile_reports([job(True, True), job(False, False), job(True, True, "fp16")]):
+    # fp16 also loads the power-of-two rescale of g (rmsnorm_gemm.g_pow2_scale)
+    for rep in compile_reports([job(True), job(False), job(True, "fp16")]):
         assert rep.has("HGMMA"), "no wgmma in SASS"
         assert rep.has("UTMALDG"), "no TMA loads"
         assert rep.spill_bytes == 0, f"{rep.spill_bytes} bytes spilled"

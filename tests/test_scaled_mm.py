@@ -108,7 +108,7 @@ def test_fp8_gemm_compiles_for_sm90_with_qgmma_and_no_spills():
         bn, split = (128, 2) if precise else (256, 4)
         ce = dict(stride_ak=1, stride_bk=1, stride_cn=1, stride_res2=1, A_K_CONTIG=True, B_K_CONTIG=True,
                   USE_TMA=True, TMA_STORE=True, HAS_BIAS=True, ACTIVATION=0, HAS_RESIDUAL=False, RES_PERIODIC=False,
-                  STORE_PREACT=False, NORM=False, APPLY_G=False, STORE_RSTD=False, SCALE_MODE=scale_mode,
+                  STORE_PREACT=False, NORM=False, RESCALE_G=False, STORE_RSTD=False, SCALE_MODE=scale_mode,
                   PRECISE_ACC=precise, DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False, BLOCK_M=128,
                   BLOCK_N=bn, BLOCK_K=128, GROUP=8, TILE_ORDER=1, EPI_SPLIT=split, TMA_LOADS=True, PERSISTENT=True,
                   FLATTEN=False)

@@ -44,7 +44,7 @@ def _jobs():
             seen.add(tile)
             constexprs = {**{k: 1 for k in UNIT_STRIDES}, **flags, "A_K_CONTIG": True, "B_K_CONTIG": False,
                           "USE_TMA": use_tma, "TMA_STORE": use_tma, "STORE_PREACT": False, "INDEX_64": False,
-                          "NORM": False, "APPLY_G": False, "STORE_RSTD": False,
+                          "NORM": False, "RESCALE_G": False, "STORE_RSTD": False,
                           "DOT_PRECISION": "tf32", "UPCAST_DOT": False, "GROUP": 8, "TILE_ORDER": GROUPED,
                           **{k: kw[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT", "PERSISTENT",
                                                 "FLATTEN", "TMA_LOADS")}}

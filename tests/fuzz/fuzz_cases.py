@@ -675,7 +675,9 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
         except RuntimeError:
             if not math_same:  # (see _run: a same-dtype fused SDPA that rejects a layout)
                 raise
-            out = F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), **sdpa_kw)
+            # fresh dense strides: .contiguous() keeps the odd stride of a size-1 dim that the kernel rejects
+            q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
+            out = F.scaled_dot_product_attention(q, k, v, **sdpa_kw)
         if compute is not None or math_same:
             # values from the explicit formula: torch's CPU SDPA returns NaN for causal with scale <= 0 (torch
             # 2.13), so the float64 reference is softmax(scale q k^T, causal -inf) v written out; F.sdpa above

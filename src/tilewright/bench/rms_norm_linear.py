@@ -3,8 +3,6 @@
 Forward providers per GEMM-suite shape (x: (M, K), weight: (N, K), bf16, no bias):
 
 * ``tilewright_fused``        - ``tilewright.rms_norm_linear`` (norm weight applied to the A tile in the mainloop)
-* ``tilewright_fused_folded`` - the same kernel with ``weight * norm_weight`` folded beforehand (APPLY_G=False; the
-                                fold itself is not timed): shows what the in-loop ``x * g`` costs (NORM_HEAVY shapes)
 * ``cuda_fused``              - ``tilewright.rms_norm_linear(..., backend="cuda")``: the hand-written sm_90a
                                 register-A WGMMA kernel (cuda_fallback/rmsnorm_gemm_sm90.py); only on sm_90 with a CUDA
                                 compiler
@@ -71,25 +69,17 @@ def _inputs(M, N, K, device, dtype, seed=0):
     return x, g, w
 
 
-def _providers(x, g, w, compiled, folded=True):
+def _providers(x, g, w, compiled):
     import tilewright
-    from tilewright.triton_kernels.rmsnorm_gemm import launch_rmsnorm_gemm
 
-    M, K = x.shape
-    N = w.shape[0]
-    w_folded = (w.float() * g.float()).to(w.dtype)
-    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
     fns = {
         "tilewright_fused": lambda: tilewright.rms_norm_linear(x, g, w, eps=EPS),  # the router's pick
         "tilewright_triton_fused": lambda: tilewright.rms_norm_linear(x, g, w, eps=EPS, backend="triton"),
-        "tilewright_fused_folded": lambda: launch_rmsnorm_gemm(x, None, w_folded.t(), out, None, EPS),
         "tilewright_gemm": lambda: tilewright.linear(x, w),
         "eager_unfused": lambda: _unfused(x, g, w),
         "compile_unfused": lambda: compiled(x, g, w),
         "cublas_gemm": lambda: F.linear(x, w),
     }
-    if not folded:
-        del fns["tilewright_fused_folded"]
     if compiled is None:
         del fns["compile_unfused"]
     if _cuda_norm_available(x):
@@ -146,8 +136,8 @@ def run(suite: str = "default", progress=print, backward: bool | tuple = True, p
             with compile_only():
                 for tag, M, N, K in shapes:
                     x, g, w = _inputs(M, N, K, device, dtype)
-                    fns = _providers(x, g, w, compiled, folded=tag in NORM_HEAVY or not gpu)
-                    for name in ("tilewright_fused", "tilewright_fused_folded", "tilewright_gemm"):
+                    fns = _providers(x, g, w, compiled)
+                    for name in ("tilewright_fused", "tilewright_gemm"):
                         if name in fns:
                             fns[name]()
                     if tag in bwd_tags:
@@ -164,7 +154,7 @@ def run(suite: str = "default", progress=print, backward: bool | tuple = True, p
         # decode-sized cases: CUDA-graph replays for every provider, so microsecond kernels are timed rather than
         # Python launch overhead (bench/common.py's rule: all providers of a case or none)
         graphs = gpu and M <= 128
-        for name, fn in _providers(x, g, w, compiled, folded=tag in NORM_HEAVY or not gpu).items():
+        for name, fn in _providers(x, g, w, compiled).items():
             try:
                 ms = time_ms(fn, cudagraph=graphs)
             except Exception as e:  # one provider failing (e.g. under graph capture) must not lose the others

@@ -42,13 +42,16 @@ class NormPrologue:
     """The RMSNorm prologue of the fused GEMM (``rmsnorm_gemm.py``): x's row sums of squares are gathered from the
     A tiles, A is scaled by ``weight`` before the dot and the accumulator by ``rstd`` before the bias.
 
-    weight: (K,) unit-stride norm weight g, or None when the caller folded it into b. rstd: (M,) fp32 output that
-    receives ``1/sqrt(mean(x^2) + eps)`` for the backward, or None. eps: > 0.
+    weight: (K,) unit-stride norm weight g. rstd: (M,) fp32 output that receives ``1/sqrt(mean(x^2) + eps)`` for the
+    backward, or None. eps: > 0. g_scale: for fp16 inputs, (2,) fp32 ``[2^-e, 2^e]`` with max|g| < 2^e
+    (``rmsnorm_gemm.g_pow2_scale``): the mainloop forms ``x * (g * 2^-e)``, which cannot overflow fp16, and the
+    accumulator takes 2^e back with rstd; None for bf16 / fp32.
     """
 
-    weight: torch.Tensor | None
+    weight: torch.Tensor
     rstd: torch.Tensor | None
     eps: float
+    g_scale: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -105,52 +108,32 @@ def operand_descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, 
 
 
 @triton.jit
-def _norm_step(a, ss, g_ptr, g_shift, offs_k, K, APPLY_G: tl.constexpr, RESCALE_G: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+def _norm_step(a, ss, g_ptr, g_shift, offs_k, K, RESCALE_G: tl.constexpr, BLOCK_K: tl.constexpr):
     """RMSNorm prologue for one A tile: add its rows' fp32 sums of squares to ``ss``; return the tile scaled by g
-    (and by the power of two ``g_shift`` when RESCALE_G, see :func:`_g_pow2_scale`)."""
+    (and by the power of two ``g_shift`` when RESCALE_G, see :class:`NormPrologue`), rounded once to its dtype.
+
+    The tile always passes through this register transform before the dot: feeding the TMA/cp.async-loaded tile to
+    the dot unchanged while also reading it for ``ss`` (a "g folded into W" variant this kernel had) gave wrong
+    products on sm_90 for 128x256 tiles and the pointer path (Triton 3.6; found by the GPU fuzzer, output off by
+    O(1) with rstd exact), so that variant was removed."""
     af = a.to(tl.float32)
     ss += tl.sum(af * af, axis=1)
-    if APPLY_G:
-        rk = offs_k + tl.arange(0, BLOCK_K)
-        g = tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-        if RESCALE_G:
-            g = g * g_shift
-        a = (af * g[None, :]).to(a.dtype)
+    rk = offs_k + tl.arange(0, BLOCK_K)
+    g = tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+    if RESCALE_G:
+        g = g * g_shift
+    a = (af * g[None, :]).to(a.dtype)
     return a, ss
-
-
-@triton.jit
-def _g_pow2_scale(g_ptr, K, BLOCK_K: tl.constexpr):
-    """(2^-e, 2^e) with max|g| < 2^e, for fp16 inputs.
-
-    The mainloop rounds ``x * g`` to the input dtype before the dot; in fp16 that overflows once |x * g| > 65504
-    (NaN rows where the unfused pipeline, which normalises first, stays finite). ``x * (g * 2^-e)`` is at most |x|,
-    so it cannot overflow, and the accumulator is scaled back by 2^e with rstd. A power of two keeps every product
-    bit-identical to ``x * g`` wherever that did not overflow (or fall below fp16's normal range). Computed once per
-    program from g (K values, L2-resident), e clamped so both factors stay normal fp32 numbers.
-    """
-    gmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        g_abs = tl.abs(tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32))
-        # the largest *finite* |g|: an Inf / NaN entry stays Inf / NaN whatever the scale, while scaling by 2^-125
-        # for it would flush the finite products to 0 (and 0 * an inf weight is NaN where torch gets inf)
-        gmax = tl.maximum(gmax, tl.where(g_abs < float("inf"), g_abs, 0.0))
-    biased = (tl.max(gmax, axis=0).to(tl.int32, bitcast=True) >> 23) & 0xFF
-    e = tl.minimum(tl.maximum(biased - 126, -125), 125)  # max|g| = m * 2^e, 0.5 <= m < 1
-    shift = ((127 - e) << 23).to(tl.float32, bitcast=True)
-    unshift = ((127 + e) << 23).to(tl.float32, bitcast=True)
-    return shift, unshift
 
 
 @triton.jit
 def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk,
              stride_bn, A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, LOAD_DESC: tl.constexpr,
-             NORM: tl.constexpr, APPLY_G: tl.constexpr, RESCALE_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, PRECISE_ACC: tl.constexpr,
+             NORM: tl.constexpr, RESCALE_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+             PRECISE_ACC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One output tile's K loop: returns the fp32 accumulator and, with NORM (the RMSNorm-fused GEMM), the fp32 row
-    sums of squares of A gathered from the very tiles the loop loads (A scaled by g first when APPLY_G).
+    sums of squares of A gathered from the very tiles the loop loads (A scaled by g before the dot).
 
     Descriptor loads need no masks (TMA zero-fills out-of-bounds boxes, so tail rows add 0 to the sums); the pointer
     path masks all three dims. (Wrapping rows/columns with `% M` would save the M/N masks but hides the unit-stride
@@ -173,7 +156,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
             else:
                 b = b_desc.load([offs_k, offs_n])
             if NORM:
-                a, ss = _norm_step(a, ss, g_ptr, g_shift, offs_k, K, APPLY_G, RESCALE_G, BLOCK_K)
+                a, ss = _norm_step(a, ss, g_ptr, g_shift, offs_k, K, RESCALE_G, BLOCK_K)
             acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
     else:
         rm = offs_m + tl.arange(0, BLOCK_M)
@@ -190,7 +173,7 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
             a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
             if NORM:
-                a, ss = _norm_step(a, ss, g_ptr, g_shift, ki * BLOCK_K, K, APPLY_G, RESCALE_G, BLOCK_K)
+                a, ss = _norm_step(a, ss, g_ptr, g_shift, ki * BLOCK_K, K, RESCALE_G, BLOCK_K)
             acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
             a_ptrs += a_step
             b_ptrs += b_step
@@ -216,7 +199,7 @@ def residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M
 
 @triton.jit
 def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr, g_ptr, rstd_ptr, scale_a_ptr, scale_b_ptr,
+    a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr, g_ptr, rstd_ptr, gscale_ptr, scale_a_ptr, scale_b_ptr,
     M, N, K, eps,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     stride_res0, stride_res1, stride_res2, RES_PERIOD,
@@ -225,10 +208,10 @@ def _gemm_kernel(
     A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, USE_TMA: tl.constexpr, TMA_STORE: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr, RES_PERIODIC: tl.constexpr,
     STORE_PREACT: tl.constexpr,
-    # RMSNorm-fused GEMM (rmsnorm_gemm.py): x's row sums of squares from the A tiles, A * g before the dot (APPLY_G;
-    # else g is folded into b), the accumulator scaled by rstd before the bias, rstd stored for the backward.
-    # RESCALE_G (fp16): g is scaled by a power of two so x * g cannot overflow (_g_pow2_scale).
-    NORM: tl.constexpr, APPLY_G: tl.constexpr, RESCALE_G: tl.constexpr, STORE_RSTD: tl.constexpr,
+    # RMSNorm-fused GEMM (rmsnorm_gemm.py): x's row sums of squares from the A tiles, A * g before the dot, the
+    # accumulator scaled by rstd before the bias, rstd stored for the backward. RESCALE_G (fp16): g is scaled by
+    # the power of two gscale_ptr[0] and the accumulator by gscale_ptr[1] so x * g cannot overflow (NormPrologue).
+    NORM: tl.constexpr, RESCALE_G: tl.constexpr, STORE_RSTD: tl.constexpr,
     # FP8 inputs (scaled_mm): dequantization scales applied to the fp32 accumulator before the bias;
     # 0: none, 1: one scale per tensor, 2: rowwise (scale_a (M,), scale_b (N,)). PRECISE_ACC: FP8 slices
     # accumulated from zero and added in fp32 (see _mma); off = "fast accumulation".
@@ -260,16 +243,17 @@ def _gemm_kernel(
                                            block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
     g_shift = 1.0
     g_unshift = 1.0
-    if RESCALE_G:
-        g_shift, g_unshift = _g_pow2_scale(g_ptr, K, BLOCK_K)
+    if RESCALE_G:  # two scalars computed by the launcher (a reduction over g here raced with the TMA prologue)
+        g_shift = tl.load(gscale_ptr)
+        g_unshift = tl.load(gscale_ptr + 1)
 
     for tile_id in tl.range(pid, num_tiles, num_programs, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
         acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, stride_am,
-                           stride_ak, stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM, APPLY_G,
-                           RESCALE_G, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
+                           stride_ak, stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM, RESCALE_G,
+                           DOT_PRECISION, UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
         if NORM:
             # rstd in fp32 with an IEEE sqrt; stored once per row (by the tiles of the first column) for backward.
             rstd = 1.0 / tl.sqrt_rn(ss / K + eps)
@@ -355,9 +339,9 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bi
 # math in the epilogue; every kept config compiles spill-free with them - test_gemm_aot.py). A residual or a saved
 # pre-activation is keyed: their epilogue tiles change shared-memory needs (H200: a config tuned without the residual
 # asked 245,792 bytes of 232,448 with it on the odd shape) and the pruned space (periodic residual). The RMSNorm
-# prologue is keyed too: with APPLY_G the A tile passes through registers, which changes the best tile.
+# prologue is keyed too: the A tile passes through registers (x * g), which changes the best tile.
 _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "SCALE_MODE", "PRECISE_ACC",
-               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION", "NORM", "APPLY_G"]
+               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION", "NORM"]
 
 
 def _early_prune(configs, named_args, **kwargs):
@@ -508,7 +492,6 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
         res_strides, res_period = residual.stride(), residual.shape[1]
     else:
         res_strides, res_period = (0, 0, 0), 1
-    apply_g = norm is not None and norm.weight is not None
     programs = num_programs or sms
     static = dict(
         M=M, N=N, K=K,
@@ -520,7 +503,7 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
         HAS_BIAS=bias is not None, ACTIVATION=activation, HAS_RESIDUAL=residual is not None,
         RES_PERIODIC=residual is not None and not _residual_is_flat(residual),
         STORE_PREACT=preact is not None,
-        NORM=norm is not None, APPLY_G=apply_g, RESCALE_G=apply_g and a.dtype == torch.float16,
+        NORM=norm is not None, RESCALE_G=norm is not None and norm.g_scale is not None,
         # per tensor only when both scales are: with M == 1 (or N == 1) a rowwise scale_b (scale_a) sits beside a
         # one-element scale of the other side, and per-tensor mode would read scale_b[0] for every column
         SCALE_MODE=0 if dequant is None else 1 if dequant.scale_a.numel() == dequant.scale_b.numel() == 1 else 2,
@@ -558,7 +541,7 @@ def _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequ
 
     return (_tensor_key(a), _tensor_key(b), _tensor_key(out), bias is None, _tensor_key(residual),
             None if preact is None else preact.stride(), activation, use_tma,
-            None if norm is None else (norm.weight is None, norm.rstd is None),
+            None if norm is None else (norm.rstd is None, norm.g_scale is None),
             None if dequant is None else (dequant.scale_a.numel(), dequant.scale_b.numel(), dequant.fast_accum),
             os.environ.get("TILEWRIGHT_AUTOTUNE"), cache.generation)
 
@@ -568,7 +551,7 @@ def _check_unit_stride(bias, norm, dequant) -> None:
     (ops/_checks.contiguous_vector). A direct caller passing a sliced or expanded vector gets an error, not garbage."""
     vectors = [("bias", bias)]
     if norm is not None:
-        vectors += [("norm weight", norm.weight), ("rstd", norm.rstd)]
+        vectors += [("norm weight", norm.weight), ("rstd", norm.rstd), ("g_scale", norm.g_scale)]
     if dequant is not None:
         vectors += [("scale_a", dequant.scale_a), ("scale_b", dequant.scale_b)]
     for name, vec in vectors:
@@ -610,7 +593,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         plan.static,
         a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
         res_ptr=residual if residual is not None else dummy, preact_ptr=preact if preact is not None else dummy,
-        g_ptr=norm.weight if norm is not None and norm.weight is not None else dummy,
+        g_ptr=norm.weight if norm is not None else dummy,
+        gscale_ptr=norm.g_scale if norm is not None and norm.g_scale is not None else dummy,
         rstd_ptr=norm.rstd if norm is not None and norm.rstd is not None else dummy,
         scale_a_ptr=dequant.scale_a if dequant is not None else dummy,
         scale_b_ptr=dequant.scale_b if dequant is not None else dummy,

@@ -8,12 +8,13 @@ three additions, none of which reads x a second time:
 * **sum of squares from the tiles already loaded**: every K step the program squares its A tile in fp32 and adds the
   row sums to ``ss`` (BLOCK_M fp32 registers). Programs sharing a tile row recompute the same sums: ``BLOCK_M x K``
   FMAs next to ``BLOCK_M x BLOCK_N x K`` MACs, i.e. 1/BLOCK_N of the tensor-core work, on otherwise idle ALUs.
-* **norm weight in the mainloop** (``APPLY_G``): the A tile is multiplied by ``g[k]`` in fp32 and rounded once to
-  the input dtype before the dot, so the MMA sees ``bf16(x * g)``. ``rstd`` cannot be applied here (it depends on
-  the whole row), but it is a per-row scale, so it commutes with the dot:
-  ``sum_k (x*rstd*g)[m,k] W[n,k] = rstd[m] * sum_k (x*g)[m,k] W[n,k]``.
-  ``APPLY_G=False`` is the *folded* variant: the caller passes ``W * g`` (one rounding per weight element) and the
-  A tile goes to the tensor cores untouched. Both roundings are documented and measured in docs/numerics_rmsnorm.md.
+* **norm weight in the mainloop**: the A tile is multiplied by ``g[k]`` in fp32 and rounded once to the input dtype
+  before the dot, so the MMA sees ``bf16(x * g)``. ``rstd`` cannot be applied here (it depends on the whole row),
+  but it is a per-row scale, so it commutes with the dot:
+  ``sum_k (x*rstd*g)[m,k] W[n,k] = rstd[m] * sum_k (x*g)[m,k] W[n,k]``. The rounding is documented and measured in
+  docs/numerics_rmsnorm.md. (A *folded* variant that took ``W * g`` and fed the loaded A tile to the tensor cores
+  untouched was removed: on sm_90 it computed wrong products for 128x256 tiles and the pointer path, see
+  ``gemm._norm_step``.)
 * **epilogue**: ``rstd = 1 / sqrt(ss / K + eps)`` (IEEE sqrt, fp32), ``acc * rstd`` *before* bias, then the GEMM's
   epilogue (activation, residual) and one rounding to the output dtype. Programs with ``pid_n == 0`` store rstd
   (fp32, one per row) for the backward.
@@ -22,7 +23,7 @@ Numerics versus torch's unfused bf16 pipeline: torch rounds ``x * rstd`` (and th
 the fused kernel rounds ``x * g`` once (exact when g is all ones, the RMSNorm initialisation) and applies rstd in
 fp32. fp16: ``x * g`` is formed *before* normalisation and would overflow fp16 where ``|x * g| > 65504`` while
 torch's normalised operand would not, so for fp16 g is scaled by a power of two 2^-e with max|g| < 2^e
-(``gemm._g_pow2_scale``) and 2^e is applied with rstd. The sum of squares is fp32 and never overflows.
+(:func:`g_pow2_scale`) and 2^e is applied with rstd. The sum of squares is fp32 and never overflows.
 
 Backward (``_rmsnorm_bwd_kernel``)
 -------------------------------------------
@@ -38,20 +39,57 @@ import triton.language as tl
 
 from .gemm import NormPrologue, launch_gemm
 
+_SCALES_MAX = 256
+_scales: dict = {}
 
-def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor | None, b: torch.Tensor, out: torch.Tensor,
+
+def g_pow2_scale(g: torch.Tensor) -> torch.Tensor:
+    """(2,) fp32 ``[2^-e, 2^e]`` on g's device with max|g| = m * 2^e, 0.5 <= m < 1, over the *finite* entries.
+
+    fp16 only: the mainloop rounds ``x * g`` to fp16 before the dot, which overflows once |x * g| > 65504 (NaN rows
+    where the unfused pipeline, which normalises first, stays finite). ``x * (g * 2^-e)`` is at most |x|, so it cannot
+    overflow, and the accumulator takes 2^e back with rstd. A power of two keeps every product bit-identical to
+    ``x * g`` wherever that did not overflow or fall below fp16's normal range. An Inf / NaN in g stays Inf / NaN
+    whatever the scale, so it is left out of the max (scaling by 2^-125 for it would flush the finite products to 0).
+    e is clamped to [-125, 125] so both factors stay normal fp32 numbers.
+
+    Computed with torch ops (no host sync) and cached per (storage, version) of g: an inference model pays it once, a
+    training step once per optimizer update. A power of two cancels exactly, so a stale entry (a write through
+    ``.data`` bypasses the version counter) changes no result, only how much headroom against overflow is left. (It used to be a reduction over g inside the GEMM kernel, which on sm_90
+    raced with the TMA pipeline's first loads and corrupted a few rows now and then - found by the GPU fuzzer.)
+    """
+    key = (g.data_ptr(), g._version, g.shape, g.dtype, g.device)
+    hit = _scales.get(key)
+    if hit is not None:
+        return hit
+    a = g.detach().float().abs()
+    gmax = torch.where(torch.isfinite(a), a, torch.zeros_like(a)).amax() if a.numel() else a.new_zeros(())
+    _, e = torch.frexp(gmax)
+    e = e.clamp(-125, 125).float()
+    scale = torch.stack([torch.exp2(-e), torch.exp2(e)])
+    if len(_scales) >= _SCALES_MAX:
+        _scales.clear()
+    _scales[key] = scale
+    return scale
+
+
+def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                         rstd: torch.Tensor | None, eps: float, *, bias=None, residual=None, activation: int = 0,
                         use_tma: bool | None = None, config: triton.Config | None = None,
                         num_programs: int | None = None) -> torch.Tensor:
     """``out = act(rms_norm(x, g) @ b + bias) + residual`` in one kernel, rstd (fp32, (M,)) stored when given.
 
-    x: (M, K); norm_weight: (K,) or None (already folded into ``b``); b: (K, N) (``weight.t()``); out: (M, N);
-    bias (N,); residual (R0, P, N) as in ``gemm.launch_gemm``, whose other arguments these are. Checks are the op
-    layer's job. The kernel is the GEMM's with its NORM switch on, tuned by the GEMM's autotuner (whose key holds
-    NORM and APPLY_G).
+    x: (M, K); norm_weight: (K,) unit-stride; b: (K, N) (``weight.t()``); out: (M, N); bias (N,); residual
+    (R0, P, N) as in ``gemm.launch_gemm``, whose other arguments these are. Checks are the op layer's job. The kernel
+    is the GEMM's with its NORM switch on, tuned by the GEMM's autotuner (whose key holds NORM).
     """
+    if not isinstance(norm_weight, torch.Tensor):
+        raise TypeError(f"launch_rmsnorm_gemm: norm_weight must be a (K,) tensor, got {type(norm_weight).__name__} "
+                        "(the folded-weight variant, norm_weight=None, was removed: it computed wrong results)")
+    g_scale = g_pow2_scale(norm_weight) if x.dtype == torch.float16 else None
     return launch_gemm(x, b, out, bias=bias, residual=residual, activation=activation, use_tma=use_tma,
-                       config=config, num_programs=num_programs, norm=NormPrologue(norm_weight, rstd, eps))
+                       config=config, num_programs=num_programs,
+                       norm=NormPrologue(norm_weight, rstd, eps, g_scale))
 
 
 # --------------------------------------------------------------------------------------------------------------------
