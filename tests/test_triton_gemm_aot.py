@@ -76,3 +76,38 @@ def test_gemm_compiles_for_sm90_with_wgmma_and_no_spills(reports, i):
         assert rep.has("UTMALDG"), "TMA path without TMA loads"
         assert rep.has("UTMASTG"), "TMA store missing"
     assert rep.shared_bytes <= 227 * 1024
+
+
+def test_fp32_gemm_sums_each_k_slice_apart():
+    """fp32 operands: each BLOCK_K slice is summed from zero and added to the accumulator (one FADD per output per
+    slice next to BLOCK_K FFMAs; Triton folds a plain ``acc + dot`` back into one chain, which leaves no FADD at all
+    in the plain kernel), and the FFMA tiles compile without spills with the heaviest epilogue and with the RMSNorm
+    prologue, TMA or pointer loads."""
+    import re
+
+    from tilewright.autotune.space import _FP32_TILES
+
+    ptrs = PTRS + ("gscale_ptr", "scale_a_ptr", "scale_b_ptr")
+    jobs, names = [], []
+    for (bm, bn, bk, warps, stages) in _FP32_TILES:
+        for tma in (True, False):
+            for heavy in (False, True):  # plain: the FADD count is the slice sums alone; heavy: spills
+                ce = {**{k: 1 for k in UNIT_STRIDES}, "HAS_BIAS": heavy, "ACTIVATION": 3 if heavy else 0,
+                      "HAS_RESIDUAL": heavy, "RES_PERIODIC": heavy, "A_K_CONTIG": True, "B_K_CONTIG": False,
+                      "USE_TMA": tma, "TMA_STORE": tma, "STORE_PREACT": heavy, "INDEX_64": heavy, "NORM": heavy,
+                      "RESCALE_G": False, "STORE_RSTD": heavy, "SCALE_MODE": 0, "PRECISE_ACC": False,
+                      "DOT_PRECISION": "ieee", "UPCAST_DOT": False, "GROUP": 8, "TILE_ORDER": GROUPED,
+                      "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "EPI_SPLIT": 1, "PERSISTENT": True,
+                      "FLATTEN": False, "TMA_LOADS": tma}
+                jobs.append(dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel",
+                                 signature={**{k: "*fp32" for k in ptrs}, **{k: "i32" for k in INTS}, "eps": "fp32"},
+                                 constexprs=ce, arch=90, num_warps=warps, num_stages=stages,
+                                 divisible_by_16=ALIGNED + ("gscale_ptr", "scale_a_ptr", "scale_b_ptr")))
+                names.append((bm, bn, bk, warps, tma, heavy))
+    for (bm, bn, bk, warps, tma, heavy), rep in zip(names, compile_reports(jobs)):
+        assert rep.spill_bytes == 0, f"{bm}x{bn}x{bk} tma={tma}: {rep.spill_bytes} bytes spilled"
+        if not heavy:
+            per_thread = bm * bn // (32 * warps)
+            ffma, fadd = len(re.findall(r"\bFFMA\b", rep.sass)), len(re.findall(r"\bFADD\b", rep.sass))
+            assert ffma == per_thread * bk, (ffma, per_thread * bk)
+            assert fadd == per_thread, f"{fadd} FADD for {per_thread} outputs a thread: slice sums folded away?"

@@ -371,3 +371,35 @@ def test_default_config_fits_shared_memory_for_fp32(M, use_tma):
     # 16-bit defaults are unchanged (they fit as measured)
     assert space.default_gemm_config(M, 3000, 4096, use_tma=use_tma).num_stages == \
         space.default_gemm_config(M, 3000, 4096, use_tma=use_tma, in_bytes=2, out_bytes=2).num_stages
+
+
+def test_fp32_operands_get_the_ffma_tiles_and_16_bit_never_do():
+    """fp32 dots run on the CUDA cores with a second (slice) accumulator: only the two FFMA tiles that compile without
+    spills (test_triton_gemm_aot.py::test_fp32_gemm_sums_each_k_slice_apart) are offered or chosen for fp32, and
+    16-bit operands never get them."""
+    from tilewright.autotune.space import _FP32_TILES, default_gemm_config, gemm_configs, prune_gemm_configs
+
+    def tile(c):
+        kw = c.kwargs
+        return (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], c.num_warps, c.num_stages)
+
+    for M in (16, 300, 4096):
+        kept = prune_gemm_configs(gemm_configs(), M, 4096, 4096, 4, 4, tma_store=True)
+        assert kept and {tile(c) for c in kept} <= set(_FP32_TILES)
+        assert tile(default_gemm_config(M, 4096, 4096, in_bytes=4, out_bytes=4)) in _FP32_TILES
+        bf16 = prune_gemm_configs(gemm_configs(), M, 4096, 4096, 2, 2, tma_store=True)
+        assert not {tile(c) for c in bf16} & set(_FP32_TILES)
+
+
+def test_fp16_rmsnorm_prologue_never_gets_a_tile_past_128x128():
+    """The fp16 RMSNorm prologue (RESCALE_G) on 128x256 tiles gave NaN / wrong rows on H100 (GPU fuzzer, diag
+    2026-11-26: 12 of 12 forced runs wrong, 0 of 156 on 128x128): neither the autotuner nor the default may pick one."""
+    from tilewright.autotune.space import default_gemm_config, gemm_configs, prune_gemm_configs
+
+    for M in (300, 4096, 16384):
+        kept = prune_gemm_configs(gemm_configs(), M, 4096, 4096, 2, 2, tma_store=True, rescale_g=True)
+        assert kept and all(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 128 for c in kept)
+        d = default_gemm_config(M, 4096, 4096, rescale_g=True)
+        assert d.kwargs["BLOCK_M"] * d.kwargs["BLOCK_N"] <= 128 * 128
+        # bf16 (no rescale) keeps the large tile
+        assert default_gemm_config(M, 4096, 4096).kwargs["BLOCK_N"] == 256

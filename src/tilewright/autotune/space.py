@@ -85,6 +85,12 @@ def gemm_configs() -> list[triton.Config]:
     return configs
 
 
+# Largest BLOCK_M * BLOCK_N for the fp16 RMSNorm prologue (prune_gemm_configs): the 128x256 tile computed wrong rows
+# and NaN there (deterministically with the g scale loaded from memory, now and then with it reduced in-kernel); the
+# root cause inside the compiler is not isolated, so the tile is excluded instead of guessed at.
+_RESCALE_G_MAX_TILE = 128 * 128
+
+
 def _is_fp32_tile(cfg: triton.Config) -> bool:
     kw = cfg.kwargs
     return (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], cfg.num_warps, cfg.num_stages) in _FP32_TILES
@@ -107,7 +113,8 @@ def gemm_smem_bytes(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store
 
 def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes: int, tma_store: bool,
                        smem_limit: int = SMEM_OPTIN_BYTES, use_tma: bool = True,
-                       periodic_residual: bool = False, precise_acc: bool = False) -> list[triton.Config]:
+                       periodic_residual: bool = False, precise_acc: bool = False,
+                       rescale_g: bool = False) -> list[triton.Config]:
     """Drop configs that cannot fit shared memory or are silly for the shape.
 
     * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
@@ -118,7 +125,10 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     * the pointer path (no TMA) and a broadcast (periodic) residual, which needs an integer division per row in the
       epilogue, keep 128-row tiles at <= 128x128 with 8 warps: larger ones spill (tests/test_triton_gemm_aot.py);
     * FP8 precise accumulation holds a second accumulator: at most 64 accumulator values per thread;
-    * fp32 operands (``in_bytes == 4``) use only the FFMA tiles (``_FP32_TILES``), and 16-bit/FP8 operands never do.
+    * fp32 operands (``in_bytes == 4``) use only the FFMA tiles (``_FP32_TILES``), and 16-bit/FP8 operands never do;
+    * the fp16 RMSNorm prologue (``rescale_g``) keeps tiles of at most 128x128: with 128x256 tiles it gave wrong
+      rows or NaN on sm_90 (Triton 3.6, H100: every fp16 case with N not a multiple of 8 in one sweep, found by the
+      GPU fuzzer; bf16 and 128x128 tiles correct), see ``_RESCALE_G_MAX_TILE``.
     """
     kept = []
     for cfg in configs:
@@ -143,6 +153,8 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
         if (pointer or periodic_residual) and kw["BLOCK_M"] >= 128 and cfg.num_warps < 8:
             continue
         if precise_acc and kw["BLOCK_M"] * kw["BLOCK_N"] > 64 * 32 * cfg.num_warps:
+            continue
+        if rescale_g and kw["BLOCK_M"] * kw["BLOCK_N"] > _RESCALE_G_MAX_TILE:
             continue
         if kw["BLOCK_N"] > 2 * max(triton.next_power_of_2(N), 16) or kw["BLOCK_K"] > 2 * max(triton.next_power_of_2(K), 16):
             continue
@@ -178,7 +190,8 @@ _SMEM_SLACK = 1024
 
 
 def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodic_residual: bool = False,
-                        precise_acc: bool = False, in_bytes: int = 2, out_bytes: int = 2, tma_store: bool = True,
+                        precise_acc: bool = False, rescale_g: bool = False, in_bytes: int = 2, out_bytes: int = 2,
+                        tma_store: bool = True,
                         smem_limit: int = SMEM_OPTIN_BYTES) -> triton.Config:
     """A good untuned config for the shape: the only config for M <= 256 (see triton_kernels/gemm.SMALL_M) unless
     `tilewright tune` stored a winner, and everywhere with ``TILEWRIGHT_AUTOTUNE=0``.
@@ -198,7 +211,7 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodi
         cfg = _config(32, 32, 256, 4, 4, tma=False)
     elif M <= 256:
         cfg = _config(64, 64, 128, 4, 4, persistent=not use_tma, tma=use_tma)
-    elif use_tma and not periodic_residual and not precise_acc:
+    elif use_tma and not periodic_residual and not precise_acc and not rescale_g:
         cfg = _config(128, 256, 64, 8, 3, split=4)
     else:
         cfg = _config(128, 128, 64, 8, 4, split=2, tma=use_tma)

@@ -341,7 +341,7 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bi
 # asked 245,792 bytes of 232,448 with it on the odd shape) and the pruned space (periodic residual). The RMSNorm
 # prologue is keyed too: the A tile passes through registers (x * g), which changes the best tile.
 _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA_STORE", "SCALE_MODE", "PRECISE_ACC",
-               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION", "NORM"]
+               "HAS_RESIDUAL", "RES_PERIODIC", "STORE_PREACT", "DOT_PRECISION", "NORM", "RESCALE_G"]
 
 
 def _early_prune(configs, named_args, **kwargs):
@@ -351,7 +351,8 @@ def _early_prune(configs, named_args, **kwargs):
                               a.element_size(), c.element_size(), kwargs.get("TMA_STORE", False),
                               smem_limit=_smem_limit(a.device), use_tma=kwargs.get("USE_TMA", True),
                               periodic_residual=kwargs.get("RES_PERIODIC", False),
-                              precise_acc=kwargs.get("PRECISE_ACC", False))
+                              precise_acc=kwargs.get("PRECISE_ACC", False),
+                              rescale_g=kwargs.get("RESCALE_G", False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -523,7 +524,8 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
                                static["PRECISE_ACC"])
     if config is None and not INTERPRET and (M <= SMALL_M or os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0"):
         config = default_gemm_config(M, N, K, use_tma=bool(use_tma), periodic_residual=static["RES_PERIODIC"],
-                                     precise_acc=static["PRECISE_ACC"], in_bytes=a.element_size(),
+                                     precise_acc=static["PRECISE_ACC"], rescale_g=static["RESCALE_G"],
+                                     in_bytes=a.element_size(),
                                      out_bytes=out.element_size(), tma_store=tma_store,
                                      smem_limit=_smem_limit(a.device))
     if config is not None:
