@@ -379,3 +379,21 @@ def test_dkdv_kernel_builds_for_one_query_row_with_tma():
                divisible_by_16=(*ptrs, "LSE", "DELTA", *strides, "SQ_BUCKET", "SKV_BUCKET"))
     rep, = compile_reports([job])
     assert rep.has("HGMMA") or rep.has("HMMA")
+
+
+def test_fp32_dkdv_kernel_compiles_with_tile_sums():
+    """fp32 attention accumulates dK/dV (and dQ, O) tile by tile through triton_kernels/dot.dot_accumulate (tile sums
+    added apart, the GPU fuzzer's fp32 grad[v] fix): the sm_90 build of that path compiles and runs on FFMAs."""
+    from tilewright.triton_kernels.aot import compile_reports
+
+    strides = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk", "dv") for d in "bhs"]
+    ptrs = ("Q", "K", "V", "DO", "DK", "DV")
+    sig = {**{p: "*fp32" for p in ptrs}, "LSE": "*fp32", "DELTA": "*fp32", "sm_scale": "fp32",
+           **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
+           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32"}
+    job = dict(kernel="tilewright.triton_kernels.attention:_attn_bwd_dkdv_kernel", signature=sig, arch=90,
+               constexprs=dict(HEAD_DIM=64, HEAD_DIM_PAD=64, CAUSAL=True, UPCAST=False, DOT_PRECISION="ieee",
+                               USE_TMA=False, BLOCK_M1=32, BLOCK_N1=64),
+               num_warps=4, num_stages=2, divisible_by_16=(*ptrs, "LSE", "DELTA", *strides, "SQ_BUCKET", "SKV_BUCKET"))
+    rep, = compile_reports([job])
+    assert rep.has("FFMA") and not rep.has("HGMMA")

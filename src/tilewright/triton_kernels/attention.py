@@ -46,6 +46,7 @@ import triton.language as tl
 
 from .._env import interpreting
 from ._runtime import ensure_allocator, is_tuned
+from .dot import dot_accumulate
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
@@ -183,6 +184,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
     DTYPE: tl.constexpr = k_base.dtype.element_ty
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
+    zero = tl.cast(Skv, tl.float32) * 0.0  # dot_accumulate's runtime 0.0
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = _load_operand(k_desc, k_base, start_n, Skv, stride_kn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
                           UPCAST)
@@ -204,7 +206,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
         acc = acc * alpha[:, None]
         v = _load_operand(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
                           UPCAST)
-        acc = tl.dot(_operand(p, DTYPE, UPCAST), v, acc, input_precision=DOT_PRECISION)
+        acc = dot_accumulate(_operand(p, DTYPE, UPCAST), v, acc, zero, DOT_PRECISION)
         m_i = m_ij
     return acc, l_i, m_i
 
@@ -316,10 +318,11 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
-    dv = tl.dot(_operand(pT, DTYPE, UPCAST), do, dv, input_precision=DOT_PRECISION)
+    zero = tl.cast(Sq, tl.float32) * 0.0  # dot_accumulate's runtime 0.0
+    dv = dot_accumulate(_operand(pT, DTYPE, UPCAST), do, dv, zero, DOT_PRECISION)
     dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
     dsT = pT * (dpT - delta[None, :])
-    dk = tl.dot(_operand(dsT, DTYPE, UPCAST), q, dk, input_precision=DOT_PRECISION)
+    dk = dot_accumulate(_operand(dsT, DTYPE, UPCAST), q, dk, zero, DOT_PRECISION)
     return dk, dv
 
 
@@ -402,6 +405,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
     DTYPE: tl.constexpr = k_base.dtype.element_ty
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
+    zero = tl.cast(Skv, tl.float32) * 0.0  # dot_accumulate's runtime 0.0
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
                           UPCAST)
@@ -414,7 +418,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
             p = tl.where(mask, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(_operand(ds, DTYPE, UPCAST), k, dq, input_precision=DOT_PRECISION)
+        dq = dot_accumulate(_operand(ds, DTYPE, UPCAST), k, dq, zero, DOT_PRECISION)
     return dq
 
 

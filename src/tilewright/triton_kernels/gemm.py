@@ -31,6 +31,7 @@ import triton.language as tl
 from .._env import SMEM_OPTIN_BYTES, interpreting
 from ..autotune.space import INTERPRETER_CONFIG, default_gemm_config, gemm_configs, prune_gemm_configs
 from .activation import apply_activation
+from .dot import dot_accumulate
 from ._runtime import ensure_allocator, is_tuned
 from .tile_order import tile_coords
 
@@ -81,14 +82,7 @@ def _mma(a, b, acc, zero, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
         # accumulator on the CUDA cores - cuBLASLt's default (torch._scaled_mm use_fast_accum=False). It holds a
         # second accumulator, so the pruner keeps <= 64 accumulator values per thread for it.
         return acc + tl.dot(a, b)
-    if DOT_PRECISION == "ieee":
-        # fp32 inputs: the dot runs as FFMA chains on the CUDA cores, each output's products added one after the
-        # other. Chained across all of K, rounding error grows ~K (4-6x cuBLAS's at K = 4096, past the 2x rule);
-        # summing each BLOCK_K slice from zero and adding the slice sums grows it ~(BLOCK_K + K / BLOCK_K), at one
-        # FADD per BLOCK_K FFMAs. Triton folds `acc + dot(a, b, 0)` back into `dot(a, b, acc)` when the 0 is a
-        # constant, so the slice starts from a zero the compiler cannot see as one (`zero` is a runtime 0.0).
-        return acc + tl.dot(a, b, tl.full(acc.shape, zero, tl.float32), input_precision="ieee")
-    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+    return dot_accumulate(a, b, acc, zero, DOT_PRECISION)  # fp32: tile sums added apart (dot.py)
 
 
 @triton.jit
