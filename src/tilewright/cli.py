@@ -11,13 +11,17 @@ import time
 from pathlib import Path
 
 BENCH_OPS = {"gemm": "tilewright.bench.gemm", "rms_norm_linear": "tilewright.bench.rms_norm_linear",
-             "attention": "tilewright.bench.attention"}
+             "attention": "tilewright.bench.attention", "model": "tilewright.bench.model"}
 
 
 # `bench --op all` must finish within 10 minutes on an H100/H200 (fresh caches): the RMSNorm suite leaves out its
 # torch.compile columns (a static-shape compile per shape and direction) and times the backward on two shapes; the
-# standalone `bench --op rms_norm_linear` runs all of it.
-ALL_OPS_ARGS = {"rms_norm_linear": {"with_compile": False, "backward": ("sq4k", "l3-8b-qkv")}}
+# standalone `bench --op rms_norm_linear` runs all of it. The model bench (whole Llama / ViT blocks) leaves out
+# torch.compile(mode="max-autotune-no-cudagraphs"), whose GEMM autotuning alone takes minutes; its target share is
+# under 3 minutes, not yet measured on a GPU (the README's 552 s all-ops run predates it, so the total needs
+# re-measuring against the 10 minutes).
+ALL_OPS_ARGS = {"rms_norm_linear": {"with_compile": False, "backward": ("sq4k", "l3-8b-qkv")},
+                "model": {"max_autotune": False}}
 
 
 def _run_bench_op(op: str, suite: str, all_ops: bool = False):

@@ -43,13 +43,16 @@ def on_gpu() -> bool:
     return torch.cuda.is_available() and not interpreting()
 
 
-def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, cudagraph: bool = False) -> float:
+def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, cudagraph: bool = False, cpu_runs: int = 3,
+            cpu_warm: bool = True) -> float:
     """Median time of ``fn()`` in milliseconds.
 
     GPU: ``triton.testing.do_bench`` (CUDA events, L2 flushed between runs, median). With ``cudagraph=True`` the
     calls are captured in a CUDA graph and the replays timed (``do_bench_cudagraph``): for microsecond kernels this
     measures the GPU work rather than Python launch overhead - use it for every provider of a case, never for one.
-    CPU: wall clock median of a few runs - interpreter numbers say nothing about performance and are labelled so.
+    CPU: wall clock median of ``cpu_runs`` runs after one untimed call (``cpu_warm=False``: none, the caller has just
+    run ``fn``) - interpreter numbers say nothing about performance and are labelled so (a benchmark whose interpreted
+    calls take seconds may ask for a single run).
     """
     if on_gpu():
         import triton
@@ -57,13 +60,14 @@ def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, cudagraph: bool =
         if cudagraph:
             return float(triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
         return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-    fn()
+    if cpu_warm:
+        fn()
     times = []
-    for _ in range(3):
+    for _ in range(max(1, cpu_runs)):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)[1]
+    return sorted(times)[len(times) // 2]
 
 
 def card_name() -> str:

@@ -388,11 +388,11 @@ def write_report(sweep: Sweep, out_dir, plots: bool = True) -> dict[str, Path]:
 
 def case_kind(op: str, case: str) -> str:
     """The kind of a bench case, for grouping ratios: gemm ``tag/bias`` -> bias, attention ``...|causal|bwd`` -> bwd,
-    rms_norm_linear ``tag-bwd`` -> bwd (else fwd)."""
+    model ``llama-prefill|fwd+bwd`` -> fwd+bwd (and ``first_call``), rms_norm_linear ``tag-bwd`` -> bwd (else fwd)."""
     case = str(case)
     if op == "gemm" and "/" in case:
         return case.split("/", 1)[1]
-    if op == "attention" and "|" in case:
+    if op in ("attention", "model") and "|" in case:
         return case.rsplit("|", 1)[1]
     if op == "rms_norm_linear":
         return "bwd" if case.endswith("-bwd") else "fwd"
