@@ -85,7 +85,7 @@ import os
 import time
 
 import torch
-import torch._dynamo  # noqa: F401 - torch._dynamo.reset / config below
+import torch._dynamo  # torch._dynamo.reset / config below
 import torch.nn.functional as F
 from torch import nn
 
@@ -538,7 +538,7 @@ def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = 
     # CPU (interpreter): one run each, and no warm-up call - the first call above and the guarded step below have
     # compiled and tuned everything; these numbers only prove the rows exist
     for name, block in provs.items():
-        def fwd(block=block):
+        def fwd(block=block, x=x):
             with torch.no_grad():
                 block(x)
         ms = time_ms(fwd, warmup_ms=warmup_ms, rep_ms=rep_ms, cpu_runs=1, cpu_warm=False)
@@ -562,7 +562,7 @@ def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = 
         err = max(errs.values())
         errors[f"{case.tag}|fwd+bwd|{name}"] = err
 
-        def step(block=block):
+        def step(block=block, x=x):
             block(x).sum().backward()
         ms = time_ms(step, warmup_ms=warmup_ms, rep_ms=rep_ms, cpu_runs=1, cpu_warm=False)
         rows.append(_row(case, "fwd+bwd", dtype, name, ms))
