@@ -329,6 +329,8 @@ def test_cli_argument_errors_are_clear(argv, message, capsys):
     (["tune", "--op", "attention"], "implemented for gemm only"),
     (["tune", "--shapes", "64,64,64", "--backend", "cuda"], "backend 'cuda' cannot run"),
     (["report", "/nonexistent/sweep"], "no such file"),
+    (["tune", "--shapes", "64,64,64", "--no-report", "--export-table", "/tmp/tw-never-written.json"],
+     "a config table is measured on a GPU"),
 ])
 def test_cli_request_errors_exit_2_with_reason(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -403,3 +405,104 @@ def test_fp16_rmsnorm_prologue_never_gets_a_tile_past_128x128():
         assert d.kwargs["BLOCK_M"] * d.kwargs["BLOCK_N"] <= 128 * 128
         # bf16 (no rescale) keeps the large tile
         assert default_gemm_config(M, 4096, 4096).kwargs["BLOCK_N"] == 256
+
+
+# ------------------------------------------------------------------------------------------------ shipped tables
+def _record(bm=128, bn=256, bk=64, warps=8, stages=3):
+    return {"winner": "triton", "backends": {"triton": {
+        "name": f"{bm}x{bn}x{bk}", "median_ms": 0.1,
+        "config": {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": 8, "TILE_ORDER": 1, "EPI_SPLIT": 4,
+                   "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "num_warps": warps,
+                   "num_stages": stages}}}}
+
+
+def _table(tmp_path, entries, card=None):
+    """A table file for this machine's "card" ("cpu" / "cpu-interpreter"), or for ``card``."""
+    facts = cache.device_facts("cpu")
+    path = tmp_path / f"table-{card or 'here'}.json"
+    path.write_text(json.dumps({"format": 1, "card": card or facts["gpu"], "capability": facts["capability"],
+                                "source": {}, "entries": entries}))
+    from tilewright.autotune import tables
+    tables._load.cache_clear()
+    return path
+
+
+def test_full_autotune_is_opt_in(monkeypatch):
+    """A new shape costs one compile unless TILEWRIGHT_AUTOTUNE asks for the sweep (full, or 1 as before)."""
+    from tilewright._env import full_autotune
+
+    for value, want in ((None, False), ("0", False), ("", False), ("1", True), ("full", True), ("FULL", True)):
+        if value is None:
+            monkeypatch.delenv("TILEWRIGHT_AUTOTUNE", raising=False)
+        else:
+            monkeypatch.setenv("TILEWRIGHT_AUTOTUNE", value)
+        assert full_autotune() is want, value
+
+
+def test_table_lookup_exact_nearest_and_out_of_reach(tmp_path):
+    from tilewright.autotune import tables
+
+    near, far = _record(128, 128), _record(128, 256)
+    path = _table(tmp_path, {"gemm|float16|M4096,N4096,K4096": far, "gemm|float16|M1024,N4096,K4096": near,
+                             "gemm|bfloat16|M2048,N4096,K4096": _record(64, 64)})
+    assert tables.lookup("gemm", "cpu", torch.float16, 4000, 4096, 4096, path) == far  # bucket M4096: exact
+    assert tables.lookup("gemm", "cpu", torch.float16, 4096, 2048, 4096, path) == far  # log2 distance 1 vs 3
+    assert tables.lookup("gemm", "cpu", torch.float16, 1000, 4096, 2048, path) == near  # log2 distance 1 vs 3
+    assert tables.lookup("gemm", "cpu", torch.float16, 64, 512, 512, path) is None  # far from every entry
+    assert tables.lookup("gemm", "cpu", torch.float32, 4096, 4096, 4096, path) is None  # no fp32 entry
+    other = _table(tmp_path, {"gemm|float16|M4096,N4096,K4096": far}, card="NVIDIA H200")
+    assert tables.lookup("gemm", "cpu", torch.float16, 4096, 4096, 4096, other) is None  # another card's table
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 2}),
+                                     json.dumps({"format": 1, "card": "cpu", "entries": {"bad key": {}}}),
+                                     json.dumps({"format": 1, "card": "cpu",
+                                                 "entries": {"gemm|float16|M1,N1,K1": {"winner": 3}}})])
+def test_unusable_table_warns_and_is_ignored(tmp_path, content):
+    from tilewright.autotune import tables
+
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    tables._load.cache_clear()
+    with pytest.warns(UserWarning, match="config table"):
+        assert tables.lookup("gemm", "cpu", torch.float16, 1, 1, 1, path) is None
+
+
+def test_export_round_trip_from_the_tuning_cache(tmp_path):
+    """tune -> cache -> export: a valid table for this card whose lookups return what was tuned."""
+    from tilewright.autotune import tables
+
+    _tune(fastest=None)
+    table = tables.export("cpu", source={"sweep": "test"})
+    assert tables.problem(table) is None and table["card"] == cache.device_facts("cpu")["gpu"] and table["entries"]
+    path = tmp_path / "exported.json"
+    path.write_text(json.dumps(table))
+    tables._load.cache_clear()
+    assert tables.lookup("gemm", "cpu", torch.float16, *SHAPE, path) == cache.lookup("gemm", "cpu", torch.float16,
+                                                                                      *SHAPE)
+
+
+def test_launch_reuses_the_measured_config_for_every_epilogue(tmp_path, monkeypatch):
+    """gemm._tuned_config: the cache first, then the shipped table; an epilogue reuses the plain GEMM's config, and
+    one that no longer fits shared memory (TMA-store tile beside 4 stages of fp32 operands) is fitted, not dropped
+    for a sweep."""
+    from tilewright.autotune import tables
+    from tilewright.triton_kernels import gemm
+
+    M, N, K = 4096, 4096, 4096
+    path = _table(tmp_path, {"gemm|float32|M4096,N4096,K4096": _record(128, 128, 64, 8, 4),
+                             "gemm|float16|M4096,N4096,K4096": _record(128, 256, 64, 8, 3)})
+    monkeypatch.setattr(tables, "table_path", lambda device=None: path)
+    a16, o16 = torch.empty(M, K, dtype=torch.float16), torch.empty(M, N, dtype=torch.float16)
+    cfg = gemm._tuned_config(a16, o16, M, N, K, True, True, False)
+    assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_stages) == (128, 256, 3)
+    # a periodic residual (pos_embed) keeps 128-row tiles at <= 128x128: the 128x256 winner is not forced on it
+    assert gemm._tuned_config(a16, o16, M, N, K, True, True, True) is None
+    # fp32 operands: the stored 128x128 tile is no FFMA tile, so the pruner drops it whatever its shared memory
+    a32, o32 = torch.empty(M, K), torch.empty(M, N)
+    assert gemm._tuned_config(a32, o32, M, N, K, True, True, False) is None
+    # a 16-bit winner too deep for shared memory with the store tile: fitted to fewer stages
+    deep = _table(tmp_path, {"gemm|float16|M4096,N4096,K4096": _record(128, 256, 64, 8, 6)})
+    monkeypatch.setattr(tables, "table_path", lambda device=None: deep)
+    cfg = gemm._tuned_config(a16, o16, M, N, K, True, True, False)
+    assert cfg is not None and cfg.num_stages < 6 and cfg.kwargs["BLOCK_N"] == 256

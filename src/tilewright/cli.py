@@ -276,13 +276,15 @@ def _tune(args) -> int:
         print("No usable GPU: the sweep ran on the Triton interpreter; its times are NOT performance numbers.")
     if sweep.df.empty:
         print("nothing tuned (every shape was in the cache)")
-        return 0
+        return 2 if args.export_table and _export_table(args.export_table, {"sweep": "earlier tunes"}) else 0
     with pd.option_context("display.width", 200, "display.max_colwidth", 60):
         print(winners(sweep.df)[["shape", "winner", "winner_config", "winner_ms", "winner_tflops", "vs_peer"]]
               .to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     from .autotune import cache
 
     print(f"stored winners in {cache.cache_path()}")
+    if args.export_table and _export_table(args.export_table, {"sweep": out}):
+        return 2
     if not args.no_report:
         try:
             paths = write_report(sweep, out, plots=not args.no_plots)
@@ -292,6 +294,36 @@ def _tune(args) -> int:
             return 1
         print(f"report: {paths['report_html']} (+ sweep.csv, winners.csv, report.md"
               f"{', plots/' if any(k.startswith('plot_') for k in paths) else ''})")
+    return 0
+
+
+def _export_table(path: str, source: dict) -> int:
+    """Write this card's config table (``autotune/tables.py``) from the tuning cache; commit it as
+    ``src/tilewright/autotune/tables/<card slug>.json`` to ship it."""
+    import json
+
+    from .autotune import tables
+    from .bench.common import on_gpu
+
+    if not on_gpu():
+        print(f"tilewright tune: error: --export-table {path}: a config table is measured on a GPU (this run used the "
+              "interpreter)", file=sys.stderr)
+        return 2
+    table = tables.export(source=source)
+    why = tables.problem(table)
+    if why or not table["entries"]:
+        print(f"tilewright tune: error: --export-table {path}: nothing usable to export ({why or 'no entries'})",
+              file=sys.stderr)
+        return 2
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(table, f, indent=1)
+    except OSError as e:
+        print(f"tilewright tune: error: --export-table {path}: cannot write it ({e})", file=sys.stderr)
+        return 2
+    print(f"config table for {table['card']}: {len(table['entries'])} entries -> {path} "
+          f"(ship it as src/tilewright/autotune/tables/{tables.card_slug(table['card'])}.json)")
     return 0
 
 
@@ -379,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="report folder (default: perf/tune/<card>/<timestamp>)")
     p.add_argument("--no-report", action="store_true", help="only update the cache")
     p.add_argument("--no-plots", action="store_true", help="report without PNG plots")
+    p.add_argument("--export-table", default=None, metavar="FILE",
+                   help="also write this card's shipped-config table from the cache (every entry tuned here)")
     p.set_defaults(fn=_tune)
     p = sub.add_parser("report", help="re-render a saved tune sweep or bench results (CSV, markdown, HTML, PNG)")
     p.add_argument("path", help="a tune report folder / sweep.csv, or a bench results folder / CSV")

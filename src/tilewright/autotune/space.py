@@ -114,7 +114,7 @@ def gemm_smem_bytes(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store
 def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes: int, tma_store: bool,
                        smem_limit: int = SMEM_OPTIN_BYTES, use_tma: bool = True,
                        periodic_residual: bool = False, precise_acc: bool = False,
-                       rescale_g: bool = False) -> list[triton.Config]:
+                       rescale_g: bool = False, fallback: bool = True) -> list[triton.Config]:
     """Drop configs that cannot fit shared memory or are silly for the shape.
 
     * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
@@ -163,7 +163,7 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
         if min(tiles_m, tiles_n) <= 1 and kw["TILE_ORDER"] != GROUPED:
             continue
         kept.append(cfg)
-    if not kept:  # never return nothing: the smallest config always fits
+    if not kept and fallback:  # never return nothing (fallback=False: check whether given configs survive)
         kept = [min(configs, key=lambda c: gemm_smem_bytes(c, in_bytes, out_bytes, tma_store))]
     return kept
 
@@ -194,7 +194,7 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodi
                         tma_store: bool = True,
                         smem_limit: int = SMEM_OPTIN_BYTES) -> triton.Config:
     """A good untuned config for the shape: the only config for M <= 256 (see triton_kernels/gemm.SMALL_M) unless
-    `tilewright tune` stored a winner, and everywhere with ``TILEWRIGHT_AUTOTUNE=0``.
+    `tilewright tune` stored a winner, and for any shape that has no measured config unless ``TILEWRIGHT_AUTOTUNE=full``.
 
     Small M reads B once and is memory bound: pointer loads with narrow, deep tiles were fastest on H200 for M <= 32
     (perf/results/h200/gemm_experiments_20261126-0140.log: 16x4096x4096 in 8.6 us with 16x32x256 tiles = 1.04x

@@ -185,7 +185,7 @@ def diag_host(args, rows):
 
 
 def diag_layers(args, rows):
-    """Host cost of each layer of the GEMM launch path on 512^3 (set TILEWRIGHT_AUTOTUNE=0 to leave tuning out)."""
+    """Host cost of each layer of the GEMM launch path on 512^3 (tuning sweeps are left out unless TILEWRIGHT_AUTOTUNE=full)."""
     import tilewright
     from .. import router
     from ..autotune.space import default_gemm_config

@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from .._env import interpreting
+from .._env import full_autotune, interpreting
 from ._runtime import ensure_allocator, is_tuned
 from .dot import dot_accumulate
 
@@ -530,8 +529,8 @@ def _pruner(tma_table, ptr_table, names):
         wanted = table[_tile_class(args["HEAD_DIM_PAD"])]
         kept = [c for c in configs if (c.kwargs[names[0]], c.kwargs[names[1]], c.num_warps, c.num_stages) in wanted]
         kept = kept or configs[:1]
-        if os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0":
-            kept = kept[:1]  # the table's first (default) config only: fast tests, no tuning
+        if not full_autotune():
+            kept = kept[:1]  # the table's first (default) config: one compile at a new shape, no sweep
         return kept
     return prune
 

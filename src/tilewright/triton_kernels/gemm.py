@@ -28,8 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .._env import SMEM_OPTIN_BYTES, interpreting
-from ..autotune.space import INTERPRETER_CONFIG, default_gemm_config, gemm_configs, prune_gemm_configs
+from .._env import SMEM_OPTIN_BYTES, full_autotune, interpreting
+from ..autotune.space import (INTERPRETER_CONFIG, default_gemm_config, fit_shared_memory, gemm_configs,
+                              prune_gemm_configs)
 from .activation import apply_activation
 from .dot import dot_accumulate
 from ._runtime import ensure_allocator, is_tuned
@@ -434,21 +435,34 @@ def _needs_int64(M: int, N: int, out: torch.Tensor, residual) -> bool:
 
 def _tuned_config(a, out, M, N, K, use_tma, tma_store, periodic_residual,
                   precise_acc=False) -> triton.Config | None:
-    """The Triton winner `tilewright tune` stored for this device/dtype/shape bucket, if it suits this call.
+    """The measured Triton config for this device/dtype/shape bucket, if one suits this call: the winner `tilewright
+    tune` stored in this machine's cache, else the shipped table's entry for this card (``autotune/tables.py``: the
+    bucket or its nearest measured neighbour).
 
-    Tuning runs the plain epilogue on TMA-aligned operands, so the stored config is re-checked against the pruner for
-    this call (pointer path, periodic residual, shared memory): a winner the pruner would drop is not used, and
-    Triton's own autotuner decides instead.
+    Configs are measured with the plain epilogue on TMA-aligned operands, and every epilogue reuses them: the config
+    is re-checked against the pruner for this call (pointer path, periodic residual, shared memory). One that no
+    longer fits shared memory (a TMA-store tile beside a deep ring) is fitted by :func:`fit_shared_memory` (fewer
+    stages, then a smaller BLOCK_K) and checked again; one the pruner still drops is not used (None: the caller's
+    default or sweep decides).
     """
-    from ..autotune import cache
+    from ..autotune import cache, tables
 
-    cfg = cache.triton_config(cache.lookup("gemm", a.device, a.dtype, M, N, K))
+    record = cache.lookup("gemm", a.device, a.dtype, M, N, K) or tables.lookup("gemm", a.device, a.dtype, M, N, K)
+    cfg = cache.triton_config(record)
     if cfg is None:
         return None
-    kept = prune_gemm_configs([cfg], M, N, K, a.element_size(), out.element_size(), tma_store,
-                              smem_limit=_smem_limit(a.device), use_tma=use_tma, periodic_residual=periodic_residual,
-                              precise_acc=precise_acc)
-    return cfg if kept[0] is cfg else None
+
+    def kept(c):  # (without the pruner's fallback, which hands a lone config back whatever it is)
+        return bool(prune_gemm_configs([c], M, N, K, a.element_size(), out.element_size(), tma_store,
+                                       smem_limit=_smem_limit(a.device), use_tma=use_tma,
+                                       periodic_residual=periodic_residual, precise_acc=precise_acc,
+                                       fallback=False))
+
+    if kept(cfg):
+        return cfg
+    fitted = fit_shared_memory(cfg, a.element_size(), out.element_size(),
+                               tma_store and cfg.kwargs.get("TMA_LOADS", True), _smem_limit(a.device))
+    return fitted if fitted is not cfg and kept(fitted) else None
 
 
 def _tensor_key(t):
@@ -516,7 +530,7 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
     if config is None and not INTERPRET and a.is_cuda and norm is None:
         config = _tuned_config(a, out, M, N, K, bool(use_tma), tma_store, static["RES_PERIODIC"],
                                static["PRECISE_ACC"])
-    if config is None and not INTERPRET and (M <= SMALL_M or os.environ.get("TILEWRIGHT_AUTOTUNE", "1") == "0"):
+    if config is None and not INTERPRET and (M <= SMALL_M or not full_autotune()):
         config = default_gemm_config(M, N, K, use_tma=bool(use_tma), periodic_residual=static["RES_PERIODIC"],
                                      precise_acc=static["PRECISE_ACC"], rescale_g=static["RESCALE_G"],
                                      in_bytes=a.element_size(),
@@ -567,8 +581,9 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     prologue (:class:`NormPrologue`); ``dequant``: FP8 scales (:class:`Dequant`). Shapes and dtypes are checked by
     the op layer, not here.
 
-    ``config`` bypasses the autotuner (tests, reports); ``num_programs`` overrides the persistent grid size. With
-    ``TILEWRIGHT_AUTOTUNE=0`` in the environment a shape-based default config is used instead of tuning. The launch
+    ``config`` bypasses every lookup (tests, reports); ``num_programs`` overrides the persistent grid size. Without
+    it the config is this machine's tuned one, else the shipped table's, else the shape-based default - one compile
+    at a new shape; ``TILEWRIGHT_AUTOTUNE=full`` runs Triton's sweep for buckets nothing measured instead. The launch
     plan (everything but the pointers) is cached per call signature on the GPU.
     """
     _check_unit_stride(bias, norm, dequant)
