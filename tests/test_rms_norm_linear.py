@@ -155,19 +155,21 @@ def test_folded_norm_weight_variant_is_refused():
         launch_rmsnorm_gemm(x, None, (w.float() * g.float()).half().t(), out, None, EPS, bias=b)
 
 
-def test_fp16_g_scale_is_a_power_of_two_over_finite_entries_and_cached():
+def test_fp16_g_scale_is_a_power_of_two_over_finite_entries():
     """g_pow2_scale: [2^-e, 2^e] with max|finite g| = m * 2^e (0.5 <= m < 1), Inf/NaN ignored, e clamped to
-    [-125, 125]; one tensor per (storage, version) of g, recomputed after an in-place update."""
+    [-125, 125]; recomputed at every call (an in-place update shows at once), long g in several chunks."""
     from tilewright.triton_kernels.rmsnorm_gemm import g_pow2_scale
 
     g = torch.tensor([0.5, -3.0, float("inf"), float("nan"), 1.0], dtype=torch.float16)
-    s = g_pow2_scale(g)
-    assert s.dtype == torch.float32 and s.tolist() == [0.25, 4.0]  # 3 = 0.75 * 2^2
-    assert g_pow2_scale(g) is s  # cached
-    g.mul_(4)  # 12 = 0.75 * 2^4: a new version, a new scale
+    assert g_pow2_scale(g).tolist() == [0.25, 4.0]  # 3 = 0.75 * 2^2
+    g.mul_(4)  # 12 = 0.75 * 2^4
     assert g_pow2_scale(g).tolist() == [2.0 ** -4, 16.0]
-    assert g_pow2_scale(torch.zeros(8, dtype=torch.float16)).tolist() == [1.0, 1.0]
-    assert g_pow2_scale(torch.full((4,), 2.0 ** -24, dtype=torch.float16)).tolist() == [2.0 ** 23, 2.0 ** -23]
+    assert g_pow2_scale(torch.full((4,), 2.0 ** -14, dtype=torch.float16)).tolist() == [2.0 ** 13, 2.0 ** -13]
+    long = torch.ones(3000, dtype=torch.float16)
+    long[2500] = -100.0  # 100 = 0.78 * 2^7, in the third 1024-chunk
+    assert g_pow2_scale(long).tolist() == [2.0 ** -7, 2.0 ** 7]
+    s0 = g_pow2_scale(torch.zeros(8, dtype=torch.float16)).tolist()
+    assert s0[0] * s0[1] == 1.0 and s0[1] in (2.0 ** -125, 1.0)  # all zero: any exact power of two will do
 
 def test_epilogue_activation_and_residual():
     from tilewright.reference import activation_reference
@@ -507,3 +509,14 @@ def test_double_backward_raises_a_clear_error():
 def test_wrong_argument_types_name_the_argument(kwargs, arg):
     with pytest.raises((TypeError, ValueError), match=arg):
         tilewright.rms_norm_linear(torch.randn(4, 16), torch.ones(16), torch.randn(8, 16), **kwargs)
+
+
+def test_g_scale_kernel_compiles_for_sm90():
+    """Every Triton kernel is AOT-compiled for sm_90 in the CPU tier: the one-program g scale reduction too."""
+    from tilewright.triton_kernels.aot import compile_reports
+
+    rep, = compile_reports([dict(kernel="tilewright.triton_kernels.rmsnorm_gemm:_g_pow2_scale_kernel",
+                                 signature={"g_ptr": "*fp16", "out_ptr": "*fp32", "K": "i32"},
+                                 constexprs={"BLOCK": 1024}, arch=90, num_warps=4, num_stages=1,
+                                 divisible_by_16=("g_ptr", "out_ptr"))])
+    assert rep.spill_bytes == 0 and rep.sass

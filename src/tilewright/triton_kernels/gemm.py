@@ -238,7 +238,7 @@ def _gemm_kernel(
                                            block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
     g_shift = 1.0
     g_unshift = 1.0
-    if RESCALE_G:  # two scalars computed by the launcher (a reduction over g here raced with the TMA prologue)
+    if RESCALE_G:  # two scalars computed by the launcher (rmsnorm_gemm.g_pow2_scale), the same for every program
         g_shift = tl.load(gscale_ptr)
         g_unshift = tl.load(gscale_ptr + 1)
 

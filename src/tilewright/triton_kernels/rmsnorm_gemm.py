@@ -39,8 +39,18 @@ import triton.language as tl
 
 from .gemm import NormPrologue, launch_gemm
 
-_SCALES_MAX = 256
-_scales: dict = {}
+@triton.jit
+def _g_pow2_scale_kernel(g_ptr, out_ptr, K, BLOCK: tl.constexpr):
+    """One program: out = [2^-e, 2^e] with max|finite g| = m * 2^e, 0.5 <= m < 1 (see :func:`g_pow2_scale`)."""
+    gmax = tl.zeros((BLOCK,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK):
+        rk = k0 + tl.arange(0, BLOCK)
+        g_abs = tl.abs(tl.load(g_ptr + rk, mask=rk < K, other=0.0).to(tl.float32))
+        gmax = tl.maximum(gmax, tl.where(g_abs < float("inf"), g_abs, 0.0))  # NaN < inf is false: left out too
+    biased = (tl.max(gmax, axis=0).to(tl.int32, bitcast=True) >> 23) & 0xFF
+    e = tl.minimum(tl.maximum(biased - 126, -125), 125)  # a zero / subnormal max gives e = -125 (any e is exact)
+    tl.store(out_ptr, ((127 - e) << 23).to(tl.float32, bitcast=True))
+    tl.store(out_ptr + 1, ((127 + e) << 23).to(tl.float32, bitcast=True))
 
 
 def g_pow2_scale(g: torch.Tensor) -> torch.Tensor:
@@ -53,24 +63,17 @@ def g_pow2_scale(g: torch.Tensor) -> torch.Tensor:
     whatever the scale, so it is left out of the max (scaling by 2^-125 for it would flush the finite products to 0).
     e is clamped to [-125, 125] so both factors stay normal fp32 numbers.
 
-    Computed with torch ops (no host sync) and cached per (storage, version) of g: an inference model pays it once, a
-    training step once per optimizer update. A power of two cancels exactly, so a stale entry (a write through
-    ``.data`` bypasses the version counter) changes no result, only how much headroom against overflow is left. (It used to be a reduction over g inside the GEMM kernel, which on sm_90
-    raced with the TMA pipeline's first loads and corrupted a few rows now and then - found by the GPU fuzzer.)
+    One single-program launch per call, recomputed every time: a cache keyed on the weight's storage and version
+    would go stale when a writer bypasses the version counter (``p.data.copy_(...)``) or a new tensor reuses the
+    address, and a stale e is not harmless (too small: overflow; too large: products flushed below fp16's normal
+    range). It used to be a reduction at the start of every GEMM program; it was a suspect when the GPU fuzzer found
+    wrong fp16 rows (the 128x256 tile was the trigger, see ``autotune.space._RESCALE_G_MAX_TILE``), and one
+    reduction per call is less work than one per program.
     """
-    key = (g.data_ptr(), g._version, g.shape, g.dtype, g.device)
-    hit = _scales.get(key)
-    if hit is not None:
-        return hit
-    a = g.detach().float().abs()
-    gmax = torch.where(torch.isfinite(a), a, torch.zeros_like(a)).amax() if a.numel() else a.new_zeros(())
-    _, e = torch.frexp(gmax)
-    e = e.clamp(-125, 125).float()
-    scale = torch.stack([torch.exp2(-e), torch.exp2(e)])
-    if len(_scales) >= _SCALES_MAX:
-        _scales.clear()
-    _scales[key] = scale
-    return scale
+    out = torch.empty(2, device=g.device, dtype=torch.float32)
+    K = g.numel()
+    _g_pow2_scale_kernel[(1,)](g, out, K, BLOCK=min(max(triton.next_power_of_2(max(K, 1)), 16), 1024), num_warps=4)
+    return out
 
 
 def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
