@@ -1,7 +1,8 @@
 """Flash attention, CPU tier: the Triton kernels under TRITON_INTERPRET=1 against an fp64 reference.
 
 Shapes are small (the interpreter costs ~2-3 ms per program x loop step) but cover every code path: causal and not,
-GQA/MQA, Sq != Skv both ways, ragged lengths, every supported head dim (96/192 exercise the padded tile), fp16 / fp32
+GQA/MQA, Sq != Skv both ways, ragged lengths, the original head dims 32-256 (96/192 exercise the padded tile; the
+other multiples of 8 from 8 to 256 are in tests/test_attention_head_dims.py), fp16 / fp32
 (and bf16 through the interpreter's upcast path), strided inputs, the TMA-descriptor path, rows without a visible
 key, the LSE output and its gradient, the op registration (opcheck, torch.compile fullgraph) and every input check.
 """
@@ -203,8 +204,10 @@ def test_sdpa_drop_in():
     (lambda: (torch.randn(2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)), ValueError, "^q: expected 4-D"),
     (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64, device="meta"), torch.randn(1, 2, 8, 64)),
      ValueError, "^k: on device meta"),
-    (lambda: (torch.randn(1, 2, 8, 80), torch.randn(1, 2, 8, 80), torch.randn(1, 2, 8, 80)), ValueError,
-     "^q: head dim 80 is not supported"),
+    (lambda: (torch.randn(1, 2, 8, 36), torch.randn(1, 2, 8, 36), torch.randn(1, 2, 8, 36)), ValueError,
+     "^q: head dim 36 is not supported: it is not a multiple of 8"),
+    (lambda: (torch.randn(1, 2, 8, 264), torch.randn(1, 2, 8, 264), torch.randn(1, 2, 8, 264)), ValueError,
+     "^q: head dim 264 is not supported: it is larger than 256"),
     (lambda: (torch.ones(1, 2, 8, 64, dtype=torch.int32),) * 3, TypeError, "^q: dtype torch.int32"),
     (lambda: (torch.randn(1, 2, 8, 64), torch.randn(2, 2, 8, 64), torch.randn(2, 2, 8, 64)), ValueError,
      "batch sizes"),

@@ -36,8 +36,9 @@ dtype (torch's own error baseline); ours = tilewright. Then:
 Error rule: every tilewright exception must be a TypeError / ValueError / NotImplementedError (RuntimeError only
 where torch also rejects the input) whose message names the offending argument; a deliberately invalid case names
 which arguments may be blamed. An exception for an input torch accepts is allowed only for the documented unsupported
-inputs in ``UNSUPPORTED`` (head dims outside the list, attn_mask, dropout, ...). A forced backend that cannot run the
-input raises a ValueError saying so: that is counted as "declined", not as a failure.
+inputs in ``UNSUPPORTED`` (attention head dims that are not multiples of 8 in [8, 256], attn_mask, dropout, ...). A
+forced backend that cannot run the input raises a ValueError saying so: that is counted as "declined", not as a
+failure.
 
 Negative strides: torch has none (``flip()`` copies), so no recipe makes one.
 """
@@ -62,7 +63,8 @@ TIER_DTYPES = {"cpu": ["float16", "float32"], "gpu": ["bfloat16", "float16", "fl
 
 # Inputs torch accepts that tilewright documents it does not support: tag -> (arguments the error may name, where).
 UNSUPPORTED = {
-    "head_dim": (("q", "query", "k", "key"), "ops/attention.py: head dims 32, 64, 96, 128, 192, 256; others ValueError"),
+    "head_dim": (("q", "query", "k", "key"),
+                 "ops/attention.py: head dims are multiples of 8 from 8 to 256; others (36, 4, 264, ...) ValueError"),
     "value_head_dim": (("v", "value"), "ops/attention.py _check: a different value head dim is not supported"),
     "attn_mask": (("attn_mask",), "scaled_dot_product_attention: attn_mask raises NotImplementedError"),
     "dropout": (("dropout_p",), "scaled_dot_product_attention: dropout_p > 0 raises NotImplementedError"),
@@ -123,12 +125,13 @@ def _sizes(tier: str) -> dict:
         return {"mn": [0, 1, 2, 3, 5, 7, 13, 17, 31, 33, 63, 64, 65],
                 "k": [0, 1, 3, 8, 16, 31, 32, 33, 64, 65, 97],
                 "seq": [0, 1, 2, 5, 17, 31, 33, 63, 64, 65],
-                "heads": [1, 2, 3], "batch": [(), (), (), (2,), (1,), (2, 2)], "head_dims": [32, 64, 64, 32, 96, 128]}
+                "heads": [1, 2, 3], "batch": [(), (), (), (2,), (1,), (2, 2)],
+                "head_dims": [32, 64, 64, 32, 96, 128, 8, 40, 80]}  # 8 -> 16-wide tile, 40 -> 64, 80 -> 128
     return {"mn": [0, 1, 2, 3, 7, 13, 61, 127, 128, 129, 255, 256, 257, 383, 509, 640, 1000, 1025, 2053, 4099],
             "k": [0, 1, 3, 8, 16, 61, 64, 127, 128, 129, 256, 257, 511, 1024, 1031, 2048, 4096],
             "seq": [0, 1, 2, 7, 61, 63, 64, 65, 127, 128, 129, 255, 257, 511, 1000, 1031, 2049],
             "heads": [1, 2, 3, 4, 8], "batch": [(), (), (), (2,), (1,), (3,), (2, 2)],
-            "head_dims": [32, 64, 96, 128, 192, 256, 64, 128]}
+            "head_dims": [32, 64, 96, 128, 192, 256, 64, 128, 8, 16, 24, 40, 72, 80, 112, 160, 224]}
 
 
 def _pick(r: random.Random, options, weights=None):
@@ -348,7 +351,7 @@ def _gen_attention(r, case, tier):
         elif tag == "scale_str":
             case["opts"]["scale"] = "0.5"
         elif tag == "head_dim":
-            d = r.choice([16, 48, 80, 24])
+            d = r.choice([36, 4, 12, 100, 264])  # not a multiple of 8, below 8, above 256
             for n in ("q", "k", "v"):
                 sh[n][3] = d
         elif tag == "value_head_dim":

@@ -10,7 +10,12 @@ Semantics (documented contract):
 * q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D), Hq % Hkv == 0 (GQA/MQA: query head h uses kv head h // (Hq // Hkv)).
   Any strides with a unit last dim are read in place; a tensor whose last dim is not unit-stride is copied once.
 * dtypes: float16, bfloat16 (the fast path) and float32 (supported, computed with IEEE fp32 dots - correct, slow).
-* head dims: 32, 64, 96, 128, 192, 256; others raise ValueError.
+* head dims: every multiple of 8 from 8 to 256 (8, 16, 24, ..., 248, 256: ``SUPPORTED_HEAD_DIMS``,
+  ``supported_head_dim``); any other D (not a multiple of 8, below 8 or above 256) raises a ValueError naming q.
+  The Triton kernels pad D inside the kernel to a power-of-two tile of at least 16 columns (96 -> 128, 40 -> 64,
+  8 -> 16; masked loads / TMA zero-fill, no padded copy of q/k/v), so a D between powers of two costs the MMA
+  work of the padded width. The sm_90a CUDA forward (backend="cuda") has builds for 64, 128 and 256 only; the
+  router sends every other D to Triton, and forcing "cuda" with one is a ValueError.
 * causal=True is top-left aligned exactly like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key
   j iff j <= i, also when Sq != Skv (this is NOT the bottom-right alignment some decoding kernels use).
 * a row with no visible key (only possible with Skv == 0) gives output 0 and LSE -inf, and zero gradients; so does a
@@ -35,7 +40,32 @@ from ..reference import attention_grad_reference, attention_reference
 from ._checks import check_backend, check_same_device, check_same_dtype, check_tensor
 from ._eager import call_op
 
-SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+# Head dims: every multiple of HEAD_DIM_MULTIPLE from MIN_HEAD_DIM to MAX_HEAD_DIM. The same numbers as
+# triton_kernels/attention.py (kept here so validation does not import Triton; tests/test_attention.py checks they
+# agree).
+MIN_HEAD_DIM = 8
+MAX_HEAD_DIM = 256
+HEAD_DIM_MULTIPLE = 8
+SUPPORTED_HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))  # (8, 16, ..., 256)
+HEAD_DIMS_TEXT = (f"head dims that are multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} "
+                  f"({MIN_HEAD_DIM}, {2 * MIN_HEAD_DIM}, {3 * MIN_HEAD_DIM}, ..., {MAX_HEAD_DIM})")
+
+
+def supported_head_dim(d: int) -> bool:
+    """Whether flash attention takes head dim ``d``: a multiple of 8 from 8 to 256."""
+    return MIN_HEAD_DIM <= d <= MAX_HEAD_DIM and d % HEAD_DIM_MULTIPLE == 0
+
+
+def _head_dim_problem(d: int) -> str:
+    """Why ``d`` is not a supported head dim (a clause), '' when it is."""
+    if d < MIN_HEAD_DIM:
+        return f"it is smaller than {MIN_HEAD_DIM}"
+    if d > MAX_HEAD_DIM:
+        return f"it is larger than {MAX_HEAD_DIM}"
+    if d % HEAD_DIM_MULTIPLE:
+        lo = d // HEAD_DIM_MULTIPLE * HEAD_DIM_MULTIPLE
+        return f"it is not a multiple of {HEAD_DIM_MULTIPLE} (nearest supported: {lo} or {lo + HEAD_DIM_MULTIPLE})"
+    return ""
 
 
 @torch.library.custom_op("tilewright::flash_attn_fwd", mutates_args=())
@@ -158,8 +188,10 @@ def _check(q, k, v, names=("q", "k", "v")) -> None:
     Hkv = k.shape[1]
     if Hkv == 0 or Hq % Hkv != 0:
         raise ValueError(f"{nk}: {Hkv} kv heads do not divide {nq}'s {Hq} query heads; GQA/MQA needs Hq % Hkv == 0")
-    if D not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"{nq}: head dim {D} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+    problem = _head_dim_problem(D)
+    if problem:
+        raise ValueError(f"{nq}: head dim {D} is not supported: {problem}; flash attention takes {HEAD_DIMS_TEXT} "
+                         f"- q, k and v share it")
 
 
 def _nonnegative_scale(q: torch.Tensor, scale: float):
@@ -191,12 +223,12 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     Args:
         q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA/MQA without copies). float16 / bfloat16
             (float32 is accepted and computed in IEEE fp32, slowly). Any strides with a unit last dim, e.g. a
-            (B, S, H, D) tensor ``.transpose(1, 2)``. D in {32, 64, 96, 128, 192, 256}.
+            (B, S, H, D) tensor ``.transpose(1, 2)``. D: a multiple of 8 from 8 to 256 (others: ValueError).
         causal: top-left aligned causal mask, identical to SDPA's ``is_causal=True``: query i sees key j iff j <= i.
         scale: score scale (default 1/sqrt(D)).
         return_lse: also return the natural-log LSE (B, Hq, Sq) in fp32 (-inf for a row with no visible key).
-        backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16 with head dim 64/128/256;
-            the backward runs in Triton).
+        backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16 with head dim 64/128/256
+            only - other head dims run in Triton; the backward runs in Triton).
     Returns:
         out (B, Hq, Sq, D) with q's layout, or (out, lse).
     """

@@ -4,8 +4,11 @@ Layout and contract
 -------------------
 q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D), any strides with a unit last dim (a (B, S, H, D) tensor viewed as
 (B, H, S, D) is read in place). GQA/MQA: query head h reads kv head ``h // (Hq // Hkv)`` - the kv head is indexed,
-never copied. D in {32, 64, 96, 128, 192, 256}; 96 and 192 run in a power-of-two register tile (128, 256) whose
-extra columns are masked on load (zero) and on store. Sq != Skv and lengths that are not block multiples are fine.
+never copied. D is any multiple of 8 from 8 to 256 (``supported_head_dim``). The kernels work on a power-of-two
+register tile of ``HEAD_DIM_PAD = head_dim_pad(D)`` columns (next power of two, at least 16: 8 -> 16, 24 -> 32,
+40 -> 64, 72..120 -> 128, 136..248 -> 256); the extra columns are masked on load (zero) and on store (pointer
+path) or zero-filled / clipped by TMA (descriptor path) - q/k/v are never copied to a padded buffer. Sq != Skv and
+lengths that are not block multiples are fine.
 
 Causal masking is top-left aligned, exactly like ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``:
 query i sees key j iff ``j <= i`` (whatever Sq and Skv are). With that alignment every query row sees key 0, so a
@@ -48,7 +51,20 @@ from ._runtime import ensure_allocator, is_tuned
 from .dot import dot_accumulate
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
-SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+# Head dims the kernels take: every multiple of HEAD_DIM_MULTIPLE in [MIN_HEAD_DIM, MAX_HEAD_DIM]. The op layer
+# (ops/attention.py) keeps its own copy of these numbers so that it validates without importing Triton; a test checks
+# that the two agree. Multiple of 8: a row of 8 fp16/bf16 elements is 16 bytes, the TMA stride granule and the widest
+# vector load; 256: the largest tile the autotune tables have configs for (and the largest head dim any common model
+# uses).
+MIN_HEAD_DIM = 8
+MAX_HEAD_DIM = 256
+HEAD_DIM_MULTIPLE = 8
+SUPPORTED_HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))
+# The head-dim tile is at least 16 columns wide: tl.dot on NVIDIA needs K >= 16 for 16-bit operands (one
+# m16n8k16 / wgmma k16 step; triton.backends.nvidia min_dot_size) and the head dim is the K of the q k^T and dO v^T
+# dots. 16 rather than 32: the smaller tile halves the wasted MMA work at D = 8 and the class-64 configs (below) fit it
+# as they fit 32 (less shared memory and fewer registers than the 64-column tile they were cut for).
+MIN_HEAD_DIM_PAD = 16
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
@@ -504,6 +520,11 @@ _FP32_TILES = {"BLOCK_M": (64, 32, 4, 2), "BLOCK_M1": (16, 32, 4, 2), "BLOCK_M2"
 
 
 def _tile_class(head_dim_pad: int) -> int:
+    """The tile table a padded head dim uses: the smallest class at least as wide. Pads 16 and 32 use the class-64
+    configs (cut for a 64-column tile: a narrower tile takes less shared memory and fewer registers, so they fit);
+    every pad ``head_dim_pad`` returns (16, 32, 64, 128, 256) has a class."""
+    if head_dim_pad > 256:
+        raise ValueError(f"attention: padded head dim {head_dim_pad} has no tile configs (largest: 256)")
     return 64 if head_dim_pad <= 64 else (128 if head_dim_pad <= 128 else 256)
 
 
@@ -557,9 +578,19 @@ attn_bwd_dq = triton.autotune(
 # ----------------------------------------------------------------------------------------------------------------
 # launchers
 # ----------------------------------------------------------------------------------------------------------------
+def supported_head_dim(d: int) -> bool:
+    """Whether the kernels take head dim ``d``: a multiple of 8 from 8 to 256."""
+    return MIN_HEAD_DIM <= d <= MAX_HEAD_DIM and d % HEAD_DIM_MULTIPLE == 0
+
+
 def head_dim_pad(d: int) -> int:
-    """The power-of-two block width a head dimension is padded to inside the kernels (masked beyond d)."""
-    return triton.next_power_of_2(d)
+    """The power-of-two block width a head dimension is padded to inside the kernels (masked beyond d): the next
+    power of two, at least MIN_HEAD_DIM_PAD (16). The head dims of the original list keep their tiles (32 -> 32,
+    64 -> 64, 96 -> 128, 128 -> 128, 192 -> 256, 256 -> 256)."""
+    if not supported_head_dim(d):
+        raise ValueError(f"attention: head dim {d} is not supported (multiples of {HEAD_DIM_MULTIPLE} from "
+                         f"{MIN_HEAD_DIM} to {MAX_HEAD_DIM})")
+    return max(MIN_HEAD_DIM_PAD, triton.next_power_of_2(d))
 
 
 def _bucket(n: int) -> int:
