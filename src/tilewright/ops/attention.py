@@ -37,23 +37,13 @@ import torch
 
 from .. import router
 from ..reference import attention_grad_reference, attention_reference
+from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
+                      supported_head_dim)
 from ._checks import check_backend, check_same_device, check_same_dtype, check_tensor
 from ._eager import call_op
 
-# Head dims: every multiple of HEAD_DIM_MULTIPLE from MIN_HEAD_DIM to MAX_HEAD_DIM. The same numbers as
-# triton_kernels/attention.py (kept here so validation does not import Triton; tests/test_attention.py checks they
-# agree).
-MIN_HEAD_DIM = 8
-MAX_HEAD_DIM = 256
-HEAD_DIM_MULTIPLE = 8
-SUPPORTED_HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))  # (8, 16, ..., 256)
 HEAD_DIMS_TEXT = (f"head dims that are multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} "
                   f"({MIN_HEAD_DIM}, {2 * MIN_HEAD_DIM}, {3 * MIN_HEAD_DIM}, ..., {MAX_HEAD_DIM})")
-
-
-def supported_head_dim(d: int) -> bool:
-    """Whether flash attention takes head dim ``d``: a multiple of 8 from 8 to 256."""
-    return MIN_HEAD_DIM <= d <= MAX_HEAD_DIM and d % HEAD_DIM_MULTIPLE == 0
 
 
 def _head_dim_problem(d: int) -> str:

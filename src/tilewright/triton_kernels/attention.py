@@ -46,20 +46,14 @@ import torch
 import triton
 import triton.language as tl
 
+# the head-dim contract (one definition, shared with the op layer); re-exported for the launchers' callers
+from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
+                      supported_head_dim)
 from .._env import full_autotune, interpreting
 from ._runtime import ensure_allocator, is_tuned
 from .dot import dot_accumulate
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
-# Head dims the kernels take: every multiple of HEAD_DIM_MULTIPLE in [MIN_HEAD_DIM, MAX_HEAD_DIM]. The op layer
-# (ops/attention.py) keeps its own copy of these numbers so that it validates without importing Triton; a test checks
-# that the two agree. Multiple of 8: a row of 8 fp16/bf16 elements is 16 bytes, the TMA stride granule and the widest
-# vector load; 256: the largest tile the autotune tables have configs for (and the largest head dim any common model
-# uses).
-MIN_HEAD_DIM = 8
-MAX_HEAD_DIM = 256
-HEAD_DIM_MULTIPLE = 8
-SUPPORTED_HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))
 # The head-dim tile is at least 16 columns wide: tl.dot on NVIDIA needs K >= 16 for 16-bit operands (one
 # m16n8k16 / wgmma k16 step; triton.backends.nvidia min_dot_size) and the head dim is the K of the q k^T and dO v^T
 # dots. 16 rather than 32: the smaller tile halves the wasted MMA work at D = 8 and the class-64 configs (below) fit it
@@ -578,11 +572,6 @@ attn_bwd_dq = triton.autotune(
 # ----------------------------------------------------------------------------------------------------------------
 # launchers
 # ----------------------------------------------------------------------------------------------------------------
-def supported_head_dim(d: int) -> bool:
-    """Whether the kernels take head dim ``d``: a multiple of 8 from 8 to 256."""
-    return MIN_HEAD_DIM <= d <= MAX_HEAD_DIM and d % HEAD_DIM_MULTIPLE == 0
-
-
 def head_dim_pad(d: int) -> int:
     """The power-of-two block width a head dimension is padded to inside the kernels (masked beyond d): the next
     power of two, at least MIN_HEAD_DIM_PAD (16). The head dims of the original list keep their tiles (32 -> 32,
