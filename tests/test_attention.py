@@ -101,27 +101,34 @@ def test_strided_bshd_inputs_read_in_place():
     assert (out2.double() - ref2).abs().max().item() < TOL[torch.float32]
 
 
-def test_tma_descriptor_path_and_configs():
-    """The sm_90 descriptor path (forced on; the interpreter emulates TMA) with padded D, GQA, ragged, causal."""
+def tma_path_check(D: int, scale: float) -> None:
+    """The sm_90 descriptor path (forced on; the interpreter emulates TMA) at head dim D, GQA, ragged, causal: the box
+    is HEAD_DIM_PAD columns wide over a D-column tensor, so columns past D are zero-filled on load and clipped on
+    store. Outputs start as NaN, so an element the kernels never write fails."""
     import triton
 
     from tilewright.triton_kernels import attention as A
 
-    B, Hq, Hkv, Sq, Skv, D = 1, 2, 1, 45, 70, 96
+    B, Hq, Hkv, Sq, Skv = 1, 2, 1, 45, 70
     q, k, v = _inputs(B, Hq, Hkv, Sq, Skv, D, torch.float16, requires_grad=False)
-    out, lse = torch.empty_like(q), torch.empty(B, Hq, Sq)
-    A.attention_forward(q, k, v, out, lse, True, 0.125, use_tma=True,
+    out = torch.full_like(q, float("nan"))
+    lse = torch.empty(B, Hq, Sq)
+    A.attention_forward(q, k, v, out, lse, True, scale, use_tma=True,
                         config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}))
-    ref, ref_lse = attention_reference(q.double(), k.double(), v.double(), True, 0.125)
+    ref, ref_lse = attention_reference(q.double(), k.double(), v.double(), True, scale)
     assert (out.double() - ref).abs().max().item() < TOL[torch.float16]
     assert (lse.double() - ref_lse).abs().max().item() < 1e-4
     dout = torch.randn_like(out)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    A.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, True, 0.125, use_tma=True)
-    g64 = attention_grad_reference(dout.double(), q.double(), k.double(), v.double(), True, 0.125)
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+    A.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, True, scale, use_tma=True)
+    g64 = attention_grad_reference(dout.double(), q.double(), k.double(), v.double(), True, scale)
     for got, want in zip((dq, dk, dv), g64):
         assert (got.double() - want).abs().max().item() < 5e-3
 
+
+def test_tma_descriptor_path_and_configs():
+    """The descriptor path with a padded head dim (96 in a 128-wide tile)."""
+    tma_path_check(96, 0.125)
 
 def test_config_tables_respect_causal_alignment():
     from tilewright.triton_kernels import attention as A
@@ -356,6 +363,31 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
     assert lse[0, 0, 3].item() == torch.logsumexp(q[0, 0, 3] @ k[0, 0].T / math.sqrt(32), -1).item()
 
 
+def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16", causal: bool = True,
+                      dot_precision: str = "tf32", use_tma: bool = True) -> dict:
+    """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd") or dK/dV ("dkdv") kernel at
+    head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on contiguous tensors (a row
+    stride of D elements is 16-divisible only when D % 16 == 0)."""
+    from tilewright.triton_kernels import attention as A
+
+    fwd = kernel == "fwd"
+    tensors = ("q", "k", "v", "o") if fwd else ("q", "k", "v", "do", "dk", "dv")
+    ptrs = tuple(t.upper() for t in tensors)
+    strides = [f"stride_{t}{d}" for t in tensors for d in "bhs"]
+    stats = ("LSE",) if fwd else ("LSE", "DELTA")
+    sig = {**{p: f"*{dtype}" for p in ptrs}, **{s: "*fp32" for s in stats}, "sm_scale": "fp32",
+           **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
+           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32"}
+    div = (*ptrs, *stats, *(s for s in strides if not s.endswith("s") or D % 16 == 0), "SQ_BUCKET", "SKV_BUCKET")
+    bm, bn, warps, stages = tiles
+    names = A._FWD_NAMES if fwd else A._DKDV_NAMES
+    return dict(kernel=f"tilewright.triton_kernels.attention:{'_attn_fwd_kernel' if fwd else '_attn_bwd_dkdv_kernel'}",
+                signature=sig, arch=90, num_warps=warps, num_stages=stages, divisible_by_16=div,
+                name=f"{kernel} D={D}",
+                constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), CAUSAL=causal, UPCAST=False,
+                                DOT_PRECISION=dot_precision, USE_TMA=use_tma, **{names[0]: bm, names[1]: bn}))
+
+
 def test_dkdv_kernel_builds_for_one_query_row_with_tma():
     """Found by the GPU fuzzer: with Sq == 1 Triton specialized Sq to a constant and the sm_90 TMA build of the dK/dV
     kernel failed ("PassManager::run failed") - a crash of any one-query-row backward (e.g. a decode step). The kernel
@@ -370,33 +402,17 @@ def test_dkdv_kernel_builds_for_one_query_row_with_tma():
     env = dict(__import__("os").environ, TRITON_INTERPRET="0")
     names = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
     assert names.stdout.strip().splitlines()[-1] == "['Sq']"
-    strides = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk", "dv") for d in "bhs"]
-    ptrs = ("Q", "K", "V", "DO", "DK", "DV")
-    sig = {**{p: "*fp16" for p in ptrs}, "LSE": "*fp32", "DELTA": "*fp32", "sm_scale": "fp32",
-           **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
-           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32"}
-    job = dict(kernel="tilewright.triton_kernels.attention:_attn_bwd_dkdv_kernel", signature=sig, arch=90,
-               constexprs=dict(HEAD_DIM=64, HEAD_DIM_PAD=64, CAUSAL=False, UPCAST=False, DOT_PRECISION="tf32",
-                               USE_TMA=True, BLOCK_M1=32, BLOCK_N1=128),
-               num_warps=8, num_stages=3,
-               divisible_by_16=(*ptrs, "LSE", "DELTA", *strides, "SQ_BUCKET", "SKV_BUCKET"))
-    rep, = compile_reports([job])
+    rep, = compile_reports([attention_aot_job("dkdv", 64, (32, 128, 8, 3), dtype="fp16", causal=False)])
     assert rep.has("HGMMA") or rep.has("HMMA")
 
 
-def test_fp32_dkdv_kernel_compiles_with_tile_sums():
-    """fp32 attention accumulates dK/dV (and dQ, O) tile by tile through triton_kernels/dot.dot_accumulate (tile sums
-    added apart, the GPU fuzzer's fp32 grad[v] fix): the sm_90 build of that path compiles and runs on FFMAs."""
+def test_fp32_dkdv_kernel_builds_for_sm90():
+    """fp32 attention accumulates O, dK/dV and dQ through triton_kernels/dot.dot_accumulate (tile sums added apart,
+    the GPU fuzzer's fp32 grad[v] fix): its sm_90 build compiles and runs on FFMAs, not wgmma. (That the helper's
+    slice sums survive compilation is checked through the GEMM, test_triton_gemm_aot.py::
+    test_fp32_gemm_sums_each_k_slice_apart: attention's softmax FADDs would hide the count here.)"""
     from tilewright.triton_kernels.aot import compile_reports
 
-    strides = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk", "dv") for d in "bhs"]
-    ptrs = ("Q", "K", "V", "DO", "DK", "DV")
-    sig = {**{p: "*fp32" for p in ptrs}, "LSE": "*fp32", "DELTA": "*fp32", "sm_scale": "fp32",
-           **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
-           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32"}
-    job = dict(kernel="tilewright.triton_kernels.attention:_attn_bwd_dkdv_kernel", signature=sig, arch=90,
-               constexprs=dict(HEAD_DIM=64, HEAD_DIM_PAD=64, CAUSAL=True, UPCAST=False, DOT_PRECISION="ieee",
-                               USE_TMA=False, BLOCK_M1=32, BLOCK_N1=64),
-               num_warps=4, num_stages=2, divisible_by_16=(*ptrs, "LSE", "DELTA", *strides, "SQ_BUCKET", "SKV_BUCKET"))
-    rep, = compile_reports([job])
+    rep, = compile_reports([attention_aot_job("dkdv", 64, (32, 64, 4, 2), dtype="fp32", dot_precision="ieee",
+                                              use_tma=False)])
     assert rep.has("FFMA") and not rep.has("HGMMA")

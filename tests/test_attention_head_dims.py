@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tilewright
-from test_attention import TOL, _fwd_bwd_check, _inputs
+from test_attention import TOL, _fwd_bwd_check, _inputs, attention_aot_job, tma_path_check
 from tilewright.ops import attention as op_attention
 from tilewright.reference import attention_grad_reference, attention_reference
 
@@ -39,28 +39,8 @@ def test_new_head_dims_forward_backward_vs_fp64(B, Hq, Hkv, Sq, Skv, D, causal, 
 
 @pytest.mark.parametrize("D", [8, 40, 160])
 def test_new_head_dims_tma_descriptor_path(D):
-    """The sm_90 descriptor path (forced on; the interpreter emulates TMA): the box is HEAD_DIM_PAD columns wide
-    over a D-column tensor, so the columns past D are zero-filled on load and clipped on store."""
-    import triton
-
-    from tilewright.triton_kernels import attention as A
-
-    B, Hq, Hkv, Sq, Skv = 1, 2, 1, 45, 70
-    q, k, v = _inputs(B, Hq, Hkv, Sq, Skv, D, torch.float16, requires_grad=False)
-    out = torch.full_like(q, float("nan"))
-    lse = torch.empty(B, Hq, Sq)
-    A.attention_forward(q, k, v, out, lse, True, 0.2, use_tma=True,
-                        config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}))
-    ref, ref_lse = attention_reference(q.double(), k.double(), v.double(), True, 0.2)
-    assert (out.double() - ref).abs().max().item() < TOL[torch.float16]
-    assert (lse.double() - ref_lse).abs().max().item() < 1e-4
-    dout = torch.randn_like(out)
-    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
-    A.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, True, 0.2, use_tma=True)
-    g64 = attention_grad_reference(dout.double(), q.double(), k.double(), v.double(), True, 0.2)
-    for got, want in zip((dq, dk, dv), g64):
-        assert (got.double() - want).abs().max().item() < 5e-3
-
+    """The TMA descriptor path at the new tile widths (16, 64, 256 columns over 8, 40, 160)."""
+    tma_path_check(D, 0.2)
 
 def test_padded_columns_do_not_leak_from_neighbouring_memory():
     """D = 40 rows inside a wider buffer (row stride 64) whose columns 40..63 hold 1e30: the kernels' 64-wide tile must
@@ -164,30 +144,6 @@ def test_cuda_attention_declines_new_head_dims_and_router_picks_triton(D):
     assert "triton" in tilewright.explain("attention", qf, kf, vf).splitlines()[0]
 
 
-def _aot_job(kernel: str, D: int, tiles: tuple) -> dict:
-    """An sm_90a bf16 TMA build of the forward or dK/dV kernel at head dim D with a (BLOCK_M, BLOCK_N, warps, stages)
-    config, specialized like a launch on contiguous tensors (a row stride of D elements is 16-divisible only when
-    D % 16 == 0)."""
-    from tilewright.triton_kernels import attention as A
-
-    fwd = kernel == "fwd"
-    tensors = ("q", "k", "v", "o") if fwd else ("q", "k", "v", "do", "dk", "dv")
-    ptrs = tuple(t.upper() for t in tensors)
-    strides = [f"stride_{t}{d}" for t in tensors for d in "bhs"]
-    stats = ("LSE",) if fwd else ("LSE", "DELTA")
-    sig = {**{p: "*bf16" for p in ptrs}, **{s: "*fp32" for s in stats}, "sm_scale": "fp32",
-           **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
-           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32"}
-    div = (*ptrs, *stats, *(s for s in strides if not s.endswith("s") or D % 16 == 0), "SQ_BUCKET", "SKV_BUCKET")
-    bm, bn, warps, stages = tiles
-    names = A._FWD_NAMES if fwd else A._DKDV_NAMES
-    return dict(kernel=f"tilewright.triton_kernels.attention:{'_attn_fwd_kernel' if fwd else '_attn_bwd_dkdv_kernel'}",
-                signature=sig, arch=90, num_warps=warps, num_stages=stages, divisible_by_16=div,
-                name=f"{kernel} D={D}",
-                constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), CAUSAL=True, UPCAST=False,
-                                DOT_PRECISION="tf32", USE_TMA=True, **{names[0]: bm, names[1]: bn}))
-
-
 def test_new_head_dims_build_for_sm90_with_wgmma_and_tma():
     """AOT sm_90a builds (no GPU) of the forward and dK/dV kernels at head dims 8 (16-wide tile), 40 (64) and 160
     (256), each at its tile class's default config, beside the original head dim of the same class (64, 192) at the
@@ -206,7 +162,7 @@ def test_new_head_dims_build_for_sm90_with_wgmma_and_tma():
             for d in (new, old):
                 if (kernel, d) not in keys:
                     keys.append((kernel, d))
-                    jobs.append(_aot_job(kernel, d, tiles))
+                    jobs.append(attention_aot_job(kernel, d, tiles))
     reps = dict(zip(keys, compile_reports(jobs)))
     lines = [f"{r.name}: {r.registers} regs, {r.spill_bytes} B spilled, {r.shared_bytes} B smem" for r in reps.values()]
     print("\n".join(lines))

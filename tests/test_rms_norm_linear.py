@@ -168,6 +168,9 @@ def test_fp16_g_scale_is_a_power_of_two_over_finite_entries():
     long = torch.ones(3000, dtype=torch.float16)
     long[2500] = -100.0  # 100 = 0.78 * 2^7, in the third 1024-chunk
     assert g_pow2_scale(long).tolist() == [2.0 ** -7, 2.0 ** 7]
+    for bad in (torch.ones(16, dtype=torch.float16)[::2], torch.ones(1, dtype=torch.float16).expand(8)):
+        with pytest.raises(ValueError, match="norm_weight must be a unit-stride"):  # would read past / beside g
+            g_pow2_scale(bad)
     s0 = g_pow2_scale(torch.zeros(8, dtype=torch.float16)).tolist()
     assert s0[0] * s0[1] == 1.0 and s0[1] in (2.0 ** -125, 1.0)  # all zero: any exact power of two will do
 
@@ -212,20 +215,26 @@ def test_gradients_match_torch_autograd(bias):
         assert torch.allclose(t.grad.double(), r.grad, rtol=1e-4, atol=1e-4), (name, (t.grad.double() - r.grad).abs().max())
 
 
+def gradient_errors(x, g, w, b, dy, eps=EPS):
+    """[(name, ours, torch's, |ref|)] for the gradients of x, norm_weight, weight and bias: the Frobenius error of
+    tilewright.rms_norm_linear's and of the unfused torch pipeline's (same dtype) against the float64 reference, and
+    the reference gradient's norm. Shared by the CPU and GPU tiers."""
+    ours = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    tilewright.rms_norm_linear(*ours, eps=eps).backward(dy)
+    theirs = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*theirs, eps).backward(dy)
+    ref = [t.double().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*ref, eps).backward(dy.double())
+    return [(name, (a.grad.double() - r.grad).norm().item(), (t.grad.double() - r.grad).norm().item(),
+             r.grad.norm().item())
+            for name, a, t, r in zip(("x", "norm_weight", "weight", "bias"), ours, theirs, ref)]
+
+
 def test_gradients_fp16_within_torch_error():
     M, N, K = 33, 24, 48
     x, g, w, b = make(M, N, K, torch.float16)
-    leaves = [t.clone().requires_grad_() for t in (x, g, w, b)]
-    dy = torch.randn(M, N).half()
-    tilewright.rms_norm_linear(*leaves).backward(dy)
-    torch_leaves = [t.clone().requires_grad_() for t in (x, g, w, b)]
-    rms_norm_linear_reference(*torch_leaves, EPS).backward(dy)
-    refs = [t.double().requires_grad_() for t in (x, g, w, b)]
-    rms_norm_linear_reference(*refs, EPS).backward(dy.double())
-    for name, t, tt, r in zip(("x", "norm_weight", "weight", "bias"), leaves, torch_leaves, refs):
-        e_ours = (t.grad.double() - r.grad).norm().item()
-        e_torch = (tt.grad.double() - r.grad).norm().item()
-        assert e_ours <= 1.5 * e_torch + 1e-3 * r.grad.norm().item() * 2 ** -10, (name, e_ours, e_torch)
+    for name, e_ours, e_torch, mag in gradient_errors(x, g, w, b, torch.randn(M, N).half()):
+        assert e_ours <= 1.5 * e_torch + 1e-3 * mag * 2 ** -10, (name, e_ours, e_torch)
 
 
 def test_only_some_gradients():

@@ -9,6 +9,7 @@ import torch
 
 import tilewright
 from tilewright.bench.rms_norm_linear import GEMM_SUITE
+from test_rms_norm_linear import gradient_errors
 from tilewright.reference import rms_norm_linear_reference
 
 pytestmark = pytest.mark.gpu
@@ -130,15 +131,7 @@ def test_bf16_gradients_vs_fp64_against_torch_unfused(tag, M, N, K):
     w = (w / 64).bfloat16()
     b = torch.randn(N, device="cuda").bfloat16()
     dy = torch.randn(M, N, device="cuda").bfloat16()
-    ours = [t.clone().requires_grad_() for t in (x, g, w, b)]
-    tilewright.rms_norm_linear(*ours, eps=EPS).backward(dy)
-    theirs = [t.clone().requires_grad_() for t in (x, g, w, b)]
-    rms_norm_linear_reference(*theirs, EPS).backward(dy)
-    ref = [t.double().requires_grad_() for t in (x, g, w, b)]
-    rms_norm_linear_reference(*ref, EPS).backward(dy.double())
-    for name, a, t, r in zip(("x", "norm_weight", "weight", "bias"), ours, theirs, ref):
-        e_ours = (a.grad.double() - r.grad).norm().item()
-        e_torch = (t.grad.double() - r.grad).norm().item()
+    for name, e_ours, e_torch, _ in gradient_errors(x, g, w, b, dy, EPS):
         _record(dict(case=tag, g=f"grad-{name}", M=M, N=N, K=K, fused_fro=e_ours, torch_fro=e_torch))
         assert e_ours <= 1.5 * e_torch, (name, e_ours, e_torch)
 

@@ -12,7 +12,7 @@ import torch
 from tilewright import router
 from tilewright.cuda_fallback import build_check
 from tilewright.cuda_fallback import gemm_sm90 as cg
-from tilewright.cuda_fallback.runtime import build, guard, launch
+from tilewright.cuda_fallback.runtime import build, launch
 
 needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
 
@@ -128,13 +128,8 @@ def test_driver_without_gpu_is_a_clear_error():
         launch.driver()
 
 
-def test_try_launch_never_raises(monkeypatch):
-    def broken(*a, **k):
-        raise build.CompileError("boom")
-
-    monkeypatch.setattr(cg.GUARD, "disabled", None)
-    monkeypatch.setattr(guard, "_warned", set())
-    monkeypatch.setattr(build, "compile_source", broken)
+def test_try_launch_never_raises(fresh_guard, failing_compiler):
+    fresh_guard(cg.GUARD)
     a = torch.randn(256, 256, dtype=torch.bfloat16)
     b = torch.randn(256, 256, dtype=torch.bfloat16)
     out = torch.empty(256, 256, dtype=torch.bfloat16)

@@ -30,8 +30,7 @@ def main(path, family, seed, device="cuda"):
         if isinstance(t, torch.Tensor):
             print(f"{n}: {t.dtype} {tuple(t.shape)} stride {t.stride()} non-finite {_nf(t)}")
     ours = fc.tw_call(case, T, case["backend"])
-    Ts = {n: (t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
-          for n, t in T.items()}
+    Ts = fc._fresh_copies(T)
     same = fc.torch_call(case, Ts, None)
     o, s = ours[0], same[0]
     rows_o = (~torch.isfinite(o.detach())).reshape(-1, o.shape[-1]).any(-1).nonzero().flatten().tolist()

@@ -900,8 +900,7 @@ def _run(case, device, backend):
     T64 = {n: (t.detach().to(torch.float64).requires_grad_(t.requires_grad)
                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point and t.dtype.itemsize >= 2 else t)
            for n, t in T.items()}
-    Ts = {n: (t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
-          for n, t in T.items()}
+    Ts = _fresh_copies(T)
     try:
         ref = torch_call(case, T64, torch.float64)
         torch_exc = None
@@ -948,14 +947,12 @@ def _run(case, device, backend):
         # of 8 (torch 2.11); the formula in the inputs' dtype is then the error baseline
         if fam != "attention":
             raise
-        Ts = {n: (t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
-              for n, t in T.items()}
+        Ts = _fresh_copies(T)
         same = torch_call(case, Ts, None, math_same=True)
     if fam == "attention" and not _same_pattern(same[0], ref[0]):
         # torch's fused CPU SDPA disagrees with the formula (causal with scale <= 0 gives NaN): the baseline is
         # then the formula in the inputs' dtype
-        Ts = {n: (t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
-              for n, t in T.items()}
+        Ts = _fresh_copies(T)
         same = torch_call(case, Ts, None, math_same=True)
     in_dtype = T["a"].dtype if fam == "scaled_mm" else DTYPES[case["dtype"]]
     extra = 0.0
@@ -993,6 +990,12 @@ def _run(case, device, backend):
         grad_mag = sc * max(amax[0], amax[1]) * amax[2] * 4.0  # |dO| ~ N(0, 1): 4 bounds it here
     _check_grads(case, T, T64, Ts, ours, same, ref, leaves, in_dtype, eps_scores, grad_mag)
     return "pass"
+
+
+def _fresh_copies(T: dict) -> dict:
+    """Independent leaves with T's values (and requires_grad) for a torch computation whose gradients are compared."""
+    return {n: (t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
+            for n, t in T.items()}
 
 
 def _nonfinite_class_only(case) -> bool:
@@ -1047,7 +1050,7 @@ def _check_grads(case, T, T64, Ts, ours, same, ref, leaves, in_dtype, eps_scores
         raise FuzzFailure(f"output does not require grad although inputs {names} do")
     create = case.get("double", False)
 
-    def grads(outs, leaves_, dt):
+    def grads(outs, leaves_, dt, gos=gos):
         sel = [(outs[i], gos[i].to(dt if i == 0 else torch.float64 if dt == torch.float64 else outs[i].dtype))
                for i in use if outs[i].requires_grad]
         return torch.autograd.grad([o for o, _ in sel], leaves_, [g for _, g in sel], allow_unused=True,
@@ -1065,8 +1068,7 @@ def _check_grads(case, T, T64, Ts, ours, same, ref, leaves, in_dtype, eps_scores
         # error baseline instead, as in _run
         if case["family"] != "attention":
             raise
-        Ts = {n: (t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
-              for n, t in T.items()}
+        Ts = _fresh_copies(T)
         same = torch_call(case, Ts, None, math_same=True)
         g_same = grads(same, [Ts[n] for n in names], same[0].dtype)
     g_ref = grads(ref, [T64[n] for n in names], torch.float64)
@@ -1078,10 +1080,7 @@ def _check_grads(case, T, T64, Ts, ours, same, ref, leaves, in_dtype, eps_scores
         T64c = {n: (t.detach().cpu().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
                 for n, t in T64.items()}
         ref_c = torch_call(case, T64c, torch.float64)
-        gos_gpu = list(gos)
-        gos[:] = [g.cpu() for g in gos_gpu]
-        g_cpu = grads(ref_c, [T64c[n] for n in names], torch.float64)
-        gos[:] = gos_gpu
+        g_cpu = grads(ref_c, [T64c[n] for n in names], torch.float64, gos=[g.cpu() for g in gos])
     eps = _coarse_eps(in_dtype, *(o.dtype for o in ours[:1])) + eps_scores
     for n, go, gs, gr, gc in zip(names, g_ours, g_same, g_ref, g_cpu):
         gs = torch.zeros_like(Ts[n]) if gs is None else gs

@@ -70,6 +70,9 @@ def g_pow2_scale(g: torch.Tensor) -> torch.Tensor:
     wrong fp16 rows (the 128x256 tile was the trigger, see ``autotune.space._RESCALE_G_MAX_TILE``), and one
     reduction per call is less work than one per program.
     """
+    if g.dim() != 1 or (g.numel() > 1 and g.stride(0) != 1):  # the kernel reads g_ptr + k
+        raise ValueError(f"norm_weight must be a unit-stride (K,) vector (the op layer makes it one), got shape "
+                         f"{tuple(g.shape)} and stride {g.stride()}")
     out = torch.empty(2, device=g.device, dtype=torch.float32)
     K = g.numel()
     _g_pow2_scale_kernel[(1,)](g, out, K, BLOCK=min(max(triton.next_power_of_2(max(K, 1)), 16), 1024), num_warps=4)
