@@ -36,6 +36,8 @@ class Linear(torch.nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``activation(x @ weight.T + bias) + residual`` in one kernel (the residual broadcasts to the output, e.g. a
+        (S, N) pos_embed over a (B, S, K) input)."""
         return linear(x, self.weight, self.bias, residual=residual, activation=self.activation, backend=self.backend)
 
     def extra_repr(self) -> str:
@@ -85,6 +87,8 @@ class RMSNormLinear(torch.nn.Module):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)`` with the norm fused into the GEMM
+        (``eps=None``: x's dtype's machine epsilon, as torch.nn.RMSNorm)."""
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         return rms_norm_linear(x, self.norm_weight, self.weight, self.bias, eps=eps, backend=self.backend)
 

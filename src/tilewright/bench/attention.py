@@ -33,10 +33,13 @@ PEER = "sdpa-cudnn"
 
 
 def shape_tag(B, Hq, Hkv, S, D) -> str:
+    """A case's shape as it appears in the results: ``BxHq/HkvxSxD``."""
     return f"{B}x{Hq}/{Hkv}x{S}x{D}"
 
 
 def flops(B, Hq, S, D, causal: bool, mode: str) -> float:
+    """FLOPs of one call: 4 B Hq S^2 D for the forward, 2.5x that for mode "bwd" (5 matmuls against 2); causal counts
+    the visible half of the scores."""
     f = 4.0 * B * Hq * S * S * D
     if causal:
         f *= 0.5
@@ -225,6 +228,7 @@ def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def main() -> None:  # python -m tilewright.bench.attention [suite] [csv]
+    """Command line: run a suite and print (or write) the long-format results."""
     import sys
 
     suite = sys.argv[1] if len(sys.argv) > 1 else "default"

@@ -629,6 +629,7 @@ def summarize(df):
 
 
 def main(argv=None) -> None:
+    """Command line: ``python -m tilewright.bench.model [--suite ...] [--cases ...]``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", default=None, choices=sorted(SUITES), help="default on GPU, tiny on CPU")
     p.add_argument("--cases", default=None, help="comma-separated case tags, e.g. llama-small,vit-small")

@@ -213,6 +213,7 @@ def summary(df) -> str:
 
 
 def main(argv=None) -> None:
+    """Command line: ``python -m tilewright.bench.rms_norm_linear [--suite ...] [--out ...]``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", default="default", choices=sorted(SUITES))
     p.add_argument("--out", default=None, help="folder for the CSV (default: perf/results/<card>/)")

@@ -54,6 +54,7 @@ class Variant:
 
     @property
     def threads(self) -> int:
+        """One producer warpgroup (TMA loads) plus the consumer warpgroups, 128 threads each."""
         return 128 * (self.consumers + 1)
 
     def bn(self, head_dim: int) -> int:

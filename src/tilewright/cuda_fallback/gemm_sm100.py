@@ -54,6 +54,7 @@ class Variant:
 
     @property
     def pair(self) -> int:
+        """CTAs that share one MMA: 2 with the cta_group::2 pair, else 1."""
         return 2 if self.cta2 else 1
 
     @property
