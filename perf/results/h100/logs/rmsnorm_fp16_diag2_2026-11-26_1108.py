@@ -1,3 +1,5 @@
+# The script behind the log of the same name, as run on 2026-11-26 (fold=True calls the folded-weight variant, removed
+# since: launch_rmsnorm_gemm(x, None, ...) now raises TypeError).
 import os, torch
 os.environ.setdefault("TILEWRIGHT_AUTOTUNE", "0")
 from tilewright.triton_kernels.rmsnorm_gemm import launch_rmsnorm_gemm
