@@ -165,7 +165,8 @@ def _profile(name, fn, calls=300) -> None:
 
 def diag_host(args, rows):
     """Host vs GPU time per call: do_bench flushes L2 with a ~0.1 ms memset between calls, so host time per call above
-    that shows up in benchmark numbers; this separates the two (4096^3, then cProfile on a small problem)."""
+    that shows up in benchmark numbers; this separates the two (4096^3), then profiles each case of
+    ``tilewright bench --op host`` (bench/host.py)."""
     from ..bench.common import time_ms
 
     for name, fn in _op_cases(4096, 4096, 4096).items():
@@ -179,9 +180,11 @@ def diag_host(args, rows):
         rows.append(dict(case=name, host_us=host, wall_us=wall, do_bench_us=gpu, graph_us=graph))
         print(f"{name:<20} host {host:8.1f} us/call | wall {wall:8.1f} us/call | do_bench {gpu:8.1f} us | "
               f"graph {graph:8.1f} us", flush=True)
-    small = _op_cases(256, 512, 384)
-    for name in ("gemm", "residual", "fp8", "rms_norm_linear"):
-        _profile(name, small[name])
+    from ..bench import host as host_bench
+
+    # the host benchmark's cases (issue-sized problems whose kernels outlast their launch), profiled one by one
+    for name, (ours, _torch_peer) in host_bench.cases("default", DEV, torch.bfloat16).items():
+        _profile(name, ours)
 
 
 def diag_layers(args, rows):
