@@ -1,5 +1,6 @@
-"""ops/_eager.call_op: eager calls that need no autograd skip the custom-op dispatcher; everything else goes
-through the registered op (autograd, FakeTensor / compile tracing, tensor subclasses)."""
+"""ops/_eager.call_op: eager calls skip the custom-op dispatcher - the implementation directly without autograd, the
+op's eager autograd.Function (its own setup_context and backward) with it; tracing (FakeTensor / compile, functorch)
+and tensor subclasses go through the registered op."""
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -14,7 +15,7 @@ def spy(monkeypatch):
     calls = []
     original = _eager.call_op
 
-    def recording(op, *args):
+    def recording(op, *args, **kwargs):
         impl = getattr(op, "_init_fn")
         direct = {"n": 0}
 
@@ -24,7 +25,7 @@ def spy(monkeypatch):
 
         monkeypatch.setattr(op, "_init_fn", impl_spy)
         try:
-            out = original(op, *args)
+            out = original(op, *args, **kwargs)
         finally:
             monkeypatch.setattr(op, "_init_fn", impl)
         calls.append("direct" if direct["n"] else "op")
@@ -47,12 +48,32 @@ def test_plain_eager_call_is_direct_and_correct(spy):
     torch.testing.assert_close(y.float(), a.float() @ b.float(), rtol=2e-3, atol=2e-3)
 
 
-def test_autograd_goes_through_the_op(spy):
+def test_autograd_uses_the_eager_function_with_the_ops_backward(spy):
     a, b = _ab(requires_grad=True)
-    y = tilewright.matmul(a, b, backend="torch")
-    assert spy == ["op"]
-    y.float().sum().backward()
-    assert a.grad is not None
+    b.requires_grad_(True)
+    y = tilewright.matmul(a, b, activation="gelu", backend="torch")
+    assert spy == ["direct"]
+    assert type(y.grad_fn.next_functions[0][0]).__name__.startswith("Eager_tilewright_gemm")
+    g = torch.randn_like(y)
+    da, db = torch.autograd.grad(y, (a, b), g, create_graph=True)
+    # the registered op (dispatcher + torch's generated Function) gives the same gradients, first and second order
+    a2, b2 = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+    y2 = gemm_op(a2, b2, None, None, "gelu", torch.float16, True, "torch")[0]
+    assert "Eager" not in type(y2.grad_fn).__name__ and "Eager" not in str(y2.grad_fn.next_functions)
+    da2, db2 = torch.autograd.grad(y2, (a2, b2), g, create_graph=True)
+    assert torch.equal(y, y2) and torch.equal(da, da2) and torch.equal(db, db2)
+    h = torch.randn_like(da)
+    assert torch.equal(torch.autograd.grad(da, a, h)[0], torch.autograd.grad(da2, a2, h)[0])
+
+
+def test_functorch_transform_goes_through_the_op(monkeypatch):
+    used = []
+    impl = gemm_op._init_fn
+    monkeypatch.setattr(gemm_op, "_init_fn", lambda *a: used.append("direct") or impl(*a))
+    a, b = _ab()
+    out = torch.func.vmap(lambda x: _eager.call_op(gemm_op, x, b, None, None, None, torch.float16, False,
+                                                   "torch")[0])(a.view(2, 4, 16))
+    assert out.shape == (2, 4, 8) and used == []
 
 
 def test_no_grad_mode_is_direct_even_with_requires_grad(spy):

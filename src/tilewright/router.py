@@ -158,10 +158,16 @@ _DECISIONS_MAX = 4096
 _decisions: dict = {}
 
 
+# Bumped by invalidate(): the ops' eager replay keys (ops/_fast.state) hold it, so their replays are dropped too.
+epoch = 0
+
+
 def invalidate() -> None:
     """Forget every cached decision (after changing something the cache key does not see, e.g. another process
-    wrote the autotune cache, or a test faked a capability)."""
+    wrote the autotune cache, or a test faked a capability), and every eager replay recorded under it."""
+    global epoch
     _decisions.clear()
+    epoch += 1
 
 
 def _tensor_signature(t):

@@ -1,28 +1,78 @@
 """Eager fast path shared by the ops: call a custom op's implementation directly when the dispatcher adds nothing.
 
-Measured on H200 (torch 2.11, `tilewright diag --what host`): going through a Python ``torch.library.custom_op`` costs ~60-80 us
-per call (autograd wrapper, redispatch, alias checks) - as long as a 4096^2 x 4096 GEMM runs, so eager callers and
-``triton.testing.do_bench`` saw the op's host time rather than its kernel. The registered op is what torch.compile,
-export, FakeTensor / functionalization tracing and autograd need; a plain eager call that needs none of them gets
-the same result from the implementation itself.
+Measured on the device (H100 host, torch 2.11, ``tilewright diag --what host``): a call through a Python
+``torch.library.custom_op`` costs 60-240 us (autograd wrapper, redispatch, ``fill_defaults``, alias checks) - longer
+than the kernel of a mid-sized GEMM. The registered op is what torch.compile, export, FakeTensor / functionalization
+tracing and functorch transforms need; a plain eager call gets the same result from:
+
+* the implementation itself, when there is no autograd graph to record;
+* a per-op ``torch.autograd.Function`` built from the op's own registered ``setup_context`` and backward, when there
+  is: the same saved tensors and the same backward (a double backward differentiates the same ops), without the
+  dispatcher round trip. torch builds the same kind of Function inside ``register_autograd``; this one is entered
+  directly instead of through the Autograd dispatch key.
 """
 from __future__ import annotations
 
 import torch
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_functions: dict = {}
 
 
-def call_op(op, *args):
-    """``op(*args)``, or ``op``'s implementation called directly when that is indistinguishable: not tracing
-    (torch.compile / export), no TorchDispatch or TorchFunction mode active (FakeTensor, functionalization, FX proxy),
-    every tensor argument a plain tensor (no subclass), and no autograd graph to record."""
+def traced() -> bool:
+    """Whether something would need the registered op: torch.compile / export tracing, an active TorchDispatch or
+    TorchFunction mode (FakeTensor, functionalization, FX proxies), or a functorch transform (vmap, grad)."""
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._is_torch_function_mode_enabled() or torch._C._are_functorch_transforms_active())
+
+
+def _autograd_function(op):
+    """The eager autograd.Function of ``op`` (made once): forward(run, *args) = run(*args), with the op's
+    registered setup_context and backward. ``run`` is the op's implementation or an eager replay of it
+    (ops/_fast.py); it is the Function's first input, so the backward sees ``needs_input_grad`` without it, as the
+    registered backward expects."""
+    fn = _functions.get(op)
+    if fn is None:
+        setup, backward = op._setup_context_fn, op._backward_fn
+
+        def forward(run, *args):
+            return run(*args)
+
+        def setup_context(ctx, inputs, output):
+            setup(ctx=ctx, inputs=inputs[1:], output=output)
+
+        def backward_(ctx, *grads):
+            needs = ctx.needs_input_grad
+            ctx.needs_input_grad = needs[1:]
+            try:
+                grads_in = backward(ctx, *grads)
+            finally:
+                ctx.needs_input_grad = needs
+            return (None, *grads_in) if isinstance(grads_in, tuple) else (None, grads_in)
+
+        fn = type(f"Eager_{getattr(op, '_namespace', 'op')}_{getattr(op, '_name', 'op')}", (torch.autograd.Function,),
+                  {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+                   "backward": staticmethod(backward_)})
+        _functions[op] = fn
+    return fn
+
+
+def call_op(op, *args, run=None):
+    """``op(*args)``, or its eager equivalent when that is indistinguishable: not traced (:func:`traced`) and every
+    tensor argument a plain tensor (no subclass). Without autograd recording the implementation (or ``run``, an
+    eager replay of it) is called directly; with it, the op's eager autograd.Function wraps the same call."""
     impl = getattr(op, "_init_fn", None)  # CustomOpDef keeps the decorated function (torch >= 2.4)
-    if impl is None or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
-            or torch._C._is_torch_function_mode_enabled():
+    if impl is None or traced():
         return op(*args)
+    record_grad = False
     grad = torch.is_grad_enabled()
     for t in args:
-        if isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or (grad and t.requires_grad)):
+        if isinstance(t, torch.Tensor):
+            if type(t) not in _PLAIN:
+                return op(*args)
+            record_grad = record_grad or (grad and t.requires_grad)
+    if record_grad:
+        if getattr(op, "_backward_fn", None) is None or getattr(op, "_setup_context_fn", None) is None:
             return op(*args)
-    return impl(*args)
+        return _autograd_function(op).apply(run or impl, *args)
+    return (run or impl)(*args)

@@ -6,6 +6,7 @@ import triton
 from triton.runtime import _allocation
 
 
+
 def _alloc_scratch(size: int, alignment: int, stream):
     return torch.empty(size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8)
 
@@ -32,3 +33,72 @@ def is_tuned(tuner, kernel_args: dict) -> bool:
         if hasattr(arg, "dtype"):
             key.append(str(arg.dtype))
     return tuple(key) in tuner.cache
+
+
+class BoundLaunch:
+    """One compiled Triton kernel with its grid and every non-pointer argument fixed; called with the pointers.
+
+    Why: ``JITFunction.run`` re-derives per launch what a repeated call already knows - it binds ~50 keyword
+    arguments, computes the specialization of each (divisibility, dtype), hashes them into the kernel-cache key and
+    reads several Triton knobs from the environment: 25-40 us on the device's CPU, more than the kernel of a small
+    GEMM. A call whose signature (shapes, strides, dtypes, 16-byte alignment of every pointer) is unchanged compiles
+    to the same kernel with the same arguments but its pointers, so this hands those straight to the compiled
+    kernel's C launcher. The signature check is the caller's (ops/_fast.py keys on it); this object trusts it.
+
+    Made by :func:`bind`; called with one pointer (int) per role, in the roles' order.
+    """
+
+    __slots__ = ("_compiled", "_device", "_function", "_grid", "_launch", "_packed", "_scratch", "_slots", "_template")
+
+    def __init__(self, compiled, grid, template: list, slots: list[list[int]], device: int):
+        self._compiled = compiled
+        self._launch = compiled.run  # the CudaLauncher: scratch allocation, then the C launch
+        self._function = compiled.function
+        self._packed = compiled.packed_metadata
+        g = tuple(grid) + (1, 1)
+        self._grid = g[:3]
+        self._template = template
+        self._slots = slots  # per pointer role: the template positions it fills
+        self._device = device
+        # device-side tensor descriptors need the global-memory scratch allocator on this thread
+        self._scratch = compiled.metadata.global_scratch_size > 0
+
+    def __call__(self, *pointers: int) -> None:
+        args = self._template.copy()
+        for positions, ptr in zip(self._slots, pointers):
+            for i in positions:
+                args[i] = ptr
+        if self._scratch:
+            ensure_allocator()
+        stream = torch._C._cuda_getCurrentRawStream(self._device)
+        enter, exit_ = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
+        if enter.calls or exit_.calls:  # a profiler (proton) is listening: give it what the JIT path would
+            meta = self._compiled.launch_metadata(self._grid, stream, *args)
+            self._launch(*self._grid, stream, self._function, self._packed, meta, enter, exit_, *args)
+        else:
+            self._launch(*self._grid, stream, self._function, self._packed, None, None, None, *args)
+
+
+def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict) -> BoundLaunch | None:
+    """A :class:`BoundLaunch` of ``compiled`` (what ``jit_fn[grid](**kernel_args)`` returned) whose pointer arguments
+    are ``roles`` (``{kernel argument name: tensor}``, in the order the BoundLaunch takes their pointers), or None when
+    the launch cannot be bound (an asynchronous compile still pending, a grid that is not three ints at most).
+
+    Arguments are matched by name, never by identity: ``matmul(a, a)`` passes one tensor as two operands, and a later
+    call with the same signature may pass two. A tensor argument outside ``roles`` is an unused placeholder (the
+    launchers pass one where a constexpr switch turns the operand off; the kernel never dereferences it) and is bound
+    to a null pointer, which satisfies any alignment specialization the placeholder had."""
+    if compiled is None or hasattr(compiled, "result") or len(grid) > 3 or not all(isinstance(g, int) for g in grid):
+        return None
+    names = list(roles)
+    template, slots = [], [[] for _ in names]
+    for i, name in enumerate(jit_fn.arg_names):
+        value = kernel_args[name]
+        if name in roles:
+            slots[names.index(name)].append(i)
+            value = None
+        elif isinstance(value, torch.Tensor):
+            value = 0
+        template.append(value)
+    # Triton compiles and launches on the current device (not the tensors'); the caller keys on it
+    return BoundLaunch(compiled, grid, template, slots, torch.cuda.current_device())

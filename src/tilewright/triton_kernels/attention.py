@@ -50,7 +50,8 @@ import triton.language as tl
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
 from .._env import full_autotune, interpreting
-from ._runtime import ensure_allocator, is_tuned
+from .._record import is_recording, record
+from ._runtime import bind, ensure_allocator, is_tuned
 from .dot import dot_accumulate
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
@@ -603,18 +604,27 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def _launch(kernel, plain, grid, kernel_args, config, what):
+def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
+    """Launch with ``config`` or the autotuner's pick; while an op records (ops/_fast.py), report the launch bound
+    to its pointer arguments ``roles`` (kernel argument names)."""
     if kernel_args["USE_TMA"]:
         ensure_allocator()
     if config is not None:
-        plain[grid](**kernel_args, **config.all_kwargs())
-        return
-    q = kernel_args["Q"]
-    if q.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(kernel, kernel_args):
-        raise RuntimeError(
-            f"tilewright attention ({what}): this head dim / causal / dtype / length bucket has not been autotuned "
-            "yet and autotuning cannot run during CUDA-graph capture. Run the same call once before capturing.")
-    kernel[grid](**kernel_args)
+        compiled = plain[grid](**kernel_args, **config.all_kwargs())
+    else:
+        q = kernel_args["Q"]
+        if q.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(kernel, kernel_args):
+            raise RuntimeError(
+                f"tilewright attention ({what}): this head dim / causal / dtype / length bucket has not been "
+                "autotuned yet and autotuning cannot run during CUDA-graph capture. Run the same call once before "
+                "capturing.")
+        compiled = kernel[grid](**kernel_args)
+        config = kernel.best_config
+    if is_recording():
+        # the config's constexprs join the arguments (the autotuner passed them); the grid is evaluated on both
+        full = {**kernel_args, **config.all_kwargs()}
+        bound_roles = {name: kernel_args[name] for name in roles}
+        record(bind(plain, compiled, grid(full), full, bound_roles) if roles else None, bound_roles)
 
 
 def _common(q, k, causal, use_tma):
@@ -705,7 +715,7 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
     def grid(meta):
         return (triton.cdiv(Sq, meta["BLOCK_M"]), Hq, B)
 
-    _launch(attn_fwd, _attn_fwd_kernel, grid, args, config, "forward")
+    _launch(attn_fwd, _attn_fwd_kernel, grid, args, config, "forward", roles=("Q", "K", "V", "O", "LSE"))
     return out, lse
 
 

@@ -33,7 +33,8 @@ from ..autotune.space import (INTERPRETER_CONFIG, default_gemm_config, fit_share
                               prune_gemm_configs)
 from .activation import apply_activation
 from .dot import dot_accumulate
-from ._runtime import ensure_allocator, is_tuned
+from .._record import is_recording, record
+from ._runtime import bind, ensure_allocator, is_tuned
 from .tile_order import tile_coords
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
@@ -475,10 +476,11 @@ class _Plan:
     config (None: the autotuner decides) and the grid. Working it out costs ~60 us of Python (descriptor checks,
     the autotune-cache lookup, a default config); launch_gemm caches plans per signature (see _plan_key)."""
 
-    __slots__ = ("static", "config", "grid", "tma")
+    __slots__ = ("bound", "config", "grid", "static", "tma")
 
     def __init__(self, static, config, grid, tma):
         self.static, self.config, self.grid, self.tma = static, config, grid, tma
+        self.bound = None  # the plan's BoundLaunch, made on the first launch an op records (ops/_fast.py)
 
 
 _PLANS_MAX = 4096
@@ -612,7 +614,16 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         eps=float(norm.eps) if norm is not None else 0.0,
     )
     if plan.config is not None:
-        _gemm_kernel[plan.grid](**kernel_args)
+        compiled = _gemm_kernel[plan.grid](**kernel_args)
+        if is_recording():
+            roles = {name: t for name, t in (
+                ("a_ptr", a), ("b_ptr", b), ("c_ptr", out), ("bias_ptr", bias), ("res_ptr", residual),
+                ("preact_ptr", preact), ("g_ptr", norm and norm.weight), ("gscale_ptr", norm and norm.g_scale),
+                ("rstd_ptr", norm and norm.rstd), ("scale_a_ptr", dequant and dequant.scale_a),
+                ("scale_b_ptr", dequant and dequant.scale_b)) if t is not None}
+            if plan.bound is None and key is not None:  # (a plan made for one call only is not worth binding)
+                plan.bound = bind(_gemm_kernel, compiled, plan.grid, kernel_args, roles)
+            record(plan.bound, roles)
         return out
     M, N, K = plan.static["M"], plan.static["N"], plan.static["K"]
     if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(gemm_kernel, kernel_args):

@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._record import record
 from .gemm import NormPrologue, launch_gemm
 
 @triton.jit
@@ -76,6 +77,7 @@ def g_pow2_scale(g: torch.Tensor) -> torch.Tensor:
     out = torch.empty(2, device=g.device, dtype=torch.float32)
     K = g.numel()
     _g_pow2_scale_kernel[(1,)](g, out, K, BLOCK=min(max(triton.next_power_of_2(max(K, 1)), 16), 1024), num_warps=4)
+    record(None, {})  # not replayable on its own: an op recording this call gets no eager replay (ops/_fast.py)
     return out
 
 

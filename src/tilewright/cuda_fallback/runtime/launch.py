@@ -16,6 +16,7 @@ import ctypes
 import sys
 import threading
 
+from ..._record import record
 from .build import Build, CudaUnavailable
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -159,6 +160,8 @@ def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: 
             cache.pop(next(iter(cache)))
         cache[key] = prepared
     fn, grid, args = prepared
+    # CUDA launches are not replayed eagerly (ops/_fast.py): an op recording this call gets none
+    record(None, {})
     stream = torch.cuda.current_stream(device).cuda_stream
     with torch.cuda.device(device):
         driver().launch(fn, grid if isinstance(grid, tuple) else (grid, 1, 1), (threads, 1, 1), smem, stream, args)

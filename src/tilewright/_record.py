@@ -1,0 +1,38 @@
+"""The launch recorder behind the ops' eager replay (ops/_fast.py), kept below every backend so each can report.
+
+While an op records (:func:`recording`), every kernel launch of the package reports itself with :func:`record`: a
+Triton launch bound to its pointer arguments (``triton_kernels._runtime.BoundLaunch``), or None for a launch that
+cannot be replayed alone (a CUDA kernel, a helper kernel whose output is no argument of the op). The op replays only
+a call that made exactly one launch, a bound one.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def recording():
+    """Inside: launchers append their launches to the list this yields."""
+    previous = getattr(_local, "launches", None)
+    launches: list = []
+    _local.launches = launches
+    try:
+        yield launches
+    finally:
+        _local.launches = previous
+
+
+def is_recording() -> bool:
+    """Whether a launcher should bind its launch for :func:`record` (binding costs a few microseconds)."""
+    return getattr(_local, "launches", None) is not None
+
+
+def record(bound, roles: dict) -> None:
+    """Report one launch: ``bound`` (a BoundLaunch, or None when the launch could not be bound) and its pointer
+    arguments ``{role: tensor}`` in the order ``bound`` takes them."""
+    launches = getattr(_local, "launches", None)
+    if launches is not None:
+        launches.append((bound, roles))

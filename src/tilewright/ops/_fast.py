@@ -1,0 +1,137 @@
+"""Eager replay: an op called again with an unchanged signature launches its recorded kernel directly.
+
+Why: an eager call's Python path - argument checks, the router, the launch plan, Triton's JIT dispatch - cost 115-190
+us per call on the device's CPU (``tilewright bench --op host``, H100 host), 6-13x torch's own op and longer than the
+kernel of a mid-sized GEMM. Nearly all of it re-derives what the previous call with the same signature already knew.
+
+How: the op computes a signature key from its arguments (shapes, strides, dtypes, devices, 16/128-byte alignment of
+every pointer, the options, whether autograd records, and :func:`state` - the environment switches, the tuning cache
+generation, the forced backend and the current device: everything the checks, the router and the launch plan read).
+On a miss it runs the full path inside :func:`recording`; a launcher that knows its launch is replayable reports it
+with ``_record.record`` as a ``triton_kernels._runtime.BoundLaunch`` and the tensors behind each pointer argument
+(``roles``). :func:`build` turns one recorded launch into a :class:`Replay` only when each role is exactly one of the
+op's inputs (same pointer: the op made no copy) or one of its outputs - the op says which (``expected``), nothing is
+inferred from equal addresses. A hit allocates the outputs and calls the launch: ~10-20 us.
+
+What never replays (the full path runs every time): a call the full path served with torch or the CUDA backend, or
+with more than one launch (fp16 rms_norm_linear's weight scale), or with a copy of an input (a strided bias, a
+non-unit-stride attention input); calls that autograd records, that torch.compile / export / a dispatch or function
+mode traces, or that take tensor subclasses; the interpreter. An error raised by the full path is raised again by
+the next call with the same signature, since nothing was recorded.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .._env import interpreting
+from ._eager import traced
+from .._record import recording  # noqa: F401 - the ops enter it from here
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+CACHE_MAX = 4096
+_caches: list[dict] = []
+_env_names: tuple[str, ...] | None = None
+
+
+def new_cache() -> dict:
+    """A replay cache for one op (cleared with every other by :func:`invalidate`)."""
+    cache: dict = {}
+    _caches.append(cache)
+    return cache
+
+
+def invalidate() -> None:
+    """Forget every recorded replay (``router.invalidate()`` also makes them unreachable: its epoch is in the key)."""
+    for cache in _caches:
+        cache.clear()
+
+
+def store(cache: dict, key, replay) -> None:
+    """Keep ``replay`` under ``key``; a full cache is emptied first (a workload with thousands of signatures is not
+    one the replay helps, and the full path stays correct)."""
+    if len(cache) >= CACHE_MAX:
+        cache.clear()
+    cache[key] = replay
+
+
+def eligible(*tensors) -> bool:
+    """Whether an eager call on ``tensors`` (None entries skipped) may replay: CUDA tensors of plain types, no
+    tracing (ops/_eager.traced), no interpreter. Autograd is the caller's check."""
+    if traced():
+        return False
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or not t.is_cuda):
+            return False
+    return not interpreting()
+
+
+def sig(t):
+    """What a replay depends on in one tensor argument (None stays None)."""
+    if t is None:
+        return None
+    ptr = t.data_ptr()
+    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
+
+
+def state() -> tuple:
+    """Process state every op's full path reads besides its arguments: the router's and the records' environment
+    switches, TILEWRIGHT_AUTOTUNE, the tuning cache generation, the router's epoch (``router.invalidate()`` bumps it),
+    a forced backend (``use_backend``), the current device."""
+    global _env_names
+    from .. import router
+    from ..autotune import cache
+
+    if _env_names is None:
+        from .. import backends
+
+        _env_names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE")
+    env = os.environ
+    return (tuple([env.get(n) for n in _env_names]), cache.generation, router.epoch,
+            getattr(router._local, "backend", None), torch.cuda.current_device())
+
+
+class Replay:
+    """Allocate the op's outputs, launch the recorded kernel on the new pointers, return the outputs."""
+
+    __slots__ = ("_bound", "_outputs", "_sources")
+
+    def __init__(self, bound, sources: list[tuple[bool, int]], outputs: list[tuple]):
+        self._bound = bound
+        self._sources = sources  # per pointer argument: (is an output, index)
+        self._outputs = outputs  # (shape, stride, dtype) of each output
+
+    def __call__(self, device, *inputs) -> list[torch.Tensor]:
+        outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in
+                self._outputs]
+        self._bound(*[(outs[i] if is_out else inputs[i]).data_ptr() for is_out, i in self._sources])
+        return outs
+
+
+def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
+    """A :class:`Replay` of the single launch in ``launches`` whose roles are all in ``inputs`` (``{role: (index,
+    tensor)}``: the op's input tensor at that index of the replay's arguments) or ``outputs`` (``{role: (index,
+    tensor)}``: the op's returned tensor); None when anything differs: no launch or several, an unbound one, a role
+    the op did not name, or a role whose tensor is not at the named input's address (a copy the op made)."""
+    if len(launches) != 1 or launches[0][0] is None:
+        return None
+    bound, roles = launches[0]
+    sources = []
+    for role, t in roles.items():
+        if role in inputs:
+            i, expected = inputs[role]
+            if expected is None or t.data_ptr() != expected.data_ptr():
+                return None
+            sources.append((False, i))
+        elif role in outputs:
+            i, expected = outputs[role]
+            if t.data_ptr() != expected.data_ptr():
+                return None
+            sources.append((True, i))
+        else:
+            return None
+    specs = [None] * len(outputs)
+    for i, t in outputs.values():
+        specs[i] = (tuple(t.shape), t.stride(), t.dtype)
+    return Replay(bound, sources, specs)

@@ -1,0 +1,202 @@
+"""GPU tier: the eager replay (ops/_fast.py) gives bit-for-bit the full path's answer, and replays only what it may.
+
+Pattern of every case: a first call at a signature runs the full path and records; a call on fresh inputs at the same
+signature replays; the same inputs through the full path again (replays dropped) must give the identical tensor. The
+expected replay count says whether the call was replayable at all.
+"""
+import pytest
+import torch
+
+import tilewright
+from tilewright.ops import _fast
+from tilewright.ops import attention as op_attention
+from tilewright.ops import gemm as op_gemm
+from tilewright.ops import rms_norm_linear as op_rms
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILEWRIGHT_AUTOTUNE", "0")
+    _fast.invalidate()
+    with tilewright.use_backend("triton"):
+        yield
+    _fast.invalidate()
+    mp.undo()
+
+
+def _replayed_equals_full(fn, make, cache, replayable=True):
+    """fn(*make()) three ways: record, replay on fresh inputs, full path on those inputs; returns the replayed out."""
+    fn(*make())
+    assert len(cache) == (1 if replayable else 0)
+    inputs = make()
+    replayed = fn(*inputs)
+    _fast.invalidate()
+    full = fn(*inputs)
+    torch.testing.assert_close(replayed, full, rtol=0, atol=0)
+    return replayed, inputs
+
+
+def _rand(*shape, dtype=BF16):
+    return torch.randn(*shape, device=DEV, dtype=dtype)
+
+
+@pytest.mark.parametrize("case", ["plain", "linear_epilogues", "pos_embed_3d", "fp16_out_fp32", "k_major_b"])
+def test_gemm_replays(case):
+    M, N, K = 300, 136, 200
+    if case == "plain":
+        def make():
+            return _rand(M, K), _rand(K, N)
+
+        def fn(a, b):
+            return tilewright.matmul(a, b)
+    elif case == "linear_epilogues":
+        def make():
+            return _rand(M, K), _rand(N, K), _rand(N), _rand(M, N)
+
+        def fn(x, w, b, r):
+            return tilewright.linear(x, w, b, activation="gelu", residual=r)
+    elif case == "pos_embed_3d":
+        def make():
+            return _rand(3, 100, K), _rand(K, N), _rand(100, N)
+
+        def fn(x, b, pos):
+            return tilewright.matmul(x, b, residual=pos)
+    elif case == "fp16_out_fp32":
+        def make():
+            return _rand(M, K, dtype=FP16), _rand(K, N, dtype=FP16)
+
+        def fn(a, b):
+            return tilewright.matmul(a, b, out_dtype=torch.float32, activation="silu")
+    else:
+        def make():
+            return _rand(M, K), _rand(N, K).t()
+
+        def fn(a, b):
+            return tilewright.matmul(a, b, activation="relu")
+    # the full path's answer is the reference here; its numerics against torch are test_gemm_gpu's subject
+    out, _ = _replayed_equals_full(fn, make, op_gemm._replays)
+    assert torch.isfinite(out).all()
+
+
+def test_gemm_operand_aliasing_at_record_time_does_not_leak_into_the_replay():
+    a = _rand(128, 128)
+    tilewright.matmul(a, a)  # records with a as both operands
+    x, y = _rand(128, 128), _rand(128, 128)
+    replayed = tilewright.matmul(x, y)
+    assert len(op_gemm._replays) == 1
+    _fast.invalidate()
+    torch.testing.assert_close(replayed, tilewright.matmul(x, y), rtol=0, atol=0)
+
+
+def test_gemm_alignment_is_part_of_the_signature():
+    big = _rand(256, 201)
+    b = _rand(200, 64)
+    aligned, shifted = big[:, :200], big[:, 1:]  # same shape and strides, base 16-byte aligned or not
+    tilewright.matmul(aligned, b)
+    out = tilewright.matmul(shifted, b)  # must not replay the aligned (TMA) launch
+    assert len(op_gemm._replays) == 2
+    torch.testing.assert_close(out.float(), shifted.float() @ b.float(), rtol=2e-2, atol=2e-1)
+
+
+def test_gemm_copied_bias_is_not_replayed_and_stays_right():
+    x, w = _rand(64, 96), _rand(48, 96)
+    bias = _rand(96)[::2]  # strided: the op copies it
+    out = tilewright.linear(x, w, bias)
+    assert len(op_gemm._replays) == 0
+    torch.testing.assert_close(out.float(), (x.float() @ w.float().t() + bias.float()), rtol=2e-2, atol=2e-1)
+
+
+def test_gemm_with_grad_is_not_replayed():
+    x, w = _rand(64, 96).requires_grad_(), _rand(48, 96)
+    tilewright.linear(x, w).sum().backward()
+    assert len(op_gemm._replays) == 0 and x.grad is not None
+
+
+def test_replay_runs_on_the_current_stream_and_in_a_cuda_graph():
+    a, b = _rand(256, 128), _rand(128, 192)
+    expected = tilewright.matmul(a, b)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = tilewright.matmul(a, b)  # replay, launched on `side`
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(on_side, expected, rtol=0, atol=0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        captured = tilewright.matmul(a, b)
+    a.copy_(_rand(256, 128))
+    g.replay()
+    _fast.invalidate()
+    torch.testing.assert_close(captured, tilewright.matmul(a, b), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["causal_gqa", "bshd_view", "sdpa", "lse"])
+def test_attention_replays(case):
+    B, Hq, Hkv, S, D = 2, 4, 2, 160, 64
+    if case == "bshd_view":
+        def make():
+            return tuple(_rand(B, S, Hq, D).transpose(1, 2) for _ in range(3))
+
+        def fn(q, k, v):
+            return tilewright.flash_attention(q, k, v)
+    elif case == "sdpa":
+        def make():
+            return _rand(B, Hq, S, D), _rand(B, Hkv, S, D), _rand(B, Hkv, S, D)
+
+        def fn(q, k, v):
+            return tilewright.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    elif case == "lse":
+        def make():
+            return _rand(B, Hq, S, D), _rand(B, Hq, S + 30, D), _rand(B, Hq, S + 30, D)
+
+        def fn(q, k, v):
+            out, lse = tilewright.flash_attention(q, k, v, scale=0.3, return_lse=True)
+            return torch.cat([out.float().flatten(), lse.flatten()])
+    else:
+        def make():
+            return _rand(B, Hq, S, D), _rand(B, Hkv, S, D), _rand(B, Hkv, S, D)
+
+        def fn(q, k, v):
+            return tilewright.flash_attention(q, k, v, causal=True)
+    _replayed_equals_full(fn, make, op_attention._replays)
+
+
+def test_attention_negative_scale_is_not_replayed():
+    q, k, v = (_rand(1, 2, 64, 64) for _ in range(3))
+    out = tilewright.flash_attention(q, k, v, scale=-0.125)
+    assert len(op_attention._replays) == 0
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=-0.125)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype,bias,replayable", [(BF16, False, True), (BF16, True, True), (FP16, False, False)])
+def test_rms_norm_linear_replays(dtype, bias, replayable):
+    M, N, K = 200, 96, 160
+
+    def make():
+        return (_rand(2, M // 2, K, dtype=dtype), torch.rand(K, device=DEV, dtype=dtype) + 0.5, _rand(N, K, dtype=dtype),
+                _rand(N, dtype=dtype) if bias else None)
+
+    def fn(x, g, w, b):
+        return tilewright.rms_norm_linear(x, g, w, b)
+
+    out, (x, g, w, b) = _replayed_equals_full(fn, make, op_rms._replays, replayable)
+    ref = torch.nn.functional.linear(torch.nn.functional.rms_norm(x.float(), (K,), g.float(), 1e-6), w.float(),
+                                     None if b is None else b.float())
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=1e-1)
+
+
+def test_environment_and_invalidate_drop_replays(monkeypatch):
+    a, b = _rand(64, 64), _rand(64, 64)
+    tilewright.matmul(a, b)
+    tilewright.matmul(a, b)
+    assert len(op_gemm._replays) == 1
+    monkeypatch.setenv("TILEWRIGHT_BACKEND", "torch")  # the environment is in the key: the full path runs again
+    with tilewright.use_backend(None):
+        torch.testing.assert_close(tilewright.matmul(a, b).float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
+    assert len(op_gemm._replays) == 1  # the torch path launched nothing to replay
