@@ -27,19 +27,20 @@ def traced() -> bool:
 
 
 def _autograd_function(op):
-    """The eager autograd.Function of ``op`` (made once): forward(run, *args) = run(*args), with the op's
-    registered setup_context and backward. ``run`` is the op's implementation or an eager replay of it
-    (ops/_fast.py); it is the Function's first input, so the backward sees ``needs_input_grad`` without it, as the
-    registered backward expects."""
+    """The eager autograd.Function of ``op`` (made once): forward(ctx, run, *args) = run(*args), then the op's
+    registered setup_context; backward = the op's registered backward. ``run`` is the op's implementation or an
+    eager replay of it (ops/_fast.py); as the Function's first input it is cut from ``needs_input_grad`` before the
+    registered backward reads it. The old-style forward (ctx first, no ``setup_context`` staticmethod) is deliberate:
+    with one, ``Function.apply`` binds the arguments through ``inspect.signature`` on every call (~20 us); functorch,
+    which needs the new style, never gets here (:func:`traced`)."""
     fn = _functions.get(op)
     if fn is None:
         setup, backward = op._setup_context_fn, op._backward_fn
 
-        def forward(run, *args):
-            return run(*args)
-
-        def setup_context(ctx, inputs, output):
-            setup(ctx=ctx, inputs=inputs[1:], output=output)
+        def forward(ctx, run, *args):
+            output = run(*args)
+            setup(ctx=ctx, inputs=args, output=output)
+            return output
 
         def backward_(ctx, *grads):
             needs = ctx.needs_input_grad
@@ -51,8 +52,7 @@ def _autograd_function(op):
             return (None, *grads_in) if isinstance(grads_in, tuple) else (None, grads_in)
 
         fn = type(f"Eager_{getattr(op, '_namespace', 'op')}_{getattr(op, '_name', 'op')}", (torch.autograd.Function,),
-                  {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
-                   "backward": staticmethod(backward_)})
+                  {"forward": staticmethod(forward), "backward": staticmethod(backward_)})
         _functions[op] = fn
     return fn
 

@@ -32,7 +32,7 @@ from .._record import recording  # noqa: F401 - the ops enter it from here
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 CACHE_MAX = 4096
 _caches: list[dict] = []
-_env_names: tuple[str, ...] | None = None
+_env_names: tuple | None = None  # (names, the same as bytes)
 
 
 def new_cache() -> dict:
@@ -75,6 +75,19 @@ def sig(t):
     return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
 
 
+# os.environ.get costs ~1 us a name on the device's CPU (str -> bytes encode, lookup, decode), and the key reads ~14.
+# On POSIX os.environ keeps a bytes -> bytes dict, updated by os.environ[...] = / del / putenv through os.environ,
+# which is how tests and users change the switches; its lookup costs ~0.1 us. Elsewhere: os.environ.get.
+_environ_bytes = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def _read_env(names: tuple[str, ...], encoded: tuple[bytes, ...]) -> tuple:
+    if _environ_bytes is not None:
+        get = _environ_bytes.get
+        return tuple([get(n) for n in encoded])
+    return tuple([os.environ.get(n) for n in names])
+
+
 def state() -> tuple:
     """Process state every op's full path reads besides its arguments: the router's and the records' environment
     switches, TILEWRIGHT_AUTOTUNE, the tuning cache generation, the router's epoch (``router.invalidate()`` bumps it),
@@ -86,9 +99,9 @@ def state() -> tuple:
     if _env_names is None:
         from .. import backends
 
-        _env_names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE")
-    env = os.environ
-    return (tuple([env.get(n) for n in _env_names]), cache.generation, router.epoch,
+        names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE")
+        _env_names = (names, tuple(n.encode() for n in names))
+    return (_read_env(*_env_names), cache.generation, router.epoch,
             getattr(router._local, "backend", None), torch.cuda.current_device())
 
 
@@ -101,6 +114,13 @@ class Replay:
         self._bound = bound
         self._sources = sources  # per pointer argument: (is an output, index)
         self._outputs = outputs  # (shape, stride, dtype) of each output
+
+    def impl(self, n_inputs: int):
+        """The replay in the op implementation's calling convention: ``impl(*op_args)`` -> tuple of outputs, reading
+        the first ``n_inputs`` arguments (tensors at the recorded inputs' addresses, e.g. their 2-D views)."""
+        def run(*args):
+            return tuple(self(args[0].device, *args[:n_inputs]))
+        return run
 
     def __call__(self, device, *inputs) -> list[torch.Tensor]:
         outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in

@@ -212,15 +212,23 @@ _replays = _fast.new_cache()
 
 def _replay_key(q, k, v, causal, scale, backend, *extra):
     """The eager replay key of a forward call (ops/_fast.py), or None when it may not replay (see _fast.py; options
-    of a type the full path must judge also go there)."""
+    of a type the full path must judge also go there). Autograd recording is not in it: the launch is the same."""
     if not (type(causal) is bool and type(scale) in (float, int, type(None)) and type(backend) in (str, type(None))):
         return None
     if not _fast.eligible(q, k, v):
         return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return None
     sig = _fast.sig
     return (sig(q), sig(k), sig(v), causal, scale, backend, *extra, _fast.state())
+
+
+def _replayed(replay, q, k, v, causal, scale, backend):
+    """(out, lse) from a recorded replay: called directly, or inside the op's eager autograd.Function when autograd
+    records (the forward launch is the same either way: it always writes the LSE the backward reads)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return call_op(flash_attn_fwd_op, q, k, v, causal, float(scale if scale is not None else
+                                                                   1.0 / math.sqrt(q.shape[-1])),
+                       backend, run=replay.impl(3))
+    return replay(q.device, q, k, v)
 
 
 def _forward(key, q, k, v, causal: bool, scale: float, backend):
@@ -257,7 +265,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     if key is not None:
         replay = _replays.get(key)
         if replay is not None:
-            out, lse = replay(q.device, q, k, v)
+            out, lse = _replayed(replay, q, k, v, causal, scale, backend)
             return (out, lse) if return_lse else out
     _check(q, k, v)
     check_backend(backend)
@@ -283,7 +291,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         if replay_key is not None:
             replay = _replays.get(replay_key)
             if replay is not None:
-                return replay(query.device, query, key, value)[0]
+                return _replayed(replay, query, key, value, is_causal, scale, None)[0]
     if attn_mask is not None:
         raise NotImplementedError(
             "tilewright.scaled_dot_product_attention: attn_mask is not supported. For a causal mask pass "

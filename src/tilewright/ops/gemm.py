@@ -145,27 +145,63 @@ def _residual_3d(residual: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Te
 _replays = _fast.new_cache()
 
 
+def _needs_grad(a, b, bias, residual) -> bool:
+    return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad
+                                        or (bias is not None and bias.requires_grad)
+                                        or (residual is not None and residual.requires_grad))
+
+
 def _replay_key(a, b, bias, residual, activation, out_dtype, backend):
     """The eager replay key of a call (ops/_fast.py), or None when it may not replay: a tensor argument that is no
-    plain CUDA tensor, tracing, autograd recording, or an option of a type the full path must judge."""
+    plain CUDA tensor, tracing, or an option of a type the full path must judge. Autograd recording is in the key:
+    with an activation it makes the kernel also store the pre-activation, and the replay then runs inside the op's
+    eager autograd.Function."""
     if not (type(activation) in (str, type(None)) and type(backend) in (str, type(None))
             and (out_dtype is None or isinstance(out_dtype, torch.dtype))):
         return None
     if not _fast.eligible(a, b, bias, residual):
         return None
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
-                                    or (residual is not None and residual.requires_grad)):
-        return None
     sig = _fast.sig
-    return (sig(a), sig(b), sig(bias), sig(residual), activation, out_dtype, backend, _fast.state())
+    return (sig(a), sig(b), sig(bias), sig(residual), activation, out_dtype, backend,
+            _needs_grad(a, b, bias, residual), _fast.state())
 
 
 def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text):
     key = _replay_key(a, b, bias, residual, activation, out_dtype, backend)
-    if key is not None:
-        replay = _replays.get(key)
-        if replay is not None:
-            return replay(a.device, a, b, bias, residual)[0]
+    replay = None if key is None else _replays.get(key)
+    needs_grad = key[-2] if key is not None else None
+    if replay is not None and not needs_grad:
+        return replay(a.device, a, b, bias, residual)[0]
+    if replay is None:  # (a replayed signature passed these checks when it was recorded)
+        _check_gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text)
+    N = b.shape[1]
+    out_shape = (*a.shape[:-1], N)
+    a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
+    res3 = None if residual is None else _residual_3d(residual, out_shape)
+    if needs_grad is None:
+        needs_grad = _needs_grad(a, b, bias, residual)
+    save_preact = activation is not None and needs_grad
+    args = (a2, b, bias, res3, activation, out_dtype or a.dtype, save_preact, backend)
+    if replay is not None:  # with autograd: the replay inside the op's eager autograd.Function
+        return call_op(gemm_op, *args, run=replay.impl(4))[0].view(out_shape)
+    if key is None:
+        return call_op(gemm_op, *args)[0].view(out_shape)
+    with _fast.recording() as launches:
+        out, preact = call_op(gemm_op, *args)
+    # roles: launch_gemm's pointer arguments; each must be the caller's tensor itself (a view at its address), so a
+    # bias made contiguous or a residual copied by a reshape does not replay. Without autograd the replay returns
+    # the caller's output shape; with it, the op's 2-D (out, pre-activation) pair.
+    inputs = {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)}
+    if needs_grad:
+        replay = _fast.build(launches, inputs, {"c_ptr": (0, out), "preact_ptr": (1, preact)})
+    else:
+        replay = _fast.build(launches, inputs, {"c_ptr": (0, out.view(out_shape))})
+    if replay is not None:
+        _fast.store(_replays, key, replay)
+    return out.view(out_shape)
+
+
+def _check_gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text) -> None:
     check_tensor(a_name, a, min_dim=1)
     check_tensor(b_name, b, dims=(2,))
     check_optional_tensor("bias", bias)
@@ -186,25 +222,6 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     if residual is not None:
         check_tensor("residual", residual)
     check_out_dtype(out_dtype)
-    out_shape = (*a.shape[:-1], N)
-    a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
-    res3 = None if residual is None else _residual_3d(residual, out_shape)
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (a, b, bias, residual))
-    save_preact = activation is not None and needs_grad
-    if key is None:
-        out, _ = call_op(gemm_op, a2, b, bias, res3, activation, out_dtype or a.dtype, save_preact, backend)
-        return out.view(out_shape)
-    with _fast.recording() as launches:
-        out, _ = call_op(gemm_op, a2, b, bias, res3, activation, out_dtype or a.dtype, save_preact, backend)
-    out = out.view(out_shape)
-    # roles: launch_gemm's pointer arguments; each must be the caller's tensor itself (a view at its address), so a
-    # bias made contiguous or a residual copied by a reshape does not replay
-    replay = _fast.build(launches, {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias),
-                                    "res_ptr": (3, residual)}, {"c_ptr": (0, out)})
-    if replay is not None:
-        _fast.store(_replays, key, replay)
-    return out
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,

@@ -178,13 +178,11 @@ _replays = _fast.new_cache()
 
 
 def _replay_key(x, norm_weight, weight, bias, eps, backend):
-    """The eager replay key of a call (ops/_fast.py), or None when it may not replay."""
+    """The eager replay key of a call (ops/_fast.py), or None when it may not replay. Autograd recording is not in
+    it: the forward launch is the same (it always stores the rstd the backward reads)."""
     if not (type(eps) is float and type(backend) in (str, type(None))):
         return None
     if not _fast.eligible(x, norm_weight, weight, bias):
-        return None
-    if torch.is_grad_enabled() and (x.requires_grad or norm_weight.requires_grad or weight.requires_grad
-                                    or (bias is not None and bias.requires_grad)):
         return None
     sig = _fast.sig
     return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend, _fast.state())
@@ -217,7 +215,13 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     if key is not None:
         replay = _replays.get(key)
         if replay is not None:
-            return replay(x.device, x, norm_weight, weight, bias)[0]
+            if torch.is_grad_enabled() and (x.requires_grad or norm_weight.requires_grad or weight.requires_grad
+                                            or (bias is not None and bias.requires_grad)):
+                x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+                y = call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend, run=replay.impl(4))[0]
+            else:
+                y = replay(x.device, x, norm_weight, weight, bias)[0]
+            return y.view(*x.shape[:-1], weight.shape[0])
     check_tensor("x", x, min_dim=1)
     check_tensor("norm_weight", norm_weight, dims=(1,))
     check_tensor("weight", weight, dims=(2,))
@@ -244,11 +248,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         return y.view(*x.shape[:-1], N)
     with _fast.recording() as launches:
         y, rstd = call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
-    y = y.view(*x.shape[:-1], N)
     # one launch of the GEMM with its norm prologue; fp16's weight-scale kernel is a second launch (its g_scale is
     # no argument of the call): no replay there, nor for a strided norm weight or bias the op made contiguous
     replay = _fast.build(launches, {"a_ptr": (0, x), "g_ptr": (1, norm_weight), "b_ptr": (2, weight),
                                     "bias_ptr": (3, bias)}, {"c_ptr": (0, y), "rstd_ptr": (1, rstd)})
     if replay is not None:
         _fast.store(_replays, key, replay)
-    return y
+    return y.view(*x.shape[:-1], N)
