@@ -25,7 +25,9 @@ import os
 
 import torch
 
+from .. import backends, router
 from .._env import interpreting
+from ..autotune import cache
 from ._eager import traced
 from .._record import recording  # noqa: F401 - the ops enter it from here
 
@@ -37,15 +39,15 @@ _env_names: tuple | None = None  # (names, the same as bytes)
 
 def new_cache() -> dict:
     """A replay cache for one op (cleared with every other by :func:`invalidate`)."""
-    cache: dict = {}
-    _caches.append(cache)
-    return cache
+    replays: dict = {}
+    _caches.append(replays)
+    return replays
 
 
 def invalidate() -> None:
     """Forget every recorded replay (``router.invalidate()`` also makes them unreachable: its epoch is in the key)."""
-    for cache in _caches:
-        cache.clear()
+    for replays in _caches:
+        replays.clear()
 
 
 def store(cache: dict, key, replay) -> None:
@@ -93,16 +95,11 @@ def state() -> tuple:
     switches, TILEWRIGHT_AUTOTUNE, the tuning cache generation, the router's epoch (``router.invalidate()`` bumps it),
     a forced backend (``use_backend``), the current device."""
     global _env_names
-    from .. import router
-    from ..autotune import cache
-
     if _env_names is None:
-        from .. import backends
-
         names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE")
         _env_names = (names, tuple(n.encode() for n in names))
-    return (_read_env(*_env_names), cache.generation, router.epoch,
-            getattr(router._local, "backend", None), torch.cuda.current_device())
+    return (_read_env(*_env_names), cache.generation, router.epoch, getattr(router._local, "backend", None),
+            torch._C._cuda_getDevice())
 
 
 class Replay:

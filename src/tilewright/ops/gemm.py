@@ -151,7 +151,7 @@ def _needs_grad(a, b, bias, residual) -> bool:
                                         or (residual is not None and residual.requires_grad))
 
 
-def _replay_key(a, b, bias, residual, activation, out_dtype, backend):
+def _replay_key(a, b, bias, residual, activation, out_dtype, backend, entry: str = "matmul"):
     """The eager replay key of a call (ops/_fast.py), or None when it may not replay: a tensor argument that is no
     plain CUDA tensor, tracing, or an option of a type the full path must judge. Autograd recording is in the key:
     with an activation it makes the kernel also store the pre-activation, and the replay then runs inside the op's
@@ -162,13 +162,17 @@ def _replay_key(a, b, bias, residual, activation, out_dtype, backend):
     if not _fast.eligible(a, b, bias, residual):
         return None
     sig = _fast.sig
-    return (sig(a), sig(b), sig(bias), sig(residual), activation, out_dtype, backend,
+    return (entry, sig(a), sig(b), sig(bias), sig(residual), activation, out_dtype, backend,
             _needs_grad(a, b, bias, residual), _fast.state())
 
 
-def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text):
-    key = _replay_key(a, b, bias, residual, activation, out_dtype, backend)
-    replay = None if key is None else _replays.get(key)
+def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text, key=(),
+          replay=None):
+    """matmul/linear after argument parsing; ``key``/``replay``: the caller's replay key and its hit, if it looked
+    them up itself (linear keys on the weight, saving the transpose on a hit)."""
+    if key == ():
+        key = _replay_key(a, b, bias, residual, activation, out_dtype, backend)
+        replay = None if key is None else _replays.get(key)
     needs_grad = key[-2] if key is not None else None
     if replay is not None and not needs_grad:
         return replay(a.device, a, b, bias, residual)[0]
@@ -254,9 +258,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x: (..., K); weight: (N, K) (the nn.Linear layout, read as a K-major B operand without a copy); bias: (N,).
     See :func:`matmul` for the rest.
     """
+    # the replay key holds the weight, not its transpose (same address, strides swapped): a hit skips the .t()
+    key = _replay_key(x, weight, bias, residual, activation, None, backend, "linear")
+    replay = None if key is None else _replays.get(key)
+    if replay is not None and not key[-2]:
+        return replay(x.device, x, weight, bias, residual)[0]
     if isinstance(weight, torch.Tensor) and weight.dim() == 2:
         b = weight.t()
     else:
         check_tensor("weight", weight, dims=(2,))
         b = weight
-    return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)")
+    return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)", key, replay)

@@ -1,14 +1,23 @@
 """Launch-time helpers shared by the Triton kernel families."""
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.runtime import _allocation
 
 
 
+@functools.cache
+def _scratch_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def _alloc_scratch(size: int, alignment: int, stream):
-    return torch.empty(size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8)
+    # on the current device, from torch's caching allocator (stream-ordered, CUDA-graph aware); torch.empty rounds
+    # blocks to 512 bytes, above the 128-byte alignment descriptors need
+    return torch.empty(size, device=_scratch_device(), dtype=torch.int8)
 
 
 def ensure_allocator() -> None:
@@ -48,35 +57,52 @@ class BoundLaunch:
     Made by :func:`bind`; called with one pointer (int) per role, in the roles' order.
     """
 
-    __slots__ = ("_compiled", "_device", "_function", "_grid", "_launch", "_packed", "_scratch", "_slots", "_template")
+    __slots__ = ("_compiled", "_device", "_direct", "_function", "_grid", "_launch", "_packed", "_scratch_align",
+                 "_scratch_bytes", "_slots", "_template")
 
     def __init__(self, compiled, grid, template: list, slots: list[list[int]], device: int):
         self._compiled = compiled
-        self._launch = compiled.run  # the CudaLauncher: scratch allocation, then the C launch
+        self._launch = run = compiled.run  # the CudaLauncher: scratch allocation, then the C launch
         self._function = compiled.function
         self._packed = compiled.packed_metadata
-        g = tuple(grid) + (1, 1)
+        g = (*tuple(grid), 1, 1)
         self._grid = g[:3]
         self._template = template
         self._slots = slots  # per pointer role: the template positions it fills
         self._device = device
-        # device-side tensor descriptors need the global-memory scratch allocator on this thread
-        self._scratch = compiled.metadata.global_scratch_size > 0
+        # Triton 3.6's CudaLauncher allocates the descriptors' global scratch (grid x CTAs x bytes) and calls its C
+        # launch; with the grid fixed the size is known here, so the C launch is called directly (saves a closure
+        # and two allocator calls a launch). Anything unexpected - another launcher class, a profiling scratch -
+        # keeps the CudaLauncher call.
+        fields = ("launch", "global_scratch_size", "global_scratch_align", "profile_scratch_size", "num_ctas",
+                  "launch_cooperative_grid", "launch_pdl")
+        self._direct = all(hasattr(run, f) for f in fields) and run.profile_scratch_size == 0
+        size = getattr(run, "global_scratch_size", 0)
+        self._scratch_bytes = self._grid[0] * self._grid[1] * self._grid[2] * getattr(run, "num_ctas", 1) * size
+        self._scratch_align = getattr(run, "global_scratch_align", 1)
 
     def __call__(self, *pointers: int) -> None:
         args = self._template.copy()
         for positions, ptr in zip(self._slots, pointers):
             for i in positions:
                 args[i] = ptr
-        if self._scratch:
-            ensure_allocator()
         stream = torch._C._cuda_getCurrentRawStream(self._device)
         enter, exit_ = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
         if enter.calls or exit_.calls:  # a profiler (proton) is listening: give it what the JIT path would
             meta = self._compiled.launch_metadata(self._grid, stream, *args)
-            self._launch(*self._grid, stream, self._function, self._packed, meta, enter, exit_, *args)
         else:
-            self._launch(*self._grid, stream, self._function, self._packed, None, None, None, *args)
+            meta = enter = exit_ = None
+        if self._scratch_bytes:
+            ensure_allocator()
+        if self._direct:
+            run = self._launch
+            scratch = None
+            if self._scratch_bytes:
+                scratch = _allocation._allocator.get()(self._scratch_bytes, self._scratch_align, stream)
+            run.launch(*self._grid, stream, self._function, run.launch_cooperative_grid, run.launch_pdl, scratch, None,
+                       self._packed, meta, enter, exit_, *args)
+        else:
+            self._launch(*self._grid, stream, self._function, self._packed, meta, enter, exit_, *args)
 
 
 def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict) -> BoundLaunch | None:
