@@ -196,6 +196,24 @@ def test_attention_replays(case):
     _replayed_equals_full(fn, make, op_attention._replays)
 
 
+@pytest.mark.parametrize("strided", ["q", "k", "v"])
+def test_attention_input_copied_to_a_unit_last_stride_is_not_replayed(strided):
+    """A q/k/v whose last dim is not unit-stride is copied by the op: the launch read the copy, so a replay (which
+    would hand the kernel the caller's strided tensor) must not be recorded. The GPU fuzz found this one."""
+    def make():
+        t = {n: _rand(1, 2, 96, 64) for n in "qkv"}
+        t[strided] = _rand(1, 2, 64, 96).transpose(-1, -2)  # (B, H, S, D) with stride 96 along D
+        return t["q"], t["k"], t["v"]
+
+    q, k, v = make()
+    tilewright.flash_attention(q, k, v)
+    assert len(op_attention._replays) == 0
+    q, k, v = make()
+    out = tilewright.flash_attention(q, k, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+
 def test_attention_negative_scale_is_not_replayed():
     q, k, v = (_rand(1, 2, 64, 64) for _ in range(3))
     out = tilewright.flash_attention(q, k, v, scale=-0.125)
