@@ -140,7 +140,7 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = flash_attn_bwd_op(grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.backend)
+    dq, dk, dv = call_op(flash_attn_bwd_op, grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.backend)
     return dq, dk, dv, None, None, None
 
 

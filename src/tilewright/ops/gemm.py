@@ -112,11 +112,11 @@ def _backward(ctx, grad_out, grad_preact):
     da = db = dbias = dres = None
     if ctx.needs_input_grad[0]:
         bt = b.t()
-        da = gemm_op(dz, bt, None, None, None, a.dtype, False,
+        da = call_op(gemm_op, dz, bt, None, None, None, a.dtype, False,
                      router.backward_backend("gemm", ctx.backend, dz, bt, None, None))[0]
     if ctx.needs_input_grad[1]:
         at = a.t()
-        db = gemm_op(at, dz, None, None, None, b.dtype, False,
+        db = call_op(gemm_op, at, dz, None, None, None, b.dtype, False,
                      router.backward_backend("gemm", ctx.backend, at, dz, None, None))[0]
     if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
         dbias = dz.sum(0, dtype=torch.float32).to(ctx.bias_dtype)

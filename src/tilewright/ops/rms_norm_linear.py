@@ -132,18 +132,18 @@ def _backward(ctx, dy, _drstd):
     dx = dg = dw = db = None
     dy = dy.to(x.dtype)
     if need_dx or need_dg:
-        du = gemm_op(dy, weight, None, None, None, x.dtype, False,  # (M, N) @ (N, K)
+        du = call_op(gemm_op, dy, weight, None, None, None, x.dtype, False,  # (M, N) @ (N, K)
                      router.backward_backend("gemm", ctx.backend, dy, weight, None, None))[0]
     else:
         du = x.new_empty((0, x.shape[1]))
     if need_dx or need_dg or need_dw:
-        dx, dg, u = rms_norm_backward_op(x, du, norm_weight, rstd, need_dx, need_dg, need_dw, ctx.backend)
+        dx, dg, u = call_op(rms_norm_backward_op, x, du, norm_weight, rstd, need_dx, need_dg, need_dw, ctx.backend)
         del du
         dx = dx if need_dx else None
         dg = dg.to(norm_weight.dtype) if need_dg else None
         if need_dw:
             dyt = dy.t()
-            dw = gemm_op(dyt, u, None, None, None, weight.dtype, False,  # (N, M) @ (M, K)
+            dw = call_op(gemm_op, dyt, u, None, None, None, weight.dtype, False,  # (N, M) @ (M, K)
                          router.backward_backend("gemm", ctx.backend, dyt, u, None, None))[0]
     if need_db:
         db = dy.sum(0, dtype=torch.float32).to(x.dtype)
