@@ -840,13 +840,17 @@ def compare(what: str, ours, same, ref64, eps: float, extra_mag: float = 0.0, ma
     fin = torch.isfinite(o) & torch.isfinite(r)
     if not fin.any():
         return
-    err = (o - r).abs()[fin].max().item()
+    diff = (o - r).abs()
+    slack = getattr(ref64, "kink_slack", None)
+    if slack is not None:  # where a relu's kink decision is within the forward's rounding (see _relu_kink_slack)
+        diff = (diff - slack.to("cpu", torch.float64)).clamp_min(0)
+    err = diff[fin].max().item()
     fs = fin & torch.isfinite(s)
     base = (s - r).abs()[fs].max().item() if fs.any() else 0.0
     mag = max(r.abs()[torch.isfinite(r)].max().item(), extra_mag)
     tol = 2 * base + mag_factor * eps * mag + extra_atol + 1e-30
     if not err <= tol:
-        flat = int(torch.where(fin, (o - r).abs(), torch.zeros_like(o)).flatten().argmax())
+        flat = int(torch.where(fin, diff, torch.zeros_like(o)).flatten().argmax())
         raise FuzzFailure(f"{what}: max|ours - ref64| = {err:.4g} > tol {tol:.4g} (torch same-dtype error "
                           f"{base:.4g}, magnitude {mag:.4g}); worst flat index {flat}: ours "
                           f"{o.flatten()[flat].item():.6g}, ref {r.flatten()[flat].item():.6g}")
@@ -1051,6 +1055,35 @@ def _score_eps(case, T64) -> float:
     return torch.finfo(torch.float32).eps * float(s.max())
 
 
+def _relu_kink_slack(case, T, T64, gos, names) -> dict:
+    """Per-leaf elementwise slack for a relu GEMM's first-order gradients (name -> float64 tensor), empty otherwise.
+
+    relu'(z) jumps at z = 0: where the float64 pre-activation is within the fp32 accumulation's rounding of 0, the
+    kernel may put z on either side (so may torch's own fp32 GEMM), and the gradient of every input that entry
+    touches moves by |grad_out * operand| - a different but equally right answer (the fuzzer found dW off by 4.2 at a
+    magnitude of 152 from one such entry). Each ambiguous (m, n) adds that term's size to the tolerance of the
+    entries it feeds: dB[k, n] += sum_m |A[m, k] g[m, n]|, dA[m, k] += sum_n |g[m, n] B[k, n]|, dbias[n] += sum_m
+    |g[m, n]|. Unambiguous entries keep the plain rule."""
+    if case["family"] != "gemm" or case["opts"].get("activation") != "relu":
+        return {}
+    xn, wn = ("a", "b") if case["entry"] == "matmul" else ("x", "weight")
+    x, w = T64[xn].detach(), T64[wn].detach()
+    B = w if case["entry"] == "matmul" else w.t()  # (K, N)
+    A = x.reshape(-1, x.shape[-1])  # (M, K)
+    bias = T64.get("bias") if "bias" in T else None
+    z = A @ B + (bias.detach() if bias is not None else 0)
+    bound = 16 * 2.0 ** -23 * (A.abs() @ B.abs() + (bias.detach().abs() if bias is not None else 0))
+    amb = (z.abs() <= bound).to(torch.float64)
+    if not amb.any():
+        return {}
+    g = gos[0].detach().to(torch.float64).reshape(-1, B.shape[1]).abs() * amb  # (M, N)
+    slack = {xn: (g @ B.abs().t()).reshape(x.shape),
+             wn: A.abs().t() @ g if case["entry"] == "matmul" else (A.abs().t() @ g).t()}
+    if bias is not None:
+        slack["bias"] = g.sum(0)
+    return {n: slack[n] for n in names if n in slack}
+
+
 def _check_grads(case, T, T64, Ts, ours, same, ref, leaves, in_dtype, eps_scores=0.0, grad_mag=0.0):
     names = [n for n, _ in leaves]
     gos = _grad_outs(case, ours)
@@ -1093,11 +1126,14 @@ def _check_grads(case, T, T64, Ts, ours, same, ref, leaves, in_dtype, eps_scores
         ref_c = torch_call(case, T64c, torch.float64)
         g_cpu = grads(ref_c, [T64c[n] for n in names], torch.float64, gos=[g.cpu() for g in gos])
     eps = _coarse_eps(in_dtype, *(o.dtype for o in ours[:1])) + eps_scores
+    kink = _relu_kink_slack(case, T, T64, gos, names)
     for n, go, gs, gr, gc in zip(names, g_ours, g_same, g_ref, g_cpu):
         gs = torch.zeros_like(Ts[n]) if gs is None else gs
         gr = torch.zeros_like(T64[n]) if gr is None else gr
         if gc is not None:
             gr.alt_pattern = [gc]
+        if n in kink:
+            gr.kink_slack = kink[n]
         if go is None:
             go = torch.zeros_like(T[n])
         compare(f"grad[{n}]", go, gs, gr, eps, grad_mag)

@@ -1,0 +1,39 @@
+"""The fuzz oracle's own rules, on hand-made inputs (CPU): the relu-kink slack accepts exactly the other side of an
+ambiguous kink, nothing more."""
+import pytest
+import torch
+
+import fuzz_cases as fc
+
+
+def _case():
+    return {"family": "gemm", "entry": "matmul", "opts": {"activation": "relu"}}
+
+
+def test_relu_kink_slack_covers_a_flipped_near_zero_preactivation():
+    A = torch.tensor([[1.0, 1.0], [2.0, -1.0]], dtype=torch.float64)
+    B = torch.tensor([[1.0, 3.0], [-1.0 + 2.0 ** -30, 1.0]], dtype=torch.float64)  # z[0, 0] = 2^-30: ambiguous
+    T = T64 = {"a": A, "b": B}
+    g = torch.tensor([[0.5, -1.0], [2.0, 1.0]], dtype=torch.float64)
+    slack = fc._relu_kink_slack(_case(), T, T64, [g], ["a", "b"])
+    z = A @ B
+    mask = (z > 0).double()
+    ref_db = A.t() @ (g * mask)
+    flipped = mask.clone()
+    flipped[0, 0] = 0  # the kernel put z[0, 0] on the other side
+    ours_db = A.t() @ (g * flipped)
+    assert (ours_db - ref_db).abs().max() > 0.4  # a real difference the plain rule would reject
+    ref_db.kink_slack = slack["b"]
+    fc.compare("grad[b]", ours_db.float(), ours_db.float(), ref_db, eps=1e-7)  # accepted
+    wrong = ours_db.clone()
+    wrong[1, 1] += 0.5  # an error where no kink is ambiguous
+    with pytest.raises(fc.FuzzFailure):
+        fc.compare("grad[b]", wrong.float(), wrong.float() * 0 + ref_db.float(), ref_db, eps=1e-7)
+
+
+def test_relu_kink_slack_is_empty_without_an_ambiguous_entry():
+    A = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    B = torch.tensor([[1.0], [1.0]], dtype=torch.float64)
+    assert fc._relu_kink_slack(_case(), {"a": A, "b": B}, {"a": A, "b": B}, [torch.ones(1, 1)], ["a", "b"]) == {}
+    gelu = {"family": "gemm", "entry": "matmul", "opts": {"activation": "gelu"}}
+    assert fc._relu_kink_slack(gelu, {"a": A, "b": B}, {"a": A, "b": B}, [torch.ones(1, 1)], ["a", "b"]) == {}
