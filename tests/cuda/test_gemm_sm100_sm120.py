@@ -221,7 +221,7 @@ def fake_gpu(monkeypatch, fake_compiler):
     return state
 
 
-def _big(M=2048, N=2048, K=2048):
+def _big(M=4096, N=4096, K=4096):  # in the win region (>= 69 GFLOP)
     return torch.randn(M, K, dtype=torch.bfloat16), torch.randn(K, N, dtype=torch.bfloat16)
 
 

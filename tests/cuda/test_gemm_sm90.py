@@ -182,7 +182,7 @@ def fake_gpu(monkeypatch, swap_record, fake_compiler):
     return state
 
 
-def _big(dtype=torch.bfloat16, M=2048, N=2048, K=2048):
+def _big(dtype=torch.bfloat16, M=4096, N=4096, K=4096):  # in the win region (>= 69 GFLOP)
     return torch.randn(M, K, dtype=dtype), torch.randn(K, N, dtype=dtype)
 
 

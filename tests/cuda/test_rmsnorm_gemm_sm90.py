@@ -193,7 +193,10 @@ def test_router_automatic_follows_the_measured_region(fake_sm90):
     d = router.decide("rms_norm_linear", x, g, w, b)
     assert d.backend == "triton" and "outside the measured win region" in str(d)
     assert fake_sm90["calls"] == []  # no self-check (no compile) when not preferred
-    x, g, w, b = _operands(M=512, N=1024, K=512)  # inside it
+    x, g, w, b = _operands(M=512, N=1024, K=512)  # in the shape region but 0.5 GFLOP: host-bound, Triton's
+    d = router.decide("rms_norm_linear", x, g, w, b)
+    assert d.backend == "triton" and "host-bound" in str(d) and fake_sm90["calls"] == []
+    x, g, w, b = _operands(M=8192, N=4096, K=1024)  # inside it (69 GFLOP)
     d = router.decide("rms_norm_linear", x, g, w, b)
     assert d.backend == "cuda" and fake_sm90["calls"] == ["rms_norm_linear"]
 

@@ -96,10 +96,16 @@ MEASURED_ON = (
     Measurement("H200", "perf/results/h200/cuda_gemm_2026-11-26.csv", "2026-11-26"),
     Measurement("H200", "perf/results/h200/2026-11-26/gemm.csv", "2026-11-26"),
     Measurement("H200", "perf/results/h200/gemm_default_20261126-0146_v3.csv", "2026-11-26"),
+    Measurement("H100", "perf/results/h100/model/profile_2026-11-26.txt", "2026-11-26"),
 )
 PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
 PREFER_MIN_K = 512
+# Host cost (MEASURED_ON[3]): this kernel's launch path costs ~150-400 us of Python per call in a model (its TMA maps
+# hold the operands' addresses, so a new activation re-encodes them, and it has no eager replay), against ~30 us for
+# a replayed Triton launch. Below ~70 GFLOP (~100 us of kernel at 700 TFLOP/s) an eager caller waits on the host, and
+# Triton wins the call end to end (the Llama layer at B1 x S512 was host-bound at 7.8 ms a step, 1.1 ms of GPU work).
+PREFER_MIN_FLOPS = 2**36
 
 
 def preferred(M: int, N: int, K: int, residual: bool = False) -> tuple[bool, str]:
@@ -107,8 +113,13 @@ def preferred(M: int, N: int, K: int, residual: bool = False) -> tuple[bool, str
     residual when ``residual``), and why: the measured win region."""
     if residual:
         return False, "fused residual epilogue is faster in Triton (measured)"
-    region = (f"M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}, M % 64 == 0, N % 128 == 0")
+    region = (f"M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}, M % 64 == 0, N % 128 == 0, "
+              f"2MNK >= {PREFER_MIN_FLOPS / 1e9:.0f} GFLOP")
     if M >= PREFER_MIN_M and N >= PREFER_MIN_N and K >= PREFER_MIN_K and M % 64 == 0 and N % 128 == 0:
+        if 2 * M * N * K < PREFER_MIN_FLOPS:
+            return False, (f"({M}, {N}, {K}) is outside the measured win region ({region}): "
+                           f"{2 * M * N * K / 1e9:.1f} GFLOP is host-bound, where Triton's eager replay costs a "
+                           "fraction of this kernel's launch path")
         return True, f"({M}, {N}, {K}) is in the measured win region ({region})"
     return False, f"({M}, {N}, {K}) is outside the measured win region ({region}); Triton is faster there"
 

@@ -112,12 +112,10 @@ def _backward(ctx, grad_out, grad_preact):
     da = db = dbias = dres = None
     if ctx.needs_input_grad[0]:
         bt = b.t()
-        da = call_op(gemm_op, dz, bt, None, None, None, a.dtype, False,
-                     router.backward_backend("gemm", ctx.backend, dz, bt, None, None))[0]
+        da = plain_gemm(dz, bt, a.dtype, router.backward_backend("gemm", ctx.backend, dz, bt, None, None))
     if ctx.needs_input_grad[1]:
         at = a.t()
-        db = call_op(gemm_op, at, dz, None, None, None, b.dtype, False,
-                     router.backward_backend("gemm", ctx.backend, at, dz, None, None))[0]
+        db = plain_gemm(at, dz, b.dtype, router.backward_backend("gemm", ctx.backend, at, dz, None, None))
     if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
         dbias = dz.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
     if ctx.res_shape is not None and ctx.needs_input_grad[3]:
@@ -126,6 +124,28 @@ def _backward(ctx, grad_out, grad_preact):
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
+
+_replays = _fast.new_cache()
+
+
+def plain_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, backend: str | None) -> torch.Tensor:
+    """``a @ b`` for 2-D operands through the op, for the backward passes (dA, dB, the norm's du and dW): an eager
+    replay (ops/_fast.py) where one was recorded at this signature. Under ``create_graph`` (autograd records) it is
+    the op itself, so a double backward differentiates it."""
+    key = None
+    if not torch.is_grad_enabled() and _fast.eligible(a, b):
+        key = ("plain", _fast.sig(a), _fast.sig(b), out_dtype, backend, _fast.state())
+        replay = _replays.get(key)
+        if replay is not None:
+            return replay(a.device, a, b)[0]
+    if key is None:
+        return call_op(gemm_op, a, b, None, None, None, out_dtype, False, backend)[0]
+    with _fast.recording() as launches:
+        out = call_op(gemm_op, a, b, None, None, None, out_dtype, False, backend)[0]
+    replay = _fast.build(launches, {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)})
+    if replay is not None:
+        _fast.store(_replays, key, replay)
+    return out
 
 
 def _residual_3d(residual: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
@@ -140,9 +160,6 @@ def _residual_3d(residual: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Te
         return r.reshape(1, 1, out_shape[0])
     # The batch count is spelled out: reshape(-1, ...) is ambiguous when M or N is 0.
     return r.reshape(math.prod(out_shape[:-2]), out_shape[-2], out_shape[-1])
-
-
-_replays = _fast.new_cache()
 
 
 def _needs_grad(a, b, bias, residual) -> bool:

@@ -30,7 +30,7 @@ from ._checks import (check_backend, check_optional_tensor, check_same_device, c
                       contiguous_vector)
 from . import _fast
 from ._eager import call_op
-from .gemm import gemm_op
+from .gemm import plain_gemm
 
 
 @torch.library.custom_op("tilewright::rms_norm_linear", mutates_args=())
@@ -132,8 +132,8 @@ def _backward(ctx, dy, _drstd):
     dx = dg = dw = db = None
     dy = dy.to(x.dtype)
     if need_dx or need_dg:
-        du = call_op(gemm_op, dy, weight, None, None, None, x.dtype, False,  # (M, N) @ (N, K)
-                     router.backward_backend("gemm", ctx.backend, dy, weight, None, None))[0]
+        du = plain_gemm(dy, weight, x.dtype,  # (M, N) @ (N, K)
+                        router.backward_backend("gemm", ctx.backend, dy, weight, None, None))
     else:
         du = x.new_empty((0, x.shape[1]))
     if need_dx or need_dg or need_dw:
@@ -143,8 +143,8 @@ def _backward(ctx, dy, _drstd):
         dg = dg.to(norm_weight.dtype) if need_dg else None
         if need_dw:
             dyt = dy.t()
-            dw = call_op(gemm_op, dyt, u, None, None, None, weight.dtype, False,  # (N, M) @ (M, K)
-                         router.backward_backend("gemm", ctx.backend, dyt, u, None, None))[0]
+            dw = plain_gemm(dyt, u, weight.dtype,  # (N, M) @ (M, K)
+                            router.backward_backend("gemm", ctx.backend, dyt, u, None, None))
     if need_db:
         db = dy.sum(0, dtype=torch.float32).to(x.dtype)
     return dx, dg, dw, db, None, None
