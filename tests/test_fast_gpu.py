@@ -140,7 +140,7 @@ def test_replay_under_autograd_gives_the_full_paths_gradients(op):
         leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
         out = fn(*leaves)
         if replayed:
-            assert len(cache) == 1
+            assert len(cache) >= 1  # the forward's replay (and, for the GEMM, its backward GEMMs')
         out.backward(torch.linspace(-1, 1, out.numel(), device=DEV).view_as(out).to(out.dtype))
         results.append([out.detach(), *[t.grad for t in leaves]])
     for full, rep in zip(results[2], results[1]):

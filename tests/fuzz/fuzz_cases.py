@@ -1069,14 +1069,16 @@ def _relu_kink_slack(case, T, T64, gos, names) -> dict:
     xn, wn = ("a", "b") if case["entry"] == "matmul" else ("x", "weight")
     x, w = T64[xn].detach(), T64[wn].detach()
     B = w if case["entry"] == "matmul" else w.t()  # (K, N)
-    A = x.reshape(-1, x.shape[-1])  # (M, K)
+    if x.numel() == 0 or w.numel() == 0:
+        return {}
+    A = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # (M, K)
     bias = T64.get("bias") if "bias" in T else None
     z = A @ B + (bias.detach() if bias is not None else 0)
     bound = 16 * 2.0 ** -23 * (A.abs() @ B.abs() + (bias.detach().abs() if bias is not None else 0))
     amb = (z.abs() <= bound).to(torch.float64)
     if not amb.any():
         return {}
-    g = gos[0].detach().to(torch.float64).reshape(-1, B.shape[1]).abs() * amb  # (M, N)
+    g = gos[0].detach().to(torch.float64).reshape(A.shape[0], B.shape[1]).abs() * amb  # (M, N)
     slack = {xn: (g @ B.abs().t()).reshape(x.shape),
              wn: A.abs().t() @ g if case["entry"] == "matmul" else (A.abs().t() @ g).t()}
     if bias is not None:

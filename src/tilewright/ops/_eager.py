@@ -40,9 +40,18 @@ def _autograd_function(op):
         def forward(ctx, run, *args):
             output = run(*args)
             setup(ctx=ctx, inputs=args, output=output)
+            # An output the loss does not use (the GEMM's pre-activation, attention's LSE, the norm's rstd) gets a
+            # None gradient instead of a materialised zero tensor, which the registered backwards would add or read
+            # as a full (M, N) / (B, H, S) pass; the primary output's gradient is still materialised (below).
+            ctx.set_materialize_grads(False)
+            first = output[0] if isinstance(output, tuple) else output
+            ctx.primary = (first.shape, first.dtype, first.device, first.stride())
             return output
 
         def backward_(ctx, *grads):
+            if grads[0] is None:
+                shape, dtype, device, stride = ctx.primary
+                grads = (torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_(), *grads[1:])
             needs = ctx.needs_input_grad
             ctx.needs_input_grad = needs[1:]
             try:
