@@ -1,0 +1,36 @@
+"""bench/host.py and bench/first_call.py on the CPU (interpreter): every case runs for both providers, rows are in
+the common long format with speedup = torch time / tilewright time, and bad suites are refused. The numbers mean
+nothing here (the interpreter); the GPU runs are in perf/results/<card>/host/."""
+import math
+
+import pytest
+
+from tilewright.bench import common, first_call, host
+
+pytest.importorskip("pandas")
+
+
+def test_host_bench_rows_cover_every_case_and_provider():
+    df = host.run("tiny", progress=lambda s: None)
+    assert list(df.columns) == common.COLUMNS
+    cases = set(host.cases("tiny", "cpu", __import__("torch").float16))
+    assert set(df.case) == cases and set(df.provider) == {"tilewright", "torch"}
+    assert len(df) == 2 * len(cases)
+    ours = df[df.provider == "tilewright"]
+    assert (ours.median_ms > 0).all() and all(math.isfinite(x) and x > 0 for x in ours.speedup)
+    assert (df[df.provider == "torch"].speedup == 1).all()
+
+
+def test_first_call_bench_runs_fresh_processes_cold_then_warm():
+    df = first_call.run("tiny", progress=lambda s: None)
+    assert list(df.columns) == common.COLUMNS
+    modes = {c.rsplit("|", 1)[1] for c in df.case}
+    assert modes == {"cold", "disk-warm"}
+    assert len(df) == 2 * 2 * len(first_call.SUITES["tiny"])
+    assert (df.median_ms > 0).all()
+
+
+@pytest.mark.parametrize("module", [host, first_call])
+def test_unknown_suite_is_refused(module):
+    with pytest.raises(ValueError, match="suite"):
+        module.run("huge", progress=lambda s: None)
