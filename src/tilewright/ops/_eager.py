@@ -27,7 +27,7 @@ def traced() -> bool:
 
 
 def _autograd_function(op):
-    """The eager autograd.Function of ``op`` (made once): forward(ctx, run, *args) = run(*args), then the op's
+    """The apply of ``op``'s eager autograd.Function (made once): forward(ctx, run, *args) = run(*args), then the op's
     registered setup_context; backward = the op's registered backward. ``run`` is the op's implementation or an
     eager replay of it (ops/_fast.py); as the Function's first input it is cut from ``needs_input_grad`` before the
     registered backward reads it. The old-style forward (ctx first, no ``setup_context`` staticmethod) is deliberate:
@@ -60,16 +60,19 @@ def _autograd_function(op):
                 ctx.needs_input_grad = needs
             return (None, *grads_in) if isinstance(grads_in, tuple) else (None, grads_in)
 
-        fn = type(f"Eager_{getattr(op, '_namespace', 'op')}_{getattr(op, '_name', 'op')}", (torch.autograd.Function,),
-                  {"forward": staticmethod(forward), "backward": staticmethod(backward_)})
+        cls = type(f"Eager_{getattr(op, '_namespace', 'op')}_{getattr(op, '_name', 'op')}", (torch.autograd.Function,),
+                   {"forward": staticmethod(forward), "backward": staticmethod(backward_)})
+        # The C-level apply, bound to the class: ``Function.apply``'s Python layer only adds functorch handling
+        # (unwrapping dead wrappers of every argument, ~15 us a call here), and functorch never reaches this path.
+        fn = super(torch.autograd.Function, cls).apply
         _functions[op] = fn
     return fn
 
 
-def call_op(op, *args, run=None):
+def call_op(op, *args):
     """``op(*args)``, or its eager equivalent when that is indistinguishable: not traced (:func:`traced`) and every
-    tensor argument a plain tensor (no subclass). Without autograd recording the implementation (or ``run``, an
-    eager replay of it) is called directly; with it, the op's eager autograd.Function wraps the same call."""
+    tensor argument a plain tensor (no subclass). Without autograd recording the implementation is called directly;
+    with it, the op's eager autograd.Function wraps the same call. (Replays enter through :func:`call_checked`.)"""
     impl = getattr(op, "_init_fn", None)  # CustomOpDef keeps the decorated function (torch >= 2.4)
     if impl is None or traced():
         return op(*args)
@@ -83,5 +86,14 @@ def call_op(op, *args, run=None):
     if record_grad:
         if getattr(op, "_backward_fn", None) is None or getattr(op, "_setup_context_fn", None) is None:
             return op(*args)
-        return _autograd_function(op).apply(run or impl, *args)
-    return (run or impl)(*args)
+        return _autograd_function(op)(impl, *args)
+    return impl(*args)
+
+
+def call_checked(op, run, record_grad: bool, *args):
+    """:func:`call_op` for a caller that has already established what it checks (ops/_fast.py replays: their key
+    exists only for untraced calls on plain CUDA tensors): ``run(*args)``, inside the op's eager autograd.Function
+    when ``record_grad``."""
+    if record_grad:
+        return _autograd_function(op)(run, *args)
+    return run(*args)

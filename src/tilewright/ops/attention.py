@@ -41,7 +41,7 @@ from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_H
                       supported_head_dim)
 from ._checks import check_backend, check_same_device, check_same_dtype, check_tensor
 from . import _fast
-from ._eager import call_op
+from ._eager import call_checked, call_op
 
 HEAD_DIMS_TEXT = (f"head dims that are multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} "
                   f"({MIN_HEAD_DIM}, {2 * MIN_HEAD_DIM}, {3 * MIN_HEAD_DIM}, ..., {MAX_HEAD_DIM})")
@@ -225,9 +225,8 @@ def _replayed(replay, q, k, v, causal, scale, backend):
     """(out, lse) from a recorded replay: called directly, or inside the op's eager autograd.Function when autograd
     records (the forward launch is the same either way: it always writes the LSE the backward reads)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return call_op(flash_attn_fwd_op, q, k, v, causal, float(scale if scale is not None else
-                                                                   1.0 / math.sqrt(q.shape[-1])),
-                       backend, run=replay.impl(3))
+        return call_checked(flash_attn_fwd_op, replay.impl(3), True, q, k, v, causal,
+                            float(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])), backend)
     return replay(q.device, q, k, v)
 
 

@@ -21,7 +21,7 @@ from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
                       check_same_dtype, check_tensor, contiguous_vector)
 from . import _fast
-from ._eager import call_op
+from ._eager import call_checked, call_op
 
 
 @torch.library.custom_op("tilewright::gemm", mutates_args=())
@@ -204,7 +204,7 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     save_preact = activation is not None and needs_grad
     args = (a2, b, bias, res3, activation, out_dtype or a.dtype, save_preact, backend)
     if replay is not None:  # with autograd: the replay inside the op's eager autograd.Function
-        return call_op(gemm_op, *args, run=replay.impl(4))[0].view(out_shape)
+        return call_checked(gemm_op, replay.impl(4), True, *args)[0].view(out_shape)
     if key is None:
         return call_op(gemm_op, *args)[0].view(out_shape)
     with _fast.recording() as launches:

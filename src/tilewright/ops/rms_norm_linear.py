@@ -29,7 +29,7 @@ from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
                       contiguous_vector)
 from . import _fast
-from ._eager import call_op
+from ._eager import call_checked, call_op
 from .gemm import plain_gemm
 
 
@@ -218,7 +218,8 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             if torch.is_grad_enabled() and (x.requires_grad or norm_weight.requires_grad or weight.requires_grad
                                             or (bias is not None and bias.requires_grad)):
                 x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-                y = call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend, run=replay.impl(4))[0]
+                y = call_checked(rms_norm_linear_op, replay.impl(4), True, x2, norm_weight, weight, bias, eps,
+                                 backend)[0]
             else:
                 y = replay(x.device, x, norm_weight, weight, bias)[0]
             return y.view(*x.shape[:-1], weight.shape[0])
