@@ -13,7 +13,8 @@ pytest.importorskip("pandas")
 def test_host_bench_rows_cover_every_case_and_provider():
     df = host.run("tiny", progress=lambda s: None)
     assert list(df.columns) == common.COLUMNS
-    cases = set(host.cases("tiny", "cpu", __import__("torch").float16))
+    tiny = host.SUITES["tiny"]
+    cases = set(host.cases(tiny["gemm"], tiny["attention"], "cpu", __import__("torch").float16))
     assert set(df.case) == cases and set(df.provider) == {"tilewright", "torch"}
     assert len(df) == 2 * len(cases)
     ours = df[df.provider == "tilewright"]

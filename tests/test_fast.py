@@ -76,3 +76,48 @@ def test_cpu_and_interpreter_calls_never_replay():
     a = torch.randn(4, 8)
     assert not _fast.eligible(a)  # CPU tensors: the full path every time
     assert _fast.sig(None) is None
+
+
+def test_run_recorded_stores_only_a_buildable_recording():
+    from tilewright._record import record as report
+
+    cache = _fast.new_cache()
+    a, out = torch.randn(4, 8), torch.empty(4, 3)
+
+    def call_one_launch():
+        report(FakeBound(), {"a_ptr": a, "c_ptr": out})
+        return (out,)
+
+    result = _fast.run_recorded(cache, "k1", call_one_launch, {"a_ptr": (0, a)}, lambda r: {"c_ptr": (0, r[0])})
+    assert result == (out,) and isinstance(cache["k1"], _fast.Replay)
+    # a call that launched nothing (torch path, empty shape) or something unbindable stores nothing
+    _fast.run_recorded(cache, "k2", lambda: (out,), {"a_ptr": (0, a)}, lambda r: {"c_ptr": (0, r[0])})
+
+    def call_cuda():
+        report(None, {})
+        return (out,)
+
+    _fast.run_recorded(cache, "k3", call_cuda, {"a_ptr": (0, a)}, lambda r: {"c_ptr": (0, r[0])})
+    assert set(cache) == {"k1"}
+
+
+def test_bind_maps_pointer_arguments_by_name_and_nulls_placeholders(monkeypatch):
+    """triton_kernels._runtime.bind: each role fills its own argument's position (a tensor passed as two operands at
+    record time still gives two slots), a placeholder tensor outside the roles becomes a null pointer, the other
+    arguments keep their recorded values."""
+    from types import SimpleNamespace
+
+    from tilewright.triton_kernels import _runtime
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    jit_fn = SimpleNamespace(arg_names=["a_ptr", "b_ptr", "c_ptr", "bias_ptr", "M", "HAS_BIAS"])
+    launcher = SimpleNamespace(launch=None, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                               num_ctas=1, launch_cooperative_grid=False, launch_pdl=False)
+    compiled = SimpleNamespace(run=launcher, function=7, packed_metadata=(4, 1, 0))
+    a, out = torch.randn(4, 4), torch.empty(4, 4)
+    args = {"a_ptr": a, "b_ptr": a, "c_ptr": out, "bias_ptr": out, "M": 4, "HAS_BIAS": False}
+    bound = _runtime.bind(jit_fn, compiled, (3,), args, {"a_ptr": a, "b_ptr": a, "c_ptr": out})
+    assert bound._slots == [0, 1, 2]
+    assert bound._template == [0, 0, 0, 0, 4, False]  # role slots are filled per call; bias is a null placeholder
+    assert bound._grid == (3, 1, 1) and bound._direct and bound._scratch_bytes == 0
+    assert _runtime.bind(jit_fn, compiled, (3.0,), args, {}) is None  # a grid that is not ints

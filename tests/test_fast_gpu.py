@@ -105,6 +105,19 @@ def test_gemm_alignment_is_part_of_the_signature():
     torch.testing.assert_close(out.float(), shifted.float() @ b.float(), rtol=2e-2, atol=2e-1)
 
 
+def test_gemm_bias_alignment_gets_its_own_kernel():
+    """An aligned and a 2-byte-offset bias share launch_gemm's plan but not Triton's specialization: each replay must
+    run the kernel compiled for its own alignment (a plan-level bound kernel once served both - found in review)."""
+    x, w = _rand(200, 96), _rand(136, 96)
+    store = _rand(136 + 8)
+    aligned, offset = store[:136], store[1:137]  # unit stride both; base 16-byte aligned or not
+    for bias in (aligned, offset, aligned, offset):
+        out = tilewright.linear(x, w, bias)
+        ref = x.float() @ w.float().t() + bias.float()
+        torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-1)
+    assert len(op_gemm._replays) == 2
+
+
 def test_gemm_copied_bias_is_not_replayed_and_stays_right():
     x, w = _rand(64, 96), _rand(48, 96)
     bias = _rand(96)[::2]  # strided: the op copies it
@@ -239,7 +252,7 @@ def test_rms_norm_linear_replays(dtype, bias, replayable):
     torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=1e-1)
 
 
-def test_environment_and_invalidate_drop_replays(monkeypatch):
+def test_an_environment_switch_bypasses_the_recorded_replay(monkeypatch):
     a, b = _rand(64, 64), _rand(64, 64)
     tilewright.matmul(a, b)
     tilewright.matmul(a, b)

@@ -33,34 +33,23 @@ SUITES = {"default": {"linear": (1000, 3000, 1536), "linear+bias+gelu+residual":
                       "rms_norm_linear": (1000, 3000, 1536), "flash_attention": (2, 16, 640, 128)},
           "tiny": {"linear": (24, 40, 32), "flash_attention": (1, 2, 32, 16)}}
 
+# The child builds its inputs with bench/host.cases (the same cases and torch peers as the host benchmark) at this
+# suite's shape; the GEMM cases take the shape given, attention a small (B, H, S, D) or the one given.
 _CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import torch
 import tilewright
-import torch.nn.functional as F
+from tilewright.bench import host
 gpu = torch.cuda.is_available()
 dev, dt = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float16)
 sync = torch.cuda.synchronize if gpu else (lambda: None)
 torch.ones(1, device=dev).add_(1); sync()
 import_s = time.perf_counter() - t0
 case, shape = sys.argv[1], tuple(int(v) for v in sys.argv[2].split(","))
-if case == "flash_attention":
-    B, H, S, D = shape
-    q, k, v = (torch.randn(B, H, S, D, device=dev, dtype=dt) for _ in range(3))
-    ours = lambda: tilewright.flash_attention(q, k, v, causal=True)
-    peer = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-else:
-    M, N, K = shape
-    x = torch.randn(M, K, device=dev, dtype=dt); w = torch.randn(N, K, device=dev, dtype=dt) / K ** 0.5
-    b = torch.randn(N, device=dev, dtype=dt); r = torch.randn(M, N, device=dev, dtype=dt)
-    g = torch.rand(K, device=dev, dtype=dt) + 0.5
-    ours, peer = {
-        "linear": (lambda: tilewright.linear(x, w), lambda: F.linear(x, w)),
-        "linear+bias+gelu+residual": (lambda: tilewright.linear(x, w, b, activation="gelu", residual=r),
-                                      lambda: F.gelu(F.linear(x, w, b)) + r),
-        "rms_norm_linear": (lambda: tilewright.rms_norm_linear(x, g, w), lambda: F.linear(F.rms_norm(x, (K,), g), w)),
-    }[case]
+gemm_shape, attn_shape = ((16, 16, 16), shape) if case == "flash_attention" else (shape, (1, 1, 16, 16))
+ours, peer = next(fns for name, fns in host.cases(gemm_shape, attn_shape, dev, dt).items()
+                  if name.split("|")[0] == case)
 def first(fn):
     sync(); t = time.perf_counter(); fn(); sync(); return time.perf_counter() - t
 ours_s = first(ours)

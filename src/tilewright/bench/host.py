@@ -39,13 +39,15 @@ SUITES = {"default": {"gemm": (1000, 3000, 1536), "attention": (2, 16, 512, 128)
           "tiny": {"gemm": (24, 40, 32), "attention": (1, 2, 32, 16)}}
 
 
-def cases(suite: str, device, dtype) -> dict[str, tuple]:
-    """case name -> (tilewright callable, torch callable), on fresh random inputs."""
+def cases(gemm_shape: tuple[int, int, int], attention_shape: tuple[int, int, int, int], device,
+          dtype) -> dict[str, tuple]:
+    """case name (``<op>|<shape>[|causal]``) -> (tilewright callable, torch callable), on fresh random inputs of the
+    given (M, N, K) and (B, H, S, D). Building them compiles nothing (bench/first_call.py times the first call)."""
     import tilewright
     import torch.nn.functional as F
 
-    M, N, K = SUITES[suite]["gemm"]
-    B, H, S, D = SUITES[suite]["attention"]
+    M, N, K = gemm_shape
+    B, H, S, D = attention_shape
     x = torch.randn(M, K, device=device, dtype=dtype)
     w = torch.randn(N, K, device=device, dtype=dtype) / K**0.5
     wt = w.t()
@@ -64,6 +66,8 @@ def cases(suite: str, device, dtype) -> dict[str, tuple]:
         f"linear+residual|{shape}": (lambda: tilewright.linear(x, w, residual=res), lambda: F.linear(x, w) + res),
         f"linear+bias+gelu|{shape}": (lambda: tilewright.linear(x, w, bias, activation="gelu"),
                                       lambda: F.gelu(F.linear(x, w, bias))),
+        f"linear+bias+gelu+residual|{shape}": (lambda: tilewright.linear(x, w, bias, activation="gelu", residual=res),
+                                               lambda: F.gelu(F.linear(x, w, bias)) + res),
         f"linear+grad|{shape}": (lambda: tilewright.linear(x, wg), lambda: F.linear(x, wg)),
         f"rms_norm_linear|{shape}": (lambda: tilewright.rms_norm_linear(x, g, w),
                                      lambda: F.linear(F.rms_norm(x, (K,), g), w)),
@@ -103,7 +107,7 @@ def run(suite: str = "default", progress=print) -> pd.DataFrame:
         progress("no GPU: interpreter timings of the Python path only (they say nothing about the GPU budget)")
     calls, runs = (CALLS, RUNS) if gpu else (2, 3)
     rows, peers = [], {}
-    for case, (ours, peer) in cases(suite, device, dtype).items():
+    for case, (ours, peer) in cases(SUITES[suite]["gemm"], SUITES[suite]["attention"], device, dtype).items():
         op, shape = case.split("|", 1)
         peers[case] = "torch"
         for provider, fn in (("tilewright", ours), ("torch", peer)):

@@ -5,19 +5,21 @@ us per call on the device's CPU (``tilewright bench --op host``, H100 host), 6-1
 kernel of a mid-sized GEMM. Nearly all of it re-derives what the previous call with the same signature already knew.
 
 How: the op computes a signature key from its arguments (shapes, strides, dtypes, devices, 16/128-byte alignment of
-every pointer, the options, whether autograd records, and :func:`state` - the environment switches, the tuning cache
-generation, the forced backend and the current device: everything the checks, the router and the launch plan read).
-On a miss it runs the full path inside :func:`recording`; a launcher that knows its launch is replayable reports it
-with ``_record.record`` as a ``triton_kernels._runtime.BoundLaunch`` and the tensors behind each pointer argument
+every pointer, the options, and :func:`state` - the environment switches, the tuning cache generation, the router's
+epoch, the forced backend and the current device: everything the checks, the router and the launch plan read; the
+GEMM adds whether autograd records, which decides whether its kernel also stores the pre-activation). On a miss it
+runs the full path through :func:`run_recorded`; a launcher that knows its launch is replayable reports it with
+``_record.record`` as a ``triton_kernels._runtime.BoundLaunch`` and the tensors behind each pointer argument
 (``roles``). :func:`build` turns one recorded launch into a :class:`Replay` only when each role is exactly one of the
-op's inputs (same pointer: the op made no copy) or one of its outputs - the op says which (``expected``), nothing is
-inferred from equal addresses. A hit allocates the outputs and calls the launch: ~10-20 us.
+op's inputs (same pointer: the op made no copy) or one of its outputs - the op says which, nothing is inferred from
+equal addresses. A hit allocates the outputs and calls the launch (inside the op's eager autograd.Function when
+autograd records, ops/_eager.call_checked).
 
 What never replays (the full path runs every time): a call the full path served with torch or the CUDA backend, or
 with more than one launch (fp16 rms_norm_linear's weight scale), or with a copy of an input (a strided bias, a
-non-unit-stride attention input); calls that autograd records, that torch.compile / export / a dispatch or function
-mode traces, or that take tensor subclasses; the interpreter. An error raised by the full path is raised again by
-the next call with the same signature, since nothing was recorded.
+non-unit-stride attention input); calls that torch.compile / export / a dispatch or function mode / functorch
+traces, or that take tensor subclasses; the interpreter. An error raised by the full path is raised again by the next
+call with the same signature, since nothing was recorded.
 """
 from __future__ import annotations
 
@@ -28,10 +30,9 @@ import torch
 from .. import backends, router
 from .._env import interpreting
 from ..autotune import cache
-from ._eager import traced
-from .._record import recording  # noqa: F401 - the ops enter it from here
+from .._record import recording
+from ._eager import _PLAIN, traced
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 CACHE_MAX = 4096
 _caches: list[dict] = []
 _env_names: tuple | None = None  # (names, the same as bytes)
@@ -152,3 +153,15 @@ def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
     for i, t in outputs.values():
         specs[i] = (tuple(t.shape), t.stride(), t.dtype)
     return Replay(bound, sources, specs)
+
+
+def run_recorded(cache: dict, key, call, inputs: dict, outputs):
+    """``call()`` (the op's full path) with its launches recorded; stores the :class:`Replay` :func:`build` makes of
+    them under ``key`` (when it makes one) and returns ``call()``'s result. ``outputs(result)`` names the outputs'
+    roles as :func:`build` takes them."""
+    with recording() as launches:
+        result = call()
+    replay = build(launches, inputs, outputs(result))
+    if replay is not None:
+        store(cache, key, replay)
+    return result

@@ -235,15 +235,12 @@ def _forward(key, q, k, v, causal: bool, scale: float, backend):
     args = (_unit_last(q), _unit_last(k), _unit_last(v), causal, scale, backend)
     if key is None:
         return call_op(flash_attn_fwd_op, *args)
-    with _fast.recording() as launches:
-        out, lse = call_op(flash_attn_fwd_op, *args)
     # The roles are checked against the caller's q, k, v - the tensors a replay receives - not against the unit-last
     # copies made above: a q/k/v copied here, or q negated for a negative scale, is at another address, so the launch
     # is not replayable (mapping it to the copy made a replay read the caller's strided tensor as if contiguous).
-    replay = _fast.build(launches, {"Q": (0, q), "K": (1, k), "V": (2, v)}, {"O": (0, out), "LSE": (1, lse)})
-    if replay is not None:
-        _fast.store(_replays, key, replay)
-    return out, lse
+    return _fast.run_recorded(_replays, key, lambda: call_op(flash_attn_fwd_op, *args),
+                              {"Q": (0, q), "K": (1, k), "V": (2, v)},
+                              lambda result: {"O": (0, result[0]), "LSE": (1, result[1])})
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

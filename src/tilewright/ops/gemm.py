@@ -138,14 +138,13 @@ def plain_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, backend
         replay = _replays.get(key)
         if replay is not None:
             return replay(a.device, a, b)[0]
+    def call():
+        return call_op(gemm_op, a, b, None, None, None, out_dtype, False, backend)
+
     if key is None:
-        return call_op(gemm_op, a, b, None, None, None, out_dtype, False, backend)[0]
-    with _fast.recording() as launches:
-        out = call_op(gemm_op, a, b, None, None, None, out_dtype, False, backend)[0]
-    replay = _fast.build(launches, {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)})
-    if replay is not None:
-        _fast.store(_replays, key, replay)
-    return out
+        return call()[0]
+    return _fast.run_recorded(_replays, key, call, {"a_ptr": (0, a), "b_ptr": (1, b)},
+                              lambda result: {"c_ptr": (0, result[0])})[0]
 
 
 def _residual_3d(residual: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
@@ -207,18 +206,18 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
         return call_checked(gemm_op, replay.impl(4), True, *args)[0].view(out_shape)
     if key is None:
         return call_op(gemm_op, *args)[0].view(out_shape)
-    with _fast.recording() as launches:
-        out, preact = call_op(gemm_op, *args)
     # roles: launch_gemm's pointer arguments; each must be the caller's tensor itself (a view at its address), so a
     # bias made contiguous or a residual copied by a reshape does not replay. Without autograd the replay returns
     # the caller's output shape; with it, the op's 2-D (out, pre-activation) pair.
-    inputs = {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)}
     if needs_grad:
-        replay = _fast.build(launches, inputs, {"c_ptr": (0, out), "preact_ptr": (1, preact)})
+        def outputs(result):
+            return {"c_ptr": (0, result[0]), "preact_ptr": (1, result[1])}
     else:
-        replay = _fast.build(launches, inputs, {"c_ptr": (0, out.view(out_shape))})
-    if replay is not None:
-        _fast.store(_replays, key, replay)
+        def outputs(result):
+            return {"c_ptr": (0, result[0].view(out_shape))}
+    out, _ = _fast.run_recorded(_replays, key, lambda: call_op(gemm_op, *args),
+                                {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)},
+                                outputs)
     return out.view(out_shape)
 
 

@@ -136,13 +136,15 @@ def _op_cases(M, N, K):
 
 
 def _per_call_us(fn, n=300) -> tuple[float, float]:
-    """(host us per call with asynchronous launches, wall us per call including the final synchronisation)."""
-    fn()
+    """(host us per call with asynchronous launches - bench/host.host_us, the host benchmark's own measure - and wall
+    us per call of ``n`` calls including the final synchronisation)."""
+    from ..bench.host import host_us
+
+    host = host_us(fn, calls=n, runs=5)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
-    host = (time.perf_counter() - t0) / n * 1e6
     torch.cuda.synchronize()
     return host, (time.perf_counter() - t0) / n * 1e6
 
@@ -183,7 +185,8 @@ def diag_host(args, rows):
     from ..bench import host as host_bench
 
     # the host benchmark's cases (issue-sized problems whose kernels outlast their launch), profiled one by one
-    for name, (ours, _torch_peer) in host_bench.cases("default", DEV, torch.bfloat16).items():
+    suite = host_bench.SUITES["default"]
+    for name, (ours, _torch_peer) in host_bench.cases(suite["gemm"], suite["attention"], DEV, torch.bfloat16).items():
         _profile(name, ours)
 
 

@@ -8,7 +8,6 @@ import triton
 from triton.runtime import _allocation
 
 
-
 @functools.cache
 def _scratch_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -60,7 +59,7 @@ class BoundLaunch:
     __slots__ = ("_compiled", "_device", "_direct", "_function", "_grid", "_launch", "_packed", "_scratch_align",
                  "_scratch_bytes", "_slots", "_template")
 
-    def __init__(self, compiled, grid, template: list, slots: list[list[int]], device: int):
+    def __init__(self, compiled, grid, template: list, slots: list[int], device: int):
         self._compiled = compiled
         self._launch = run = compiled.run  # the CudaLauncher: scratch allocation, then the C launch
         self._function = compiled.function
@@ -68,7 +67,7 @@ class BoundLaunch:
         g = (*tuple(grid), 1, 1)
         self._grid = g[:3]
         self._template = template
-        self._slots = slots  # per pointer role: the template positions it fills
+        self._slots = slots  # per pointer role: the template position it fills
         self._device = device
         # Triton 3.6's CudaLauncher allocates the descriptors' global scratch (grid x CTAs x bytes) and calls its C
         # launch; with the grid fixed the size is known here, so the C launch is called directly (saves a closure
@@ -83,9 +82,8 @@ class BoundLaunch:
 
     def __call__(self, *pointers: int) -> None:
         args = self._template.copy()
-        for positions, ptr in zip(self._slots, pointers):
-            for i in positions:
-                args[i] = ptr
+        for i, ptr in zip(self._slots, pointers):
+            args[i] = ptr
         stream = torch._C._cuda_getCurrentRawStream(self._device)
         enter, exit_ = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
         if enter.calls or exit_.calls:  # a profiler (proton) is listening: give it what the JIT path would
@@ -116,15 +114,7 @@ def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict) -> BoundLaunch 
     to a null pointer, which satisfies any alignment specialization the placeholder had."""
     if compiled is None or hasattr(compiled, "result") or len(grid) > 3 or not all(isinstance(g, int) for g in grid):
         return None
-    names = list(roles)
-    template, slots = [], [[] for _ in names]
-    for i, name in enumerate(jit_fn.arg_names):
-        value = kernel_args[name]
-        if name in roles:
-            slots[names.index(name)].append(i)
-            value = None
-        elif isinstance(value, torch.Tensor):
-            value = 0
-        template.append(value)
+    template = [0 if isinstance(kernel_args[name], torch.Tensor) else kernel_args[name] for name in jit_fn.arg_names]
+    slots = [jit_fn.arg_names.index(name) for name in roles]
     # Triton compiles and launches on the current device (not the tensors'); the caller keys on it
     return BoundLaunch(compiled, grid, template, slots, torch.cuda.current_device())

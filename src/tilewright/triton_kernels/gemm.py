@@ -476,11 +476,10 @@ class _Plan:
     config (None: the autotuner decides) and the grid. Working it out costs ~60 us of Python (descriptor checks,
     the autotune-cache lookup, a default config); launch_gemm caches plans per signature (see _plan_key)."""
 
-    __slots__ = ("bound", "config", "grid", "static", "tma")
+    __slots__ = ("config", "grid", "static", "tma")
 
     def __init__(self, static, config, grid, tma):
         self.static, self.config, self.grid, self.tma = static, config, grid, tma
-        self.bound = None  # the plan's BoundLaunch, made on the first launch an op records (ops/_fast.py)
 
 
 _PLANS_MAX = 4096
@@ -621,9 +620,10 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
                 ("preact_ptr", preact), ("g_ptr", norm and norm.weight), ("gscale_ptr", norm and norm.g_scale),
                 ("rstd_ptr", norm and norm.rstd), ("scale_a_ptr", dequant and dequant.scale_a),
                 ("scale_b_ptr", dequant and dequant.scale_b)) if t is not None}
-            if plan.bound is None and key is not None:  # (a plan made for one call only is not worth binding)
-                plan.bound = bind(_gemm_kernel, compiled, plan.grid, kernel_args, roles)
-            record(plan.bound, roles)
+            # Bound from this launch's own compiled kernel, never cached on the plan: the plan key does not see the
+            # 16-byte alignment of bias / norm weight / scales, which Triton's specialization does (an aligned and an
+            # unaligned bias share a plan but not a kernel). The op records once per replay key, so binding is rare.
+            record(bind(_gemm_kernel, compiled, plan.grid, kernel_args, roles), roles)
         return out
     M, N, K = plan.static["M"], plan.static["N"], plan.static["K"]
     if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(gemm_kernel, kernel_args):
