@@ -916,7 +916,8 @@ def _run(case, device, backend):
         ours = tw_call(case, T, backend)
         if device != "cpu" or os.environ.get("FUZZ_CALL_TWICE"):
             # the same call again: on the GPU the second call of a signature runs the op's eager replay
-            # (ops/_fast.py) where the first recorded one; it must give the first call's answer bit for bit
+            # (ops/_fast.py) where the first recorded one; it must give the first call's answer bit for bit.
+            # FUZZ_CALL_TWICE=1 does the same on the CPU (no replay there), to repeat a GPU run's exact call sequence.
             first, ours = ours, tw_call(case, T, backend)
     except Exception as e:  # noqa: BLE001 - classified below
         if _declined(e, backend):
