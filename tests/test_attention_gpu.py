@@ -123,6 +123,34 @@ def test_empty_kv_rows():
     assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
 
 
+@pytest.mark.parametrize("backend", ["triton", "cuda"])
+@pytest.mark.parametrize("poison", ["k_nan", "q_minus_inf", None])
+def test_nonfinite_scores_lse_matches_torch(backend, poison):
+    """A +inf query entry makes some scores +inf; a NaN key entry (or a -inf query entry beside the +inf one: inf - inf
+    in the dot) makes scores NaN beside them. torch's logsumexp is then NaN, and +inf only without a NaN score. The row max used to
+    drop NaNs (fmaxf / tl.max), so the LSE came out +inf (GPU fuzz, CUDA backend); both backends are checked."""
+    if backend == "cuda" and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the CUDA attention forward is sm_90a")
+    torch.manual_seed(1)
+    q = torch.randn(1, 2, 70, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 150, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    q[0, 1, 5, 3] = float("inf")
+    if poison == "k_nan":
+        k[0, 1, 100, 3] = float("nan")
+    elif poison == "q_minus_inf":
+        q[0, 1, 5, 4] = float("-inf")
+    out, lse = tilewright.flash_attention(q, k, v, return_lse=True, backend=backend)
+    s = (q.double() @ k.double().transpose(-2, -1)) / 8.0
+    ref_lse = torch.logsumexp(s, -1)
+    ref_out = torch.softmax(s, -1) @ v.double()
+    for name, ours, ref in (("lse", lse, ref_lse), ("out", out, ref_out)):
+        for test in (torch.isnan, torch.isposinf, torch.isneginf):
+            assert torch.equal(test(ours), test(ref)), f"{name}: {test.__name__} pattern differs from torch's"
+    fin = torch.isfinite(ref_lse)
+    assert (lse[fin].double() - ref_lse[fin]).abs().max() < 1e-3
+
+
 def test_cuda_graph_capture_after_warmup():
     q = torch.randn(1, 4, 512, 64, device="cuda", dtype=torch.bfloat16)
     tilewright.flash_attention(q, q, q, causal=True)  # warm-up tunes this key

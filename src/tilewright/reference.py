@@ -24,12 +24,13 @@ def activation_reference(x: torch.Tensor, activation: str | None) -> torch.Tenso
     raise ValueError(f"activation: unsupported {activation!r}")
 
 
-def activation_grad_reference(grad: torch.Tensor, preact: torch.Tensor, activation: str) -> torch.Tensor:
-    """d activation(z) / dz * grad, in float32 (returned in grad's dtype)."""
-    z = preact.float()
-    g = grad.float()
+def activation_grad_reference(grad: torch.Tensor, preact: torch.Tensor, activation: str,
+                              compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """d activation(z) / dz * grad, computed in ``compute_dtype`` (float32 by default), returned in grad's dtype."""
+    z = preact.to(compute_dtype)
+    g = grad.to(compute_dtype)
     if activation == "relu":
-        d = (z > 0).float()
+        d = (z > 0).to(compute_dtype)
     elif activation == "silu":
         s = torch.sigmoid(z)
         d = s * (1 + z * (1 - s))

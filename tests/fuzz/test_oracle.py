@@ -37,3 +37,25 @@ def test_relu_kink_slack_is_empty_without_an_ambiguous_entry():
     assert fc._relu_kink_slack(_case(), {"a": A, "b": B}, {"a": A, "b": B}, [torch.ones(1, 1)], ["a", "b"]) == {}
     gelu = {"family": "gemm", "entry": "matmul", "opts": {"activation": "gelu"}}
     assert fc._relu_kink_slack(gelu, {"a": A, "b": B}, {"a": A, "b": B}, [torch.ones(1, 1)], ["a", "b"]) == {}
+
+
+def test_rms_dx_atol_is_the_cancelled_terms_size_in_fp32_ulps():
+    # K = 1: dx = rstd * du*g * (1 - xhat^2) ~ 0, while each of its two terms is rstd * |du*g|
+    x = torch.tensor([[0.25], [-2.0]], dtype=torch.float64)
+    g = torch.tensor([1.5], dtype=torch.float64)
+    w = torch.tensor([[2.0], [-1.0]], dtype=torch.float64)  # (N, K)
+    gos = [torch.tensor([[1.0, 0.5], [-1.0, 2.0]], dtype=torch.float64)]
+    case = {"family": "rms_norm_linear", "dtype": "bfloat16", "opts": {"eps": 1e-12}}
+    atol = fc._rms_dx_atol(case, {"x": x, "norm_weight": g, "weight": w}, gos)
+    rstd = 1 / x.abs()
+    du = gos[0] @ w
+    terms = rstd * (du * g).abs() * 2  # the dug term and the equal xhat * c term
+    assert atol == pytest.approx(8 * torch.finfo(torch.float32).eps * float(terms.max()), rel=1e-9)
+    # a rounding-sized error of the terms passes, an error of 1e-3 does not
+    ref = torch.zeros(2, 1, dtype=torch.float64)
+    fc.compare("grad[x]", (ref + 2e-7 * float(terms.max())).float(), ref.float(), ref, 2.0 ** -8, extra_atol=atol)
+    with pytest.raises(fc.FuzzFailure):
+        fc.compare("grad[x]", (ref + 1e-3).float(), ref.float(), ref, 2.0 ** -8, extra_atol=atol)
+    assert fc._rms_dx_atol({"family": "gemm"}, {}, gos) == 0.0
+    bad_eps = dict(case, opts={"eps": "1e-6"})
+    assert fc._rms_dx_atol(bad_eps, {"x": x, "norm_weight": g, "weight": w}, gos) == 0.0

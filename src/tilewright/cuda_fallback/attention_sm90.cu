@@ -307,9 +307,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       for (int h = 0; h < 2; ++h) {
         float mx = TW_NEG_INF;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]));
+        // NaN-propagating max: a NaN score makes the row max NaN, so the whole row (O and LSE) is NaN, as in torch
+        for (int j = 0; j < BN / 8; ++j) mx = max_nan(mx, max_nan(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]));
         mx = quad_max(mx);  // the 4 lanes of a quad hold one row
-        const float m_new = fmaxf(m_run[h], mx * scale_log2);
+        const float m_new = max_nan(m_run[h], mx * scale_log2);
         // A row with no visible key so far keeps m = -inf; subtract 0 instead so exp2 gives 0, never NaN.
         const float m_use = m_new == TW_NEG_INF ? 0.0f : m_new;
         alpha[h] = ex2_approx(m_run[h] - m_use);  // 0 on the first visible block (m_run = -inf)
@@ -452,7 +453,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       const int row = row0 + 8 * h;
       if ((lane & 3) == 0 && row < Sq) {
         // natural-log LSE of the scaled scores, log2(sum 2^(x - m)) + m, times ln 2, like torch's logsumexp:
-        // -inf for l == 0, +inf when a score is +inf (m = +inf, where m - m made l NaN), NaN for a NaN score
+        // -inf for l == 0, +inf when a score is +inf (m = +inf, where m - m made l NaN), NaN for a NaN score (m is
+        // NaN then: the row max propagates it)
         const float v = l == 0.0f ? TW_NEG_INF
                         : m_run[h] == -TW_NEG_INF ? m_run[h] : (m_run[h] + log2f(l)) * 0.69314718055994531f;
         lse[((long long)b * Hq + hq) * Sq + row] = v;

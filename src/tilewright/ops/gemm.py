@@ -105,7 +105,12 @@ def _backward(ctx, grad_out, grad_preact):
         if preact.numel() == 0 and grad_out.numel() > 0:
             raise RuntimeError("tilewright::gemm backward: the pre-activation was not saved; call the op with "
                                "save_preact=True when gradients are needed (tilewright.matmul does this)")
-        dz = activation_grad_reference(grad_out, preact, ctx.activation)
+        # Under create_graph (grad mode is on inside backward only then) the double backward differentiates this
+        # formula: autograd's chain of fp32 products through tanh / erf / sigmoid lost ~70 ulps of the second
+        # derivative against torch's closed form (GPU fuzz, gelu_tanh, fp32, K = 1). float64 here keeps it below
+        # torch's error; the first-order path stays fp32 (its error is one rounding of d).
+        dt = torch.float64 if torch.is_grad_enabled() else torch.float32
+        dz = activation_grad_reference(grad_out, preact, ctx.activation, dt)
     if grad_preact is not None and grad_preact.numel():
         dz = dz + grad_preact
     dz = dz.to(a.dtype)

@@ -186,6 +186,18 @@ def _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL: tl.constexpr):
 # forward
 # ----------------------------------------------------------------------------------------------------------------
 @triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _row_max(x):
+    """Row max that is NaN when any entry is (tl.max drops NaNs: with a +inf score beside a NaN one the row's LSE came
+    out +inf where torch's logsumexp is NaN - GPU fuzz). Same reduction, max.NaN instead of max: no extra cost."""
+    return tl.reduce(x, 1, _max_nan)
+
+
+@triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stride_vn,
                start_m, lo, hi, Skv, qk_scale,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
@@ -202,12 +214,12 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
         if MASKED:
             mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL)
             qk = tl.where(mask, qk * qk_scale, float("-inf"))
-            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            m_ij = tl.maximum(m_i, _row_max(qk), propagate_nan=tl.PropagateNan.ALL)
             # a row with no visible key so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN
             m_sub = tl.where(m_ij == float("-inf"), 0.0, m_ij)
             qk = qk - m_sub[:, None]
         else:
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_ij = tl.maximum(m_i, _row_max(qk) * qk_scale, propagate_nan=tl.PropagateNan.ALL)
             m_sub = m_ij
             qk = qk * qk_scale - m_sub[:, None]
         p = tl.math.exp2(qk)

@@ -9,10 +9,19 @@ TW_DEVICE float ex2_approx(float x) {
   return r;
 }
 
-// Max / sum over the 4 lanes (lane % 4) that hold one row of an mma / wgmma accumulator fragment.
+// max(a, b) that returns NaN when either is NaN (max.NaN, sm_80+; one FMNMX like fmaxf). fmaxf drops a NaN, so a
+// softmax row max through it hides a NaN score: with a +inf score beside it the row's logsumexp came out +inf where
+// torch's is NaN (GPU fuzz).
+TW_DEVICE float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// Max (NaN-propagating) / sum over the 4 lanes (lane % 4) that hold one row of an mma / wgmma accumulator fragment.
 TW_DEVICE float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 TW_DEVICE float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
