@@ -222,21 +222,23 @@ def test_sanitizer_small_launch(sanitizer, tool, variant):
 @needs_hopper
 def test_op_and_router_path():
     cg = _cg()
-    a = torch.randn(2048, 1024, device=DEV, dtype=torch.bfloat16)
-    w = torch.randn(3072, 1024, device=DEV, dtype=torch.bfloat16) / 32
-    bias = torch.randn(3072, device=DEV, dtype=torch.bfloat16)
+    a = torch.randn(4096, 2048, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(4096, 2048, device=DEV, dtype=torch.bfloat16) / 32
+    bias = torch.randn(4096, device=DEV, dtype=torch.bfloat16)
+    # 2MNK = 2^36: the smallest problem the router hands the CUDA kernel (gemm_sm90.PREFER_MIN_FLOPS)
     d = router.decide("gemm", a, w.t(), bias, None)
     assert d.backend == "cuda", str(d)  # large bf16 on Hopper: in the win region, self-check passes
+    assert router.decide("gemm", a[:2048], w.t(), bias, None).backend == "triton"  # host-bound below it
     y = tilewright.linear(a, w, bias, activation="gelu", backend="cuda")
     ref = gemm_reference(a.double(), w.t().double(), bias.double(), None, "gelu")
     assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
     # decode-sized problems follow the measured preference; misaligned strides never reach TMA
-    expect = "cuda" if cg.preferred(16, 3072, 1024)[0] else "triton"
+    expect = "cuda" if cg.preferred(16, 4096, 2048)[0] else "triton"
     assert router.decide("gemm", a[:16], w.t(), None, None).backend == expect
-    odd_k = torch.randn(2048, 1023, device=DEV, dtype=torch.bfloat16)  # row stride 2046 B: not TMA-able
-    assert router.decide("gemm", odd_k, torch.randn(1023, 3072, device=DEV, dtype=torch.bfloat16), None,
+    odd_k = torch.randn(4096, 2047, device=DEV, dtype=torch.bfloat16)  # row stride 4094 B: not TMA-able
+    assert router.decide("gemm", odd_k, torch.randn(2047, 4096, device=DEV, dtype=torch.bfloat16), None,
                          None).backend == "triton"
-    assert cg.try_launch(a, w.t(), torch.empty(2048, 3072, device=DEV, dtype=torch.bfloat16))
+    assert cg.try_launch(a, w.t(), torch.empty(4096, 4096, device=DEV, dtype=torch.bfloat16))
 
 
 @needs_hopper
