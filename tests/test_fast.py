@@ -1,5 +1,6 @@
 """ops/_fast.build and Replay on the CPU (the launch itself is faked; tests/test_fast_gpu.py replays real kernels):
 which recorded launches become replays, and that a replay hands each pointer argument the right tensor's address."""
+import pytest
 import torch
 
 from tilewright._record import is_recording, record, recording
@@ -121,3 +122,42 @@ def test_bind_maps_pointer_arguments_by_name_and_nulls_placeholders(monkeypatch)
     assert bound._template == [0, 0, 0, 0, 4, False]  # role slots are filled per call; bias is a null placeholder
     assert bound._grid == (3, 1, 1) and bound._direct and bound._scratch_bytes == 0
     assert _runtime.bind(jit_fn, compiled, (3.0,), args, {}) is None  # a grid that is not ints
+
+
+def test_retry_after_oom_retries_a_load_oom_once(monkeypatch):
+    """A module load that fails with CUDA OOM (torch's cache holding the memory) is retried once after
+    empty_cache; any other error, a second OOM, or an OOM during graph capture propagates."""
+    from tilewright.triton_kernels import _runtime
+
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("Triton Error [CUDA]: out of memory")
+        return "launched"
+
+    assert _runtime.retry_after_oom(flaky) == "launched" and len(calls) == 2 and emptied == [1]
+
+    def always_oom():
+        raise RuntimeError("Triton Error [CUDA]: out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _runtime.retry_after_oom(always_oom)
+
+    def other():
+        calls.append(1)
+        raise RuntimeError("Triton Error [CUDA]: misaligned address")
+
+    calls.clear()
+    with pytest.raises(RuntimeError, match="misaligned"):
+        _runtime.retry_after_oom(other)
+    assert len(calls) == 1
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    calls.clear()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _runtime.retry_after_oom(flaky)

@@ -29,6 +29,23 @@ def ensure_allocator() -> None:
         triton.set_allocator(_alloc_scratch)
 
 
+def retry_after_oom(launch):
+    """``launch()``; a CUDA out-of-memory it raises is retried once after ``torch.cuda.empty_cache()``.
+
+    A kernel's first launch loads its module (cuModuleLoadData), which needs device memory outside torch's caching
+    allocator; when that cache holds the free memory the load fails with "out of memory" although the call would fit
+    (GPU fuzz: a 16 MB attention call beside 13 other processes). torch's own allocator frees its cache and retries
+    in that situation; this gives Triton's load the same chance. Never during CUDA-graph capture, where freeing
+    cached blocks is not allowed, and only once: a second OOM is real and propagates."""
+    try:
+        return launch()
+    except RuntimeError as e:
+        if "out of memory" not in str(e) or not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
+            raise
+        torch.cuda.empty_cache()
+        return launch()
+
+
 def is_tuned(tuner, kernel_args: dict) -> bool:
     """Whether a ``triton.autotune`` object already holds a winner for these arguments, i.e. a launch would not
     benchmark - which must not happen during CUDA-graph capture. The key is built as the autotuner builds it: the key

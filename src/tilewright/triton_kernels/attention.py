@@ -51,7 +51,7 @@ from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_H
                       supported_head_dim)
 from .._env import full_autotune, interpreting
 from .._record import is_recording, record
-from ._runtime import bind, ensure_allocator, is_tuned
+from ._runtime import bind, ensure_allocator, is_tuned, retry_after_oom
 from .dot import dot_accumulate
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
@@ -622,7 +622,7 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
     if kernel_args["USE_TMA"]:
         ensure_allocator()
     if config is not None:
-        compiled = plain[grid](**kernel_args, **config.all_kwargs())
+        compiled = retry_after_oom(lambda: plain[grid](**kernel_args, **config.all_kwargs()))
     else:
         q = kernel_args["Q"]
         if q.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(kernel, kernel_args):
@@ -630,7 +630,7 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
                 f"tilewright attention ({what}): this head dim / causal / dtype / length bucket has not been "
                 "autotuned yet and autotuning cannot run during CUDA-graph capture. Run the same call once before "
                 "capturing.")
-        compiled = kernel[grid](**kernel_args)
+        compiled = retry_after_oom(lambda: kernel[grid](**kernel_args))
         config = kernel.best_config
     if is_recording():
         # the config's constexprs join the arguments (the autotuner passed them); the grid is evaluated on both

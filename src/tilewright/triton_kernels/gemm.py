@@ -34,7 +34,7 @@ from ..autotune.space import (INTERPRETER_CONFIG, default_gemm_config, fit_share
 from .activation import apply_activation
 from .dot import dot_accumulate
 from .._record import is_recording, record
-from ._runtime import bind, ensure_allocator, is_tuned
+from ._runtime import bind, ensure_allocator, is_tuned, retry_after_oom
 from .tile_order import tile_coords
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
@@ -613,7 +613,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         eps=float(norm.eps) if norm is not None else 0.0,
     )
     if plan.config is not None:
-        compiled = _gemm_kernel[plan.grid](**kernel_args)
+        compiled = retry_after_oom(lambda: _gemm_kernel[plan.grid](**kernel_args))
         if is_recording():
             roles = {name: t for name, t in (
                 ("a_ptr", a), ("b_ptr", b), ("c_ptr", out), ("bias_ptr", bias), ("res_ptr", residual),
@@ -631,5 +631,5 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
             f"tilewright {'rms_norm_linear' if norm else 'GEMM'}: this shape/dtype has not been autotuned yet and "
             f"autotuning cannot run during CUDA-graph capture (M={M}, N={N}, K={K}, dtype={a.dtype}). Run the same "
             "call once before capturing (warm-up), or load a tuned cache with `tilewright tune`.")
-    gemm_kernel[plan.grid](**kernel_args)
+    retry_after_oom(lambda: gemm_kernel[plan.grid](**kernel_args))
     return out

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from .._record import record
+from ._runtime import retry_after_oom
 from .gemm import NormPrologue, launch_gemm
 
 @triton.jit
@@ -76,7 +77,8 @@ def g_pow2_scale(g: torch.Tensor) -> torch.Tensor:
                          f"{tuple(g.shape)} and stride {g.stride()}")
     out = torch.empty(2, device=g.device, dtype=torch.float32)
     K = g.numel()
-    _g_pow2_scale_kernel[(1,)](g, out, K, BLOCK=min(max(triton.next_power_of_2(max(K, 1)), 16), 1024), num_warps=4)
+    retry_after_oom(lambda: _g_pow2_scale_kernel[(1,)](
+        g, out, K, BLOCK=min(max(triton.next_power_of_2(max(K, 1)), 16), 1024), num_warps=4))
     record(None, {})  # not replayable on its own: an op recording this call gets no eager replay (ops/_fast.py)
     return out
 
@@ -207,13 +209,13 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
     if need_dg:
         dg_part = (torch.zeros if chunks > 1 else torch.empty)((programs, K), device=x.device, dtype=torch.float32)
     dummy = x
-    _rmsnorm_bwd_kernel[(programs,)](
+    retry_after_oom(lambda: _rmsnorm_bwd_kernel[(programs,)](
         x, du if du is not None else dummy, norm_weight, rstd,
         dx if dx is not None else dummy, u if u is not None else dummy, dg_part if dg_part is not None else rstd,
         M, K, rows, x.stride(0), du.stride(0) if du is not None else 0,
         dx.stride(0) if dx is not None else 0, u.stride(0) if u is not None else 0,
         BLOCK_K=block_k, NUM_CHUNKS=chunks, STORE_DX=need_dx, STORE_U=need_u, STORE_DG=need_dg,
-        num_warps=warps)
+        num_warps=warps))
     # The partials (programs x K) are summed in float64: a few hundred rows of K values, nothing next to the kernel,
     # and it takes the last level of dg's reduction over M out of the error budget (the GPU fuzz found an fp32 dg at
     # 1.01x the tolerance, M = 4099, K = 1).
