@@ -887,14 +887,37 @@ def _leaves(case, T):
             and T[n].requires_grad]
 
 
+class _OutOfMemory(Exception):
+    """A CUDA out-of-memory in torch's reference or in our call: the GPU was full, which says nothing about either
+    answer (the GPU tier runs a dozen processes on one card)."""
+
+
+def _is_oom(exc) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc)
+
+
 def run_case(case: dict, device="cpu", backend="__case__") -> str:
-    """Run one case; returns "pass", "declined" or "raised_ok", raises FuzzFailure otherwise."""
+    """Run one case; returns "pass", "declined", "raised_ok" or "oom", raises FuzzFailure otherwise.
+
+    "oom": the case ran out of GPU memory twice (torch's float64 reference or our call), the second time after
+    freeing this process's cached blocks; such a case is reported under its own outcome, never as a pass."""
     backend = case.get("backend") if backend == "__case__" else backend
-    try:
-        return _run(case, device, backend)
-    except FuzzFailure as e:
-        raise FuzzFailure(f"[{case['family']}/{case['entry']} seed={case['seed']} backend={backend}] {e}\n"
-                          f"{repro(dict(case, backend=backend))}") from None
+    for attempt in (0, 1):
+        try:
+            return _run(case, device, backend)
+        except FuzzFailure as e:
+            raise FuzzFailure(f"[{case['family']}/{case['entry']} seed={case['seed']} backend={backend}] {e}\n"
+                              f"{repro(dict(case, backend=backend))}") from None
+        except Exception as e:  # noqa: BLE001 - an OOM anywhere else (torch's same-dtype call, the gradients)
+            if not (isinstance(e, _OutOfMemory) or (device != "cpu" and _is_oom(e))):
+                raise
+            if attempt or device == "cpu":
+                return "oom"
+            import gc
+
+            gc.collect()
+            torch.cuda.empty_cache()
+    return "oom"
 
 
 def _run(case, device, backend):
@@ -910,6 +933,8 @@ def _run(case, device, backend):
         ref = torch_call(case, T64, torch.float64)
         torch_exc = None
     except Exception as e:  # noqa: BLE001 - any torch rejection counts
+        if device != "cpu" and _is_oom(e):
+            raise _OutOfMemory() from None
         ref, torch_exc = None, e
     first = None
     try:
@@ -920,6 +945,8 @@ def _run(case, device, backend):
             # FUZZ_CALL_TWICE=1 does the same on the CPU (no replay there), to repeat a GPU run's exact call sequence.
             first, ours = ours, tw_call(case, T, backend)
     except Exception as e:  # noqa: BLE001 - classified below
+        if device != "cpu" and _is_oom(e):
+            raise _OutOfMemory() from None
         if _declined(e, backend):
             return "declined"
         allowed = ALLOWED_ERRORS + ((RuntimeError,) if torch_exc is not None else ())

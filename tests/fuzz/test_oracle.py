@@ -59,3 +59,37 @@ def test_rms_dx_atol_is_the_cancelled_terms_size_in_fp32_ulps():
     assert fc._rms_dx_atol({"family": "gemm"}, {}, gos) == 0.0
     bad_eps = dict(case, opts={"eps": "1e-6"})
     assert fc._rms_dx_atol(bad_eps, {"x": x, "norm_weight": g, "weight": w}, gos) == 0.0
+
+
+def test_run_case_reports_a_full_gpu_as_oom_not_as_pass_or_failure(monkeypatch):
+    """An out-of-memory (the GPU tier shares one card between a dozen processes) is retried once after freeing the
+    cache, then reported as "oom"; on the CPU, or for any other exception, nothing is swallowed."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+
+    def oom(case, device, backend):
+        calls.append("run")
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 770.00 MiB")
+
+    monkeypatch.setattr(fc, "_run", oom)
+    case = {"family": "attention", "entry": "sdpa", "seed": 1, "backend": None}
+    assert fc.run_case(case, "cuda", None) == "oom" and calls == ["run", "empty", "run"]
+    with pytest.raises(torch.OutOfMemoryError):
+        fc.run_case(case, "cpu", None)
+    calls.clear()
+
+    def once(case, device, backend):
+        calls.append("run")
+        if len(calls) == 1:
+            raise fc._OutOfMemory()
+        return "pass"
+
+    monkeypatch.setattr(fc, "_run", once)
+    assert fc.run_case(case, "cuda", None) == "pass"
+
+    def other(case, device, backend):
+        raise RuntimeError("misaligned address")
+
+    monkeypatch.setattr(fc, "_run", other)
+    with pytest.raises(RuntimeError, match="misaligned"):
+        fc.run_case(case, "cuda", None)
