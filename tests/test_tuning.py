@@ -337,6 +337,41 @@ def test_cli_request_errors_exit_2_with_reason(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_cli_tune_rejects_negative_jobs(capsys):
+    assert cli.main(["tune", "--shapes", "64,64,64", "--no-report", "--jobs", "-1"]) == 2
+    assert "--jobs -1" in capsys.readouterr().err
+
+
+@pytest.mark.interpreter
+def test_precompile_chunk_launches_every_nth_candidate():
+    """A worker of the parallel precompile runs its share of one shape's candidates (slot k of n: k, k + n, ...)."""
+    ran = []
+    real = tuner._triton_candidates
+
+    def spy(a, b, out, max_configs):
+        cands = real(a, b, out, max_configs)
+        for i, c in enumerate(cands):
+            c.run = (lambda i=i, run=c.run: (ran.append(i), run())[1])
+        return cands
+
+    tuner._triton_candidates = spy
+    try:
+        assert tuner._precompile_chunk(((48, 64, 40), "float16", "cpu", 1, 2, 4)) == (2, 0)
+    finally:
+        tuner._triton_candidates = real
+    assert ran == [1, 3]
+
+
+@pytest.mark.interpreter
+def test_precompile_runs_in_spawned_workers_and_counts(capsys):
+    """The pool itself: one spawned worker (it imports tilewright afresh, as on the device) compiles a capped shape;
+    the count and the progress line come back."""
+    got = tuner.precompile_triton([(16, 32, 16)], torch.float16, "cpu", jobs=1, max_configs=1,
+                                  progress=False, log=print)
+    assert got["compiled"] == 1 and got["errors"] == 0
+    assert "compiled 1 Triton candidates" in capsys.readouterr().out
+
+
 def test_report_rejects_unrelated_csv(tmp_path, capsys):
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     assert cli.main(["report", str(tmp_path / "x.csv")]) == 2

@@ -268,8 +268,13 @@ def _tune(args) -> int:
         print(f"tilewright tune: error: --out {out}: cannot write the report there ({problem})", file=sys.stderr)
         return 2
     try:
+        jobs = args.jobs
+        if jobs is None:
+            jobs = min(max((os.cpu_count() or 1) - 2, 1), 16) if on_gpu() else 0
+        if jobs < 0:
+            raise tuner.TuneError(f"--jobs {jobs}: expected 0 or a positive number of processes")
         sweep = tuner.tune_gemm(shapes, dtype=dtype, backends=args.backend, reuse=not args.force,
-                                max_configs=args.max_configs)
+                                max_configs=args.max_configs, jobs=jobs)
     except tuner.TuneError as e:
         print(f"tilewright tune: error: {e}", file=sys.stderr)
         return 2
@@ -409,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=sorted(_DTYPES), help="default: bf16 on GPU, fp16 on the interpreter")
     p.add_argument("--force", action="store_true", help="re-tune shapes already in the cache")
     p.add_argument("--max-configs", type=_positive_int, default=None, metavar="N", help="at most N configs per backend")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="processes that compile the Triton configs before they are timed (default on a GPU: CPU "
+                        "cores - 2, at most 16; 0: compile each config when the sweep reaches it)")
     p.add_argument("--out", default=None, help="report folder (default: perf/tune/<card>/<timestamp>)")
     p.add_argument("--no-report", action="store_true", help="only update the cache")
     p.add_argument("--no-plots", action="store_true", help="report without PNG plots")

@@ -230,7 +230,7 @@ def _winner_label(row) -> str:
 
 def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, progress: bool = True,
               progress_stream=None, check: bool = True, max_configs: int | None = None, reuse: bool = True,
-              store: bool = True, peak: float | None = None, log=print) -> Sweep:
+              store: bool = True, peak: float | None = None, log=print, jobs: int = 0) -> Sweep:
     """Tune GEMM for each ``(M, N, K)`` in ``shapes``; return the sweep and store each shape's winners in the cache.
 
     dtype: default bf16 on GPU, fp16 on CPU (the interpreter); backends: names to sweep (default: every eligible
@@ -238,7 +238,8 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     check: run each candidate once and compare with the peer before timing (off only for fake-timer tests);
     max_configs: cap per backend (smoke runs); reuse: shapes already in the cache are reported and not re-tuned;
     peak: the card's peak TFLOP/s for the % of peak column (default: measured once per card, see
-    :func:`measured_peak`); log: where one-line messages go.
+    :func:`measured_peak`); log: where one-line messages go; jobs: worker processes that compile the Triton
+    candidates of every shape first (:func:`precompile_triton`; 0: each compiles when the sweep reaches it).
     """
     shapes = [tuple(int(x) for x in s) for s in shapes]
     if not shapes:
@@ -253,6 +254,10 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     if peak is None and timer is default_timer:
         peak = measured_peak(device, dtype)
     rows, records, cached = [], [], []
+    if jobs and device.type == "cuda" and (backends is None or "triton" in backends):
+        todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
+        if todo:
+            precompile_triton(todo, dtype, device, jobs, max_configs, progress, progress_stream, log)
     for M, N, K in shapes:
         if reuse and (rec := cache.lookup("gemm", device, dtype, M, N, K)):
             best = rec["backends"].get(rec["winner"], {})
@@ -267,8 +272,8 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
         rec = _record(shape_rows)
         if rec:
             records.append(("gemm", dtype, M, N, K, rec))
-    if store and records:
-        cache.store_many(records, device)
+            if store:  # per shape: a sweep stopped part-way keeps every shape it finished
+                cache.store_many([records[-1]], device)
     from ..bench.common import environment
 
     meta = {"op": "gemm", "dtype": str(dtype).replace("torch.", ""), "device_key": cache.device_key(device),
@@ -276,6 +281,69 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
             "timer": getattr(timer, "__name__", type(timer).__name__), "cached_shapes": cached,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     return Sweep.from_rows(rows, meta)
+
+
+# ------------------------------------------------------------------------------------------------ precompile
+def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None = None, progress: bool = True,
+                      progress_stream=None, log=print) -> dict:
+    """Compile the Triton candidates of ``shapes`` in ``jobs`` worker processes, before the sweep times them.
+
+    Why: a sweep is compile-bound - each of the ~60 configs a large shape keeps compiles for 1-3 s, one after the
+    other, while the timing itself takes ~0.1 s a config. Triton keeps every compiled kernel in its on-disk cache,
+    keyed by source, config and argument specialization, so workers that launch each candidate once (on operands of
+    the same shape, dtype and alignment as the sweep's) leave the sweep only cache loads. Workers are spawned
+    processes, not threads (much of Triton's compile pipeline is Python, which threads would run one at a time),
+    each on ``device``; worker ``k`` of ``n`` takes every n-th candidate of a shape. A candidate that fails to
+    compile fails again in the sweep, which records the error: here it is only counted. Returns ``{"compiled": n, "errors": n, "seconds": s}``.
+    """
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    jobs = max(1, int(jobs))
+    dtype_name = str(dtype).replace("torch.", "")
+    dev = str(device)
+    tasks = [((M, N, K), dtype_name, dev, k, jobs, max_configs) for M, N, K in shapes for k in range(jobs)]
+    t0 = time.monotonic()
+    bar = make_progress(len(tasks), f"compile {len(shapes)} shape(s) on {jobs} processes", progress_stream) \
+        if progress else None
+    compiled = errors = 0
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        for done, failed in pool.map(_precompile_chunk, tasks):
+            compiled, errors = compiled + done, errors + failed
+            if bar:
+                bar.update(1)
+    if bar:
+        bar.close()
+    seconds = time.monotonic() - t0
+    log(f"compiled {compiled} Triton candidates in {seconds:.0f} s on {jobs} processes"
+        + (f" ({errors} failed; the sweep records why)" if errors else ""))
+    return {"compiled": compiled, "errors": errors, "seconds": seconds}
+
+
+_chunk_operands: dict = {}
+
+
+def _precompile_chunk(task) -> tuple[int, int]:
+    """Worker of :func:`precompile_triton`: launch candidates ``slot``, ``slot + n``, ... of one shape once."""
+    (M, N, K), dtype_name, dev, slot, n, max_configs = task
+    dtype = getattr(torch, dtype_name)
+    key = (M, N, K, dtype_name, dev)
+    if key not in _chunk_operands:  # one shape's operands per worker, built as _sweep_shape builds them
+        _chunk_operands.clear()
+        if dev.startswith("cuda"):
+            torch.cuda.empty_cache()
+        _chunk_operands[key] = (torch.randn(M, K, device=dev, dtype=dtype),
+                                torch.randn(K, N, device=dev, dtype=dtype) / K ** 0.5,
+                                torch.empty(M, N, device=dev, dtype=dtype))
+    a, b, out = _chunk_operands[key]
+    done = failed = 0
+    for cand in _triton_candidates(a, b, out, max_configs)[slot::n]:
+        try:
+            cand.run()
+            done += 1
+        except Exception:  # noqa: BLE001 - counted; the sweep records the error for this config
+            failed += 1
+    return done, failed
 
 
 def _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_stream, check, max_configs, log):
