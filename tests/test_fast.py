@@ -161,3 +161,21 @@ def test_retry_after_oom_retries_a_load_oom_once(monkeypatch):
     calls.clear()
     with pytest.raises(RuntimeError, match="out of memory"):
         _runtime.retry_after_oom(flaky)
+
+
+def test_interpreting_and_read_env_follow_os_environ(monkeypatch):
+    """The bytes-dict reads (no str encode per call) see every change made through os.environ / monkeypatch."""
+    from tilewright._env import interpreting, read_env
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not interpreting()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpreting()
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert not interpreting()
+    monkeypatch.setenv("TILEWRIGHT_TEST_SWITCH", "a")
+    first = read_env(("TILEWRIGHT_TEST_SWITCH",), (b"TILEWRIGHT_TEST_SWITCH",))
+    monkeypatch.setenv("TILEWRIGHT_TEST_SWITCH", "b")
+    assert read_env(("TILEWRIGHT_TEST_SWITCH",), (b"TILEWRIGHT_TEST_SWITCH",)) != first
+    monkeypatch.delenv("TILEWRIGHT_TEST_SWITCH")
+    assert read_env(("TILEWRIGHT_TEST_SWITCH",), (b"TILEWRIGHT_TEST_SWITCH",)) == (None,)

@@ -23,12 +23,11 @@ call with the same signature, since nothing was recorded.
 """
 from __future__ import annotations
 
-import os
 
 import torch
 
 from .. import backends, router
-from .._env import interpreting
+from .._env import interpreting, read_env
 from ..autotune import cache
 from .._record import recording
 from ._eager import _PLAIN, traced
@@ -78,19 +77,6 @@ def sig(t):
     return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
 
 
-# os.environ.get costs ~1 us a name on the device's CPU (str -> bytes encode, lookup, decode), and the key reads ~14.
-# On POSIX os.environ keeps a bytes -> bytes dict, updated by os.environ[...] = / del / putenv through os.environ,
-# which is how tests and users change the switches; its lookup costs ~0.1 us. Elsewhere: os.environ.get.
-_environ_bytes = getattr(os.environ, "_data", None) if os.name == "posix" else None
-
-
-def _read_env(names: tuple[str, ...], encoded: tuple[bytes, ...]) -> tuple:
-    if _environ_bytes is not None:
-        get = _environ_bytes.get
-        return tuple([get(n) for n in encoded])
-    return tuple([os.environ.get(n) for n in names])
-
-
 def state() -> tuple:
     """Process state every op's full path reads besides its arguments: the router's and the records' environment
     switches, TILEWRIGHT_AUTOTUNE, the tuning cache generation, the router's epoch (``router.invalidate()`` bumps it),
@@ -99,7 +85,7 @@ def state() -> tuple:
     if _env_names is None:
         names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE")
         _env_names = (names, tuple(n.encode() for n in names))
-    return (_read_env(*_env_names), cache.generation, router.epoch, getattr(router._local, "backend", None),
+    return (read_env(*_env_names), cache.generation, router.epoch, getattr(router._local, "backend", None),
             torch._C._cuda_getDevice())
 
 
