@@ -215,6 +215,66 @@ def test_double_backward_matches_torch(activation):
         assert (g.double() - r).abs().max().item() <= 1e-4 * scale + 1e-5, (activation, name)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_fused_activation_grad_kernel_matches_float64(activation, dtype):
+    """The backward's one-kernel grad * act'(preact): error <= 2x the torch formula's (the fp32 path it replaces)
+    against float64, same NaN pattern (NaN / +-inf pre-activations, a relu kink at exactly 0), odd length."""
+    from tilewright._codes import ACTIVATIONS
+    from tilewright.reference import activation_grad_reference
+    from tilewright.triton_kernels.activation import launch_activation_grad
+
+    torch.manual_seed(3)
+    z = (torch.randn(37, 129) * 3).to(dtype)
+    g = torch.randn(37, 129).to(dtype)
+    z[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0])
+    ours = launch_activation_grad(g, z, ACTIVATIONS[activation])
+    same = activation_grad_reference(g, z, activation)
+    ref = activation_grad_reference(g.double(), z.double(), activation, torch.float64)
+    assert ours.dtype == dtype and torch.equal(ours.isnan(), same.isnan())
+    fin = torch.isfinite(ref)
+    err = (ours.double() - ref)[fin].abs().max().item()
+    base = (same.double() - ref)[fin].abs().max().item()
+    assert err <= 2 * base + 1e-7, (err, base)
+
+
+def test_backward_takes_the_fused_activation_grad_only_where_it_can(monkeypatch):
+    """Contiguous grad and pre-activation: the kernel; an expanded grad (out.sum()) or create_graph: the formula."""
+    from tilewright.triton_kernels import activation as act_mod
+
+    calls = []
+    real = act_mod.launch_activation_grad
+    monkeypatch.setattr(act_mod, "launch_activation_grad", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(6, 10, requires_grad=True)
+    w = torch.randn(7, 10, requires_grad=True)
+    y = tilewright.linear(x, w, activation="gelu")
+    gy = torch.randn(6, 7)
+    gx, gw = torch.autograd.grad(y, (x, w), gy)
+    assert calls == [1]
+    ref_y = torch.nn.functional.gelu(x.detach().double() @ w.detach().double().t())
+    assert ((gx.double() - torch.autograd.grad(
+        torch.nn.functional.gelu(x.double() @ w.double().t()), x, gy.double())[0]).abs().max() < 1e-5)
+    assert ref_y.shape == y.shape
+    tilewright.linear(x, w, activation="gelu").sum().backward()  # expanded grad: the torch formula
+    assert calls == [1]
+    y = tilewright.linear(x, w, activation="gelu")
+    torch.autograd.grad(y, x, gy, create_graph=True)  # create_graph: the differentiable formula
+    assert calls == [1]
+
+
+def test_activation_grad_kernel_compiles_for_sm90():
+    """Every Triton kernel is AOT-compiled for sm_90 in the CPU tier: the elementwise activation backward too."""
+    from tilewright.triton_kernels.aot import compile_reports
+
+    reps = compile_reports([dict(kernel="tilewright.triton_kernels.activation:_activation_grad_kernel",
+                                 signature={"grad_ptr": "*bf16", "preact_ptr": "*bf16", "out_ptr": "*bf16",
+                                            "n": "i32"},
+                                 constexprs={"ACTIVATION": code, "BLOCK": 1024}, arch=90, num_warps=4, num_stages=1,
+                                 divisible_by_16=("grad_ptr", "preact_ptr", "out_ptr", "n")) for code in (1, 2, 3, 4)])
+    for rep in reps:
+        assert rep.spill_bytes == 0 and rep.sass
+
+
 @pytest.mark.parametrize("M,N", [(0, 6), (5, 0), (0, 0)])
 def test_empty_output_with_residual_is_torchs_answer(M, N):
     a, w = torch.randn(2, M, 8, requires_grad=True), torch.randn(N, 8, requires_grad=True)

@@ -17,6 +17,7 @@ import torch
 
 from .. import router
 from .._codes import ACTIVATIONS
+from .._env import interpreting
 from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
                       check_same_dtype, check_tensor, contiguous_vector)
@@ -105,12 +106,18 @@ def _backward(ctx, grad_out, grad_preact):
         if preact.numel() == 0 and grad_out.numel() > 0:
             raise RuntimeError("tilewright::gemm backward: the pre-activation was not saved; call the op with "
                                "save_preact=True when gradients are needed (tilewright.matmul does this)")
-        # Under create_graph (grad mode is on inside backward only then) the double backward differentiates this
-        # formula: autograd's chain of fp32 products through tanh / erf / sigmoid lost ~70 ulps of the second
-        # derivative against torch's closed form (GPU fuzz, gelu_tanh, fp32, K = 1). float64 here keeps it below
-        # torch's error; the first-order path stays fp32 (its error is one rounding of d).
-        dt = torch.float64 if torch.is_grad_enabled() else torch.float32
-        dz = activation_grad_reference(grad_out, preact, ctx.activation, dt)
+        if torch.is_grad_enabled():
+            # create_graph (grad mode is on inside backward only then): the double backward differentiates this
+            # formula. Autograd's chain of fp32 products through tanh / erf / sigmoid lost ~70 ulps of the second
+            # derivative against torch's closed form (GPU fuzz, gelu_tanh, fp32, K = 1); float64 keeps it below
+            # torch's error.
+            dz = activation_grad_reference(grad_out, preact, ctx.activation, torch.float64)
+        elif _fused_activation_grad_ok(grad_out, preact):
+            from ..triton_kernels.activation import launch_activation_grad
+
+            dz = launch_activation_grad(grad_out, preact, ACTIVATIONS[ctx.activation])
+        else:
+            dz = activation_grad_reference(grad_out, preact, ctx.activation)
     if grad_preact is not None and grad_preact.numel():
         dz = dz + grad_preact
     dz = dz.to(a.dtype)
@@ -126,6 +133,14 @@ def _backward(ctx, grad_out, grad_preact):
     if ctx.res_shape is not None and ctx.needs_input_grad[3]:
         dres = grad_out.reshape(ctx.res_shape).to(ctx.res_dtype)
     return da, db, dbias, dres, None, None, None, None
+
+
+def _fused_activation_grad_ok(grad_out: torch.Tensor, preact: torch.Tensor) -> bool:
+    """Whether the one-kernel ``grad * act'(preact)`` (triton_kernels/activation.py) takes these: one shape, both
+    contiguous (an expanded grad, e.g. from ``out.sum()``, takes the torch formula), on a CUDA device or under the
+    interpreter."""
+    return (grad_out.shape == preact.shape and grad_out.is_contiguous() and preact.is_contiguous()
+            and (grad_out.is_cuda or interpreting()))
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
