@@ -22,7 +22,7 @@ from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
                       check_same_dtype, check_tensor, contiguous_vector)
 from . import _fast
-from ._eager import call_checked, call_op
+from ._eager import _PLAIN, call_checked, call_op, traced
 
 
 @torch.library.custom_op("tilewright::gemm", mutates_args=())
@@ -137,9 +137,11 @@ def _backward(ctx, grad_out, grad_preact):
 
 def _fused_activation_grad_ok(grad_out: torch.Tensor, preact: torch.Tensor) -> bool:
     """Whether the one-kernel ``grad * act'(preact)`` (triton_kernels/activation.py) takes these: one shape, both
-    contiguous (an expanded grad, e.g. from ``out.sum()``, takes the torch formula), on a CUDA device or under the
-    interpreter."""
-    return (grad_out.shape == preact.shape and grad_out.is_contiguous() and preact.is_contiguous()
+    contiguous (an expanded grad, e.g. from ``out.sum()``, takes the torch formula), plain tensors outside any tracing
+    (torch.compile's AOT backward sees fake / functional tensors and keeps the formula, which inductor fuses), on a CUDA
+    device or under the interpreter."""
+    return (type(grad_out) in _PLAIN and type(preact) in _PLAIN and not traced()
+            and grad_out.shape == preact.shape and grad_out.is_contiguous() and preact.is_contiguous()
             and (grad_out.is_cuda or interpreting()))
 
 
