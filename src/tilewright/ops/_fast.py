@@ -29,7 +29,7 @@ import torch
 from .. import backends, router
 from .._env import interpreting, read_env
 from ..autotune import cache
-from .._record import recording
+from .._record import is_recording, record, recording
 from ._eager import _PLAIN, traced
 
 CACHE_MAX = 4096
@@ -92,12 +92,13 @@ def state() -> tuple:
 class Replay:
     """Allocate the op's outputs, launch the recorded kernel on the new pointers, return the outputs."""
 
-    __slots__ = ("_bound", "_outputs", "_sources")
+    __slots__ = ("_bound", "_outputs", "_roles", "_sources")
 
-    def __init__(self, bound, sources: list[tuple[bool, int]], outputs: list[tuple]):
+    def __init__(self, bound, sources: list[tuple[bool, int]], outputs: list[tuple], roles: tuple = ()):
         self._bound = bound
         self._sources = sources  # per pointer argument: (is an output, index)
         self._outputs = outputs  # (shape, stride, dtype) of each output
+        self._roles = roles  # per pointer argument: its role name (reported to an enclosing recording)
 
     def impl(self, n_inputs: int):
         """The replay in the op implementation's calling convention: ``impl(*op_args)`` -> tuple of outputs, reading
@@ -109,7 +110,10 @@ class Replay:
     def __call__(self, device, *inputs) -> list[torch.Tensor]:
         outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in
                 self._outputs]
-        self._bound(*[(outs[i] if is_out else inputs[i]).data_ptr() for is_out, i in self._sources])
+        tensors = [outs[i] if is_out else inputs[i] for is_out, i in self._sources]
+        self._bound(*[t.data_ptr() for t in tensors])
+        if is_recording():  # a caller records its own replay around this one (a public function around its op)
+            record(self._bound, dict(zip(self._roles, tensors)))
         return outs
 
 
@@ -122,6 +126,7 @@ def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
         return None
     bound, roles = launches[0]
     sources = []
+    names = tuple(roles)
     for role, t in roles.items():
         if role in inputs:
             i, expected = inputs[role]
@@ -135,10 +140,30 @@ def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
             sources.append((True, i))
         else:
             return None
+    written = {i for is_out, i in sources if is_out}
     specs = [None] * len(outputs)
     for i, t in outputs.values():
+        if t.numel() and i not in written:
+            return None  # an output the launch did not write (a torch op made it): a replay would return garbage
         specs[i] = (tuple(t.shape), t.stride(), t.dtype)
-    return Replay(bound, sources, specs)
+    return Replay(bound, sources, specs, names)
+
+
+def replayed_op(cache: dict, tensors: tuple, roles: tuple, options: tuple, out_roles: tuple, full):
+    """The body of a custom op that replays its own signature: ``full()`` (the op's full path, returning its output
+    tuple) recorded on a first call, the :class:`Replay` afterwards. ``tensors``: the op's tensor arguments (None
+    allowed), ``roles``: the kernel argument each one is (None: not a kernel argument), ``options``: the op's other
+    arguments (part of the key), ``out_roles``: the kernel argument each output is. Callers of the op itself - a
+    torch.compile'd graph, ``torch.ops.tilewright.*`` - get the replay's cost this way; the public functions keep
+    their own replay in front of it (it also skips the dispatcher)."""
+    if not eligible(*tensors):
+        return full()
+    key = (*[sig(t) for t in tensors], *options, state())
+    replay = cache.get(key)
+    if replay is not None:
+        return tuple(replay(tensors[0].device, *tensors))
+    return run_recorded(cache, key, full, {r: (i, t) for i, (r, t) in enumerate(zip(roles, tensors)) if r},
+                        lambda result: {r: (i, o) for i, (r, o) in enumerate(zip(out_roles, result))})
 
 
 def run_recorded(cache: dict, key, call, inputs: dict, outputs):
