@@ -541,3 +541,19 @@ def test_launch_reuses_the_measured_config_for_every_epilogue(tmp_path, monkeypa
     monkeypatch.setattr(tables, "table_path", lambda device=None: deep)
     cfg = gemm._tuned_config(a16, o16, M, N, K, True, True, False)
     assert cfg is not None and cfg.num_stages < 6 and cfg.kwargs["BLOCK_N"] == 256
+
+
+def test_mid_m_problems_with_few_large_tiles_also_get_64_row_tiles():
+    """M > 256 keeps only the large-tile list, unless 128 x 128 tiles would leave SMs idle (M = 512, N = 2048: 64
+    tiles for 132 SMs): then the small list's tiles of >= 64 rows join (never the 16/32-row decode tiles)."""
+    from tilewright.autotune.space import FEW_TILES, gemm_configs, prune_gemm_configs
+
+    def tiles(M, N, K):
+        return {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in prune_gemm_configs(gemm_configs(), M, N, K, 2, 2,
+                                                                                         True)}
+    few = tiles(512, 2048, 5632)
+    assert (64, 128) in few and (64, 64) in few and (128, 128) in few
+    assert not any(bm < 64 for bm, _ in few)
+    many = tiles(4096, 4096, 4096)
+    assert (64, 128) not in many and (128, 256) in many
+    assert (4096 // 128) * (4096 // 128) >= FEW_TILES

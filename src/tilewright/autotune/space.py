@@ -47,6 +47,10 @@ _SMALL_M_TILES = [  # (tiles that spilled with pointer loads and an epilogue wer
     (128, 32, 128, 4, 4),
 ]
 
+# SMs of the cards the space is tuned for (H100 / H200 SXM: 132): below this many 128 x 128 tiles a problem with
+# M > 256 also gets the small-tile list, whose 64-row tiles double the programs (see prune_gemm_configs).
+FEW_TILES = 132
+
 # fp32 operands: the dot runs as FFMA chains on the CUDA cores (no wgmma), each thread holding its slice of the
 # accumulator plus the BLOCK_K slice sum (gemm._mma), so tiles stay small: these two compile without spills for every
 # epilogue and the RMSNorm prologue, with TMA or pointer loads (larger ones spilled 16-2,700 bytes, sm_90, ptxas 12.9).
@@ -119,7 +123,9 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
 
     * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
     * 64 < M <= 256: both lists (large tiles leave most SMs idle when there are few tile rows);
-    * M > 256: only the large-tile list;
+    * M > 256: the large-tile list, plus the small list's tiles of >= 64 rows while 128 x 128 tiles would not fill
+      one wave of ``FEW_TILES`` SMs (M = 512: 512 x 2048 has 64 such tiles for 132 SMs, and its best large tile ran 0.66x
+      cuBLAS in the H100 sweep of 2026-11-26, 512 x 2048 x 5632 0.40x);
     * with a single row or column of tiles every tile order is the same, so only GROUPED survives;
     * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped;
     * the pointer path (no TMA) and a broadcast (periodic) residual, which needs an integer division per row in the
@@ -131,6 +137,7 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
       GPU fuzzer; bf16 and 128x128 tiles correct), see ``_RESCALE_G_MAX_TILE``.
     """
     kept = []
+    few_tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128) < FEW_TILES
     for cfg in configs:
         kw = cfg.kwargs
         if _is_fp32_tile(cfg) != (in_bytes == 4):
@@ -141,7 +148,7 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
             kept.append(cfg)
             continue
         is_small_tile = kw["BLOCK_M"] <= 64 or kw["BLOCK_N"] < 128
-        if (is_small_tile and M > 256) or (not is_small_tile and M <= 64):
+        if (is_small_tile and M > 256 and not (few_tiles and kw["BLOCK_M"] >= 64)) or (not is_small_tile and M <= 64):
             continue
         if gemm_smem_bytes(cfg, in_bytes, out_bytes, tma_store) > smem_limit:
             continue

@@ -294,7 +294,8 @@ def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None 
     the same shape, dtype and alignment as the sweep's) leave the sweep only cache loads. Workers are spawned
     processes, not threads (much of Triton's compile pipeline is Python, which threads would run one at a time),
     each on ``device``; worker ``k`` of ``n`` takes every n-th candidate of a shape. A candidate that fails to
-    compile fails again in the sweep, which records the error: here it is only counted. Returns ``{"compiled": n, "errors": n, "seconds": s}``.
+    compile fails again in the sweep, which records the error: here it is only counted.
+    Returns ``{"compiled": n, "errors": n, "seconds": s}``.
     """
     import concurrent.futures as cf
     import multiprocessing as mp
