@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 
 SMEM_OPTIN_BYTES = 227 * 1024  # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100/H200/B200: 232448 bytes
+# SMs of the cards the configs are tuned for (H100 / H200 SXM), where no device says otherwise: the config pruner's
+# "fewer tiles than one wave" rule and the interpreter's stand-in for a device's program count.
+REFERENCE_SMS = 132
 
 
 # os.environ.get costs ~1 us a name on the device's CPU (str -> bytes encode, lookup, decode) - a measurable part of

@@ -21,7 +21,7 @@ GEMM_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP", "TILE_ORDER", "EPI
 
 # Shared memory per block on sm_90 (227 KB opt-in); sm_80 has 163 KB, sm_89/sm_120 99 KB. The pruner takes the
 # device's number when there is a device.
-from .._env import SMEM_OPTIN_BYTES
+from .._env import REFERENCE_SMS, SMEM_OPTIN_BYTES
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) for problems with many tiles: wgmma-sized tiles.
 _LARGE_TILES = [
@@ -47,9 +47,9 @@ _SMALL_M_TILES = [  # (tiles that spilled with pointer loads and an epilogue wer
     (128, 32, 128, 4, 4),
 ]
 
-# SMs of the cards the space is tuned for (H100 / H200 SXM: 132): below this many 128 x 128 tiles a problem with
-# M > 256 also gets the small-tile list, whose 64-row tiles double the programs (see prune_gemm_configs).
-FEW_TILES = 132
+# Below this many 128 x 128 tiles (one wave of the reference card's SMs) a problem with M > 256 also gets the
+# small-tile list, whose 64-row tiles double the programs (see prune_gemm_configs).
+FEW_TILES = REFERENCE_SMS
 
 # fp32 operands: the dot runs as FFMA chains on the CUDA cores (no wgmma), each thread holding its slice of the
 # accumulator plus the BLOCK_K slice sum (gemm._mma), so tiles stay small: these two compile without spills for every

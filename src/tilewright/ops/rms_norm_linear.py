@@ -244,6 +244,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             raise ValueError(f"bias: expected shape ({N},) with N = weight.shape[0], got {tuple(bias.shape)}")
     eps = _check_eps(eps)
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
+
     def call():
         return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
 

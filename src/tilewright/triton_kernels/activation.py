@@ -31,7 +31,8 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
 
 @triton.jit
 def activation_derivative(z, ACTIVATION: tl.constexpr):
-    """d activation(z) / dz for an fp32 block (ACTIVATION > 0), the formulas of reference.activation_grad_reference."""
+    """d activation(z) / dz for an fp32 block (ACTIVATION > 0): the derivatives reference.activation_grad_reference
+    computes, tanh-GELU's rearranged (below)."""
     if ACTIVATION == 1:
         d = tl.where(z > 0.0, 1.0, 0.0)  # NaN > 0 is false: 0, as (z > 0).float()
     elif ACTIVATION == 2:

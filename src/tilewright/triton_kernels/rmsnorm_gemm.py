@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._env import REFERENCE_SMS
 from .._record import record
 from ._runtime import retry_after_oom
 from .gemm import NormPrologue, launch_gemm
@@ -198,7 +199,7 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
     else:
         # The interpreter's cost is programs x rows either way; a GPU-like count keeps the dg partials as short
         # (and the CPU tests' numerics as close to the device's) as there
-        programs = min(M, 4 * 132)
+        programs = min(M, 4 * REFERENCE_SMS)
         cap = max_block_k or 1024
     block_k = min(triton.next_power_of_2(K), cap)
     chunks = triton.cdiv(K, block_k)
