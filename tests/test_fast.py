@@ -22,8 +22,28 @@ def test_recording_is_scoped_and_nests():
         with recording() as inner:
             record("y", {})
         record("z", {})
-    assert outer == [("x", {}), ("z", {})] and inner == [("y", {})] and not is_recording()
+    # an inner recording's launches are launches of the enclosing call too: handed up when it ends
+    assert outer == [("x", {}), ("y", {}), ("z", {})] and inner == [("y", {})] and not is_recording()
     record("ignored", {})  # outside a recording: nothing kept, nothing raised
+
+
+def test_a_replay_reports_itself_to_an_enclosing_recording():
+    """An op-level replay inside a public function's first (recording) call reports its bound launch with the
+    tensors it used, so the public function can build its own replay from it."""
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    out = torch.empty(4, 3)
+    bound = FakeBound()
+    replay = _fast.build([(bound, {"a_ptr": a, "b_ptr": b, "c_ptr": out})], {"a_ptr": (0, a), "b_ptr": (1, b)},
+                         {"c_ptr": (0, out)})
+    a2, b2 = torch.randn(4, 8), torch.randn(8, 3)
+    with recording() as launches:
+        got, = replay(a2.device, a2, b2)
+    (rb, roles), = launches
+    assert rb is bound and list(roles) == ["a_ptr", "b_ptr", "c_ptr"]
+    assert roles["a_ptr"] is a2 and roles["b_ptr"] is b2 and roles["c_ptr"] is got
+    rebuilt = _fast.build(launches, {"a_ptr": (0, a2), "b_ptr": (1, b2)}, {"c_ptr": (0, got)})
+    assert rebuilt is not None
+    replay(a.device, a, b)  # outside a recording: nothing reported, nothing raised
 
 
 def test_replay_maps_roles_by_name_not_by_address():

@@ -15,7 +15,9 @@ _local = threading.local()
 
 @contextlib.contextmanager
 def recording():
-    """Inside: launchers append their launches to the list this yields."""
+    """Inside: launchers append their launches to the list this yields. Recordings nest (a public function records
+    while the custom op it calls records for its own replay): a launch made inside an inner recording is also a
+    launch of every enclosing one, so it is handed up when the inner one ends."""
     previous = getattr(_local, "launches", None)
     launches: list = []
     _local.launches = launches
@@ -23,6 +25,8 @@ def recording():
         yield launches
     finally:
         _local.launches = previous
+        if previous is not None:
+            previous.extend(launches)
 
 
 def is_recording() -> bool:

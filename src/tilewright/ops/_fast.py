@@ -23,12 +23,13 @@ call with the same signature, since nothing was recorded.
 """
 from __future__ import annotations
 
+
 import torch
 
 from .. import backends, router
 from .._env import interpreting, read_env
 from ..autotune import cache
-from .._record import recording
+from .._record import is_recording, record, recording
 from ._eager import _PLAIN, traced
 
 CACHE_MAX = 4096
@@ -91,12 +92,13 @@ def state() -> tuple:
 class Replay:
     """Allocate the op's outputs, launch the recorded kernel on the new pointers, return the outputs."""
 
-    __slots__ = ("_bound", "_outputs", "_sources")
+    __slots__ = ("_bound", "_outputs", "_roles", "_sources")
 
-    def __init__(self, bound, sources: list[tuple[bool, int]], outputs: list[tuple]):
+    def __init__(self, bound, sources: list[tuple[bool, int]], outputs: list[tuple], roles: tuple = ()):
         self._bound = bound
         self._sources = sources  # per pointer argument: (is an output, index)
         self._outputs = outputs  # (shape, stride, dtype) of each output
+        self._roles = roles  # per pointer argument: its role name (reported to an enclosing recording)
 
     def impl(self, n_inputs: int):
         """The replay in the op implementation's calling convention: ``impl(*op_args)`` -> tuple of outputs, reading
@@ -108,7 +110,10 @@ class Replay:
     def __call__(self, device, *inputs) -> list[torch.Tensor]:
         outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in
                 self._outputs]
-        self._bound(*[(outs[i] if is_out else inputs[i]).data_ptr() for is_out, i in self._sources])
+        tensors = [outs[i] if is_out else inputs[i] for is_out, i in self._sources]
+        self._bound(*[t.data_ptr() for t in tensors])
+        if is_recording():  # a caller records its own replay around this one (a public function around its op)
+            record(self._bound, dict(zip(self._roles, tensors)))
         return outs
 
 
@@ -121,6 +126,7 @@ def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
         return None
     bound, roles = launches[0]
     sources = []
+    names = tuple(roles)
     for role, t in roles.items():
         if role in inputs:
             i, expected = inputs[role]
@@ -140,7 +146,7 @@ def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
         if t.numel() and i not in written:
             return None  # an output the launch did not write (a torch op made it): a replay would return garbage
         specs[i] = (tuple(t.shape), t.stride(), t.dtype)
-    return Replay(bound, sources, specs)
+    return Replay(bound, sources, specs, names)
 
 
 def run_recorded(cache: dict, key, call, inputs: dict, outputs):
