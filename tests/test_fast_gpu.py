@@ -261,3 +261,35 @@ def test_an_environment_switch_bypasses_the_recorded_replay(monkeypatch):
     with tilewright.use_backend(None):
         torch.testing.assert_close(tilewright.matmul(a, b).float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
     assert len(op_gemm._replays) == 1  # the torch path launched nothing to replay
+
+
+def test_the_op_itself_replays_for_direct_and_compiled_callers():
+    """torch.ops.tilewright.gemm (what a torch.compile'd graph calls) replays its own signature: bit-for-bit the full
+    path's answer; a compiled linear reaches that replay on its second call and matches eager."""
+    def make():
+        return _rand(300, 200), _rand(136, 200).t(), _rand(136)
+
+    def op(a, b, bias):
+        return torch.ops.tilewright.gemm(a, b, bias, None, "gelu", BF16, False, None)[0]
+
+    replayed, inputs = _replayed_equals_full(op, make, op_gemm._op_replays)
+    torch._dynamo.reset()
+    layer = torch.compile(lambda x, w, b: tilewright.linear(x, w, b, activation="gelu"), backend="aot_eager",
+                          fullgraph=True)
+    x, w, b = _rand(300, 200), _rand(136, 200), _rand(136)
+    layer(x, w, b)  # compiles; its graph's calls of the op record
+    _fast.invalidate()
+    layer(x, w, b)
+    assert len(op_gemm._op_replays) == 1  # the compiled graph's op call recorded its signature...
+    recorded = []
+    real = _fast.run_recorded
+    mp = pytest.MonkeyPatch()
+    mp.setattr(_fast, "run_recorded", lambda *a: recorded.append(1) or real(*a))
+    x2 = _rand(300, 200)
+    try:
+        got = layer(x2, w, b)
+    finally:
+        mp.undo()
+    assert recorded == []  # ...and the next call replayed it (no full path, nothing recorded)
+    _fast.invalidate()
+    torch.testing.assert_close(got, tilewright.linear(x2, w, b, activation="gelu"), rtol=0, atol=0)

@@ -149,6 +149,23 @@ def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
     return Replay(bound, sources, specs, names)
 
 
+def replayed_op(cache: dict, tensors: tuple, roles: tuple, options: tuple, out_roles: tuple, full):
+    """The body of a custom op that replays its own signature: ``full()`` (the op's full path, returning its output
+    tuple) recorded on a first call, the :class:`Replay` afterwards. ``tensors``: the op's tensor arguments (None
+    allowed), ``roles``: the kernel argument each one is (None: not a kernel argument), ``options``: the op's other
+    arguments (part of the key), ``out_roles``: the kernel argument each output is. Callers of the op itself - a
+    torch.compile'd graph, ``torch.ops.tilewright.*`` - get the replay's cost this way; the public functions keep
+    their own replay in front of it (it also skips the dispatcher)."""
+    if not eligible(*tensors):
+        return full()
+    key = (*[sig(t) for t in tensors], *options, state())
+    replay = cache.get(key)
+    if replay is not None:
+        return tuple(replay(tensors[0].device, *tensors))
+    return run_recorded(cache, key, full, {r: (i, t) for i, (r, t) in enumerate(zip(roles, tensors)) if r},
+                        lambda result: {r: (i, o) for i, (r, o) in enumerate(zip(out_roles, result))})
+
+
 def run_recorded(cache: dict, key, call, inputs: dict, outputs):
     """``call()`` (the op's full path) with its launches recorded; stores the :class:`Replay` :func:`build` makes of
     them under ``key`` (when it makes one) and returns ``call()``'s result. ``outputs(result)`` names the outputs'

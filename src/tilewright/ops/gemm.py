@@ -25,6 +25,9 @@ from . import _fast
 from ._eager import _PLAIN, call_checked, call_op, traced
 
 
+_op_replays = _fast.new_cache()  # the op's own keys (its 2-D arguments)
+
+
 @torch.library.custom_op("tilewright::gemm", mutates_args=())
 def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
             activation: Optional[str], out_dtype: torch.dtype, save_preact: bool,
@@ -32,7 +35,17 @@ def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], resi
     """2-D core: returns (activation(a @ b + bias) + residual, pre-activation or an empty tensor).
 
     a: (M, K), b: (K, N), bias: (N,), residual: (R0, P, N) with R0 * P == M (row r reads residual[r // P, r % P]).
+
+    A call on plain CUDA tensors at a signature seen before replays its launch (``_fast.replayed_op``).
     """
+    return _fast.replayed_op(
+        _op_replays, (a, b, bias, residual), ("a_ptr", "b_ptr", "bias_ptr", "res_ptr"),
+        (activation, out_dtype, save_preact, backend), ("c_ptr", "preact_ptr"),
+        lambda: _gemm_full(a, b, bias, residual, activation, out_dtype, save_preact, backend))
+
+
+def _gemm_full(a, b, bias, residual, activation, out_dtype, save_preact, backend):
+    """The op's full path: checks of the 2-D core's own, router, launch."""
     M, K = a.shape
     N = b.shape[1]
     out = torch.empty((M, N), device=a.device, dtype=out_dtype)
@@ -147,7 +160,7 @@ def _fused_activation_grad_ok(grad_out: torch.Tensor, preact: torch.Tensor) -> b
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
 
-_replays = _fast.new_cache()
+_replays = _fast.new_cache()  # public functions' (matmul / linear / plain_gemm) keys
 
 
 def plain_gemm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, backend: str | None) -> torch.Tensor:
