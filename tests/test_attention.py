@@ -235,11 +235,13 @@ def test_unknown_backend_is_an_error():
 
 def test_opcheck():
     q, k, v = _inputs(1, 2, 1, 24, 40, 32, torch.float32)
-    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, 0.2, None))
-    out, lse = flash_attn_fwd_op(q.detach(), k.detach(), v.detach(), True, 0.2, None)
+    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, False, 0.2, None))
+    out, lse = flash_attn_fwd_op(q.detach(), k.detach(), v.detach(), True, False, 0.2, None)
     dout = torch.randn_like(out)
-    torch.library.opcheck(flash_attn_bwd_op, (dout, None, q.detach(), k.detach(), v.detach(), out, lse, True, 0.2,
-                                              None))
+    torch.library.opcheck(flash_attn_bwd_op, (dout, None, q.detach(), k.detach(), v.detach(), out, lse, True, False,
+                                              0.2, None))
+    # the bottom-right alignment through the ops too (Sq 24 < Skv 40: a shifted diagonal)
+    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, True, 0.2, None))
 
 
 class _Block(torch.nn.Module):
@@ -323,12 +325,12 @@ def test_backward_op_reads_any_layout_of_its_saved_tensors():
     B, H, S, D = 1, 2, 24, 32
     q, k, v = _inputs(B, H, H, S, S, D, torch.float32, requires_grad=False)
     scale = 1 / math.sqrt(D)
-    out, lse = flash_attn_fwd_op(q, k, v, False, scale, "triton")
+    out, lse = flash_attn_fwd_op(q, k, v, False, False, scale, "triton")
     do = torch.randn(B, H, S, D)
-    want = flash_attn_bwd_op(do, None, q, k, v, out, lse, False, scale, "triton")
+    want = flash_attn_bwd_op(do, None, q, k, v, out, lse, False, False, scale, "triton")
     lse_strided = torch.stack([lse, torch.full_like(lse, 1e4)], -1)[..., 0]
     do_strided = do.transpose(-1, -2).contiguous().transpose(-1, -2)  # stride(-1) = S
-    got = flash_attn_bwd_op(do_strided, None, q, k, v, out, lse_strided, False, scale, "triton")
+    got = flash_attn_bwd_op(do_strided, None, q, k, v, out, lse_strided, False, False, scale, "triton")
     for w_, g_ in zip(want, got):
         assert torch.allclose(w_, g_, rtol=1e-5, atol=1e-5)
 
@@ -377,7 +379,7 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
     stats = ("LSE",) if fwd else ("LSE", "DELTA")
     sig = {**{p: f"*{dtype}" for p in ptrs}, **{s: "*fp32" for s in stats}, "sm_scale": "fp32",
            **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
-           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32"}
+           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32", "CAUSAL_OFFSET": "i32"}
     div = (*ptrs, *stats, *(s for s in strides if not s.endswith("s") or D % 16 == 0), "SQ_BUCKET", "SKV_BUCKET")
     bm, bn, warps, stages = tiles
     names = A._FWD_NAMES if fwd else A._DKDV_NAMES
@@ -401,7 +403,7 @@ def test_dkdv_kernel_builds_for_one_query_row_with_tma():
              "print([p.name for p in ta._attn_bwd_dkdv_kernel.params if p.do_not_specialize])")
     env = dict(__import__("os").environ, TRITON_INTERPRET="0")
     names = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
-    assert names.stdout.strip().splitlines()[-1] == "['Sq']"
+    assert names.stdout.strip().splitlines()[-1] == "['Sq', 'CAUSAL_OFFSET']"
     rep, = compile_reports([attention_aot_job("dkdv", 64, (32, 128, 8, 3), dtype="fp16", causal=False)])
     assert rep.has("HGMMA") or rep.has("HMMA")
 
@@ -416,3 +418,42 @@ def test_fp32_dkdv_kernel_builds_for_sm90():
     rep, = compile_reports([attention_aot_job("dkdv", 64, (32, 64, 4, 2), dtype="fp32", dot_precision="ieee",
                                               use_tma=False)])
     assert rep.has("FFMA") and not rep.has("HGMMA")
+
+
+@pytest.mark.parametrize("Sq,Skv", [(24, 70), (70, 24), (40, 40), (1, 50), (50, 1)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_bottom_right_causal_matches_the_shifted_mask(Sq, Skv, dtype):
+    """causal_align="bottom_right": query i sees key j iff j <= i + Skv - Sq (flash-attn's convention). Output, LSE
+    and gradients against the float64 reference with that mask, within 2x the same-dtype reference's error; rows that
+    see no key (Sq > Skv) give 0, LSE -inf and zero gradients (GQA, odd lengths)."""
+    from tilewright.reference import attention_reference, causal_visible
+
+    q, k, v = _inputs(1, 4, 2, Sq, Skv, 32, dtype)
+    out, lse = tilewright.flash_attention(q, k, v, causal=True, causal_align="bottom_right", return_lse=True)
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref, ref_lse = attention_reference(q64, k64, v64, True, None, True)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), do.double())
+    ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    same, _ = attention_reference(ql, kl, vl, True, None, True)
+    same_grads = torch.autograd.grad(same, (ql, kl, vl), do)
+    for name, a, b, r in zip(("out", "dq", "dk", "dv"), (out, *grads), (same, *same_grads), (ref, *ref_grads)):
+        err = (a.double() - r).abs().max().item()
+        base = (b.double() - r).abs().max().item()
+        assert err <= 2 * base + 1e-5, (name, err, base)
+    none = ~causal_visible(Sq, Skv, True, "cpu").any(-1)  # rows without a visible key
+    assert torch.isneginf(lse[..., none]).all() and torch.isfinite(lse[..., ~none]).all()
+    assert (out[..., none, :] == 0).all() and (grads[0][..., none, :] == 0).all()
+    if Sq == Skv:  # one alignment then: identical to top-left
+        assert torch.equal(out, tilewright.flash_attention(q, k, v, causal=True))
+
+
+def test_causal_align_is_checked_and_ignored_without_causal():
+    q, k, v = _inputs(1, 2, 2, 20, 30, 16, torch.float32, requires_grad=False)
+    with pytest.raises(ValueError, match="causal_align"):
+        tilewright.flash_attention(q, k, v, causal=True, causal_align="bottom-right")
+    with pytest.raises(TypeError, match="causal_align"):
+        tilewright.flash_attention(q, k, v, causal=True, causal_align=1)
+    assert torch.equal(tilewright.flash_attention(q, k, v, causal_align="bottom_right"),
+                       tilewright.flash_attention(q, k, v))

@@ -59,12 +59,19 @@ def gemm_reference(a, b, bias=None, residual=None, activation=None, out_dtype=No
     return y.to(out_dtype or a.dtype)
 
 
+def causal_visible(Sq: int, Skv: int, bottom_right: bool, device) -> torch.Tensor:
+    """(Sq, Skv) bool: query i sees key j iff ``j <= i`` (top-left, SDPA's ``is_causal``) or ``j <= i + Skv - Sq``
+    (bottom-right: the last query sees every key, flash-attn's convention for Sq != Skv)."""
+    return torch.ones(Sq, Skv, dtype=torch.bool, device=device).tril(Skv - Sq if bottom_right else 0)
+
+
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        scale: float | None = None, bottom_right: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention, unfused, in the inputs' dtype: returns (out, lse).
 
     q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (kv heads are repeated here - a reference may copy).
-    causal: top-left aligned like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key j iff j <= i.
+    causal: top-left aligned like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key j iff j <= i;
+    with ``bottom_right`` iff j <= i + Skv - Sq (:func:`causal_visible`).
     lse: natural-log logsumexp of the scaled scores, (B, Hq, Sq); a row with no visible key gives out 0 and lse -inf.
     """
     import math
@@ -77,9 +84,7 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         v = v.repeat_interleave(group, dim=1)
     s = (q @ k.transpose(-2, -1)) * scale
     if causal:
-        Sq, Skv = q.shape[-2], k.shape[-2]
-        visible = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~visible, float("-inf"))
+        s = s.masked_fill(~causal_visible(q.shape[-2], k.shape[-2], bottom_right, q.device), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     # rows without a visible key: subtract 0 (exp(-inf) = 0) rather than -inf (NaN, also in the gradient)
     lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
@@ -89,7 +94,8 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 
 def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              causal: bool = False, scale: float | None = None,
-                             grad_lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             grad_lse: torch.Tensor | None = None,
+                             bottom_right: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`attention_reference` by the explicit formulas (no autograd, so it also runs inside a
     custom op's implementation): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O) + dLSE), dQ = scale dS K,
     dK = scale dS^T Q; kv-head gradients are summed over their query-head group."""
@@ -101,12 +107,11 @@ def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.T
     group = Hq // Hkv
     kr = k.repeat_interleave(group, dim=1) if group != 1 else k
     vr = v.repeat_interleave(group, dim=1) if group != 1 else v
-    out, lse = attention_reference(q, k, v, causal, scale)
+    out, lse = attention_reference(q, k, v, causal, scale, bottom_right)
     lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
     s = (q @ kr.transpose(-2, -1)) * scale
     if causal:
-        visible = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~visible, float("-inf"))
+        s = s.masked_fill(~causal_visible(Sq, Skv, bottom_right, q.device), float("-inf"))
     p = torch.exp(s - lse_safe.unsqueeze(-1))
     dv = p.transpose(-2, -1) @ grad_out
     dp = grad_out @ vr.transpose(-2, -1)

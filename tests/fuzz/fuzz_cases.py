@@ -322,6 +322,9 @@ def _gen_attention(r, case, tier):
     case["layouts"] = {n: _layout(r, 4, "attn") for n in ("q", "k", "v")}
     if entry == "flash_attention":
         case["opts"]["return_lse"] = r.random() < 0.4
+        # its own stream, so adding the option moved no other field of an existing seed's case
+        if causal and random.Random(f"align:{case['seed']}:{tier}").random() < 0.4:
+            case["opts"]["causal_align"] = "bottom_right"
     else:
         case["opts"]["enable_gqa"] = group != 1 or r.random() < 0.5
         case["opts"]["three_d"] = B == 1 and r.random() < 0.2
@@ -611,25 +614,34 @@ def _eps(case, dtype):
     return eps
 
 
-def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=False):
+def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=False, diag=0):
     """softmax(scale * q k^T with keys j > i at -inf when causal) v, GQA by repeating kv heads; a row without a
     visible key (Skv == 0) is 0, as in SDPA. ``empty_rows_zero``: a row whose scores are all -inf (an infinite
     input) is 0 too - the documented contract (``ops/attention.py``), as SDPA's fused kernels give, where the
     formula's softmax gives NaN. ``visible_only``: row i sums over its visible keys only, so a NaN / Inf in a v row it
     cannot see does not reach it (the formula's 0 * NaN does): what a kernel that skips masked blocks gives - the
-    documented "implementation-defined" case of non-finite values in causally invisible keys."""
+    documented "implementation-defined" case of non-finite values in causally invisible keys. ``diag``: the causal
+    diagonal (0: top-left, Skv - Sq: bottom-right), row i sees keys j <= i + diag."""
     group = q.shape[-3] // k.shape[-3]
     if group != 1:
         k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     sc = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s = (q @ k.transpose(-2, -1)) * sc
+    blind = None
     if causal:
-        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
+        visible = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(diag)
+        s = s.masked_fill(~visible, float("-inf"))
+        if diag < 0:  # bottom-right with Sq > Skv: the first rows see no key - output 0, gradient 0 (the contract)
+            blind = ~visible.any(-1, keepdim=True)
+            s = s.masked_fill(blind, 0.0)
     if s.shape[-1] == 0:
         return q.new_zeros((*q.shape[:-1], v.shape[-1]))
     p = torch.softmax(s, dim=-1)
+    if blind is not None:
+        p = p.masked_fill(blind, 0.0)
     if causal and visible_only:
-        out = torch.cat([p[..., i:i + 1, :i + 1] @ v[..., :i + 1, :] for i in range(s.shape[-2])], dim=-2)
+        out = torch.cat([p[..., i:i + 1, :max(i + 1 + diag, 0)] @ v[..., :max(i + 1 + diag, 0), :]
+                         for i in range(s.shape[-2])], dim=-2)
     else:
         out = p @ v
     if empty_rows_zero:
@@ -673,7 +685,13 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
         if opts.get("attn_mask"):
             kw["attn_mask"] = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device)
         gqa = opts.get("enable_gqa", True)
-        sdpa_kw = dict(is_causal=opts["causal"], scale=scale, enable_gqa=gqa, dropout_p=opts.get("dropout_p", 0.0),
+        causal, diag = opts["causal"], 0
+        if causal and opts.get("causal_align") == "bottom_right":
+            # torch's spelling of the bottom-right causal mask (flash-attn's convention) is a boolean mask
+            diag = k.shape[-2] - q.shape[-2]
+            kw["attn_mask"] = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(diag)
+            causal = False
+        sdpa_kw = dict(is_causal=causal, scale=scale, enable_gqa=gqa, dropout_p=opts.get("dropout_p", 0.0),
                        **kw)
         try:
             out = F.scaled_dot_product_attention(q, k, v, **sdpa_kw)
@@ -688,16 +706,17 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
             # 2.13), so the float64 reference is softmax(scale q k^T, causal -inf) v written out; F.sdpa above
             # still decides whether torch accepts the input at all
             sdpa_out = out.detach()
-            out = _attention_math(q, k, v, opts["causal"], scale)
+            out = _attention_math(q, k, v, opts["causal"], scale, diag=diag)
             # torch's fused SDPA gives 0 (not the formula's NaN) for a row whose scores are all -inf because an
             # input holds -inf / inf, and so does tilewright's contract: both patterns are accepted too (which
             # SDPA backend torch's CPU picks - fused or math - decides what `sdpa_out` shows)
-            out.alt_pattern = [sdpa_out, _attention_math(q, k, v, opts["causal"], scale, empty_rows_zero=True)]
+            out.alt_pattern = [sdpa_out, _attention_math(q, k, v, opts["causal"], scale, empty_rows_zero=True,
+                                                         diag=diag)]
             if opts["causal"] and "v" in case["inject"] and q.shape[-2]:
                 # a NaN / Inf in a v row some query cannot see: whether it reaches that query is implementation-
                 # defined (a kernel multiplies the masked diagonal block's p = 0 into v; the formula does so for
                 # every key), so where "every key" and "visible keys only" differ, either answer is accepted
-                visible = _attention_math(q, k, v, True, scale, empty_rows_zero=True, visible_only=True)
+                visible = _attention_math(q, k, v, True, scale, empty_rows_zero=True, visible_only=True, diag=diag)
                 out.dont_care = torch.isfinite(out) != torch.isfinite(visible)
         if not opts.get("return_lse"):
             return (out,)
@@ -705,7 +724,7 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
         s = (q @ k.repeat_interleave(group, dim=1).transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1])
                                                                           if scale is None else float(scale))
         if opts["causal"]:
-            s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
+            s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(diag), float("-inf"))
         lse = torch.logsumexp(s.float() if compute is None else s, dim=-1)
         return out, lse
     if fam == "scaled_mm":
@@ -759,7 +778,8 @@ def tw_call(case: dict, T: dict, backend):
             if opts.get("three_d"):
                 q, k, v = q[0], k[0], v[0]
             r = tilewright.flash_attention(q, k, v, causal=opts["causal"], scale=opts["scale"],
-                                           return_lse=opts.get("return_lse", False), backend=backend)
+                                           return_lse=opts.get("return_lse", False), backend=backend,
+                                           causal_align=opts.get("causal_align", "top_left"))
             return tuple(r) if opts.get("return_lse") else (r,)
         if opts.get("three_d"):
             q, k, v = q[0], k[0], v[0]

@@ -17,8 +17,11 @@ Semantics (documented contract):
   work of the padded width. The sm_90a CUDA forward (backend="cuda") has builds for 64, 128 and 256 only; the
   router sends every other D to Triton, and forcing "cuda" with one is a ValueError.
 * causal=True is top-left aligned exactly like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key
-  j iff j <= i, also when Sq != Skv (this is NOT the bottom-right alignment some decoding kernels use).
-* a row with no visible key (only possible with Skv == 0) gives output 0 and LSE -inf, and zero gradients; so does a
+  j iff j <= i, also when Sq != Skv. ``flash_attention(..., causal_align="bottom_right")`` shifts the diagonal to
+  flash-attn's convention, j <= i + Skv - Sq (new queries against a longer KV cache, chunked prefill); the Triton
+  kernels take the shift as a runtime offset (whole blocks left of it stay unmasked), the CUDA forward does not.
+* a row with no visible key (Skv == 0, or bottom-right with Sq > Skv) gives output 0 and LSE -inf, and zero
+  gradients; so does a
   row whose visible scores are all -inf (an infinite input), as SDPA's fused kernels give (the math formula's
   softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
   A NaN/Inf in the value (or key) of a key a query cannot see (causal) is implementation-defined for that query, as
@@ -39,7 +42,7 @@ from .. import router
 from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
-from ._checks import check_backend, check_same_device, check_same_dtype, check_tensor
+from ._checks import check_backend, check_choice, check_same_device, check_same_dtype, check_tensor
 from . import _fast
 from ._eager import call_checked, call_op
 
@@ -60,20 +63,22 @@ def _head_dim_problem(d: int) -> str:
 
 
 @torch.library.custom_op("tilewright::flash_attn_fwd", mutates_args=())
-def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                      backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) of softmax(scale * q k^T [causal mask]) v; inputs already checked by the public functions. A call
-    on plain CUDA tensors at a signature seen before replays its launch (``_fast.replayed_op``)."""
-    return _fast.replayed_op(_op_replays, (q, k, v), ("Q", "K", "V"), (causal, scale, backend), ("O", "LSE"),
-                             lambda: _flash_attn_fwd_full(q, k, v, causal, scale, backend))
+def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bottom_right: bool,
+                      scale: float, backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of softmax(scale * q k^T [causal mask]) v; inputs already checked by the public functions.
+    ``bottom_right``: the causal mask's alignment (query i sees key j iff j <= i + Skv - Sq) instead of top-left.
+    A call on plain CUDA tensors at a signature seen before replays its launch (``_fast.replayed_op``)."""
+    return _fast.replayed_op(_op_replays, (q, k, v), ("Q", "K", "V"), (causal, bottom_right, scale, backend),
+                             ("O", "LSE"), lambda: _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, backend))
 
 
 _op_replays = _fast.new_cache()
 
 
-def _flash_attn_fwd_full(q, k, v, causal, scale, backend):
+def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, backend):
     """The forward op's full path: unit-last copies, router, launch."""
     B, Hq, Sq, _ = q.shape
+    offset = k.shape[2] - Sq if causal and bottom_right else 0
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)  # the kernels assume a unit stride along D
     q, scale, _ = _nonnegative_scale(q, scale)
     out = torch.empty_like(q)
@@ -81,11 +86,17 @@ def _flash_attn_fwd_full(q, k, v, causal, scale, backend):
     decision = router.decide("attention", q, k, v, backend=backend)
     choice = decision.backend
     if choice == "torch":
-        o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale)
+        o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale, bool(bottom_right))
         out.copy_(o32)
         lse.copy_(l32)
         return out, lse
-    if choice == "cuda":
+    if choice == "cuda" and offset:
+        # the sm_90a forward masks top-left only: a shifted diagonal runs in Triton
+        if decision.forced:
+            raise ValueError("flash_attention: backend 'cuda' was forced but the CUDA forward's causal mask is "
+                             "top-left only (causal_align='bottom_right' with Sq != Skv); use backend='triton' or "
+                             "let the router choose")
+    elif choice == "cuda":
         # sm_90a forward (same out / LSE layout as Triton's, so the backward below stays Triton's); it declines
         # (False) on a launch failure and Triton serves the call.
         if decision.launch(q, k, v, out, lse, causal, scale):
@@ -95,20 +106,20 @@ def _flash_attn_fwd_full(q, k, v, causal, scale, backend):
                              "(it is disabled after a failed launch); use backend='triton' or let the router choose")
     from ..triton_kernels.attention import attention_forward
 
-    attention_forward(q, k, v, out, lse, causal, scale)
+    attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset)
     return out, lse
 
 
 @flash_attn_fwd_op.register_fake
-def _(q, k, v, causal, scale, backend):
+def _(q, k, v, causal, bottom_right, scale, backend):
     B, Hq, Sq, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, Hq, Sq), dtype=torch.float32)
 
 
 @torch.library.custom_op("tilewright::flash_attn_bwd", mutates_args=())
 def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
-                      v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
-                      backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool, bottom_right: bool,
+                      scale: float, backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) given dOut (and optionally dLSE) and the forward's saved out / lse."""
     # The kernels take (B, H, S, D) strides with a unit last dim; the row statistics (lse, dlse) are read as
     # contiguous (B, H, S). Direct callers of this op (torch.ops.tilewright.flash_attn_bwd) may pass any layout.
@@ -121,27 +132,29 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
     choice = router.dispatch("attention", q, k, v, backend=backend)
     if choice == "torch":
         g = attention_grad_reference(grad_out.float(), q.float(), k.float(), v.float(), causal, scale,
-                                     None if grad_lse is None else grad_lse.float())
+                                     None if grad_lse is None else grad_lse.float(), bool(bottom_right))
         for dst, src in zip((dq, dk, dv), g):
             dst.copy_(src)
         return (dq.neg_() if flipped else dq), dk, dv
     from ..triton_kernels.attention import attention_backward
 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
-    attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse)
+    offset = k.shape[2] - q.shape[2] if causal and bottom_right else 0
+    attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse, causal_offset=offset)
     return (dq.neg_() if flipped else dq), dk, dv
 
 
 @flash_attn_bwd_op.register_fake
-def _(grad_out, grad_lse, q, k, v, out, lse, causal, scale, backend):
+def _(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right, scale, backend):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, backend = inputs
+    q, k, v, causal, bottom_right, scale, backend = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal = causal
+    ctx.bottom_right = bottom_right
     ctx.scale = scale
     ctx.backend = backend
 
@@ -150,8 +163,9 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = call_op(flash_attn_bwd_op, grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.backend)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = call_op(flash_attn_bwd_op, grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.bottom_right,
+                         ctx.scale, ctx.backend)
+    return dq, dk, dv, None, None, None, None
 
 
 flash_attn_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -218,6 +232,7 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
 
 
 _replays = _fast.new_cache()
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
 
 
 def _replay_key(q, k, v, causal, scale, backend, *extra):
@@ -231,18 +246,18 @@ def _replay_key(q, k, v, causal, scale, backend, *extra):
     return (sig(q), sig(k), sig(v), causal, scale, backend, *extra, _fast.state())
 
 
-def _replayed(replay, q, k, v, causal, scale, backend):
+def _replayed(replay, q, k, v, causal, scale, backend, bottom_right=False):
     """(out, lse) from a recorded replay: called directly, or inside the op's eager autograd.Function when autograd
     records (the forward launch is the same either way: it always writes the LSE the backward reads)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return call_checked(flash_attn_fwd_op, replay.impl(3), True, q, k, v, causal,
+        return call_checked(flash_attn_fwd_op, replay.impl(3), True, q, k, v, causal, bottom_right,
                             float(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])), backend)
     return replay(q.device, q, k, v)
 
 
-def _forward(key, q, k, v, causal: bool, scale: float, backend):
+def _forward(key, q, k, v, causal: bool, scale: float, backend, bottom_right: bool = False):
     """(out, lse) of the checked forward through the op; records an eager replay under ``key`` (None: none)."""
-    args = (_unit_last(q), _unit_last(k), _unit_last(v), causal, scale, backend)
+    args = (_unit_last(q), _unit_last(k), _unit_last(v), causal, bottom_right, scale, backend)
     if key is None:
         return call_op(flash_attn_fwd_op, *args)
     # The roles are checked against the caller's q, k, v - the tensors a replay receives - not against the unit-last
@@ -254,31 +269,39 @@ def _forward(key, q, k, v, causal: bool, scale: float, backend):
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                    scale: float | None = None, return_lse: bool = False, backend: str | None = None):
+                    scale: float | None = None, return_lse: bool = False, backend: str | None = None,
+                    causal_align: str = "top_left"):
     """Softmax attention ``softmax(scale * q @ k^T) @ v`` in one flash-attention kernel (forward and backward).
 
     Args:
         q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA/MQA without copies). float16 / bfloat16
             (float32 is accepted and computed in IEEE fp32, slowly). Any strides with a unit last dim, e.g. a
             (B, S, H, D) tensor ``.transpose(1, 2)``. D: a multiple of 8 from 8 to 256 (others: ValueError).
-        causal: top-left aligned causal mask, identical to SDPA's ``is_causal=True``: query i sees key j iff j <= i.
+        causal: causal mask, top-left aligned by default, identical to SDPA's ``is_causal=True``: query i sees key
+            j iff j <= i.
         scale: score scale (default 1/sqrt(D)).
         return_lse: also return the natural-log LSE (B, Hq, Sq) in fp32 (-inf for a row with no visible key).
         backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16 with head dim 64/128/256
             only - other head dims run in Triton; the backward runs in Triton).
+        causal_align: "top_left" (default, SDPA's convention) or "bottom_right" (flash-attn's for Sq != Skv: query
+            i sees key j iff j <= i + Skv - Sq, so the last query sees every key - a chunk of new queries against a
+            longer KV cache). With Sq > Skv the first Sq - Skv rows see no key: output 0, LSE -inf, zero gradients.
+            Ignored without ``causal``. The CUDA forward is top-left only; the router runs a shifted diagonal in
+            Triton.
     Returns:
         out (B, Hq, Sq, D) with q's layout, or (out, lse).
     """
-    key = _replay_key(q, k, v, causal, scale, backend)
+    key = _replay_key(q, k, v, causal, scale, backend, causal_align) if type(causal_align) is str else None
     if key is not None:
         replay = _replays.get(key)
         if replay is not None:
-            out, lse = _replayed(replay, q, k, v, causal, scale, backend)
+            out, lse = _replayed(replay, q, k, v, causal, scale, backend, causal_align == "bottom_right")
             return (out, lse) if return_lse else out
     _check(q, k, v)
     check_backend(backend)
+    check_choice("causal_align", causal_align, CAUSAL_ALIGNS)
     scale = _check_scale(scale, q.shape[-1])
-    out, lse = _forward(key, q, k, v, bool(causal), scale, backend)
+    out, lse = _forward(key, q, k, v, bool(causal), scale, backend, causal_align == "bottom_right")
     return (out, lse) if return_lse else out
 
 

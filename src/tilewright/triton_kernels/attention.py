@@ -10,10 +10,12 @@ register tile of ``HEAD_DIM_PAD = head_dim_pad(D)`` columns (next power of two, 
 path) or zero-filled / clipped by TMA (descriptor path) - q/k/v are never copied to a padded buffer. Sq != Skv and
 lengths that are not block multiples are fine.
 
-Causal masking is top-left aligned, exactly like ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``:
-query i sees key j iff ``j <= i`` (whatever Sq and Skv are). With that alignment every query row sees key 0, so a
-row is fully masked only when Skv == 0; the kernels still guard every row: a row with no visible key gets output 0
-and LSE -inf, and its gradients are 0 - never NaN.
+Causal masking: query i sees key j iff ``j <= i + CAUSAL_OFFSET``. Offset 0 is top-left, exactly like
+``torch.nn.functional.scaled_dot_product_attention(is_causal=True)`` whatever Sq and Skv are; Skv - Sq is flash-attn's
+bottom-right alignment. The offset is a runtime argument (one build for every shift), never specialized. With offset
+0 every query row sees key 0, so a row is fully masked only when Skv == 0; a negative offset leaves the first rows
+without keys. The kernels guard every row: a row with no visible key gets output 0 and LSE -inf, and its gradients
+are 0 - never NaN.
 
 Forward
 -------
@@ -158,14 +160,17 @@ def _query_program(GROUP, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _key_ranges(start_m, Skv, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """Key range of a query block, split as ``[0, hi_full)`` unmasked blocks and ``[hi_full, hi)`` masked ones
-    (causal diagonal and ragged Skv tail)."""
+    (causal diagonal and ragged Skv tail). Causal: query i sees key j iff ``j <= i + CAUSAL_OFFSET`` (0: top-left,
+    Skv - Sq: bottom-right)."""
     skv_full = (Skv // BLOCK_N) * BLOCK_N
     if CAUSAL:
-        # BLOCK_M % BLOCK_N == 0, so start_m is a block boundary: keys < start_m are visible to every row
-        hi_full = tl.minimum(start_m, skv_full)
-        hi = tl.minimum(start_m + BLOCK_M, Skv)
+        # keys <= start_m + offset are visible to every row of the block: whole blocks below that are unmasked
+        # (offset 0: start_m is a block boundary, since BLOCK_M % BLOCK_N == 0, and hi_full = start_m as always)
+        first_row_sees = tl.maximum(start_m + CAUSAL_OFFSET + 1, 0)
+        hi_full = tl.minimum((first_row_sees // BLOCK_N) * BLOCK_N, skv_full)
+        hi = tl.minimum(start_m + BLOCK_M + CAUSAL_OFFSET, Skv)
     else:
         hi_full = skv_full
         hi = Skv
@@ -173,12 +178,12 @@ def _key_ranges(start_m, Skv, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUS
 
 
 @triton.jit
-def _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL: tl.constexpr):
+def _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL: tl.constexpr):
     """(BLOCK_M, BLOCK_N) visibility of keys ``start_n + offs_n0`` to queries ``offs_m``: in range, and causal."""
     offs_n = start_n + offs_n0
     mask = offs_n[None, :] < Skv
     if CAUSAL:
-        mask = mask & (offs_n[None, :] <= offs_m[:, None])
+        mask = mask & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)
     return mask
 
 
@@ -200,7 +205,7 @@ def _row_max(x):
 
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stride_vn,
-               start_m, lo, hi, Skv, qk_scale,
+               start_m, lo, hi, Skv, CAUSAL_OFFSET, qk_scale,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
                DOT_PRECISION: tl.constexpr):
@@ -213,7 +218,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
                           UPCAST)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if MASKED:
-            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL)
+            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL)
             qk = tl.where(mask, qk * qk_scale, float("-inf"))
             m_ij = tl.maximum(m_i, _row_max(qk), propagate_nan=tl.PropagateNan.ALL)
             # a row with no visible key so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN
@@ -234,13 +239,16 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
     return acc, l_i, m_i
 
 
-@triton.jit
+# CAUSAL_OFFSET is never specialized (one build serves every Sq / Skv difference; an argument equal to 1 would
+# otherwise become a constant, which is how Sq == 1 once broke the dK/dV kernel's sm_90 build)
+@triton.jit(do_not_specialize=["CAUSAL_OFFSET"])
 def _attn_fwd_kernel(
     Q, K, V, O, LSE, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
     Hq, Sq, Skv, GROUP,
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
+    CAUSAL_OFFSET,  # causal: query i sees key j iff j <= i + CAUSAL_OFFSET (0: top-left, Skv - Sq: bottom-right)
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -262,15 +270,15 @@ def _attn_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    hi_full, hi = _key_ranges(start_m, Skv, BLOCK_M, BLOCK_N, CAUSAL)
+    hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                               start_m, 0, hi_full, Skv, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
-                               False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
+                               start_m, 0, hi_full, Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
+                               HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                               start_m, hi_full, hi, Skv, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD,
-                               True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
-    # l_i == 0: every visible score is -inf (Skv > 0 here and the causal mask is top-left, so only an infinite input
-    # does it): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN, which propagates.
+                               start_m, hi_full, hi, Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
+                               HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
+    # l_i == 0: every visible score is -inf, or no key is visible (bottom-right causal with Sq > Skv: the first
+    # Sq - Skv rows): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN, which propagates.
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     acc = acc / l_safe[:, None]
@@ -325,7 +333,7 @@ def _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M: tl.constexpr, MASK_R
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                start_m, start_n, Sq, qk_scale,
+                start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                 MASK_ROWS: tl.constexpr, CAUSAL_MASK: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
                 DOT_PRECISION: tl.constexpr):
@@ -340,7 +348,7 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
     if CAUSAL_MASK:
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        pT = tl.where(offs_m[None, :] + CAUSAL_OFFSET >= offs_n[:, None], pT, 0.0)
     zero = tl.cast(Sq, tl.float32) * 0.0  # dot_accumulate's runtime 0.0
     dv = dot_accumulate(_operand(pT, DTYPE, UPCAST), do, dv, zero, DOT_PRECISION)
     dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
@@ -352,13 +360,14 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
 # Sq is never specialized: Triton turns an int argument equal to 1 into a constant, and with Sq == 1 (one query row,
 # e.g. a decode step's backward) the TMA build of this kernel failed in Triton 3.6's sm_90 pipeliner ("PassManager::run
 # failed", found by the GPU fuzzer; reproduced by tests/test_attention.py's AOT compile).
-@triton.jit(do_not_specialize=["Sq"])
+@triton.jit(do_not_specialize=["Sq", "CAUSAL_OFFSET"])
 def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
     Hq, Sq, Skv, GROUP,
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
+    CAUSAL_OFFSET,  # as in the forward
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
@@ -382,10 +391,12 @@ def _attn_bwd_dkdv_kernel(
 
     sq_full = (Sq // BLOCK_M1) * BLOCK_M1
     if CAUSAL:
-        # rows < start_n see none of these keys; rows in [start_n, start_n + BLOCK_N1) straddle the diagonal
-        diag_lo = start_n
-        diag_hi = tl.minimum(start_n + BLOCK_N1, Sq)
-        full_lo = start_n + BLOCK_N1
+        # rows < start_n - offset see none of these keys; rows from start_n + BLOCK_N1 - offset on see all of them;
+        # the query blocks between straddle the diagonal (offset 0: [start_n, start_n + BLOCK_N1), block-aligned
+        # because BLOCK_N1 % BLOCK_M1 == 0)
+        diag_lo = (tl.maximum(start_n - CAUSAL_OFFSET, 0) // BLOCK_M1) * BLOCK_M1
+        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N1 - CAUSAL_OFFSET, 0), BLOCK_M1) * BLOCK_M1
+        diag_hi = tl.minimum(full_lo, Sq)
     else:
         diag_lo = 0
         diag_hi = 0
@@ -401,16 +412,16 @@ def _attn_bwd_dkdv_kernel(
         do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
         for start_m in range(diag_lo, diag_hi, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 start_m, start_n, Sq, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD,
-                                 True, True, USE_TMA, UPCAST, DOT_PRECISION)
+                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM,
+                                 HEAD_DIM_PAD, True, True, USE_TMA, UPCAST, DOT_PRECISION)
         for start_m in tl.range(full_lo, sq_full, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 start_m, start_n, Sq, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD,
-                                 False, False, USE_TMA, UPCAST, DOT_PRECISION)
+                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM,
+                                 HEAD_DIM_PAD, False, False, USE_TMA, UPCAST, DOT_PRECISION)
         if tail_lo < Sq:
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 tail_lo, start_n, Sq, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD,
-                                 True, False, USE_TMA, UPCAST, DOT_PRECISION)
+                                 tail_lo, start_n, Sq, CAUSAL_OFFSET, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM,
+                                 HEAD_DIM_PAD, True, False, USE_TMA, UPCAST, DOT_PRECISION)
 
     dk = dk * sm_scale
     _store_rows(dk_desc, dk_base, start_n, Skv, stride_dks, dk.to(DK.dtype.element_ty),
@@ -421,7 +432,7 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo, hi, Skv,
-              qk_scale,
+              CAUSAL_OFFSET, qk_scale,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
               DOT_PRECISION: tl.constexpr):
@@ -437,7 +448,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         p = tl.math.exp2(qk * qk_scale - m[:, None])
         if MASKED:
-            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL)
+            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL)
             p = tl.where(mask, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
@@ -445,13 +456,14 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["CAUSAL_OFFSET"])
 def _attn_bwd_dq_kernel(
     Q, K, V, DO, DQ, LSE, DELTA, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dqb, stride_dqh, stride_dqs,
     Hq, Sq, Skv, GROUP,
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
+    CAUSAL_OFFSET,  # as in the forward
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
@@ -474,13 +486,13 @@ def _attn_bwd_dq_kernel(
     m, delta = _load_stats(LSE, DELTA, (off_b * Hq + off_h) * Sq, start_m, Sq, BLOCK_M2, True)
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
-    hi_full, hi = _key_ranges(start_m, Skv, BLOCK_M2, BLOCK_N2, CAUSAL)
+    hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M2, BLOCK_N2, CAUSAL)
     dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, 0, hi_full,
-                   Skv, qk_scale, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST,
-                   DOT_PRECISION)
+                   Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA,
+                   UPCAST, DOT_PRECISION)
     dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, hi_full, hi,
-                   Skv, qk_scale, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST,
-                   DOT_PRECISION)
+                   Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA,
+                   UPCAST, DOT_PRECISION)
     dq = dq * sm_scale
     _store_rows(dq_desc, dq_base, start_m, Sq, stride_dqs, dq.to(DQ.dtype.element_ty),
                 BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
@@ -640,15 +652,15 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
         record(bind(plain, compiled, grid(full), full, bound_roles) if roles else None, bound_roles)
 
 
-def _common(q, k, causal, use_tma):
+def _common(q, k, causal, use_tma, causal_offset=0):
     D = q.shape[-1]
-    return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), CAUSAL=bool(causal),
+    return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), CAUSAL=bool(causal), CAUSAL_OFFSET=int(causal_offset),
                 UPCAST=INTERPRET and q.dtype == torch.bfloat16,
                 DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", USE_TMA=bool(use_tma),
                 SQ_BUCKET=_bucket(q.shape[2]), SKV_BUCKET=_bucket(k.shape[2]))
 
 
-def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma):
+def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
@@ -658,15 +670,15 @@ def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma):
                 stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
                 stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
                 stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
-                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv, **_common(q, k, causal, use_tma))
+                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv, **_common(q, k, causal, use_tma, causal_offset))
 
 
-def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma):
+def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset=0):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
         use_tma = tma_ok(q, k, v, do, dq, dk, dv)
-    common = _common(q, k, causal, use_tma)
+    common = _common(q, k, causal, use_tma, causal_offset)
     base = dict(Q=q, K=k, V=v, DO=do)
     strides = dict(stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
                    stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
@@ -712,9 +724,10 @@ def warmup(which: str, q, k, v, causal: bool) -> int:
 
 
 def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: triton.Config | None = None,
-                      use_tma: bool | None = None):
+                      use_tma: bool | None = None, causal_offset: int = 0):
     """out (like q) and lse (B, Hq, Sq) fp32, natural log, are written in place. Shapes are checked by the op.
-    ``config`` bypasses the autotuner; ``use_tma`` forces the descriptor path on or off (tests)."""
+    ``config`` bypasses the autotuner; ``use_tma`` forces the descriptor path on or off (tests); ``causal_offset``:
+    with ``causal``, query i sees key j iff ``j <= i + causal_offset`` (0: top-left, Skv - Sq: bottom-right)."""
     B, Hq, Sq, D = q.shape
     Skv = k.shape[2]
     if B == 0 or Hq == 0 or Sq == 0:
@@ -723,7 +736,7 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma)
+    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset)
 
     def grid(meta):
         return (triton.cdiv(Sq, meta["BLOCK_M"]), Hq, B)
@@ -733,9 +746,10 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
 
 
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
-                       configs: tuple | None = None, use_tma: bool | None = None):
+                       configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
-    contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner."""
+    contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset`` as in
+    :func:`attention_forward`."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     if B == 0 or Hq == 0:
@@ -752,7 +766,7 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
         out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
         Hq, Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HAS_DLSE=dlse is not None, BLOCK_M=pre_block,
         num_warps=4)
-    args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma)
+    args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset)
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)
     _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B),
             args_dkdv, cfg_dkdv, "backward dK/dV")
