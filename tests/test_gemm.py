@@ -239,7 +239,8 @@ def test_fused_activation_grad_kernel_matches_float64(activation, dtype):
 
 
 def test_backward_takes_the_fused_activation_grad_only_where_it_can(monkeypatch):
-    """Contiguous grad and pre-activation: the kernel; an expanded grad (out.sum()) or create_graph: the formula."""
+    """Contiguous grad and pre-activation: the kernel (an expanded grad from out.sum() is made dense first, so it
+    takes the kernel too); a transposed grad or create_graph: the formula."""
     from tilewright.triton_kernels import activation as act_mod
 
     calls = []
@@ -254,11 +255,50 @@ def test_backward_takes_the_fused_activation_grad_only_where_it_can(monkeypatch)
     x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     gx64, gw64 = torch.autograd.grad(torch.nn.functional.gelu(x64 @ w64.t()), (x64, w64), gy.double())
     assert (gx.double() - gx64).abs().max() < 1e-5 and (gw.double() - gw64).abs().max() < 1e-5
-    tilewright.linear(x, w, activation="gelu").sum().backward()  # expanded grad: the torch formula
-    assert calls == [1]
+    tilewright.linear(x, w, activation="gelu").sum().backward()  # expanded grad: made dense, the kernel
+    assert calls == [1, 1]
+    y = tilewright.linear(x, w, activation="gelu")
+    torch.autograd.grad(y, x, torch.randn(7, 6).t())  # a transposed grad: the formula
+    assert calls == [1, 1]
     y = tilewright.linear(x, w, activation="gelu")
     torch.autograd.grad(y, x, gy, create_graph=True)  # create_graph: the differentiable formula
-    assert calls == [1]
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("op", ["linear", "rms_norm_linear"])
+def test_an_expanded_grad_reaches_the_backward_gemms_dense(monkeypatch, op):
+    """out.sum().backward() hands the last op a stride-0 gradient: the backward GEMMs must get a dense copy (no TMA
+    layout exists for a zero stride; the pointer path ran the Llama down-projection's backward ~2x slower), and the
+    gradients must stay torch's."""
+    import sys
+
+    gemm_mod, rms_mod = sys.modules["tilewright.ops.gemm"], sys.modules["tilewright.ops.rms_norm_linear"]
+    seen = []
+    real = gemm_mod.plain_gemm
+
+    def spy(a, b, *rest):
+        seen.append((a.stride(), b.stride()))
+        return real(a, b, *rest)
+
+    monkeypatch.setattr(gemm_mod, "plain_gemm", spy)
+    monkeypatch.setattr(rms_mod, "plain_gemm", spy)
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 24, requires_grad=True)
+    w = torch.randn(12, 24, requires_grad=True)
+    g = torch.rand(24, requires_grad=True)
+    r = torch.randn(12)
+    if op == "linear":
+        out = tilewright.linear(x, w, residual=r)
+    else:
+        out = tilewright.rms_norm_linear(x, g, w, eps=1e-6)
+    got = torch.autograd.grad(out.sum(), (x, w))
+    assert len(seen) == 2 and all(0 not in s for pair in seen for s in pair), seen
+    x64, w64, g64 = (t.detach().double().requires_grad_() for t in (x, w, g))
+    ref = (torch.nn.functional.linear(x64, w64) if op == "linear" else
+           torch.nn.functional.linear(torch.nn.functional.rms_norm(x64, (24,), g64, 1e-6), w64))
+    want = torch.autograd.grad(ref.sum(), (x64, w64))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
 
 
 def test_activation_grad_kernel_compiles_for_sm90():

@@ -20,7 +20,7 @@ from .._codes import ACTIVATIONS
 from .._env import interpreting
 from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
-                      check_same_dtype, check_tensor, contiguous_vector)
+                      check_same_dtype, check_tensor, contiguous_vector, dense_grad)
 from . import _fast
 from ._eager import _PLAIN, call_checked, call_op, traced
 
@@ -114,6 +114,7 @@ def _backward(ctx, grad_out, grad_preact):
     dropped the second-order term of every activation but relu.
     """
     a, b, preact = ctx.saved_tensors
+    grad_out = dense_grad(grad_out)
     dz = grad_out
     if ctx.activation is not None:
         if preact.numel() == 0 and grad_out.numel() > 0:
@@ -150,7 +151,7 @@ def _backward(ctx, grad_out, grad_preact):
 
 def _fused_activation_grad_ok(grad_out: torch.Tensor, preact: torch.Tensor) -> bool:
     """Whether the one-kernel ``grad * act'(preact)`` (triton_kernels/activation.py) takes these: one shape, both
-    contiguous (an expanded grad, e.g. from ``out.sum()``, takes the torch formula), plain tensors outside any tracing
+    contiguous (the backward has made an expanded grad dense; a transposed one takes the torch formula), plain tensors outside any tracing
     (torch.compile's AOT backward sees fake / functional tensors and keeps the formula, which inductor fuses), on a CUDA
     device or under the interpreter."""
     return (type(grad_out) in _PLAIN and type(preact) in _PLAIN and not traced()

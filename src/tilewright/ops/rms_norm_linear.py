@@ -27,7 +27,7 @@ import torch
 from .. import router
 from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
-                      contiguous_vector)
+                      contiguous_vector, dense_grad)
 from . import _fast
 from ._eager import call_checked, call_op
 from .gemm import plain_gemm
@@ -141,7 +141,7 @@ def _backward(ctx, dy, _drstd):
     need_dx, need_dg, need_dw, need_db = ctx.needs_input_grad[:4]
     need_db = need_db and ctx.has_bias
     dx = dg = dw = db = None
-    dy = dy.to(x.dtype)
+    dy = dense_grad(dy).to(x.dtype)
     if need_dx or need_dg:
         du = plain_gemm(dy, weight, x.dtype,  # (M, N) @ (N, K)
                         router.backward_backend("gemm", ctx.backend, dy, weight, None, None))
