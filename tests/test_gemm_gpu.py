@@ -239,3 +239,58 @@ def test_nan_in_bias_propagates_through_the_activation(backend, activation):
     ref = gemm_reference(a.float(), w.float().t(), bias.float(), None, activation)
     assert torch.equal(out.isnan(), ref.isnan())
     assert out.isnan()[:, [3, 100]].all()
+
+
+@pytest.mark.parametrize("M,N,K,a_t", [(1024, 1024, 16384, True), (512, 2048, 5632, False), (520, 1000, 4104, True)])
+def test_split_k_on_the_device_is_right_reproducible_and_replayable(M, N, K, a_t):
+    """Split-K where it serves (few tiles, long K; the weight gradient's M-major A): every split-K config the pruner
+    keeps, 20 launches each - bitwise the same every time (the last arrival adds partials in split order; a race
+    between arrivals would show as differing bits or a wrong tile) and within 2x torch's error. Then the launch bound
+    for an eager replay, called on new operands: right too (it finds this stream's workspace), and two streams running
+    split-K GEMMs at once (one workspace each) both right."""
+    from tilewright._record import recording
+    from tilewright.autotune.space import gemm_configs, prune_gemm_configs
+
+    torch.manual_seed(0)
+
+    def operands():
+        a = torch.randn(K, M, device=DEV, dtype=torch.bfloat16).t() if a_t else \
+            torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+        return a, torch.randn(K, N, device=DEV, dtype=torch.bfloat16)
+
+    a, b = operands()
+    ref = (a.double() @ b.double())
+    bound = 2 * _err(a @ b, ref) + 1e-6
+    configs = [c for c in prune_gemm_configs(gemm_configs(), M, N, K, 2, 2, True) if c.kwargs["SPLIT_K"] > 1]
+    assert configs, "the pruner kept no split-K config for a few-tile, long-K problem"
+    for cfg in configs:
+        first = None
+        for _ in range(20):
+            out = torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16)
+            tg.launch_gemm(a, b, out, config=cfg)
+            if first is None:
+                first = out
+                assert _err(out, ref) <= bound, (str(cfg), _err(out, ref), bound)
+            else:
+                assert torch.equal(out, first), f"{cfg}: split-K result changed between launches"
+    cfg = configs[-1]
+    out = torch.empty(M, N, device=DEV, dtype=torch.bfloat16)
+    with recording() as launches:
+        tg.launch_gemm(a, b, out, config=cfg)  # recording binds the launch, as an op's first call does
+    (bound_launch, roles), = launches
+    a2, b2 = operands()
+    out2 = torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16)
+    pointers = {"a_ptr": a2, "b_ptr": b2, "c_ptr": out2}
+    bound_launch(*[pointers[r].data_ptr() for r in roles])
+    ref2 = a2.double() @ b2.double()
+    assert _err(out2, ref2) <= 2 * _err(a2 @ b2, ref2) + 1e-6
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    outs = [torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16) for _ in range(2)]
+    torch.cuda.synchronize()
+    for _ in range(10):
+        for s, o in zip((s1, s2), outs):
+            with torch.cuda.stream(s):
+                tg.launch_gemm(a2, b2, o, config=cfg)
+    torch.cuda.synchronize()
+    for o in outs:
+        assert torch.equal(o, out2)

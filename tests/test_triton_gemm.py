@@ -8,6 +8,7 @@ import torch
 import triton
 
 import tilewright
+from tilewright._codes import ACTIVATIONS as ACTIVATION_CODES
 from tilewright.reference import gemm_reference
 from tilewright.triton_kernels import gemm as tg
 from tilewright.triton_kernels.tile_order import TILE_ORDERS
@@ -153,3 +154,82 @@ def test_nn_linear_matches_torch():
     own.load_state_dict(lin.state_dict())
     res = torch.randn(7, 40)
     assert torch.allclose(own(x, residual=res), torch.nn.functional.silu(lin(x)) + res, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ split-K
+def _split_k_config(split_k, tma=True, persistent=False, block=(64, 64, 32)):
+    from tilewright.autotune.space import _config
+
+    return _config(*block, 4, 2, persistent=persistent, tma=tma, split_k=split_k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("split_k,tma,persistent,a_t,b_t", [
+    (2, True, False, False, False), (4, False, False, True, False), (3, True, True, False, True),
+    (8, True, False, True, True), (5, False, True, False, False),
+])
+def test_split_k_matches_the_reference_with_every_epilogue(dtype, split_k, tma, persistent, a_t, b_t):
+    """Split-K: odd M/N/K tails, every operand layout, TMA and pointer loads, one program per (tile, split) and the
+    persistent loop over them (3 programs for 2 x 2 tiles x splits), splits of unequal length and splits with no K
+    step at all (8 splits of 9 steps: the last gets none), and the full epilogue (bias, activation, residual,
+    pre-activation) run once per tile by the last split to arrive."""
+    torch.manual_seed(split_k)
+    M, N, K = 72, 88, 8 * 32 + 8  # 2 x 2 tiles of 64 x 64 with tails, 9 K steps of 32 (16-byte rows: TMA-legal)
+    a = torch.randn(K, M, dtype=dtype).t() if a_t else torch.randn(M, K, dtype=dtype)
+    b = torch.randn(N, K, dtype=dtype).t() if b_t else torch.randn(K, N, dtype=dtype)
+    bias, res = torch.randn(N, dtype=dtype), torch.randn(1, M, N, dtype=dtype)
+    out = torch.full((M, N), float("nan"), dtype=dtype)
+    preact = torch.full((M, N), float("nan"), dtype=dtype)
+    tg.launch_gemm(a, b, out, bias=bias, residual=res, activation=ACTIVATION_CODES["gelu"], preact=preact,
+                   use_tma=tma, config=_split_k_config(split_k, tma, persistent),
+                   num_programs=3 if persistent else None)
+    _check_close(out, (a, b, bias, res[0]), activation="gelu")
+    _check_close(preact, (a, b, bias))
+
+
+def test_split_k_is_bitwise_reproducible_and_leaves_its_counters_at_zero():
+    """The last split adds the partial tiles in split order whoever arrives last: two launches give the same bits,
+    and every arrival counter is back at zero for the next launch (no memset between launches)."""
+    torch.manual_seed(1)
+    a, b = torch.randn(70, 600, dtype=torch.float16), torch.randn(600, 130, dtype=torch.float16)
+    outs = []
+    for _ in range(2):
+        out = torch.full((70, 130), float("nan"), dtype=torch.float16)
+        tg.launch_gemm(a, b, out, config=_split_k_config(4))
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    _check_close(outs[0], (a, b))
+    _, arrivals = tg.split_k_workspace(a.device)
+    assert int(arrivals.abs().sum()) == 0
+
+
+def test_split_k_pruning_keeps_it_where_tiles_are_few_and_k_is_long():
+    from tilewright.autotune import space
+
+    def kept(M, N, K, **kw):
+        return [c for c in space.prune_gemm_configs(space.gemm_configs(), M, N, K, 2, 2, True, **kw)
+                if c.kwargs["SPLIT_K"] > 1]
+
+    weight_grad = kept(1024, 1024, 16384)  # 64 tiles of 128 x 128 for 132 SMs, 256 K steps
+    assert {c.kwargs["SPLIT_K"] for c in weight_grad} == set(space.SPLIT_KS)
+    assert not kept(8192, 8192, 8192)  # thousands of tiles: no split
+    assert not kept(1024, 1024, 256)  # 4 K steps: nothing to split
+    assert not kept(1024, 1024, 16384, norm=True)  # the RMSNorm prologue needs all of K in one program
+    assert not kept(1024, 1024, 16384, precise_acc=True)
+    # the partial tiles must fit the workspace: 64 tiles x 8 splits x 64 KB = 32 MB fits, a larger problem does not
+    for cfg in weight_grad:
+        kw = cfg.kwargs
+        tiles = triton.cdiv(1024, kw["BLOCK_M"]) * triton.cdiv(1024, kw["BLOCK_N"])
+        assert tiles * kw["SPLIT_K"] * kw["BLOCK_M"] * kw["BLOCK_N"] * 4 <= space.SPLIT_K_WORKSPACE_BYTES
+
+
+def test_a_split_k_config_that_cannot_serve_the_shape_runs_unsplit():
+    """A split-K winner of a nearby bucket at a shape with too few K steps for its splits runs the same tile with
+    SPLIT_K = 1 (and is right)."""
+    a, b = torch.randn(40, 64, dtype=torch.float16), torch.randn(64, 24, dtype=torch.float16)
+    plan = tg._make_plan(a, b, torch.empty(40, 24, dtype=torch.float16), None, None, 0, None, None,
+                         _split_k_config(8), None, None, None)
+    assert plan.static["SPLIT_K"] == 1 and not plan.split_k
+    out = torch.full((40, 24), float("nan"), dtype=torch.float16)
+    tg.launch_gemm(a, b, out, config=_split_k_config(8))
+    _check_close(out, (a, b))

@@ -111,3 +111,39 @@ def test_fp32_gemm_sums_each_k_slice_apart():
             ffma, fadd = len(re.findall(r"\bFFMA\b", rep.sass)), len(re.findall(r"\bFADD\b", rep.sass))
             assert ffma == per_thread * bk, (ffma, per_thread * bk)
             assert fadd == per_thread, f"{fadd} FADD for {per_thread} outputs a thread: slice sums folded away?"
+
+
+def test_split_k_configs_compile_with_wgmma_atomics_and_no_spills():
+    """Every split-K tile of the space, TMA and pointer loads, an M-major A (the weight gradient's) and the heaviest
+    epilogue: wgmma, the arrival atomic (ATOMG) and no spills - the partial tiles' reload sits beside the
+    accumulator."""
+    from tilewright.autotune import space
+
+    configs = [c for c in space.gemm_configs() if c.kwargs["SPLIT_K"] == 2]
+    assert configs
+    jobs = []
+    for cfg in configs:
+        kw = cfg.all_kwargs()
+        tma = kw["TMA_LOADS"]
+        flags = EPILOGUES["bias-gelu_tanh-residual"][0] if tma else EPILOGUES["pointer-bias-relu-residual"][0]
+        constexprs = {**{k: 1 for k in UNIT_STRIDES}, **flags, "A_K_CONTIG": False, "B_K_CONTIG": False,
+                      "USE_TMA": tma, "TMA_STORE": tma, "STORE_PREACT": True, "INDEX_64": False,
+                      "NORM": False, "RESCALE_G": False, "STORE_RSTD": False, "SCALE_MODE": 0, "PRECISE_ACC": False,
+                      "DOT_PRECISION": "tf32", "UPCAST_DOT": False, "GROUP": 8, "TILE_ORDER": GROUPED,
+                      **{k: kw[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_SPLIT", "PERSISTENT", "FLATTEN",
+                                            "TMA_LOADS", "SPLIT_K")}}
+        # an M-major A, as the weight gradient's a.T: stride_am is the unit stride, stride_ak the row pitch
+        del constexprs["stride_ak"]
+        constexprs["stride_am"] = 1
+        sig = {**{k: "*bf16" for k in PTRS}, "ws_ptr": "*fp32", "arrivals_ptr": "*i32",
+               **{k: "i32" for k in INTS + ("stride_ak",) if k != "stride_am"}, "eps": "fp32"}
+        jobs.append(dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel", signature=sig, constexprs=constexprs,
+                         arch=90, num_warps=kw["num_warps"], num_stages=kw["num_stages"],
+                         divisible_by_16=tuple(k for k in ALIGNED if k != "stride_am") + ("ws_ptr", "arrivals_ptr",
+                                                                                          "stride_ak")))
+    for cfg, rep in zip(configs, compile_reports(jobs)):
+        name = f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} tma={cfg.kwargs['TMA_LOADS']}"
+        assert rep.has("HGMMA"), f"{name}: no wgmma"
+        assert rep.has("ATOMG"), f"{name}: no arrival atomic"
+        assert rep.spill_bytes == 0, f"{name}: {rep.spill_bytes} bytes spilled ({rep.registers} registers)"
+        assert rep.shared_bytes <= 227 * 1024

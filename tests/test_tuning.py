@@ -438,8 +438,10 @@ def test_fp16_rmsnorm_prologue_never_gets_a_tile_past_128x128():
         assert kept and all(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 128 for c in kept)
         d = default_gemm_config(M, 4096, 4096, rescale_g=True)
         assert d.kwargs["BLOCK_M"] * d.kwargs["BLOCK_N"] <= 128 * 128
-        # bf16 (no rescale) keeps the large tile
-        assert default_gemm_config(M, 4096, 4096).kwargs["BLOCK_N"] == 256
+        # bf16 (no rescale) keeps the large tile, or splits K where 128 x 128 tiles leave SMs idle (M = 300)
+        plain = default_gemm_config(M, 4096, 4096).kwargs
+        assert plain["BLOCK_N"] == 256 or (M == 300 and plain["SPLIT_K"] > 1)
+        assert default_gemm_config(M, 4096, 4096, rescale_g=True).kwargs["SPLIT_K"] == 1
 
 
 # ------------------------------------------------------------------------------------------------ shipped tables

@@ -135,10 +135,10 @@ def _is_number(x) -> bool:
 def _config_problem(backend: str, config: dict) -> str | None:
     """Why a backend's stored config cannot be launched, or None. Backends this file does not know pass unchecked."""
     if backend == "triton":
-        from .space import GEMM_CONFIG_KEYS
+        from .space import GEMM_CONFIG_DEFAULTS, GEMM_CONFIG_KEYS
 
         want = set(GEMM_CONFIG_KEYS) | {"num_warps", "num_stages"}
-        if set(config) != want:
+        if set(config) | set(GEMM_CONFIG_DEFAULTS) != want:
             return (f"the triton config's keys differ from the config space's (missing {sorted(want - set(config))}, "
                     f"unknown {sorted(set(config) - want)})")
         bad = [k for k, v in config.items() if not isinstance(v, int)]  # bool is an int: the flags are bools
@@ -313,9 +313,11 @@ def triton_config(record: dict | None):
         return None
     import triton
 
-    cfg = dict(best["config"])
+    from .space import GEMM_CONFIG_DEFAULTS, GEMM_CONFIG_KEYS
+
+    cfg = {**GEMM_CONFIG_DEFAULTS, **best["config"]}
     warps, stages = cfg.pop("num_warps", 4), cfg.pop("num_stages", 3)
-    return triton.Config(cfg, num_warps=warps, num_stages=stages)
+    return triton.Config({k: cfg[k] for k in GEMM_CONFIG_KEYS}, num_warps=warps, num_stages=stages)
 
 
 def cuda_variant(record: dict | None) -> dict | None:

@@ -17,7 +17,9 @@ ROW_MAJOR, GROUPED, MORTON, HILBERT = (TILE_ORDERS[k] for k in ("row_major", "gr
 # The keyword arguments of every GEMM config (the kernel's tunable constexprs); num_warps and num_stages ride beside
 # them. The tuning cache holds configs as JSON and checks a stored one against this list before a launch uses it.
 GEMM_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP", "TILE_ORDER", "EPI_SPLIT", "TMA_LOADS", "PERSISTENT",
-                    "FLATTEN")
+                    "FLATTEN", "SPLIT_K")
+# Keys a stored config may lack (tables and caches written before the key existed), with the value they mean.
+GEMM_CONFIG_DEFAULTS = {"SPLIT_K": 1}
 
 # Shared memory per block on sm_90 (227 KB opt-in); sm_80 has 163 KB, sm_89/sm_120 99 KB. The pruner takes the
 # device's number when there is a device.
@@ -47,6 +49,24 @@ _SMALL_M_TILES = [  # (tiles that spilled with pointer loads and an epilogue wer
     (128, 32, 128, 4, 4),
 ]
 
+# Split-K (SPLIT_K programs share one tile's K loop; gemm._split_k_combine adds their fp32 partial tiles in a fixed
+# order, so results are bitwise reproducible): for problems whose output tiles cannot fill the SMs but whose K is
+# long - the weight gradients of a training step (M = N = d_model, K = batch x sequence: 1024 x 1024 x 16384 ran
+# 0.36x cuBLAS in the H100 prefill breakdown of 2026-11-26) and M = 512 rows (512 x 2048 x 5632: 0.71x). Tiles of at
+# most 128 x 128 over 8 warps (64 accumulator values a thread) keep the partial tiles' reload beside the accumulator
+# spill-free: 128 x 128 over 4 warps spilled 36 bytes with the full epilogue (sm_90, tests/test_triton_gemm_aot.py).
+_SPLIT_K_TILES = [
+    (128, 128, 64, 8, 4),
+    (64, 128, 64, 4, 4),
+]
+SPLIT_KS = (2, 4, 8)
+# Each split needs this many K steps at least, or the partial-tile traffic outweighs the parallelism it buys.
+SPLIT_K_MIN_STEPS = 4
+# The fp32 partial tiles of one launch live in a per-stream workspace of this size (gemm.split_k_workspace); the
+# pruner keeps configs whose tiles x SPLIT_K x BLOCK_M x BLOCK_N x 4 bytes fit, and one arrival counter per tile.
+SPLIT_K_WORKSPACE_BYTES = 32 << 20
+SPLIT_K_MAX_TILES = 4096
+
 # Below this many 128 x 128 tiles (one wave of the reference card's SMs) a problem with M > 256 also gets the
 # small-tile list, whose 64-row tiles double the programs (see prune_gemm_configs).
 FEW_TILES = REFERENCE_SMS
@@ -62,7 +82,7 @@ _FP32_TILES = [
 # Under TRITON_INTERPRET=1 each (program x K step) costs ~2-3 ms whatever the tile: big tiles, one config.
 INTERPRETER_CONFIG = triton.Config(
     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP": 2, "TILE_ORDER": GROUPED, "EPI_SPLIT": 2,
-     "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False},
+     "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "SPLIT_K": 1},
     num_warps=4, num_stages=2)
 
 
@@ -86,7 +106,24 @@ def gemm_configs() -> list[triton.Config]:
         configs.append(_config(bm, bn, bk, warps, stages, persistent=persistent, tma=tma))
     for (bm, bn, bk, warps, stages), persistent, tma in itertools.product(_FP32_TILES, (True, False), (True, False)):
         configs.append(_config(bm, bn, bk, warps, stages, persistent=persistent, tma=tma))
+    # Split-K: one program per (tile, split) - the hardware scheduler balances the uneven finish of the last
+    # arrivals, which run the epilogue - with TMA loads, or pointer loads for operands TMA cannot describe.
+    for (bm, bn, bk, warps, stages), split_k, tma in itertools.product(_SPLIT_K_TILES, SPLIT_KS, (True, False)):
+        configs.append(_config(bm, bn, bk, warps, stages, split=2 if bm * bn > 64 * 128 else 1, persistent=False,
+                               tma=tma, split_k=split_k))
     return configs
+
+
+def split_k_fits(M: int, N: int, K: int, cfg: triton.Config) -> bool:
+    """Whether ``cfg``'s SPLIT_K can serve an (M, N, K) problem: every split gets SPLIT_K_MIN_STEPS K steps, the
+    partial tiles fit the workspace and the tiles the counters. True for SPLIT_K == 1."""
+    kw = cfg.kwargs
+    split_k = kw.get("SPLIT_K", 1)
+    if split_k == 1:
+        return True
+    tiles = triton.cdiv(M, kw["BLOCK_M"]) * triton.cdiv(N, kw["BLOCK_N"])
+    return (K >= split_k * SPLIT_K_MIN_STEPS * kw["BLOCK_K"] and tiles <= SPLIT_K_MAX_TILES
+            and tiles * split_k * kw["BLOCK_M"] * kw["BLOCK_N"] * 4 <= SPLIT_K_WORKSPACE_BYTES)
 
 
 # Largest BLOCK_M * BLOCK_N for the fp16 RMSNorm prologue (prune_gemm_configs): the 128x256 tile computed wrong rows
@@ -101,9 +138,10 @@ def _is_fp32_tile(cfg: triton.Config) -> bool:
 
 
 def _config(bm, bn, bk, warps, stages, *, order=GROUPED, group=8, split=1, persistent=True, flatten=False,
-            tma=True) -> triton.Config:
+            tma=True, split_k=1) -> triton.Config:
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP": group, "TILE_ORDER": order,
-                          "EPI_SPLIT": split, "TMA_LOADS": tma, "PERSISTENT": persistent, "FLATTEN": flatten},
+                          "EPI_SPLIT": split, "TMA_LOADS": tma, "PERSISTENT": persistent, "FLATTEN": flatten,
+                          "SPLIT_K": split_k},
                          num_warps=warps, num_stages=stages)
 
 
@@ -118,7 +156,8 @@ def gemm_smem_bytes(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_store
 def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes: int, tma_store: bool,
                        smem_limit: int = SMEM_OPTIN_BYTES, use_tma: bool = True,
                        periodic_residual: bool = False, precise_acc: bool = False,
-                       rescale_g: bool = False, fallback: bool = True) -> list[triton.Config]:
+                       rescale_g: bool = False, norm: bool = False,
+                       fallback: bool = True) -> list[triton.Config]:
     """Drop configs that cannot fit shared memory or are silly for the shape.
 
     * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
@@ -134,12 +173,17 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     * fp32 operands (``in_bytes == 4``) use only the FFMA tiles (``_FP32_TILES``), and 16-bit/FP8 operands never do;
     * the fp16 RMSNorm prologue (``rescale_g``) keeps tiles of at most 128x128: with 128x256 tiles it gave wrong
       rows or NaN on sm_90 (Triton 3.6, H100: every fp16 case with N not a multiple of 8 in one sweep, found by the
-      GPU fuzzer; bf16 and 128x128 tiles correct), see ``_RESCALE_G_MAX_TILE``.
+      GPU fuzzer; bf16 and 128x128 tiles correct), see ``_RESCALE_G_MAX_TILE``;
+    * split-K (``SPLIT_K`` > 1) only where the problem's 128 x 128 tiles would not fill one wave, never with the RMSNorm
+      prologue (``norm``: its row sums of squares need the whole K) or FP8 precise accumulation, and only where
+      :func:`split_k_fits` (enough K steps per split, the partial tiles fit the workspace).
     """
     kept = []
     few_tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128) < FEW_TILES
     for cfg in configs:
         kw = cfg.kwargs
+        if kw.get("SPLIT_K", 1) > 1 and (not few_tiles or norm or precise_acc or not split_k_fits(M, N, K, cfg)):
+            continue
         if _is_fp32_tile(cfg) != (in_bytes == 4):
             continue
         if in_bytes == 4:
@@ -196,6 +240,18 @@ def fit_shared_memory(cfg: triton.Config, in_bytes: int, out_bytes: int, tma_sto
 _SMEM_SLACK = 1024
 
 
+def default_split_k(M: int, N: int, K: int) -> int:
+    """SPLIT_K for an untuned M > 256 problem with 128 x 128 tiles: the largest of :data:`SPLIT_KS` whose (tile,
+    split) units stay within 1.5 waves of ``FEW_TILES`` SMs and that :func:`split_k_fits`; 1 where the tiles alone
+    come near a wave (split-K then only adds the partial tiles' traffic)."""
+    tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128)
+    best = 1
+    for split_k in SPLIT_KS:
+        if tiles * split_k <= 1.5 * FEW_TILES and split_k_fits(M, N, K, _config(128, 128, 64, 8, 4, split_k=split_k)):
+            best = split_k
+    return best
+
+
 def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodic_residual: bool = False,
                         precise_acc: bool = False, rescale_g: bool = False, in_bytes: int = 2, out_bytes: int = 2,
                         tma_store: bool = True,
@@ -218,6 +274,8 @@ def default_gemm_config(M: int, N: int, K: int, *, use_tma: bool = True, periodi
         cfg = _config(32, 32, 256, 4, 4, tma=False)
     elif M <= 256:
         cfg = _config(64, 64, 128, 4, 4, persistent=not use_tma, tma=use_tma)
+    elif not precise_acc and not rescale_g and (split_k := default_split_k(M, N, K)) > 1:
+        cfg = _config(128, 128, 64, 8, 4, split=2, persistent=False, tma=use_tma, split_k=split_k)
     elif use_tma and not periodic_residual and not precise_acc and not rescale_g:
         cfg = _config(128, 256, 64, 8, 3, split=4)
     else:

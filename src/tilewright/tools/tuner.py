@@ -143,11 +143,13 @@ def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
         order = TILE_ORDER_NAMES.get(kw["TILE_ORDER"], str(kw["TILE_ORDER"]))
         schedule = ("persistent+flatten" if kw["FLATTEN"] else "persistent") if kw["PERSISTENT"] else "per-tile"
         loads = "tma" if kw["TMA_LOADS"] and use_tma else "ptr"
+        split_k = kw.get("SPLIT_K", 1)
         name = (f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{cfg.num_warps} s{cfg.num_stages} "
-                f"{order}{kw['GROUP'] if order != 'row_major' else ''} {schedule} {loads}")
+                f"{order}{kw['GROUP'] if order != 'row_major' else ''} {schedule} {loads}"
+                + (f" splitk{split_k}" if split_k > 1 else ""))
         config = {**kw, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         params = dict(block_m=kw["BLOCK_M"], block_n=kw["BLOCK_N"], block_k=kw["BLOCK_K"], stages=cfg.num_stages,
-                      warps=cfg.num_warps, tile_order=order, schedule=schedule, loads=loads)
+                      warps=cfg.num_warps, tile_order=order, schedule=schedule, loads=loads, split_k=split_k)
         found.append(Candidate("triton", name, config, (lambda cfg=cfg: launch_gemm(a, b, out, config=cfg)),
                                params))
     return found
@@ -166,7 +168,7 @@ def _cuda_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
             group = 16
             config = {"variant": vname, "tile_order": order, "group": group}
             params = dict(block_m=v.bm, block_n=v.bn, block_k=64, stages=v.stages, warps=float("nan"),
-                          tile_order=order, schedule="cooperative" if v.coop else "pingpong", loads="tma")
+                          tile_order=order, schedule="cooperative" if v.coop else "pingpong", loads="tma", split_k=1)
             run = (lambda v=v, order=order, group=group:
                    cg.launch_cuda_gemm(a, b, out, variant=v, tile_order=order, group=group))
             found.append(Candidate("cuda", f"{vname} {order}{group if order != 'row_major' else ''}", config, run,

@@ -74,10 +74,11 @@ class BoundLaunch:
     """
 
     __slots__ = ("_compiled", "_device", "_direct", "_function", "_grid", "_launch", "_packed", "_scratch_align",
-                 "_scratch_bytes", "_slots", "_template")
+                 "_scratch_bytes", "_slots", "_stream_slots", "_template")
 
-    def __init__(self, compiled, grid, template: list, slots: list[int], device: int):
+    def __init__(self, compiled, grid, template: list, slots: list[int], device: int, stream_slots=()):
         self._compiled = compiled
+        self._stream_slots = stream_slots  # (template position, pointer(device, stream)) of per-stream buffers
         self._launch = run = compiled.run  # the CudaLauncher: scratch allocation, then the C launch
         self._function = compiled.function
         self._packed = compiled.packed_metadata
@@ -102,6 +103,8 @@ class BoundLaunch:
         for i, ptr in zip(self._slots, pointers):
             args[i] = ptr
         stream = torch._C._cuda_getCurrentRawStream(self._device)
+        for i, pointer in self._stream_slots:
+            args[i] = pointer(self._device, stream)
         enter, exit_ = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
         if enter.calls or exit_.calls:  # a profiler (proton) is listening: give it what the JIT path would
             meta = self._compiled.launch_metadata(self._grid, stream, *args)
@@ -120,7 +123,7 @@ class BoundLaunch:
             self._launch(*self._grid, stream, self._function, self._packed, meta, enter, exit_, *args)
 
 
-def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict) -> BoundLaunch | None:
+def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict, per_stream: dict | None = None) -> BoundLaunch | None:
     """A :class:`BoundLaunch` of ``compiled`` (what ``jit_fn[grid](**kernel_args)`` returned) whose pointer arguments
     are ``roles`` (``{kernel argument name: tensor}``, in the order the BoundLaunch takes their pointers), or None when
     the launch cannot be bound (an asynchronous compile still pending, a grid that is not three ints at most).
@@ -128,10 +131,13 @@ def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict) -> BoundLaunch 
     Arguments are matched by name, never by identity: ``matmul(a, a)`` passes one tensor as two operands, and a later
     call with the same signature may pass two. A tensor argument outside ``roles`` is an unused placeholder (the
     launchers pass one where a constexpr switch turns the operand off; the kernel never dereferences it) and is bound
-    to a null pointer, which satisfies any alignment specialization the placeholder had."""
+    to a null pointer, which satisfies any alignment specialization the placeholder had. ``per_stream``:
+    ``{kernel argument name: pointer(device index, raw stream)}`` for buffers the launch owns per stream (split-K's
+    workspace), looked up at every call on the stream it launches on."""
     if compiled is None or hasattr(compiled, "result") or len(grid) > 3 or not all(isinstance(g, int) for g in grid):
         return None
     template = [0 if isinstance(kernel_args[name], torch.Tensor) else kernel_args[name] for name in jit_fn.arg_names]
     slots = [jit_fn.arg_names.index(name) for name in roles]
+    stream_slots = [(jit_fn.arg_names.index(name), get) for name, get in (per_stream or {}).items()]
     # Triton compiles and launches on the current device (not the tensors'); the caller keys on it
-    return BoundLaunch(compiled, grid, template, slots, torch.cuda.current_device())
+    return BoundLaunch(compiled, grid, template, slots, torch.cuda.current_device(), stream_slots)

@@ -41,6 +41,10 @@ class CompiledReport:
 
 def _compile_one(fn, signature: dict, constexprs: dict, arch: int, num_warps: int, num_stages: int,
                  name: str, divisible_by_16=()) -> CompiledReport:
+    # constexpr parameters with a default (e.g. the GEMM's SPLIT_K) take it when the job does not set them, as a
+    # launch that does not pass them would
+    constexprs = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default
+                     and p.name not in signature}, **constexprs}
     sig = dict(signature)
     for k in constexprs:
         sig[k] = "constexpr"

@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from .._env import SMEM_OPTIN_BYTES, full_autotune, interpreting
-from ..autotune.space import (INTERPRETER_CONFIG, default_gemm_config, fit_shared_memory, gemm_configs,
-                              prune_gemm_configs)
+from ..autotune.space import (INTERPRETER_CONFIG, SPLIT_K_MAX_TILES, SPLIT_K_WORKSPACE_BYTES, default_gemm_config,
+                              fit_shared_memory, gemm_configs, prune_gemm_configs, split_k_fits)
 from .activation import apply_activation
 from .dot import dot_accumulate
 from .._record import is_recording, record
@@ -123,13 +123,15 @@ def _norm_step(a, ss, g_ptr, g_shift, offs_k, K, RESCALE_G: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk,
-             stride_bn, A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr, LOAD_DESC: tl.constexpr,
+def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, k_first, k_tiles, stride_am,
+             stride_ak, stride_bk, stride_bn, A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr,
+             LOAD_DESC: tl.constexpr,
              NORM: tl.constexpr, RESCALE_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
              PRECISE_ACC: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One output tile's K loop: returns the fp32 accumulator and, with NORM (the RMSNorm-fused GEMM), the fp32 row
-    sums of squares of A gathered from the very tiles the loop loads (A scaled by g before the dot).
+    """One output tile's K loop over the ``k_tiles`` BLOCK_K steps from step ``k_first`` (all of K, or one split of
+    it): returns the fp32 accumulator and, with NORM (the RMSNorm-fused GEMM), the fp32 row sums of squares of A
+    gathered from the very tiles the loop loads (A scaled by g before the dot).
 
     Descriptor loads need no masks (TMA zero-fills out-of-bounds boxes, so tail rows add 0 to the sums); the pointer
     path masks all three dims. (Wrapping rows/columns with `% M` would save the M/N masks but hides the unit-stride
@@ -138,11 +140,10 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
     """
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    k_tiles = tl.cdiv(K, BLOCK_K)
     zero = tl.cast(K, tl.float32) * 0.0  # 0.0 for _mma's fp32 path, not a compile-time constant
     if LOAD_DESC:
         for ki in range(k_tiles):
-            offs_k = ki * BLOCK_K
+            offs_k = (k_first + ki) * BLOCK_K
             if A_K_CONTIG:
                 a = a_desc.load([offs_m, offs_k])
             else:
@@ -158,18 +159,19 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
         rm = offs_m + tl.arange(0, BLOCK_M)
         rn = offs_n + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :].to(tl.int64) * stride_ak
-        b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+        k0 = tl.cast(k_first, tl.int64) * BLOCK_K
+        a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + (k0 + rk[None, :]) * stride_ak
+        b_ptrs = b_ptr + (k0 + rk[:, None]) * stride_bk + rn[None, :].to(tl.int64) * stride_bn
         a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
         b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
         mask_m = rm[:, None] < M
         mask_n = rn[None, :] < N
         for ki in range(k_tiles):
-            k_left = K - ki * BLOCK_K
+            k_left = K - (k_first + ki) * BLOCK_K
             a = tl.load(a_ptrs, mask=mask_m & (rk[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
             if NORM:
-                a, ss = _norm_step(a, ss, g_ptr, g_shift, ki * BLOCK_K, K, RESCALE_G, BLOCK_K)
+                a, ss = _norm_step(a, ss, g_ptr, g_shift, (k_first + ki) * BLOCK_K, K, RESCALE_G, BLOCK_K)
             acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
             a_ptrs += a_step
             b_ptrs += b_step
@@ -196,6 +198,7 @@ def residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M
 @triton.jit
 def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, preact_ptr, g_ptr, rstd_ptr, gscale_ptr, scale_a_ptr, scale_b_ptr,
+    ws_ptr, arrivals_ptr,  # split-K only: fp32 partial tiles, one arrival counter per tile (split_k_workspace)
     M, N, K, eps,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     stride_res0, stride_res1, stride_res2, RES_PERIOD,
@@ -220,6 +223,7 @@ def _gemm_kernel(
     PERSISTENT: tl.constexpr,  # read by the launcher's grid: #SMs programs (True) or one program per tile (False)
     FLATTEN: tl.constexpr,  # fuse the tile and K loops into one software pipeline (next tile's loads overlap this
                             # tile's epilogue)
+    SPLIT_K: tl.constexpr = 1,  # tuned: programs sharing one tile's K loop (1: none; see _split_k_combine)
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -243,36 +247,104 @@ def _gemm_kernel(
         g_shift = tl.load(gscale_ptr)
         g_unshift = tl.load(gscale_ptr + 1)
 
-    for tile_id in tl.range(pid, num_tiles, num_programs, flatten=FLATTEN):
+    k_steps = tl.cdiv(K, BLOCK_K)
+    # A work unit is one tile, or with split-K one (tile, split): the splits of a tile are neighbouring units, so
+    # they run at the same time and its partial tiles meet while they are still in L2.
+    for unit in tl.range(pid, num_tiles * SPLIT_K, num_programs, flatten=FLATTEN):
+        if SPLIT_K == 1:
+            tile_id = unit
+            k_first = 0
+            k_count = k_steps
+        else:
+            tile_id = unit // SPLIT_K
+            split = unit % SPLIT_K
+            steps_per_split = tl.cdiv(k_steps, SPLIT_K)
+            k_first = split * steps_per_split
+            k_count = tl.minimum(steps_per_split, k_steps - k_first)
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
-        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, stride_am,
-                           stride_ak, stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM, RESCALE_G,
-                           DOT_PRECISION, UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
-        if NORM:
-            # rstd in fp32 with an IEEE sqrt; stored once per row (by the tiles of the first column) for backward.
-            rstd = 1.0 / tl.sqrt_rn(ss / K + eps)
-            if STORE_RSTD:
-                rows = offs_m + tl.arange(0, BLOCK_M)
-                tl.store(rstd_ptr + rows, rstd, mask=(rows < M) & (pid_n == 0))
-            if RESCALE_G:
-                acc = acc * (rstd * g_unshift)[:, None]
-            else:
-                acc = acc * rstd[:, None]
-        if SCALE_MODE == 1:
-            acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-        elif SCALE_MODE == 2:
+        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, k_first, k_count,
+                           stride_am, stride_ak, stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM,
+                           RESCALE_G, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
+        if SPLIT_K == 1:
+            _tile_epilogue(acc, ss, offs_m, offs_n, pid_n, M, N, K, eps, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr,
+                           res_ptr, stride_res0, stride_res1, stride_res2, RES_PERIOD, preact_ptr, rstd_ptr,
+                           g_unshift, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N, EPI_SPLIT, TMA_STORE, HAS_BIAS,
+                           ACTIVATION, HAS_RESIDUAL, RES_PERIODIC, STORE_PREACT, NORM, RESCALE_G, STORE_RSTD,
+                           SCALE_MODE, INDEX_64)
+        else:
+            acc, last = _split_k_combine(acc, ws_ptr, arrivals_ptr, tile_id, split, SPLIT_K, BLOCK_M, BLOCK_N)
+            if last:
+                _tile_epilogue(acc, ss, offs_m, offs_n, pid_n, M, N, K, eps, c_desc, c_ptr, stride_cm, stride_cn,
+                               bias_ptr, res_ptr, stride_res0, stride_res1, stride_res2, RES_PERIOD, preact_ptr,
+                               rstd_ptr, g_unshift, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N, EPI_SPLIT, TMA_STORE,
+                               HAS_BIAS, ACTIVATION, HAS_RESIDUAL, RES_PERIODIC, STORE_PREACT, NORM, RESCALE_G,
+                               STORE_RSTD, SCALE_MODE, INDEX_64)
+
+
+@triton.jit
+def _split_k_combine(acc, ws_ptr, arrivals_ptr, tile_id, split, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr):
+    """Split-K in one launch: store this split's fp32 partial tile, count the arrival; the last split of the tile to
+    arrive gets (sum of the partials, True) and runs the epilogue, the others (acc, False).
+
+    * Deterministic: the last arrival adds the partials in split order 0, 1, ... (its own reloaded too), so the sum's
+      rounding does not depend on which split finished last - the same bits every run, unlike atomic adds.
+    * Ordering: every thread's partial stores, then a CTA barrier, then one acq_rel atomic at GPU scope - the barrier
+      orders the stores before the releasing atomic (the release is cumulative), and the last arrival's acquire
+      orders its reloads after every other split's release. The reloads bypass L1 (.cg: L1 is not coherent across
+      SMs; L2 is where the other splits' stores landed).
+    * The counter is reset by the last arrival, so the next launch on this stream finds zeros without a memset
+      (kernels on one stream run in order): one launch, which an eager replay or a CUDA graph can hold.
+    """
+    tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tile_ws = ws_ptr + tl.cast(tile_id, tl.int64) * (SPLIT_K * tile_elems)
+    tl.store(tile_ws + split * tile_elems + offs, acc)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(arrivals_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+    last = arrived == SPLIT_K - 1
+    if last:
+        acc = tl.load(tile_ws + offs, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT_K):
+            acc += tl.load(tile_ws + s * tile_elems + offs, cache_modifier=".cg")
+        tl.store(arrivals_ptr + tile_id, 0)
+    return acc, last
+
+
+@triton.jit
+def _tile_epilogue(acc, ss, offs_m, offs_n, pid_n, M, N, K, eps, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr,
+                   res_ptr, stride_res0, stride_res1, stride_res2, RES_PERIOD, preact_ptr, rstd_ptr, g_unshift,
+                   scale_a_ptr, scale_b_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPI_SPLIT: tl.constexpr,
+                   TMA_STORE: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                   HAS_RESIDUAL: tl.constexpr, RES_PERIODIC: tl.constexpr, STORE_PREACT: tl.constexpr,
+                   NORM: tl.constexpr, RESCALE_G: tl.constexpr, STORE_RSTD: tl.constexpr, SCALE_MODE: tl.constexpr,
+                   INDEX_64: tl.constexpr):
+    """One finished tile's accumulator to the output: the norm's rstd, the FP8 scales, then the chunked epilogue."""
+    if NORM:
+        # rstd in fp32 with an IEEE sqrt; stored once per row (by the tiles of the first column) for backward.
+        rstd = 1.0 / tl.sqrt_rn(ss / K + eps)
+        if STORE_RSTD:
             rows = offs_m + tl.arange(0, BLOCK_M)
-            cols = offs_n + tl.arange(0, BLOCK_N)
-            sa = tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)
-            sb = tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)
-            acc = acc * sa[:, None] * sb[None, :]
-        res_rows = residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M, HAS_RESIDUAL,
-                                 RES_PERIODIC, INDEX_64)
-        _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
-                         stride_res2, preact_ptr, BLOCK_M, BLOCK_N, EPI_SPLIT, TMA_STORE, HAS_BIAS, ACTIVATION,
-                         HAS_RESIDUAL, STORE_PREACT, INDEX_64)
+            tl.store(rstd_ptr + rows, rstd, mask=(rows < M) & (pid_n == 0))
+        if RESCALE_G:
+            acc = acc * (rstd * g_unshift)[:, None]
+        else:
+            acc = acc * rstd[:, None]
+    if SCALE_MODE == 1:
+        acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+    elif SCALE_MODE == 2:
+        rows = offs_m + tl.arange(0, BLOCK_M)
+        cols = offs_n + tl.arange(0, BLOCK_N)
+        sa = tl.load(scale_a_ptr + rows, mask=rows < M, other=0.0)
+        sb = tl.load(scale_b_ptr + cols, mask=cols < N, other=0.0)
+        acc = acc * sa[:, None] * sb[None, :]
+    res_rows = residual_rows(res_ptr, offs_m, stride_res0, stride_res1, RES_PERIOD, BLOCK_M, HAS_RESIDUAL,
+                             RES_PERIODIC, INDEX_64)
+    _epilogue_chunks(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr, res_rows,
+                     stride_res2, preact_ptr, BLOCK_M, BLOCK_N, EPI_SPLIT, TMA_STORE, HAS_BIAS, ACTIVATION,
+                     HAS_RESIDUAL, STORE_PREACT, INDEX_64)
 
 
 @triton.jit
@@ -348,7 +420,7 @@ def _early_prune(configs, named_args, **kwargs):
                               smem_limit=_smem_limit(a.device), use_tma=kwargs.get("USE_TMA", True),
                               periodic_residual=kwargs.get("RES_PERIODIC", False),
                               precise_acc=kwargs.get("PRECISE_ACC", False),
-                              rescale_g=kwargs.get("RESCALE_G", False))
+                              rescale_g=kwargs.get("RESCALE_G", False), norm=kwargs.get("NORM", False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -476,10 +548,10 @@ class _Plan:
     config (None: the autotuner decides) and the grid. Working it out costs ~60 us of Python (descriptor checks,
     the autotune-cache lookup, a default config); launch_gemm caches plans per signature (see _plan_key)."""
 
-    __slots__ = ("config", "grid", "static", "tma")
+    __slots__ = ("config", "grid", "split_k", "static", "tma")
 
-    def __init__(self, static, config, grid, tma):
-        self.static, self.config, self.grid, self.tma = static, config, grid, tma
+    def __init__(self, static, config, grid, tma, split_k=False):
+        self.static, self.config, self.grid, self.tma, self.split_k = static, config, grid, tma, split_k
 
 
 _PLANS_MAX = 4096
@@ -525,8 +597,8 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
     )
 
     def grid(meta):
-        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-        return (max(1, min(programs, tiles) if meta["PERSISTENT"] else tiles),)
+        units = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]) * meta.get("SPLIT_K", 1)
+        return (max(1, min(programs, units) if meta["PERSISTENT"] else units),)
 
     if config is None and not INTERPRET and a.is_cuda and norm is None:
         config = _tuned_config(a, out, M, N, K, bool(use_tma), tma_store, static["RES_PERIODIC"],
@@ -537,13 +609,18 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
                                      in_bytes=a.element_size(),
                                      out_bytes=out.element_size(), tma_store=tma_store,
                                      smem_limit=_smem_limit(a.device))
+    if config is not None and config.kwargs.get("SPLIT_K", 1) > 1 and (norm is not None or not split_k_fits(M, N, K, config)):
+        # a split-K winner of a nearby bucket (tables.lookup) at a shape it cannot serve: the same tile unsplit
+        config = triton.Config({**config.kwargs, "SPLIT_K": 1}, num_warps=config.num_warps,
+                               num_stages=config.num_stages)
     if config is not None:
         if not config.kwargs.get("TMA_LOADS", True):
             # A pointer-load config stores through pointers too: building the output descriptor costs a scratch
             # allocation and a descriptor write per launch, several microseconds on a ~10 us decode GEMM.
             static["TMA_STORE"] = False
         static.update(config.all_kwargs())
-        return _Plan(static, config, grid(config.kwargs), bool(use_tma) or static["TMA_STORE"])
+        return _Plan(static, config, grid(config.kwargs), bool(use_tma) or static["TMA_STORE"],
+                     config.kwargs.get("SPLIT_K", 1) > 1)
     return _Plan(static, None, grid, bool(use_tma) or tma_store)
 
 
@@ -568,6 +645,39 @@ def _check_unit_stride(bias, norm, dequant) -> None:
     for name, vec in vectors:
         if vec is not None and vec.numel() > 1 and vec.stride(-1) != 1:
             raise ValueError(f"launch_gemm: {name} must have a unit stride, got stride {vec.stride()}")
+
+
+_split_k_workspaces: dict = {}
+
+
+def split_k_workspace(device: torch.device, stream: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 partial tiles, int32 arrival counters) for split-K launches on ``stream`` (default: the current one).
+
+    One pair per (device, stream), allocated once and never freed: kernels on one stream run in order, so they can
+    share it (each launch leaves its counters at zero, see ``_split_k_combine``), while two streams running split-K
+    GEMMs at once must not. Never freed because an eager replay or a captured CUDA graph holds its address.
+    ``SPLIT_K_WORKSPACE_BYTES`` (32 MB) per stream that runs a split-K GEMM; the pruner keeps the configs that fit.
+    """
+    if device.type != "cuda":  # the interpreter runs programs one after the other on the CPU
+        key = (str(device), 0)
+    else:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        device = torch.device("cuda", index)
+        key = (index, stream if stream is not None else torch._C._cuda_getCurrentRawStream(index))
+    pair = _split_k_workspaces.get(key)
+    if pair is None:
+        pair = (torch.empty(SPLIT_K_WORKSPACE_BYTES // 4, device=device, dtype=torch.float32),
+                torch.zeros(SPLIT_K_MAX_TILES, device=device, dtype=torch.int32))
+        _split_k_workspaces[key] = pair
+    return pair
+
+
+def _workspace_pointer(device_index: int, stream: int) -> int:
+    return split_k_workspace(torch.device("cuda", device_index), stream)[0].data_ptr()
+
+
+def _arrivals_pointer(device_index: int, stream: int) -> int:
+    return split_k_workspace(torch.device("cuda", device_index), stream)[1].data_ptr()
 
 
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
@@ -601,6 +711,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     if plan.tma:
         ensure_allocator()
     dummy = out
+    ws, arrivals = split_k_workspace(a.device) if plan.split_k else (dummy, dummy)
     kernel_args = dict(
         plan.static,
         a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
@@ -610,6 +721,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         rstd_ptr=norm.rstd if norm is not None and norm.rstd is not None else dummy,
         scale_a_ptr=dequant.scale_a if dequant is not None else dummy,
         scale_b_ptr=dequant.scale_b if dequant is not None else dummy,
+        ws_ptr=ws, arrivals_ptr=arrivals,
         eps=float(norm.eps) if norm is not None else 0.0,
     )
     if plan.config is not None:
@@ -623,7 +735,8 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
             # Bound from this launch's own compiled kernel, never cached on the plan: the plan key does not see the
             # 16-byte alignment of bias / norm weight / scales, which Triton's specialization does (an aligned and an
             # unaligned bias share a plan but not a kernel). The op records once per replay key, so binding is rare.
-            record(bind(_gemm_kernel, compiled, plan.grid, kernel_args, roles), roles)
+            per_stream = {"ws_ptr": _workspace_pointer, "arrivals_ptr": _arrivals_pointer} if plan.split_k else None
+            record(bind(_gemm_kernel, compiled, plan.grid, kernel_args, roles, per_stream), roles)
         return out
     M, N, K = plan.static["M"], plan.static["N"], plan.static["K"]
     if a.is_cuda and torch.cuda.is_current_stream_capturing() and not is_tuned(gemm_kernel, kernel_args):
