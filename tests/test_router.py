@@ -265,7 +265,7 @@ def test_cached_decision_follows_a_family_disabled_after_it(fake_device, monkeyp
     monkeypatch.setattr(gemm_common, "self_check", lambda *a, **k: (True, "self-check passed"))
     monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
     monkeypatch.delenv("TILEWRIGHT_CUDA", raising=False)
-    a = torch.empty(4096, 4096, dtype=torch.bfloat16).as_subclass(_FakeCuda)
+    a = torch.empty(16384, 4096, dtype=torch.bfloat16).as_subclass(_FakeCuda)
     b = torch.empty(4096, 4096, dtype=torch.bfloat16).as_subclass(_FakeCuda)
     first = router.decide("gemm", a, b, None, None)
     assert first.backend == "cuda" and first.record.name == "gemm_sm90", str(first)

@@ -222,13 +222,13 @@ def test_sanitizer_small_launch(sanitizer, tool, variant):
 @needs_hopper
 def test_op_and_router_path():
     cg = _cg()
-    a = torch.randn(4096, 2048, device=DEV, dtype=torch.bfloat16)
+    a = torch.randn(16384, 2048, device=DEV, dtype=torch.bfloat16)
     w = torch.randn(4096, 2048, device=DEV, dtype=torch.bfloat16) / 32
     bias = torch.randn(4096, device=DEV, dtype=torch.bfloat16)
-    # 2MNK = 2^36: the smallest problem the router hands the CUDA kernel (gemm_sm90.PREFER_MIN_FLOPS)
+    # 2MNK = 2^38: the smallest problem the router hands the CUDA kernel (gemm_sm90.PREFER_MIN_FLOPS)
     d = router.decide("gemm", a, w.t(), bias, None)
     assert d.backend == "cuda", str(d)  # large bf16 on Hopper: in the win region, self-check passes
-    assert router.decide("gemm", a[:2048], w.t(), bias, None).backend == "triton"  # host-bound below it
+    assert router.decide("gemm", a[:8192], w.t(), bias, None).backend == "triton"  # host-bound below it
     y = tilewright.linear(a, w, bias, activation="gelu", backend="cuda")
     ref = gemm_reference(a.double(), w.t().double(), bias.double(), None, "gelu")
     assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
@@ -238,7 +238,7 @@ def test_op_and_router_path():
     odd_k = torch.randn(4096, 2047, device=DEV, dtype=torch.bfloat16)  # row stride 4094 B: not TMA-able
     assert router.decide("gemm", odd_k, torch.randn(2047, 4096, device=DEV, dtype=torch.bfloat16), None,
                          None).backend == "triton"
-    assert cg.try_launch(a, w.t(), torch.empty(4096, 4096, device=DEV, dtype=torch.bfloat16))
+    assert cg.try_launch(a, w.t(), torch.empty(16384, 4096, device=DEV, dtype=torch.bfloat16))
 
 
 @needs_hopper

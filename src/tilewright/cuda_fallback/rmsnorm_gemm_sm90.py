@@ -127,10 +127,15 @@ def pick_variant(M: int, N: int, K: int) -> NormVariant:
     return VARIANTS[SMALL_M_VARIANT if M <= 256 else DEFAULT_VARIANT]
 
 
+PREFER_MIN_FLOPS = 2**36  # see preferred()
+
+
 def preferred(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
     """Whether the router's automatic choice takes this kernel for x (M, K) and weight (N, K): inside the sm_90
-    GEMM's measured win region."""
-    return gemm_sm90.preferred(x.shape[0], weight.shape[0], x.shape[1])
+    GEMM's measured win region, with the GEMM's earlier host-bound floor (2^36 FLOPs): the plain GEMM's was raised
+    for the ViT block's 100-200 GFLOP GEMMs, while this kernel's Triton twin (the norm in the A prologue) has not
+    been measured against it at those sizes (the Llama prefill's norm + QKV, 206 GFLOP, runs here)."""
+    return gemm_sm90.preferred(x.shape[0], weight.shape[0], x.shape[1], min_flops=PREFER_MIN_FLOPS)
 
 
 def constraints(x, norm_weight, weight=None, bias=None) -> tuple[bool, str]:
