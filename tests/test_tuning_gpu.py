@@ -96,5 +96,9 @@ def test_router_and_launcher_use_the_tuned_winner(tuned):
     no_cache = dict(env_fresh, TILEWRIGHT_CACHE_DIR=str(tuned["tmp"] / "empty"),
                     TRITON_CACHE_DIR=str(tuned["tmp"] / "triton-cache-3"))
     without, _ = _run(["-c", _FIRST_CALL], no_cache)
+    assert without.returncode == 0, without.stderr[-3000:]
     base = json.loads(without.stdout.strip().splitlines()[-1])
-    assert got["first_s"] < base["first_s"], (got["first_s"], base["first_s"])
+    # Without the user's cache the first call takes the shipped table's (or the default) config: one compile, no
+    # sweep - as fast as with the cache (the two first-call times differed by compile noise only, so they are not
+    # compared: the comparison dated from when an empty cache meant a sweep).
+    assert not base["autotuned"], "an empty tuning cache made the first call sweep"
