@@ -233,3 +233,16 @@ def test_a_split_k_config_that_cannot_serve_the_shape_runs_unsplit():
     out = torch.full((40, 24), float("nan"), dtype=torch.float16)
     tg.launch_gemm(a, b, out, config=_split_k_config(8))
     _check_close(out, (a, b))
+
+
+def test_the_autotuners_launches_get_the_split_k_workspace(monkeypatch):
+    """TILEWRIGHT_AUTOTUNE=full: the sweep (no fixed config) may pick a split-K config, so its launches are handed
+    the workspace, never the placeholder (a SPLIT_K > 1 launch on the placeholder would add partials into out)."""
+    seen = []
+    real = tg.split_k_workspace
+    monkeypatch.setattr(tg, "split_k_workspace", lambda device, stream=None: seen.append(device) or real(device))
+    a, b = torch.randn(40, 64, dtype=torch.float16), torch.randn(64, 24, dtype=torch.float16)
+    out = torch.full((40, 24), float("nan"), dtype=torch.float16)
+    tg.launch_gemm(a, b, out)  # the interpreter launches through the (one-config) autotuner: no fixed config
+    assert seen, "an autotuned launch ran without the split-K workspace"
+    _check_close(out, (a, b))

@@ -655,7 +655,10 @@ def split_k_workspace(device: torch.device, stream: int | None = None) -> tuple[
 
     One pair per (device, stream), allocated once and never freed: kernels on one stream run in order, so they can
     share it (each launch leaves its counters at zero, see ``_split_k_combine``), while two streams running split-K
-    GEMMs at once must not. Never freed because an eager replay or a captured CUDA graph holds its address.
+    GEMMs at once must not. Never freed because an eager replay or a captured CUDA graph holds its address. A graph
+    keeps the workspace of the stream it was captured on (torch captures on a side stream of its own), like any
+    static buffer of a graph: two replays of one graph at once would race on it, as they would on the graph's
+    outputs.
     ``SPLIT_K_WORKSPACE_BYTES`` (32 MB) per stream that runs a split-K GEMM; the pruner keeps the configs that fit.
     """
     if device.type != "cuda":  # the interpreter runs programs one after the other on the CPU
@@ -711,7 +714,9 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     if plan.tma:
         ensure_allocator()
     dummy = out
-    ws, arrivals = split_k_workspace(a.device) if plan.split_k else (dummy, dummy)
+    # A fixed config says whether it splits K; the autotuner's sweep (plan.config None) may pick a split-K config, so
+    # it always gets the workspace - a SPLIT_K > 1 launch handed the placeholder would add partial tiles into `out`.
+    ws, arrivals = split_k_workspace(a.device) if plan.split_k or plan.config is None else (dummy, dummy)
     kernel_args = dict(
         plan.static,
         a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=bias if bias is not None else dummy,
