@@ -163,8 +163,8 @@ def prune_gemm_configs(configs, M: int, N: int, K: int, in_bytes: int, out_bytes
     * M <= 64: only the small-tile list (a 128-row tile would be >= 50% padding);
     * 64 < M <= 256: both lists (large tiles leave most SMs idle when there are few tile rows);
     * M > 256: the large-tile list, plus the small list's tiles of >= 64 rows while 128 x 128 tiles would not fill
-      one wave of ``FEW_TILES`` SMs (M = 512: 512 x 2048 has 64 such tiles for 132 SMs, and its best large tile ran 0.66x
-      cuBLAS in the H100 sweep of 2026-11-26, 512 x 2048 x 5632 0.40x);
+      one wave of ``FEW_TILES`` SMs (M = 512: 512 x 2048 has 64 such tiles for 132 SMs, and its best large tile ran
+      0.66x cuBLAS in the H100 sweep of 2026-11-26, 512 x 2048 x 5632 0.40x);
     * with a single row or column of tiles every tile order is the same, so only GROUPED survives;
     * BLOCK_N or BLOCK_K far beyond the problem's N or K are dropped;
     * the pointer path (no TMA) and a broadcast (periodic) residual, which needs an integer division per row in the

@@ -83,9 +83,9 @@ def dense_grad(g):
     broadcast loss hands back) is materialized once, every other one is returned as is.
 
     Why: an expanded operand has no TMA layout, so each backward GEMM that reads it (dA and dB, or the norm's du and
-    dW) fell to the pointer path with the plain kernel's configs - 1.8x-2x slower on the Llama layer's down-projection
-    (H100, 16384 x 5632 x 2048) than the one write of the dense copy costs (64 MB, ~40 us). torch's mm copies such an
-    operand too.
+    dW) fell to the pointer path with the plain kernel's configs: the Llama layer's down-projection backward took
+    ~0.94 ms a launch there, and the prefill fwd+bwd dropped from 14.5 to 12.6 ms with the copy (H100, perf/LOG.md
+    Session 7) - the copy itself is one write of the gradient (64 MB there).
     """
     if g is None or g.numel() <= 1 or 0 not in g.stride():
         return g

@@ -23,7 +23,6 @@ call with the same signature, since nothing was recorded.
 """
 from __future__ import annotations
 
-
 import torch
 
 from .. import backends, router

@@ -21,9 +21,8 @@ Semantics (documented contract):
   flash-attn's convention, j <= i + Skv - Sq (new queries against a longer KV cache, chunked prefill); the Triton
   kernels take the shift as a runtime offset (whole blocks left of it stay unmasked), the CUDA forward does not.
 * a row with no visible key (Skv == 0, or bottom-right with Sq > Skv) gives output 0 and LSE -inf, and zero
-  gradients; so does a
-  row whose visible scores are all -inf (an infinite input), as SDPA's fused kernels give (the math formula's
-  softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
+  gradients; so does a row whose visible scores are all -inf (an infinite input), as SDPA's fused kernels give (the
+  math formula's softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
   A NaN/Inf in the value (or key) of a key a query cannot see (causal) is implementation-defined for that query, as
   in SDPA's fused kernels: keys in a loaded tile meet a zero probability (0 * NaN = NaN), keys past it are not read.
   An Inf in v gives Inf in the outputs that weigh it, or NaN where the weight underflowed to exactly 0 in fp32.

@@ -151,7 +151,8 @@ def _backward(ctx, grad_out, grad_preact):
 
 def _fused_activation_grad_ok(grad_out: torch.Tensor, preact: torch.Tensor) -> bool:
     """Whether the one-kernel ``grad * act'(preact)`` (triton_kernels/activation.py) takes these: one shape, both
-    contiguous (the backward has made an expanded grad dense; a transposed one takes the torch formula), plain tensors outside any tracing
+    contiguous (the backward has made an expanded grad dense; a transposed one takes the torch formula), plain tensors
+    outside any tracing
     (torch.compile's AOT backward sees fake / functional tensors and keeps the formula, which inductor fuses), on a CUDA
     device or under the interpreter."""
     return (type(grad_out) in _PLAIN and type(preact) in _PLAIN and not traced()

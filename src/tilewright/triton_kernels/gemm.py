@@ -609,8 +609,10 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
                                      in_bytes=a.element_size(),
                                      out_bytes=out.element_size(), tma_store=tma_store,
                                      smem_limit=_smem_limit(a.device))
-    if config is not None and config.kwargs.get("SPLIT_K", 1) > 1 and (norm is not None or not split_k_fits(M, N, K, config)):
-        # a split-K winner of a nearby bucket (tables.lookup) at a shape it cannot serve: the same tile unsplit
+    if config is not None and config.kwargs.get("SPLIT_K", 1) > 1 and (norm is not None
+                                                                       or not split_k_fits(M, N, K, config)):
+        # a split-K config at a shape it cannot serve (a nearby bucket's winner, the default beside the RMSNorm
+        # prologue, whose row sums need all of K, or a caller's config): the same tile unsplit
         config = triton.Config({**config.kwargs, "SPLIT_K": 1}, num_warps=config.num_warps,
                                num_stages=config.num_stages)
     if config is not None:
