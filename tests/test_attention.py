@@ -235,13 +235,14 @@ def test_unknown_backend_is_an_error():
 
 def test_opcheck():
     q, k, v = _inputs(1, 2, 1, 24, 40, 32, torch.float32)
-    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, False, 0.2, None))
-    out, lse = flash_attn_fwd_op(q.detach(), k.detach(), v.detach(), True, False, 0.2, None)
+    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, False, 0.2, 0.0, None))
+    out, lse = flash_attn_fwd_op(q.detach(), k.detach(), v.detach(), True, False, 0.2, 0.0, None)
     dout = torch.randn_like(out)
     torch.library.opcheck(flash_attn_bwd_op, (dout, None, q.detach(), k.detach(), v.detach(), out, lse, True, False,
-                                              0.2, None))
-    # the bottom-right alignment through the ops too (Sq 24 < Skv 40: a shifted diagonal)
-    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, True, 0.2, None))
+                                              0.2, 0.0, None))
+    # the bottom-right alignment and a soft cap through the ops too (Sq 24 < Skv 40: a shifted diagonal)
+    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, True, 0.2, 0.0, None))
+    torch.library.opcheck(flash_attn_fwd_op, (q, k, v, True, True, 0.2, 3.0, None))
 
 
 class _Block(torch.nn.Module):
@@ -325,12 +326,12 @@ def test_backward_op_reads_any_layout_of_its_saved_tensors():
     B, H, S, D = 1, 2, 24, 32
     q, k, v = _inputs(B, H, H, S, S, D, torch.float32, requires_grad=False)
     scale = 1 / math.sqrt(D)
-    out, lse = flash_attn_fwd_op(q, k, v, False, False, scale, "triton")
+    out, lse = flash_attn_fwd_op(q, k, v, False, False, scale, 0.0, "triton")
     do = torch.randn(B, H, S, D)
-    want = flash_attn_bwd_op(do, None, q, k, v, out, lse, False, False, scale, "triton")
+    want = flash_attn_bwd_op(do, None, q, k, v, out, lse, False, False, scale, 0.0, "triton")
     lse_strided = torch.stack([lse, torch.full_like(lse, 1e4)], -1)[..., 0]
     do_strided = do.transpose(-1, -2).contiguous().transpose(-1, -2)  # stride(-1) = S
-    got = flash_attn_bwd_op(do_strided, None, q, k, v, out, lse_strided, False, False, scale, "triton")
+    got = flash_attn_bwd_op(do_strided, None, q, k, v, out, lse_strided, False, False, scale, 0.0, "triton")
     for w_, g_ in zip(want, got):
         assert torch.allclose(w_, g_, rtol=1e-5, atol=1e-5)
 
@@ -366,7 +367,7 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
 
 
 def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16", causal: bool = True,
-                      dot_precision: str = "tf32", use_tma: bool = True) -> dict:
+                      dot_precision: str = "tf32", use_tma: bool = True, softcap: bool = False) -> dict:
     """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd") or dK/dV ("dkdv") kernel at
     head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on contiguous tensors (a row
     stride of D elements is 16-divisible only when D % 16 == 0)."""
@@ -379,7 +380,7 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
     stats = ("LSE",) if fwd else ("LSE", "DELTA")
     sig = {**{p: f"*{dtype}" for p in ptrs}, **{s: "*fp32" for s in stats}, "sm_scale": "fp32",
            **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
-           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32", "CAUSAL_OFFSET": "i32"}
+           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32", "CAUSAL_OFFSET": "i32", "SOFTCAP": "fp32"}
     div = (*ptrs, *stats, *(s for s in strides if not s.endswith("s") or D % 16 == 0), "SQ_BUCKET", "SKV_BUCKET")
     bm, bn, warps, stages = tiles
     names = A._FWD_NAMES if fwd else A._DKDV_NAMES
@@ -387,7 +388,8 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
                 signature=sig, arch=90, num_warps=warps, num_stages=stages, divisible_by_16=div,
                 name=f"{kernel} D={D}",
                 constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), CAUSAL=causal, UPCAST=False,
-                                DOT_PRECISION=dot_precision, USE_TMA=use_tma, **{names[0]: bm, names[1]: bn}))
+                                DOT_PRECISION=dot_precision, USE_TMA=use_tma, HAS_SOFTCAP=softcap,
+                                **{names[0]: bm, names[1]: bn}))
 
 
 def test_dkdv_kernel_builds_for_one_query_row_with_tma():
@@ -457,3 +459,64 @@ def test_causal_align_is_checked_and_ignored_without_causal():
         tilewright.flash_attention(q, k, v, causal=True, causal_align=1)
     assert torch.equal(tilewright.flash_attention(q, k, v, causal_align="bottom_right"),
                        tilewright.flash_attention(q, k, v))
+
+
+@pytest.mark.parametrize("causal,bottom_right", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_softcap_matches_the_capped_reference(causal, bottom_right, dtype):
+    """softcap=c: scores c * tanh(scale q k^T / c) (Gemma 2). Output, LSE and gradients against the float64
+    reference with the cap (autograd through torch.tanh), within 2x the same-dtype reference's error; scores large
+    enough that the cap bends them (|scale q k| up to ~10 against c = 5), GQA, odd lengths, both causal alignments."""
+    from tilewright.reference import attention_reference
+
+    q, k, v = _inputs(1, 4, 2, 37, 53, 32, dtype)
+    with torch.no_grad():
+        q.mul_(3.0)
+    cap, align = 5.0, "bottom_right" if bottom_right else "top_left"
+    out, lse = tilewright.flash_attention(q, k, v, causal=causal, causal_align=align, softcap=cap, return_lse=True)
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref, ref_lse = attention_reference(q64, k64, v64, causal, None, bottom_right, cap)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), do.double())
+    ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    same, _ = attention_reference(ql, kl, vl, causal, None, bottom_right, cap)
+    same_grads = torch.autograd.grad(same, (ql, kl, vl), do)
+    for name, a, b, r in zip(("out", "dq", "dk", "dv"), (out, *grads), (same, *same_grads), (ref, *ref_grads)):
+        err = (a.double() - r).abs().max().item()
+        base = (b.double() - r).abs().max().item()
+        assert err <= 2 * base + 1e-5, (name, err, base)
+    finite = torch.isfinite(ref_lse)
+    assert torch.allclose(lse.double()[finite], ref_lse.detach()[finite], atol=1e-4)
+    uncapped = tilewright.flash_attention(q, k, v, causal=causal, causal_align=align)
+    assert (uncapped - out).abs().max() > 0.1  # the cap is not a no-op on these scores
+
+
+def test_softcap_is_checked_and_zero_means_none():
+    q, k, v = _inputs(1, 2, 2, 20, 30, 16, torch.float32, requires_grad=False)
+    for bad, err in ((-1.0, ValueError), (float("inf"), ValueError), (float("nan"), ValueError), ("5", TypeError),
+                     (True, TypeError)):
+        with pytest.raises(err, match="softcap"):
+            tilewright.flash_attention(q, k, v, softcap=bad)
+    assert torch.equal(tilewright.flash_attention(q, k, v, softcap=0.0), tilewright.flash_attention(q, k, v))
+    assert torch.equal(tilewright.flash_attention(q, k, v, softcap=None), tilewright.flash_attention(q, k, v))
+
+
+def test_softcap_kernels_compile_for_sm90_without_new_spills():
+    """The soft cap adds a tanh (exp2 + reciprocal) per score and, in the backward, the cap's derivative beside P. The
+    forward at head dim 64 and 128 (first, largest TMA tiles) stays spill-free with wgmma for sm_90a. The dK/dV kernel
+    spills in most of its configs without the cap already (issue 15 item 1: a backward that does not spill); with it,
+    each config spills at most 128 bytes more than the same config without it."""
+    from tilewright.triton_kernels import attention as A
+    from tilewright.triton_kernels.aot import compile_reports
+
+    fwd = [attention_aot_job("fwd", D, A._FWD_TILES[D][0], softcap=True) for D in (64, 128)]
+    dkdv = [attention_aot_job("dkdv", D, A._DKDV_TILES[D][0], softcap=cap) for D in (64, 128) for cap in (False, True)]
+    reps = compile_reports(fwd + dkdv)
+    for job, rep in zip(fwd, reps[:2]):
+        assert rep.has("HGMMA") and rep.spill_bytes == 0, (job["name"], rep.spill_bytes, rep.registers)
+    for i in range(2, len(reps), 2):
+        plain, capped = reps[i], reps[i + 1]
+        assert capped.has("HGMMA")
+        assert capped.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 1]["name"], plain.spill_bytes,
+                                                                capped.spill_bytes)

@@ -167,7 +167,7 @@ def test_opcheck_and_compile_gpu():
 
     q = torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     torch.library.opcheck(flash_attn_fwd_op, (q, q.detach().clone().requires_grad_(), q.detach().clone(), True,
-                                              False, 0.125, None))
+                                              False, 0.125, 0.0, None))
     f = torch.compile(lambda a: tilewright.scaled_dot_product_attention(a, a, a, is_causal=True).sum(),
                       fullgraph=True, backend="aot_eager")
     f(q).backward()

@@ -66,12 +66,14 @@ def causal_visible(Sq: int, Skv: int, bottom_right: bool, device) -> torch.Tenso
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        scale: float | None = None, bottom_right: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                        scale: float | None = None, bottom_right: bool = False,
+                        softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention, unfused, in the inputs' dtype: returns (out, lse).
 
     q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (kv heads are repeated here - a reference may copy).
     causal: top-left aligned like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key j iff j <= i;
-    with ``bottom_right`` iff j <= i + Skv - Sq (:func:`causal_visible`).
+    with ``bottom_right`` iff j <= i + Skv - Sq (:func:`causal_visible`). ``softcap`` > 0: scores are
+    ``softcap * tanh(scale * q k^T / softcap)`` before the mask (Gemma 2).
     lse: natural-log logsumexp of the scaled scores, (B, Hq, Sq); a row with no visible key gives out 0 and lse -inf.
     """
     import math
@@ -83,6 +85,8 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
     s = (q @ k.transpose(-2, -1)) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
     if causal:
         s = s.masked_fill(~causal_visible(q.shape[-2], k.shape[-2], bottom_right, q.device), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
@@ -95,10 +99,12 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              causal: bool = False, scale: float | None = None,
                              grad_lse: torch.Tensor | None = None,
-                             bottom_right: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             bottom_right: bool = False,
+                             softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`attention_reference` by the explicit formulas (no autograd, so it also runs inside a
     custom op's implementation): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O) + dLSE), dQ = scale dS K,
-    dK = scale dS^T Q; kv-head gradients are summed over their query-head group."""
+    dK = scale dS^T Q; kv-head gradients are summed over their query-head group. With ``softcap`` dS is multiplied
+    by the cap's derivative, 1 - tanh^2."""
     import math
 
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -107,9 +113,12 @@ def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.T
     group = Hq // Hkv
     kr = k.repeat_interleave(group, dim=1) if group != 1 else k
     vr = v.repeat_interleave(group, dim=1) if group != 1 else v
-    out, lse = attention_reference(q, k, v, causal, scale, bottom_right)
+    out, lse = attention_reference(q, k, v, causal, scale, bottom_right, softcap)
     lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
     s = (q @ kr.transpose(-2, -1)) * scale
+    if softcap > 0:
+        t = torch.tanh(s / softcap)
+        s = softcap * t
     if causal:
         s = s.masked_fill(~causal_visible(Sq, Skv, bottom_right, q.device), float("-inf"))
     p = torch.exp(s - lse_safe.unsqueeze(-1))
@@ -119,6 +128,8 @@ def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.T
     if grad_lse is not None:
         delta = delta - grad_lse.unsqueeze(-1).to(delta.dtype)
     ds = p * (dp - delta)
+    if softcap > 0:
+        ds = ds * (1 - t * t)
     dq = (ds @ kr) * scale
     dk = (ds.transpose(-2, -1) @ q) * scale
     if group != 1:

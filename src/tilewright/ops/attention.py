@@ -63,18 +63,20 @@ def _head_dim_problem(d: int) -> str:
 
 @torch.library.custom_op("tilewright::flash_attn_fwd", mutates_args=())
 def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bottom_right: bool,
-                      scale: float, backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+                      scale: float, softcap: float, backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of softmax(scale * q k^T [causal mask]) v; inputs already checked by the public functions.
     ``bottom_right``: the causal mask's alignment (query i sees key j iff j <= i + Skv - Sq) instead of top-left.
+    ``softcap`` > 0: scores ``softcap * tanh(scale * q k^T / softcap)`` (0: none).
     A call on plain CUDA tensors at a signature seen before replays its launch (``_fast.replayed_op``)."""
-    return _fast.replayed_op(_op_replays, (q, k, v), ("Q", "K", "V"), (causal, bottom_right, scale, backend),
-                             ("O", "LSE"), lambda: _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, backend))
+    return _fast.replayed_op(_op_replays, (q, k, v), ("Q", "K", "V"), (causal, bottom_right, scale, softcap, backend),
+                             ("O", "LSE"),
+                             lambda: _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend))
 
 
 _op_replays = _fast.new_cache()
 
 
-def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, backend):
+def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend):
     """The forward op's full path: unit-last copies, router, launch."""
     B, Hq, Sq, _ = q.shape
     offset = k.shape[2] - Sq if causal and bottom_right else 0
@@ -85,16 +87,17 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, backend):
     decision = router.decide("attention", q, k, v, backend=backend)
     choice = decision.backend
     if choice == "torch":
-        o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale, bool(bottom_right))
+        o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale, bool(bottom_right), softcap)
         out.copy_(o32)
         lse.copy_(l32)
         return out, lse
-    if choice == "cuda" and offset:
-        # the sm_90a forward masks top-left only: a shifted diagonal runs in Triton
+    if choice == "cuda" and (offset or softcap):
+        # the sm_90a forward masks top-left only and has no soft cap: those run in Triton
         if decision.forced:
-            raise ValueError("flash_attention: backend 'cuda' was forced but the CUDA forward's causal mask is "
-                             "top-left only (causal_align='bottom_right' with Sq != Skv); use backend='triton' or "
-                             "let the router choose")
+            what = ("causal mask is top-left only (causal_align='bottom_right' with Sq != Skv)" if offset else
+                    "scores have no soft cap (softcap=)")
+            raise ValueError(f"flash_attention: backend 'cuda' was forced but the CUDA forward's {what}; use "
+                             "backend='triton' or let the router choose")
     elif choice == "cuda":
         # sm_90a forward (same out / LSE layout as Triton's, so the backward below stays Triton's); it declines
         # (False) on a launch failure and Triton serves the call.
@@ -105,12 +108,12 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, backend):
                              "(it is disabled after a failed launch); use backend='triton' or let the router choose")
     from ..triton_kernels.attention import attention_forward
 
-    attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset)
+    attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset, softcap=softcap)
     return out, lse
 
 
 @flash_attn_fwd_op.register_fake
-def _(q, k, v, causal, bottom_right, scale, backend):
+def _(q, k, v, causal, bottom_right, scale, softcap, backend):
     B, Hq, Sq, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, Hq, Sq), dtype=torch.float32)
 
@@ -118,7 +121,8 @@ def _(q, k, v, causal, bottom_right, scale, backend):
 @torch.library.custom_op("tilewright::flash_attn_bwd", mutates_args=())
 def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool, bottom_right: bool,
-                      scale: float, backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      scale: float, softcap: float,
+                      backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) given dOut (and optionally dLSE) and the forward's saved out / lse."""
     # The kernels take (B, H, S, D) strides with a unit last dim; the row statistics (lse, dlse) are read as
     # contiguous (B, H, S). Direct callers of this op (torch.ops.tilewright.flash_attn_bwd) may pass any layout.
@@ -131,7 +135,7 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
     choice = router.dispatch("attention", q, k, v, backend=backend)
     if choice == "torch":
         g = attention_grad_reference(grad_out.float(), q.float(), k.float(), v.float(), causal, scale,
-                                     None if grad_lse is None else grad_lse.float(), bool(bottom_right))
+                                     None if grad_lse is None else grad_lse.float(), bool(bottom_right), softcap)
         for dst, src in zip((dq, dk, dv), g):
             dst.copy_(src)
         return (dq.neg_() if flipped else dq), dk, dv
@@ -139,22 +143,24 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     offset = k.shape[2] - q.shape[2] if causal and bottom_right else 0
-    attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse, causal_offset=offset)
+    attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse, causal_offset=offset,
+                       softcap=softcap)
     return (dq.neg_() if flipped else dq), dk, dv
 
 
 @flash_attn_bwd_op.register_fake
-def _(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right, scale, backend):
+def _(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right, scale, softcap, backend):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, bottom_right, scale, backend = inputs
+    q, k, v, causal, bottom_right, scale, softcap, backend = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal = causal
     ctx.bottom_right = bottom_right
     ctx.scale = scale
+    ctx.softcap = softcap
     ctx.backend = backend
 
 
@@ -163,8 +169,8 @@ def _backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv = call_op(flash_attn_bwd_op, grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.bottom_right,
-                         ctx.scale, ctx.backend)
-    return dq, dk, dv, None, None, None, None
+                         ctx.scale, ctx.softcap, ctx.backend)
+    return dq, dk, dv, None, None, None, None, None
 
 
 flash_attn_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -226,6 +232,17 @@ def _check_scale(scale, head_dim: int) -> float:
     return float(scale)
 
 
+def _check_softcap(softcap) -> float:
+    """The soft cap as a float, 0.0 for none (None or 0); a non-number, a negative or a non-finite cap raises."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, Real):
+        raise TypeError(f"softcap: expected a positive float or None, got {type(softcap).__name__}")
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap: expected a positive finite number (or None / 0 for no cap), got {softcap}")
+    return float(softcap)
+
+
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
@@ -245,18 +262,18 @@ def _replay_key(q, k, v, causal, scale, backend, *extra):
     return (sig(q), sig(k), sig(v), causal, scale, backend, *extra, _fast.state())
 
 
-def _replayed(replay, q, k, v, causal, scale, backend, bottom_right=False):
+def _replayed(replay, q, k, v, causal, scale, backend, bottom_right=False, softcap=0.0):
     """(out, lse) from a recorded replay: called directly, or inside the op's eager autograd.Function when autograd
     records (the forward launch is the same either way: it always writes the LSE the backward reads)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return call_checked(flash_attn_fwd_op, replay.impl(3), True, q, k, v, causal, bottom_right,
-                            float(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])), backend)
+                            float(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])), softcap, backend)
     return replay(q.device, q, k, v)
 
 
-def _forward(key, q, k, v, causal: bool, scale: float, backend, bottom_right: bool = False):
+def _forward(key, q, k, v, causal: bool, scale: float, backend, bottom_right: bool = False, softcap: float = 0.0):
     """(out, lse) of the checked forward through the op; records an eager replay under ``key`` (None: none)."""
-    args = (_unit_last(q), _unit_last(k), _unit_last(v), causal, bottom_right, scale, backend)
+    args = (_unit_last(q), _unit_last(k), _unit_last(v), causal, bottom_right, scale, softcap, backend)
     if key is None:
         return call_op(flash_attn_fwd_op, *args)
     # The roles are checked against the caller's q, k, v - the tensors a replay receives - not against the unit-last
@@ -269,7 +286,7 @@ def _forward(key, q, k, v, causal: bool, scale: float, backend, bottom_right: bo
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     scale: float | None = None, return_lse: bool = False, backend: str | None = None,
-                    causal_align: str = "top_left"):
+                    causal_align: str = "top_left", softcap: float | None = None):
     """Softmax attention ``softmax(scale * q @ k^T) @ v`` in one flash-attention kernel (forward and backward).
 
     Args:
@@ -287,20 +304,27 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             longer KV cache). With Sq > Skv the first Sq - Skv rows see no key: output 0, LSE -inf, zero gradients.
             Ignored without ``causal``. The CUDA forward is top-left only; the router runs a shifted diagonal in
             Triton.
+        softcap: logit soft-capping (Gemma 2): scores become ``softcap * tanh(scale * q k^T / softcap)`` before the
+            causal mask, forward and backward. None or 0: off; otherwise a positive finite number. Runs in Triton
+            (the CUDA forward has no cap).
     Returns:
         out (B, Hq, Sq, D) with q's layout, or (out, lse).
     """
-    key = _replay_key(q, k, v, causal, scale, backend, causal_align) if type(causal_align) is str else None
+    key = None
+    if type(causal_align) is str and type(softcap) in (float, int, type(None)):
+        key = _replay_key(q, k, v, causal, scale, backend, causal_align, softcap)
     if key is not None:
         replay = _replays.get(key)
         if replay is not None:
-            out, lse = _replayed(replay, q, k, v, causal, scale, backend, causal_align == "bottom_right")
+            out, lse = _replayed(replay, q, k, v, causal, scale, backend, causal_align == "bottom_right",
+                                 float(softcap or 0.0))
             return (out, lse) if return_lse else out
     _check(q, k, v)
     check_backend(backend)
     check_choice("causal_align", causal_align, CAUSAL_ALIGNS)
     scale = _check_scale(scale, q.shape[-1])
-    out, lse = _forward(key, q, k, v, bool(causal), scale, backend, causal_align == "bottom_right")
+    softcap = _check_softcap(softcap)
+    out, lse = _forward(key, q, k, v, bool(causal), scale, backend, causal_align == "bottom_right", softcap)
     return (out, lse) if return_lse else out
 
 

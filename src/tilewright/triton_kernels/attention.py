@@ -204,12 +204,30 @@ def _row_max(x):
 
 
 @triton.jit
+def _softcap_tanh(qk, softcap_inv):
+    """tanh(qk * scale / softcap) for raw q.k scores, ``softcap_inv`` = 2 * scale * log2(e) / softcap: written as
+    1 - 2 / (exp(2x) + 1), whose exp2 saturates to inf or 0 for large |x| and gives exactly +-1 there (no inf / inf)."""
+    return 1.0 - 2.0 / (tl.math.exp2(qk * softcap_inv) + 1.0)
+
+
+@triton.jit
+def _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP: tl.constexpr):
+    """(c * log2(e), 2 * scale * log2(e) / c) for a soft cap c: the capped score in the log2 domain is
+    ``tanh * c * log2(e)``; (0, 0) without one (unused)."""
+    if HAS_SOFTCAP:
+        return SOFTCAP * 1.4426950408889634, 2.0 * sm_scale * 1.4426950408889634 / SOFTCAP
+    return sm_scale * 0.0, sm_scale * 0.0
+
+
+@triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stride_vn,
-               start_m, lo, hi, Skv, CAUSAL_OFFSET, qk_scale,
+               start_m, lo, hi, Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-               DOT_PRECISION: tl.constexpr):
+               DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
     DTYPE: tl.constexpr = k_base.dtype.element_ty
+    if HAS_SOFTCAP:  # the scores below arrive capped and in the log2 domain already
+        qk_scale = 1.0
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     zero = tl.cast(Skv, tl.float32) * 0.0  # dot_accumulate's runtime 0.0
@@ -217,6 +235,8 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
         k = _load_operand(k_desc, k_base, start_n, Skv, stride_kn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
                           UPCAST)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if HAS_SOFTCAP:
+            qk = _softcap_tanh(qk, softcap_inv) * softcap_log2
         if MASKED:
             mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL)
             qk = tl.where(mask, qk * qk_scale, float("-inf"))
@@ -249,9 +269,11 @@ def _attn_fwd_kernel(
     Hq, Sq, Skv, GROUP,
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
     CAUSAL_OFFSET,  # causal: query i sees key j iff j <= i + CAUSAL_OFFSET (0: top-left, Skv - Sq: bottom-right)
+    SOFTCAP,  # logit soft cap c (HAS_SOFTCAP): score = c * tanh(scale * q.k / c), before the mask
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr = False,
 ):
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
@@ -266,17 +288,20 @@ def _attn_fwd_kernel(
     start_m = pid_m * BLOCK_M
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
+    softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                               start_m, 0, hi_full, Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
-                               HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
+                               start_m, 0, hi_full, Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M,
+                               BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION,
+                               HAS_SOFTCAP)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                               start_m, hi_full, hi, Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM,
-                               HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION)
+                               start_m, hi_full, hi, Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M,
+                               BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION,
+                               HAS_SOFTCAP)
     # l_i == 0: every visible score is -inf, or no key is visible (bottom-right causal with Sq > Skv: the first
     # Sq - Skv rows): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN, which propagates.
     empty = l_i == 0.0
@@ -333,10 +358,10 @@ def _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M: tl.constexpr, MASK_R
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale,
+                start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                 MASK_ROWS: tl.constexpr, CAUSAL_MASK: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-                DOT_PRECISION: tl.constexpr):
+                DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
     DTYPE: tl.constexpr = q_base.dtype.element_ty
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA,
                       UPCAST)
@@ -344,7 +369,11 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
                        UPCAST)
     m, delta = _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M, MASK_ROWS)
     qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M)
-    pT = tl.math.exp2(qkT * qk_scale - m[None, :])
+    if HAS_SOFTCAP:
+        tT = _softcap_tanh(qkT, softcap_inv)
+        pT = tl.math.exp2(tT * softcap_log2 - m[None, :])
+    else:
+        pT = tl.math.exp2(qkT * qk_scale - m[None, :])
     if CAUSAL_MASK:
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -353,6 +382,8 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
     dv = dot_accumulate(_operand(pT, DTYPE, UPCAST), do, dv, zero, DOT_PRECISION)
     dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
     dsT = pT * (dpT - delta[None, :])
+    if HAS_SOFTCAP:  # d(c tanh(x / c)) / dx = 1 - tanh^2; the scale is applied to dK at the end
+        dsT = dsT * (1.0 - tT * tT)
     dk = dot_accumulate(_operand(dsT, DTYPE, UPCAST), q, dk, zero, DOT_PRECISION)
     return dk, dv
 
@@ -368,9 +399,11 @@ def _attn_bwd_dkdv_kernel(
     Hq, Sq, Skv, GROUP,
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
     CAUSAL_OFFSET,  # as in the forward
+    SOFTCAP,  # as in the forward
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr = False,
 ):
     start_n = tl.program_id(0) * BLOCK_N1
     off_hk = tl.program_id(1)
@@ -386,6 +419,7 @@ def _attn_bwd_dkdv_kernel(
     k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
     v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
+    softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
 
@@ -412,16 +446,19 @@ def _attn_bwd_dkdv_kernel(
         do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
         for start_m in range(diag_lo, diag_hi, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM,
-                                 HEAD_DIM_PAD, True, True, USE_TMA, UPCAST, DOT_PRECISION)
+                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M1,
+                                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, True, USE_TMA, UPCAST, DOT_PRECISION,
+                                 HAS_SOFTCAP)
         for start_m in tl.range(full_lo, sq_full, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM,
-                                 HEAD_DIM_PAD, False, False, USE_TMA, UPCAST, DOT_PRECISION)
+                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M1,
+                                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False, False, USE_TMA, UPCAST, DOT_PRECISION,
+                                 HAS_SOFTCAP)
         if tail_lo < Sq:
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 tail_lo, start_n, Sq, CAUSAL_OFFSET, qk_scale, BLOCK_M1, BLOCK_N1, HEAD_DIM,
-                                 HEAD_DIM_PAD, True, False, USE_TMA, UPCAST, DOT_PRECISION)
+                                 tail_lo, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M1,
+                                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False, USE_TMA, UPCAST, DOT_PRECISION,
+                                 HAS_SOFTCAP)
 
     dk = dk * sm_scale
     _store_rows(dk_desc, dk_base, start_n, Skv, stride_dks, dk.to(DK.dtype.element_ty),
@@ -432,10 +469,10 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo, hi, Skv,
-              CAUSAL_OFFSET, qk_scale,
+              CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-              DOT_PRECISION: tl.constexpr):
+              DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
     DTYPE: tl.constexpr = k_base.dtype.element_ty
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -446,12 +483,18 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
         v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
                           UPCAST)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        p = tl.math.exp2(qk * qk_scale - m[:, None])
+        if HAS_SOFTCAP:
+            t = _softcap_tanh(qk, softcap_inv)
+            p = tl.math.exp2(t * softcap_log2 - m[:, None])
+        else:
+            p = tl.math.exp2(qk * qk_scale - m[:, None])
         if MASKED:
             mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL)
             p = tl.where(mask, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
+        if HAS_SOFTCAP:
+            ds = ds * (1.0 - t * t)
         dq = dot_accumulate(_operand(ds, DTYPE, UPCAST), k, dq, zero, DOT_PRECISION)
     return dq
 
@@ -464,9 +507,11 @@ def _attn_bwd_dq_kernel(
     Hq, Sq, Skv, GROUP,
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
     CAUSAL_OFFSET,  # as in the forward
+    SOFTCAP,  # as in the forward
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr = False,
 ):
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     start_m = pid_m * BLOCK_M2
@@ -485,14 +530,15 @@ def _attn_bwd_dq_kernel(
                        UPCAST)
     m, delta = _load_stats(LSE, DELTA, (off_b * Hq + off_h) * Sq, start_m, Sq, BLOCK_M2, True)
     qk_scale = sm_scale * 1.4426950408889634
+    softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
     hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M2, BLOCK_N2, CAUSAL)
     dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, 0, hi_full,
-                   Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA,
-                   UPCAST, DOT_PRECISION)
+                   Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM,
+                   HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP)
     dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, hi_full, hi,
-                   Skv, CAUSAL_OFFSET, qk_scale, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA,
-                   UPCAST, DOT_PRECISION)
+                   Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM,
+                   HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP)
     dq = dq * sm_scale
     _store_rows(dq_desc, dq_base, start_m, Sq, stride_dqs, dq.to(DQ.dtype.element_ty),
                 BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
@@ -652,15 +698,16 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
         record(bind(plain, compiled, grid(full), full, bound_roles) if roles else None, bound_roles)
 
 
-def _common(q, k, causal, use_tma, causal_offset=0):
+def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0):
     D = q.shape[-1]
     return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), CAUSAL=bool(causal), CAUSAL_OFFSET=int(causal_offset),
+                SOFTCAP=float(softcap), HAS_SOFTCAP=softcap > 0,
                 UPCAST=INTERPRET and q.dtype == torch.bfloat16,
                 DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", USE_TMA=bool(use_tma),
                 SQ_BUCKET=_bucket(q.shape[2]), SKV_BUCKET=_bucket(k.shape[2]))
 
 
-def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0):
+def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
@@ -670,15 +717,15 @@ def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0):
                 stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
                 stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
                 stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
-                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv, **_common(q, k, causal, use_tma, causal_offset))
+                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv, **_common(q, k, causal, use_tma, causal_offset, softcap))
 
 
-def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset=0):
+def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
         use_tma = tma_ok(q, k, v, do, dq, dk, dv)
-    common = _common(q, k, causal, use_tma, causal_offset)
+    common = _common(q, k, causal, use_tma, causal_offset, softcap)
     base = dict(Q=q, K=k, V=v, DO=do)
     strides = dict(stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
                    stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
@@ -724,10 +771,11 @@ def warmup(which: str, q, k, v, causal: bool) -> int:
 
 
 def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: triton.Config | None = None,
-                      use_tma: bool | None = None, causal_offset: int = 0):
+                      use_tma: bool | None = None, causal_offset: int = 0, softcap: float = 0.0):
     """out (like q) and lse (B, Hq, Sq) fp32, natural log, are written in place. Shapes are checked by the op.
     ``config`` bypasses the autotuner; ``use_tma`` forces the descriptor path on or off (tests); ``causal_offset``:
-    with ``causal``, query i sees key j iff ``j <= i + causal_offset`` (0: top-left, Skv - Sq: bottom-right)."""
+    with ``causal``, query i sees key j iff ``j <= i + causal_offset`` (0: top-left, Skv - Sq: bottom-right);
+    ``softcap`` > 0: scores are ``softcap * tanh(scale * q.k / softcap)`` (Gemma 2's logit soft-capping)."""
     B, Hq, Sq, D = q.shape
     Skv = k.shape[2]
     if B == 0 or Hq == 0 or Sq == 0:
@@ -736,7 +784,7 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset)
+    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset, softcap)
 
     def grid(meta):
         return (triton.cdiv(Sq, meta["BLOCK_M"]), Hq, B)
@@ -746,7 +794,8 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
 
 
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
-                       configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0):
+                       configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
+                       softcap: float = 0.0):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
     contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset`` as in
     :func:`attention_forward`."""
@@ -766,7 +815,8 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
         out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
         Hq, Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HAS_DLSE=dlse is not None, BLOCK_M=pre_block,
         num_warps=4)
-    args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset)
+    args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset,
+                                   softcap)
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)
     _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B),
             args_dkdv, cfg_dkdv, "backward dK/dV")
