@@ -325,6 +325,9 @@ def _gen_attention(r, case, tier):
         # its own stream, so adding the option moved no other field of an existing seed's case
         if causal and random.Random(f"align:{case['seed']}:{tier}").random() < 0.4:
             case["opts"]["causal_align"] = "bottom_right"
+        softcap_rng = random.Random(f"softcap:{case['seed']}:{tier}")  # its own stream too
+        if softcap_rng.random() < 0.25:
+            case["opts"]["softcap"] = softcap_rng.choice([0.5, 5.0, 30.0])
     else:
         case["opts"]["enable_gqa"] = group != 1 or r.random() < 0.5
         case["opts"]["three_d"] = B == 1 and r.random() < 0.2
@@ -614,19 +617,22 @@ def _eps(case, dtype):
     return eps
 
 
-def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=False, diag=0):
+def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=False, diag=0, softcap=None):
     """softmax(scale * q k^T with keys j > i at -inf when causal) v, GQA by repeating kv heads; a row without a
     visible key (Skv == 0) is 0, as in SDPA. ``empty_rows_zero``: a row whose scores are all -inf (an infinite
     input) is 0 too - the documented contract (``ops/attention.py``), as SDPA's fused kernels give, where the
     formula's softmax gives NaN. ``visible_only``: row i sums over its visible keys only, so a NaN / Inf in a v row it
     cannot see does not reach it (the formula's 0 * NaN does): what a kernel that skips masked blocks gives - the
     documented "implementation-defined" case of non-finite values in causally invisible keys. ``diag``: the causal
-    diagonal (0: top-left, Skv - Sq: bottom-right), row i sees keys j <= i + diag."""
+    diagonal (0: top-left, Skv - Sq: bottom-right), row i sees keys j <= i + diag. ``softcap``: scores become
+    ``softcap * tanh(score / softcap)`` before the mask (Gemma 2's logit soft-capping; SDPA has no such option)."""
     group = q.shape[-3] // k.shape[-3]
     if group != 1:
         k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     sc = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s = (q @ k.transpose(-2, -1)) * sc
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     blind = None
     if causal:
         visible = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(diag)
@@ -701,28 +707,34 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
             # fresh dense strides: .contiguous() keeps the odd stride of a size-1 dim that the kernel rejects
             q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
             out = F.scaled_dot_product_attention(q, k, v, **sdpa_kw)
-        if compute is not None or math_same:
+        softcap = opts.get("softcap")
+        if compute is not None or math_same or softcap:
+            # (with a soft cap, SDPA above only decides whether torch accepts the input: it has no cap, so both
+            # the reference and torch's same-dtype baseline come from the formula)
             # values from the explicit formula: torch's CPU SDPA returns NaN for causal with scale <= 0 (torch
             # 2.13), so the float64 reference is softmax(scale q k^T, causal -inf) v written out; F.sdpa above
             # still decides whether torch accepts the input at all
             sdpa_out = out.detach()
-            out = _attention_math(q, k, v, opts["causal"], scale, diag=diag)
+            out = _attention_math(q, k, v, opts["causal"], scale, diag=diag, softcap=softcap)
             # torch's fused SDPA gives 0 (not the formula's NaN) for a row whose scores are all -inf because an
             # input holds -inf / inf, and so does tilewright's contract: both patterns are accepted too (which
             # SDPA backend torch's CPU picks - fused or math - decides what `sdpa_out` shows)
-            out.alt_pattern = [sdpa_out, _attention_math(q, k, v, opts["causal"], scale, empty_rows_zero=True,
-                                                         diag=diag)]
+            alt = _attention_math(q, k, v, opts["causal"], scale, empty_rows_zero=True, diag=diag, softcap=softcap)
+            out.alt_pattern = [alt] if softcap else [sdpa_out, alt]
             if opts["causal"] and "v" in case["inject"] and q.shape[-2]:
                 # a NaN / Inf in a v row some query cannot see: whether it reaches that query is implementation-
                 # defined (a kernel multiplies the masked diagonal block's p = 0 into v; the formula does so for
                 # every key), so where "every key" and "visible keys only" differ, either answer is accepted
-                visible = _attention_math(q, k, v, True, scale, empty_rows_zero=True, visible_only=True, diag=diag)
+                visible = _attention_math(q, k, v, True, scale, empty_rows_zero=True, visible_only=True, diag=diag,
+                                          softcap=softcap)
                 out.dont_care = torch.isfinite(out) != torch.isfinite(visible)
         if not opts.get("return_lse"):
             return (out,)
         group = q.shape[1] // k.shape[1]
         s = (q @ k.repeat_interleave(group, dim=1).transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1])
                                                                           if scale is None else float(scale))
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
         if opts["causal"]:
             s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(diag), float("-inf"))
         lse = torch.logsumexp(s.float() if compute is None else s, dim=-1)
@@ -779,7 +791,8 @@ def tw_call(case: dict, T: dict, backend):
                 q, k, v = q[0], k[0], v[0]
             r = tilewright.flash_attention(q, k, v, causal=opts["causal"], scale=opts["scale"],
                                            return_lse=opts.get("return_lse", False), backend=backend,
-                                           causal_align=opts.get("causal_align", "top_left"))
+                                           causal_align=opts.get("causal_align", "top_left"),
+                                           softcap=opts.get("softcap"))
             return tuple(r) if opts.get("return_lse") else (r,)
         if opts.get("three_d"):
             q, k, v = q[0], k[0], v[0]

@@ -31,10 +31,13 @@ many projection launches a model author chose.
 
 Rows (long format of bench/common.py, ``op = "model"``), case = ``"<block>-<size>|<kind>"``:
 
-* ``fwd``        - median time of one forward under ``torch.no_grad()`` (inference).
-* ``fwd+bwd``    - median time of ``block(x).sum().backward()`` (gradients accumulate; zeroing is not timed or
-                   needed). The Llama input requires grad (a layer inside a stack needs dL/dx); the ViT's patches do
-                   not (they are the image), so its patch embedding has no input gradient.
+* ``fwd``        - time per forward under ``torch.no_grad()`` (inference), steady state: forwards called back to
+                   back, wall clock per call (bench/common.loop_ms: host launch cost counts as it does in a loop;
+                   before 2026-11-26 22:40 the rows were ``do_bench`` medians, whose L2 flush before every call hid
+                   host cost up to the flush's length and flattered host-bound small blocks of every provider).
+* ``fwd+bwd``    - time per ``block(x).sum().backward()``, measured the same way (gradients accumulate; zeroing is
+                   not timed or needed). The Llama input requires grad (a layer inside a stack needs dL/dx); the
+                   ViT's patches do not (they are the image), so its patch embedding has no input gradient.
 * ``first_call`` - wall-clock time of the first forward of a fresh module (a fresh ``torch.compile`` wrapper after
                    ``torch._dynamo.reset()``) at a shape this process has not run yet: compile, Triton autotuning and
                    cuBLAS heuristics included - what a user waits for before the first output. One sample, not a
@@ -89,7 +92,7 @@ import torch._dynamo  # torch._dynamo.reset / config below
 import torch.nn.functional as F
 from torch import nn
 
-from .common import COLUMNS, add_speedups, environment, on_gpu, require_pandas, time_ms
+from .common import COLUMNS, add_speedups, environment, loop_ms, on_gpu, require_pandas, time_ms
 
 OP = "model"
 PEER = "torch_eager"
@@ -541,7 +544,7 @@ def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = 
         def fwd(block=block, x=x):
             with torch.no_grad():
                 block(x)
-        ms = time_ms(fwd, warmup_ms=warmup_ms, rep_ms=rep_ms, cpu_runs=1, cpu_warm=False)
+        ms = loop_ms(fwd, warmup_ms=warmup_ms, rep_ms=rep_ms)
         rows.append(_row(case, "fwd", dtype, name, ms))
         progress(f"{case.tag:>13} {name:>26} fwd        {ms:10.4f} ms")
 
@@ -564,7 +567,7 @@ def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = 
 
         def step(block=block, x=x):
             block(x).sum().backward()
-        ms = time_ms(step, warmup_ms=warmup_ms, rep_ms=rep_ms, cpu_runs=1, cpu_warm=False)
+        ms = loop_ms(step, warmup_ms=warmup_ms, rep_ms=rep_ms)
         rows.append(_row(case, "fwd+bwd", dtype, name, ms))
         progress(f"{case.tag:>13} {name:>26} fwd+bwd    {ms:10.4f} ms   grad max rel err {err:.2e}")
     del provs, ref, ours, x

@@ -43,7 +43,7 @@ from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_H
                       supported_head_dim)
 from ._checks import check_backend, check_choice, check_same_device, check_same_dtype, check_tensor
 from . import _fast
-from ._eager import call_checked, call_op
+from ._eager import call_checked, call_op, register_fast_dispatch
 
 HEAD_DIMS_TEXT = (f"head dims that are multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} "
                   f"({MIN_HEAD_DIM}, {2 * MIN_HEAD_DIM}, {3 * MIN_HEAD_DIM}, ..., {MAX_HEAD_DIM})")
@@ -186,6 +186,8 @@ def _no_double_backward(ctx, *grads):
 # Registered so a second backward through the attention backward stops with the message above instead of torch's
 # generic "no autograd formula" error.
 flash_attn_bwd_op.register_autograd(_no_double_backward)
+register_fast_dispatch(flash_attn_fwd_op)
+register_fast_dispatch(flash_attn_bwd_op)
 
 
 def _check(q, k, v, names=("q", "k", "v")) -> None:

@@ -22,7 +22,7 @@ from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
                       check_same_dtype, check_tensor, contiguous_vector, dense_grad)
 from . import _fast
-from ._eager import _PLAIN, call_checked, call_op, traced
+from ._eager import _PLAIN, call_checked, call_op, register_fast_dispatch, traced
 
 
 _op_replays = _fast.new_cache()  # the op's own keys (its 2-D arguments)
@@ -161,6 +161,7 @@ def _fused_activation_grad_ok(grad_out: torch.Tensor, preact: torch.Tensor) -> b
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
+register_fast_dispatch(gemm_op)
 
 _replays = _fast.new_cache()  # public functions' (matmul / linear / plain_gemm) keys
 

@@ -29,7 +29,7 @@ from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
                       contiguous_vector, dense_grad)
 from . import _fast
-from ._eager import call_checked, call_op
+from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import plain_gemm
 
 
@@ -174,6 +174,8 @@ def _no_double_backward(ctx, *grads):
 # Registered so a second backward through the norm's backward stops with the message above instead of torch's
 # generic "no autograd formula" error.
 rms_norm_backward_op.register_autograd(_no_double_backward)
+register_fast_dispatch(rms_norm_linear_op)
+register_fast_dispatch(rms_norm_backward_op)
 
 
 def _check_eps(eps) -> float:

@@ -15,7 +15,7 @@ import torch
 
 from .. import router
 from ._checks import check_backend, check_optional_tensor, check_same_device, contiguous_vector
-from ._eager import call_op
+from ._eager import call_op, register_fast_dispatch
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -45,6 +45,9 @@ def scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
 @scaled_mm_op.register_fake
 def _(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, backend):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+register_fast_dispatch(scaled_mm_op)
 
 
 def scaled_mm_reference(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, compute_dtype=torch.float32):

@@ -560,10 +560,15 @@ _FWD_TILES = {
     128: [(128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 8, 4)],
     256: [(128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3)],
 }
-# dK/dV pass: (BLOCK_M1, BLOCK_N1, warps, stages); BLOCK_N1 % BLOCK_M1 == 0 (causal diagonal alignment)
+# dK/dV pass: (BLOCK_M1, BLOCK_N1, warps, stages); BLOCK_N1 % BLOCK_M1 == 0 (causal diagonal alignment).
+# Class 128 leads with ONE warpgroup over a 64-key tile: with two (8 warps) the 64 x BLOCK_M1 score tiles split
+# their N across the warpgroups (wgmma m64n16) and the kernel ran at half speed - the whole backward of a Llama layer
+# (B 8, 16/4 heads, S 2048, causal) took 2.44 ms with (32, 64, 8, 2) and 1.29 ms with (32, 64, 4, 3), cuDNN 0.85
+# (H100 sweep of every config, perf/results/h100/attention/attn_bwd_sweep_2026-11-26_2150.log). Every class-128
+# config spills (64-270 bytes, the dK and dV accumulators hold 128 registers a thread); the CUDA backward is the fix.
 _DKDV_TILES = {
     64: [(32, 128, 8, 3), (64, 64, 8, 3), (32, 64, 4, 3), (64, 128, 8, 3)],
-    128: [(32, 64, 8, 2), (16, 64, 8, 3), (32, 64, 8, 3), (32, 128, 8, 2)],
+    128: [(32, 64, 4, 3), (32, 64, 4, 2), (32, 128, 8, 3), (16, 64, 4, 3)],
     256: [(16, 64, 8, 2), (32, 64, 8, 1), (32, 64, 8, 2)],
 }
 # dQ pass: (BLOCK_M2, BLOCK_N2, warps, stages); BLOCK_M2 % BLOCK_N2 == 0
