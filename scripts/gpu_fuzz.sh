@@ -6,6 +6,7 @@
 # Writes the merged summary (and the per-shard reports) to ${OUT:-perf/results/fuzz_run}.
 #   SEED=N       first case seed of the Triton/auto shards (the CUDA shards start at N + 100000); default 0
 #   PROCS=N      processes in all (default: CPU cores - 2)
+#   FAMILY=NAME  only this family (a pytest -k expression: gemm, rms_norm_linear, attention, scaled_mm)
 # Then re-run an earlier summary's failures with:  PYTHONPATH=src:tests/fuzz python3 tests/fuzz/rerun_failures.py S.json
 set -u
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ echo "fuzz: $GPUS GPU(s), $NA Triton/auto + $NC CUDA processes, ${S}s per family
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT" /tmp/fz
 run() { TILEWRIGHT_AUTOTUNE=0 PYTHONPATH=src timeout $((4 * S + 40)) python3 -m pytest tests/fuzz -m gpu -q \
-          -p no:cacheprovider --fuzz-cases 200000 --fuzz-seconds "$S" "$@"; }
+          -p no:cacheprovider --fuzz-cases 200000 --fuzz-seconds "$S" ${FAMILY:+-k "$FAMILY"} "$@"; }
 for i in $(seq 0 $((NA - 1))); do
   CUDA_VISIBLE_DEVICES=$(( i % GPUS )) run --fuzz-backends triton,auto --fuzz-seed "$SEED" --fuzz-shard "$i/$NA" \
     --fuzz-report "/tmp/fz/a$i.json" > "/tmp/fz/a$i.log" 2>&1 &

@@ -10,6 +10,9 @@ tracing and functorch transforms need; a plain eager call gets the same result f
   is: the same saved tensors and the same backward (a double backward differentiates the same ops), without the
   dispatcher round trip. torch builds the same kind of Function inside ``register_autograd``; this one is entered
   directly instead of through the Autograd dispatch key.
+
+Calls that do go through the dispatcher (``torch.ops.tilewright.*``, which is what a torch.compile'd graph runs) get
+the same shortcut from :func:`register_fast_dispatch`'s autograd kernel.
 """
 from __future__ import annotations
 
