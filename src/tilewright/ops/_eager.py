@@ -79,16 +79,28 @@ def call_op(op, *args):
     impl = getattr(op, "_init_fn", None)  # CustomOpDef keeps the decorated function (torch >= 2.4)
     if impl is None or traced():
         return op(*args)
+    result = _run_direct(op, impl, args)
+    return op(*args) if result is _NOT_DIRECT else result
+
+
+_NOT_DIRECT = object()
+
+
+def _run_direct(op, impl, args):
+    """The untraced call's shortcut that :func:`call_op` and the dispatch kernel of :func:`register_fast_dispatch`
+    share: ``impl(*args)`` when autograd records nothing, the op's eager autograd.Function around it when it does,
+    :data:`_NOT_DIRECT` when only the registered op can serve the call (a tensor subclass, or autograd recording an
+    op without a registered backward)."""
     record_grad = False
     grad = torch.is_grad_enabled()
     for t in args:
         if isinstance(t, torch.Tensor):
             if type(t) not in _PLAIN:
-                return op(*args)
+                return _NOT_DIRECT
             record_grad = record_grad or (grad and t.requires_grad)
     if record_grad:
         if getattr(op, "_backward_fn", None) is None or getattr(op, "_setup_context_fn", None) is None:
-            return op(*args)
+            return _NOT_DIRECT
         return _autograd_function(op)(impl, *args)
     return impl(*args)
 
@@ -115,8 +127,8 @@ def register_fast_dispatch(op) -> None:
     Why: a compiled graph calls ``torch.ops.tilewright.<op>`` for every op, and custom_op's own chain - its Autograd
     kernel, a redispatch, the backend wrapper with its alias check and a dynamo-disable wrapper - cost 48 us a call on
     the H100 host against 20 us for the implementation itself (a 512 x 2048 x 2048 GEMM without grad,
-    perf/results/h100/host/op_dispatch_2026-11-26_2225.txt). That is what made the compiled tilewright blocks slower
-    per call than the eager ones.
+    perf/results/h100/host/op_dispatch_2026-11-26_2225_before.txt). That is what made the compiled tilewright
+    blocks slower per call than the eager ones.
 
     How: a kernel registered for the AutogradCPU and AutogradCUDA keys takes precedence over custom_op's kernel for
     the Autograd alias key. For a call :func:`call_op` would run directly (not traced, plain tensors only) it does
@@ -135,21 +147,11 @@ def register_fast_dispatch(op) -> None:
 
     def kernel(keyset, *args, **kwargs):
         if not kwargs and not traced():
-            record_grad = False
-            grad = torch.is_grad_enabled()
-            plain = True
-            for t in args:
-                if isinstance(t, torch.Tensor):
-                    if type(t) not in _PLAIN:
-                        plain = False
-                        break
-                    record_grad = record_grad or (grad and t.requires_grad)
-            if plain and (not record_grad or (op._backward_fn is not None and op._setup_context_fn is not None)):
-                if len(args) < n_args:  # the dispatcher drops trailing arguments equal to their schema defaults
-                    args = tuple(fill_defaults(schema, args, {})[0])
-                if record_grad:
-                    return _autograd_function(op)(impl, *args)
-                return impl(*args)
+            if len(args) < n_args:  # the dispatcher drops trailing arguments equal to their schema defaults
+                args = tuple(fill_defaults(schema, args, {})[0])
+            result = _run_direct(op, impl, args)
+            if result is not _NOT_DIRECT:
+                return result
         return slow(keyset, *args, **kwargs)
 
     lib = torch.library.Library(op._namespace, "FRAGMENT")
