@@ -25,22 +25,26 @@ def _run(q, k, v, causal, **options):
     return out, grads, dout
 
 
-def _compare(B, Hq, Hkv, Sq, Skv, D, causal, dtype, factor_fwd=2.0, factor_bwd=2.0, softcap=0.0):
+def _compare(B, Hq, Hkv, Sq, Skv, D, causal, dtype, factor_fwd=2.0, factor_bwd=2.0, softcap=0.0, window=None,
+             bottom_right=False):
     torch.manual_seed(0)
     q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=dtype, requires_grad=True)
     k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
     v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
-    out, grads, dout = _run(q, k, v, causal, **({"softcap": softcap} if softcap else {}))
+    options = {**({"softcap": softcap} if softcap else {}), **({"window": window} if window else {}),
+               **({"causal_align": "bottom_right"} if bottom_right else {})}
+    out, grads, dout = _run(q, k, v, causal, **options)
     assert torch.isfinite(out).all()
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out64, _ = attention_reference(q64, k64, v64, causal, softcap=softcap)
+    out64, _ = attention_reference(q64, k64, v64, causal, None, bottom_right, softcap, window)
     g64 = torch.autograd.grad(out64, (q64, k64, v64), dout.double())
     del out64
     ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    outl, _ = attention_reference(ql, kl, vl, causal, softcap=softcap)  # torch math attention in the same low precision
+    # torch math attention in the same low precision
+    outl, _ = attention_reference(ql, kl, vl, causal, None, bottom_right, softcap, window)
     gl = torch.autograd.grad(outl, (ql, kl, vl), dout)
-    ref64 = attention_reference(q64.detach(), k64.detach(), v64.detach(), causal,
-                                softcap=softcap)[0]
+    ref64 = attention_reference(q64.detach(), k64.detach(), v64.detach(), causal, None,
+                                bottom_right, softcap, window)[0]
     e_ours = (out.double() - ref64).abs().max().item()
     e_torch = (outl.double() - ref64).abs().max().item()
     assert e_ours <= factor_fwd * e_torch + 1e-5, f"out: {e_ours:.3e} vs torch {e_torch:.3e}"
@@ -88,6 +92,21 @@ def test_new_head_dims(shape, causal, dtype):
 @pytest.mark.parametrize("softcap", [2.0, 30.0])
 def test_softcap(shape, causal, softcap):
     _compare(*shape, causal, torch.bfloat16, softcap=softcap)
+
+
+# issue 15.3: sliding-window attention (Mistral: causal + (W - 1, 0); a symmetric local window; bottom-right aligned)
+@pytest.mark.parametrize("shape,causal,window,bottom_right", [
+    ((1, 4, 2, 2048, 2048, 128), True, (255, 0), False), ((1, 2, 2, 1000, 1500, 64), False, (100, 100), True),
+    ((1, 4, 1, 777, 777, 96), True, (31, None), False), ((1, 2, 2, 1537, 600, 128), True, (64, 0), True)],
+    ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_window(shape, causal, window, bottom_right):
+    _compare(*shape, causal, torch.bfloat16, window=window, bottom_right=bottom_right)
+
+
+def test_window_refuses_a_forced_cuda_forward():
+    q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="sliding window"):
+        tilewright.flash_attention(q, q, q, causal=True, window=(64, 0), backend="cuda")
 
 
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: "x".join(map(str, s)))
