@@ -202,3 +202,46 @@ def test_opcheck_and_compile_gpu():
                       fullgraph=True, backend="aot_eager")
     f(q).backward()
     assert torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("shape,causal,offset,softcap,with_dlse", [
+    ((1, 4, 2, 777, 777, 128), True, 0, 0.0, False),
+    ((2, 2, 2, 300, 1100, 64), True, 800, 0.0, True),
+    ((1, 6, 2, 513, 513, 96), False, 0, 20.0, False),
+], ids=["gqa-causal", "bottom-right-dlse", "softcap-d96"])
+def test_backward_bound_launches_match_the_dispatch_path(shape, causal, offset, softcap, with_dlse):
+    """attention_backward binds its three launches at a signature's first call and launches them directly after: the
+    bound launches on other tensors (new addresses, new values) give bitwise what Triton's dispatch gives."""
+    from tilewright.triton_kernels import attention as A
+
+    B, Hq, Hkv, Sq, Skv, D = shape
+    scale = 1 / D ** 0.5
+
+    def inputs(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        q, do = (torch.randn(B, Hq, Sq, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        k, v = (torch.randn(B, Hkv, Skv, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        out = torch.empty_like(q)
+        lse = torch.empty(B, Hq, Sq, device="cuda", dtype=torch.float32)
+        A.attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset, softcap=softcap)
+        dlse = torch.randn(B, Hq, Sq, device="cuda", generator=g) if with_dlse else None
+        return do, q, k, v, out, lse, dlse
+
+    def backward(t):
+        do, q, k, v, out, lse, dlse = t
+        grads = (torch.full_like(q, float("nan")), torch.full_like(k, float("nan")), torch.full_like(v, float("nan")))
+        A.attention_backward(do, q, k, v, out, lse, *grads, causal, scale, dlse=dlse, causal_offset=offset,
+                             softcap=softcap)
+        return grads
+
+    A._bwd_bound.clear()
+    first = backward(inputs(1))  # Triton's dispatch, binds
+    assert len(A._bwd_bound) == 1
+    second_inputs = inputs(2)
+    bound = backward(second_inputs)  # the bound launches
+    assert len(A._bwd_bound) == 1
+    A._bwd_bound.clear()
+    dispatched = backward(second_inputs)  # Triton's dispatch again, same tensors
+    for a, b in zip(bound, dispatched):
+        assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert not all(torch.equal(a, b) for a, b in zip(first, bound))  # (the inputs did differ)

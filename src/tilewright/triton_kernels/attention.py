@@ -757,7 +757,7 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
 
 def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
     """Launch with ``config`` or the autotuner's pick; while an op records (ops/_fast.py), report the launch bound
-    to its pointer arguments ``roles`` (kernel argument names)."""
+    to its pointer arguments ``roles`` (kernel argument names). Returns (compiled kernel, config)."""
     if kernel_args["USE_TMA"]:
         ensure_allocator()
     if config is not None:
@@ -776,6 +776,7 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
         full = {**kernel_args, **config.all_kwargs()}
         bound_roles = {name: kernel_args[name] for name in roles}
         record(bind(plain, compiled, grid(full), full, bound_roles) if roles else None, bound_roles)
+    return compiled, config
 
 
 def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=None):
@@ -879,12 +880,32 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
     return out, lse
 
 
+# The backward's three launches (delta, dK/dV, dQ) bound per signature: Triton's JIT and autotuner dispatch cost
+# ~0.1 ms of host a launch, and nothing records this launcher for an op-level replay (three launches and a scratch
+# buffer). Key: everything the launches read besides pointers - every tensor's shape, strides, dtype, device and
+# 16 / 128-byte alignment (which decide TMA use and Triton's specialization), the options, the current device.
+_BWD_ROLES_PRE = ("O", "DO", "DLSE", "DELTA")
+_BWD_ROLES_DKDV = ("Q", "K", "V", "DO", "DK", "DV", "LSE", "DELTA")
+_BWD_ROLES_DQ = ("Q", "K", "V", "DO", "DQ", "LSE", "DELTA")
+_bwd_bound: dict = {}
+_BWD_BOUND_MAX = 1024
+
+
+def _tensor_sig(t):
+    if t is None:
+        return None
+    ptr = t.data_ptr()
+    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
+
+
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
                        softcap: float = 0.0, window_offset: int | None = None):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
     contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset``,
-    ``window_offset`` and ``softcap`` as in :func:`attention_forward`."""
+    ``window_offset`` and ``softcap`` as in :func:`attention_forward`. A call with the default configs at a
+    signature seen before launches the three kernels bound at its first call (``_runtime.BoundLaunch``) instead of
+    through Triton's dispatch."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     if B == 0 or Hq == 0:
@@ -894,18 +915,48 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
         dk.zero_()
         dv.zero_()
         return dq, dk, dv
+    key = None
+    if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
+        key = (*(_tensor_sig(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
+               float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device())
+        bound = _bwd_bound.get(key)
+        if bound is not None:
+            delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+            pre, dkdv, dqk = bound
+            pre(out.data_ptr(), do.data_ptr(), (dlse if dlse is not None else delta).data_ptr(), delta.data_ptr())
+            ptr = {"Q": q, "K": k, "V": v, "DO": do, "DK": dk, "DV": dv, "DQ": dq, "LSE": lse, "DELTA": delta}
+            dkdv(*[ptr[r].data_ptr() for r in _BWD_ROLES_DKDV])
+            dqk(*[ptr[r].data_ptr() for r in _BWD_ROLES_DQ])
+            if is_recording():
+                record(None, {})  # as the full path reports: these launches are not an op's single replayable one
+            return dq, dk, dv
     delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     pre_block = 64 if INTERPRET else 128
-    _attn_bwd_preprocess[(triton.cdiv(Sq, pre_block), Hq, B)](
-        out, do, dlse if dlse is not None else delta, delta,
-        out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        Hq, Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HAS_DLSE=dlse is not None, BLOCK_M=pre_block,
-        num_warps=4)
+    pre_grid = (triton.cdiv(Sq, pre_block), Hq, B)
+    pre_args = dict(O=out, DO=do, DLSE=dlse if dlse is not None else delta, DELTA=delta,
+                    stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
+                    stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
+                    Hq=Hq, Sq=Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HAS_DLSE=dlse is not None,
+                    BLOCK_M=pre_block)
+    pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=4)
     args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset,
                                    softcap, window_offset)
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)
-    _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B),
-            args_dkdv, cfg_dkdv, "backward dK/dV")
-    _launch(attn_bwd_dq, _attn_bwd_dq_kernel, lambda m: (triton.cdiv(Sq, m["BLOCK_M2"]), Hq, B),
-            args_dq, cfg_dq, "backward dQ")
+    grid_dkdv = lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B)  # noqa: E731
+    grid_dq = lambda m: (triton.cdiv(Sq, m["BLOCK_M2"]), Hq, B)  # noqa: E731
+    c_dkdv, cfg_dkdv = _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, grid_dkdv, args_dkdv, cfg_dkdv,
+                               "backward dK/dV")
+    c_dq, cfg_dq = _launch(attn_bwd_dq, _attn_bwd_dq_kernel, grid_dq, args_dq, cfg_dq, "backward dQ")
+    if key is not None:
+        full_dkdv = {**args_dkdv, **cfg_dkdv.all_kwargs()}
+        full_dq = {**args_dq, **cfg_dq.all_kwargs()}
+        bound = (bind(_attn_bwd_preprocess, pre_compiled, pre_grid, pre_args,
+                      {r: pre_args[r] for r in _BWD_ROLES_PRE}),
+                 bind(_attn_bwd_dkdv_kernel, c_dkdv, grid_dkdv(full_dkdv), full_dkdv,
+                      {r: full_dkdv[r] for r in _BWD_ROLES_DKDV}),
+                 bind(_attn_bwd_dq_kernel, c_dq, grid_dq(full_dq), full_dq, {r: full_dq[r] for r in _BWD_ROLES_DQ}))
+        if all(b is not None for b in bound):
+            if len(_bwd_bound) >= _BWD_BOUND_MAX:
+                _bwd_bound.clear()
+            _bwd_bound[key] = bound
     return dq, dk, dv
