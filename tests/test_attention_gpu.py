@@ -204,12 +204,13 @@ def test_opcheck_and_compile_gpu():
     assert torch.isfinite(q.grad).all()
 
 
-@pytest.mark.parametrize("shape,causal,offset,softcap,with_dlse", [
-    ((1, 4, 2, 777, 777, 128), True, 0, 0.0, False),
-    ((2, 2, 2, 300, 1100, 64), True, 800, 0.0, True),
-    ((1, 6, 2, 513, 513, 96), False, 0, 20.0, False),
-], ids=["gqa-causal", "bottom-right-dlse", "softcap-d96"])
-def test_backward_bound_launches_match_the_dispatch_path(shape, causal, offset, softcap, with_dlse):
+@pytest.mark.parametrize("shape,causal,offset,softcap,with_dlse,window_offset", [
+    ((1, 4, 2, 777, 777, 128), True, 0, 0.0, False, None),
+    ((2, 2, 2, 300, 1100, 64), True, 800, 0.0, True, None),
+    ((1, 6, 2, 513, 513, 96), False, 0, 20.0, False, None),
+    ((1, 4, 2, 900, 900, 128), True, 0, 0.0, False, -200),
+], ids=["gqa-causal", "bottom-right-dlse", "softcap-d96", "window"])
+def test_backward_bound_launches_match_the_dispatch_path(shape, causal, offset, softcap, with_dlse, window_offset):
     """attention_backward binds its three launches at a signature's first call and launches them directly after: the
     bound launches on other tensors (new addresses, new values) give bitwise what Triton's dispatch gives."""
     from tilewright.triton_kernels import attention as A
@@ -223,7 +224,8 @@ def test_backward_bound_launches_match_the_dispatch_path(shape, causal, offset, 
         k, v = (torch.randn(B, Hkv, Skv, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
         out = torch.empty_like(q)
         lse = torch.empty(B, Hq, Sq, device="cuda", dtype=torch.float32)
-        A.attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset, softcap=softcap)
+        A.attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset, softcap=softcap,
+                            window_offset=window_offset)
         dlse = torch.randn(B, Hq, Sq, device="cuda", generator=g) if with_dlse else None
         return do, q, k, v, out, lse, dlse
 
@@ -231,7 +233,7 @@ def test_backward_bound_launches_match_the_dispatch_path(shape, causal, offset, 
         do, q, k, v, out, lse, dlse = t
         grads = (torch.full_like(q, float("nan")), torch.full_like(k, float("nan")), torch.full_like(v, float("nan")))
         A.attention_backward(do, q, k, v, out, lse, *grads, causal, scale, dlse=dlse, causal_offset=offset,
-                             softcap=softcap)
+                             softcap=softcap, window_offset=window_offset)
         return grads
 
     A._bwd_bound.clear()
