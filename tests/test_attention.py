@@ -204,8 +204,8 @@ def test_sdpa_drop_in():
      TypeError, "^k: dtype"),
     (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 32), torch.randn(1, 2, 8, 64)), ValueError,
      "^k: head dim 32"),
-    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 32)), ValueError,
-     "^v: head dim 32"),
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 12)), ValueError,
+     "^v: value head dim 12 is not supported"),  # (a supported one of its own runs: test_attention_value_dim.py)
     (lambda: (torch.randn(1, 6, 8, 64), torch.randn(1, 4, 8, 64), torch.randn(1, 4, 8, 64)), ValueError,
      "^k: 4 kv heads do not divide"),
     (lambda: (torch.randn(2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)), ValueError, "^q: expected 4-D"),
@@ -368,7 +368,7 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
 
 def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16", causal: bool = True,
                       dot_precision: str = "tf32", use_tma: bool = True, softcap: bool = False,
-                      window: bool = False) -> dict:
+                      window: bool = False, head_dim_v: int | None = None) -> dict:
     """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd") or dK/dV ("dkdv") kernel at
     head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on contiguous tensors (a row
     stride of D elements is 16-divisible only when D % 16 == 0)."""
@@ -390,6 +390,7 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
                 name=f"{kernel} D={D}",
                 constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), CAUSAL=causal, UPCAST=False,
                                 DOT_PRECISION=dot_precision, USE_TMA=use_tma, HAS_SOFTCAP=softcap, WINDOW=window,
+                                HEAD_DIM_V=head_dim_v or D, HEAD_DIM_V_PAD=A.head_dim_pad(head_dim_v or D),
                                 **{names[0]: bm, names[1]: bn}))
 
 
@@ -540,3 +541,18 @@ def test_window_kernels_compile_for_sm90_without_new_spills():
         assert windowed.has("HGMMA")
         assert windowed.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 2]["name"], plain.spill_bytes,
                                                                   windowed.spill_bytes)
+
+
+def test_value_head_dim_kernels_compile_for_sm90():
+    """DeepSeek MLA's head dims (q/k 192, v 128) on the 256 class's default tiles: the forward spill-free with wgmma
+    for sm_90a, the dK/dV kernel spilling no more than at 192 / 192 (the class spills already, see _DKDV_TILES)."""
+    from tilewright.triton_kernels import attention as A
+    from tilewright.triton_kernels.aot import compile_reports
+
+    jobs = [attention_aot_job(kernel, 192, table[256][0], head_dim_v=dv)
+            for kernel, table in (("fwd", A._FWD_TILES), ("dkdv", A._DKDV_TILES)) for dv in (192, 128)]
+    fwd_same, fwd_mla, dkdv_same, dkdv_mla = compile_reports(jobs)
+    for rep in (fwd_same, fwd_mla, dkdv_same, dkdv_mla):
+        assert rep.has("HGMMA")
+    assert fwd_mla.spill_bytes == 0
+    assert dkdv_mla.spill_bytes <= dkdv_same.spill_bytes, (dkdv_mla.spill_bytes, dkdv_same.spill_bytes)

@@ -26,11 +26,11 @@ def _run(q, k, v, causal, **options):
 
 
 def _compare(B, Hq, Hkv, Sq, Skv, D, causal, dtype, factor_fwd=2.0, factor_bwd=2.0, softcap=0.0, window=None,
-             bottom_right=False):
+             bottom_right=False, head_dim_v=None):
     torch.manual_seed(0)
     q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=dtype, requires_grad=True)
     k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
-    v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(B, Hkv, Skv, head_dim_v or D, device="cuda", dtype=dtype, requires_grad=True)
     options = {**({"softcap": softcap} if softcap else {}), **({"window": window} if window else {}),
                **({"causal_align": "bottom_right"} if bottom_right else {})}
     out, grads, dout = _run(q, k, v, causal, **options)
@@ -101,6 +101,22 @@ def test_softcap(shape, causal, softcap):
     ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 def test_window(shape, causal, window, bottom_right):
     _compare(*shape, causal, torch.bfloat16, window=window, bottom_right=bottom_right)
+
+
+# issue 15.3: a value head dim of its own (DeepSeek MLA: 192 / 128), and a narrower one at the 128 class
+@pytest.mark.parametrize("shape,dv,causal", [((1, 4, 2, 1024, 1024, 192), 128, True),
+                                             ((1, 2, 2, 700, 900, 128), 64, False),
+                                             ((2, 4, 1, 513, 513, 64), 128, True)],
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_value_head_dim(shape, dv, causal):
+    _compare(*shape, causal, torch.bfloat16, head_dim_v=dv)
+
+
+def test_value_head_dim_refuses_a_forced_cuda_forward():
+    q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="value head dim must equal"):
+        tilewright.flash_attention(q, q, v, causal=True, backend="cuda")
 
 
 def test_window_refuses_a_forced_cuda_forward():

@@ -27,7 +27,7 @@ Semantics (documented contract):
   in SDPA's fused kernels: keys in a loaded tile meet a zero probability (0 * NaN = NaN), keys past it are not read.
   An Inf in v gives Inf in the outputs that weigh it, or NaN where the weight underflowed to exactly 0 in fp32.
 * lse: natural-log logsumexp of the scaled scores, fp32, (B, Hq, Sq); it is differentiable.
-* the output has q's layout (``torch.empty_like(q)``).
+* the output has q's layout (``torch.empty_like(q)``; with a value head dim of its own, q's dim order with Dv last).
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend,
     windowed = window_offset is not None or (upper and not causal)
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)  # the kernels assume a unit stride along D
     q, scale, _ = _nonnegative_scale(q, scale)
-    out = torch.empty_like(q)
+    out = _out_like(q, v.shape[-1])
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     decision = router.decide("attention", q, k, v, backend=backend)
     choice = decision.backend
@@ -114,10 +114,12 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend,
         out.copy_(o32)
         lse.copy_(l32)
         return out, lse
-    if choice == "cuda" and (offset or softcap or windowed):
-        # the sm_90a forward masks top-left causal only and has no soft cap: those run in Triton
+    value_dim = v.shape[-1] != q.shape[-1]
+    if choice == "cuda" and (offset or softcap or windowed or value_dim):
+        # the sm_90a forward masks top-left causal only, has no soft cap and one head dim: the rest runs in Triton
         if decision.forced:
-            what = ("mask is top-left causal only (no sliding window)" if windowed else
+            what = ("value head dim must equal the query's" if value_dim else
+                    "mask is top-left causal only (no sliding window)" if windowed else
                     "causal mask is top-left only (causal_align='bottom_right' with Sq != Skv)" if offset else
                     "scores have no soft cap (softcap=)")
             raise ValueError(f"flash_attention: backend 'cuda' was forced but the CUDA forward's {what}; use "
@@ -140,7 +142,7 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend,
 @flash_attn_fwd_op.register_fake
 def _(q, k, v, causal, bottom_right, scale, softcap, backend, window_left=-1, window_right=-1):
     B, Hq, Sq, _ = q.shape
-    return torch.empty_like(q), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+    return _out_like(q, v.shape[-1]), q.new_empty((B, Hq, Sq), dtype=torch.float32)
 
 
 @torch.library.custom_op("tilewright::flash_attn_bwd", mutates_args=())
@@ -230,9 +232,10 @@ def _check(q, k, v, names=("q", "k", "v")) -> None:
                          f"{nq} (B, Hq, Sq, D) and {nk}/{nv} (B, Hkv, Skv, D)")
     if k.shape[-1] != D:
         raise ValueError(f"{nk}: head dim {k.shape[-1]} differs from {nq}'s head dim {D}; they must be equal")
-    if v.shape[-1] != D:
-        raise ValueError(f"{nv}: head dim {v.shape[-1]} differs from {nq}'s head dim {D}; a different value head "
-                         "dim is not supported")
+    if v.shape[-1] != D and _head_dim_problem(v.shape[-1]):
+        raise ValueError(f"{nv}: value head dim {v.shape[-1]} is not supported: {_head_dim_problem(v.shape[-1])}; it "
+                         f"may differ from {nq}'s {D} (e.g. 128 against 192) but must itself be one of "
+                         f"{HEAD_DIMS_TEXT}")
     if k.shape[1:3] != v.shape[1:3]:
         raise ValueError(f"{nv}: shape {tuple(v.shape)} must match {nk}'s {tuple(k.shape)} in heads and length")
     Hkv = k.shape[1]
@@ -241,7 +244,7 @@ def _check(q, k, v, names=("q", "k", "v")) -> None:
     problem = _head_dim_problem(D)
     if problem:
         raise ValueError(f"{nq}: head dim {D} is not supported: {problem}; flash attention takes {HEAD_DIMS_TEXT} "
-                         f"- q, k and v share it")
+                         f"- q and k share it")
 
 
 def _nonnegative_scale(q: torch.Tensor, scale: float):
@@ -296,6 +299,17 @@ def _check_window(window, causal) -> tuple[int, int]:
     return sides[0], sides[1]
 
 
+def _out_like(q: torch.Tensor, head_dim_v: int) -> torch.Tensor:
+    """The attention output: q's shape with the value head dim last, in q's dim order (a (B, S, H, D) tensor's
+    (B, H, S, D) view gives a (B, S, H, Dv) tensor's view, so the caller's transpose back stays free)."""
+    if head_dim_v == q.shape[-1]:
+        return torch.empty_like(q)
+    order = sorted(range(q.dim()), key=lambda d: (-q.stride(d), d))  # outermost first
+    shape = [*q.shape[:-1], head_dim_v]
+    dense = q.new_empty([shape[d] for d in order])
+    return dense.permute([order.index(d) for d in range(q.dim())])
+
+
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
@@ -346,9 +360,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     """Softmax attention ``softmax(scale * q @ k^T) @ v`` in one flash-attention kernel (forward and backward).
 
     Args:
-        q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA/MQA without copies). float16 / bfloat16
-            (float32 is accepted and computed in IEEE fp32, slowly). Any strides with a unit last dim, e.g. a
-            (B, S, H, D) tensor ``.transpose(1, 2)``. D: a multiple of 8 from 8 to 256 (others: ValueError).
+        q, k: (B, Hq, Sq, D), (B, Hkv, Skv, D); v: (B, Hkv, Skv, Dv), with Hq % Hkv == 0 (GQA/MQA without copies).
+            float16 / bfloat16 (float32 is accepted and computed in IEEE fp32, slowly). Any strides with a unit last
+            dim, e.g. a (B, S, H, D) tensor ``.transpose(1, 2)``. D and Dv: multiples of 8 from 8 to 256 (others:
+            ValueError); Dv may differ from D (DeepSeek MLA: 192 / 128) and then runs in Triton.
         causal: causal mask, top-left aligned by default, identical to SDPA's ``is_causal=True``: query i sees key
             j iff j <= i.
         scale: score scale (default 1/sqrt(D)).
@@ -370,7 +385,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             outside the window are skipped, not masked, so the cost falls with the window. A row that sees no key
             gives output 0, LSE -inf and zero gradients. Runs in Triton.
     Returns:
-        out (B, Hq, Sq, D) with q's layout, or (out, lse).
+        out (B, Hq, Sq, Dv) in q's dim order, or (out, lse).
     """
     key = None
     if type(causal_align) is str and type(softcap) in (float, int, type(None)) and window is None:

@@ -238,7 +238,8 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
                start_m, lo, hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-               DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
+               DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW: tl.constexpr,
+               HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr):
     DTYPE: tl.constexpr = k_base.dtype.element_ty
     if HAS_SOFTCAP:  # the scores below arrive capped and in the log2 domain already
         qk_scale = 1.0
@@ -266,7 +267,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
         alpha = tl.math.exp2(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM_V, HEAD_DIM_V_PAD, MASKED, USE_TMA,
                           UPCAST)
         acc = dot_accumulate(_operand(p, DTYPE, UPCAST), v, acc, zero, DOT_PRECISION)
         m_i = m_ij
@@ -289,7 +290,10 @@ def _attn_fwd_kernel(
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
+    HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # value / output head dim (0: HEAD_DIM's)
 ):
+    V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
+    V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
     k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
@@ -297,8 +301,8 @@ def _attn_fwd_kernel(
     o_base = _head_base(O, off_b, off_h, stride_ob, stride_oh)
     q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
     k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    o_desc = _tile_desc(o_base, Sq, stride_os, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N, V_DIM, V_DIM_PAD, USE_TMA)
+    o_desc = _tile_desc(o_base, Sq, stride_os, BLOCK_M, V_DIM, V_DIM_PAD, USE_TMA)
 
     start_m = pid_m * BLOCK_M
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
@@ -307,7 +311,7 @@ def _attn_fwd_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, V_DIM_PAD], dtype=tl.float32)
     hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M, BLOCK_N, CAUSAL)
     if WINDOW:
         # key blocks below the window's lower edge are never loaded; [lo, lo_full) straddle it (masked), then the
@@ -316,24 +320,29 @@ def _attn_fwd_kernel(
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
                                    start_m, lo, tl.minimum(lo_full, hi), Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
                                    softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL,
-                                   USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                                   USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
                                    start_m, lo_full, hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
                                    softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL,
-                                   USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                                   USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
                                    start_m, tl.maximum(hi_full, lo_full), hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET,
                                    qk_scale, softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True,
-                                   CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                                   CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
     else:
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
                                    start_m, 0, hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
                                    softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA,
-                                   UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                                   UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
                                    start_m, hi_full, hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
                                    softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA,
-                                   UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                                   UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
     # l_i == 0: every visible score is -inf, or no key is visible (bottom-right causal with Sq > Skv: the first
     # Sq - Skv rows): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN, which propagates.
     empty = l_i == 0.0
@@ -345,7 +354,7 @@ def _attn_fwd_kernel(
     lse_ptrs = LSE + (off_b * Hq + off_h) * Sq + offs_m
     tl.store(lse_ptrs, lse, mask=offs_m < Sq)
     _store_rows(o_desc, o_base, start_m, Sq, stride_os, acc.to(O.dtype.element_ty),
-                BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+                BLOCK_M, V_DIM, V_DIM_PAD, USE_TMA)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -393,12 +402,13 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
                 start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                 MASK_ROWS: tl.constexpr, CAUSAL_MASK: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-                DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW_MASK: tl.constexpr = False):
+                DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW_MASK: tl.constexpr,
+                HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr):
     DTYPE: tl.constexpr = q_base.dtype.element_ty
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA,
                       UPCAST)
-    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA,
-                       UPCAST)
+    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM_V, HEAD_DIM_V_PAD, MASK_ROWS,
+                       USE_TMA, UPCAST)
     m, delta = _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M, MASK_ROWS)
     qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M)
     if HAS_SOFTCAP:
@@ -441,7 +451,10 @@ def _attn_bwd_dkdv_kernel(
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
+    HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # as in the forward
 ):
+    V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
+    V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     start_n = tl.program_id(0) * BLOCK_N1
     off_hk = tl.program_id(1)
     off_b = tl.program_id(2).to(tl.int64)
@@ -450,15 +463,15 @@ def _attn_bwd_dkdv_kernel(
     dk_base = _head_base(DK, off_b, off_hk, stride_dkb, stride_dkh)
     dv_base = _head_base(DV, off_b, off_hk, stride_dvb, stride_dvh)
     k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
     dk_desc = _tile_desc(dk_base, Skv, stride_dks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    dv_desc = _tile_desc(dv_base, Skv, stride_dvs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    dv_desc = _tile_desc(dv_base, Skv, stride_dvs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
     k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
-    v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
+    v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
     softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N1, V_DIM_PAD], dtype=tl.float32)
 
     sq_full = (Sq // BLOCK_M1) * BLOCK_M1
     if CAUSAL:
@@ -493,34 +506,34 @@ def _attn_bwd_dkdv_kernel(
         do_base = _head_base(DO, off_b, off_h, stride_dob, stride_doh)
         row_base = (off_b * Hq + off_h) * Sq
         q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-        do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+        do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, V_DIM, V_DIM_PAD, USE_TMA)
         for start_m in range(diag_lo, diag_hi, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
                                  row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
                                  softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, True, USE_TMA, UPCAST,
-                                 DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                                 DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM, V_DIM_PAD)
         for start_m in tl.range(full_lo, b_hi, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
                                  row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
                                  softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False, False, USE_TMA,
-                                 UPCAST, DOT_PRECISION, HAS_SOFTCAP, False)
+                                 UPCAST, DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
         if WINDOW:
             for start_m in range(c_lo, q_hi, BLOCK_M1):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE,
                                      DELTA, row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
                                      softcap_log2, softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True,
-                                     CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, True)
+                                     CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, True, V_DIM, V_DIM_PAD)
         elif tail_lo < Sq:
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
                                  row_base, tail_lo, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
                                  softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False, USE_TMA, UPCAST,
-                                 DOT_PRECISION, HAS_SOFTCAP, False)
+                                 DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
 
     dk = dk * sm_scale
     _store_rows(dk_desc, dk_base, start_n, Skv, stride_dks, dk.to(DK.dtype.element_ty),
                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
     _store_rows(dv_desc, dv_base, start_n, Skv, stride_dvs, dv.to(DV.dtype.element_ty),
-                BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+                BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
 
 
 @triton.jit
@@ -528,7 +541,8 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
               CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
+              DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW: tl.constexpr,
+              HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr):
     DTYPE: tl.constexpr = k_base.dtype.element_ty
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -536,7 +550,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
                           UPCAST)
-        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM_V, HEAD_DIM_V_PAD, MASKED, USE_TMA,
                           UPCAST)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if HAS_SOFTCAP:
@@ -569,7 +583,10 @@ def _attn_bwd_dq_kernel(
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
+    HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # as in the forward
 ):
+    V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
+    V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     start_m = pid_m * BLOCK_M2
     q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
@@ -578,13 +595,12 @@ def _attn_bwd_dq_kernel(
     v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
     dq_base = _head_base(DQ, off_b, off_h, stride_dqb, stride_dqh)
     q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, USE_TMA)
     k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N2, V_DIM, V_DIM_PAD, USE_TMA)
     dq_desc = _tile_desc(dq_base, Sq, stride_dqs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
-    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA,
-                       UPCAST)
+    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
     m, delta = _load_stats(LSE, DELTA, (off_b * Hq + off_h) * Sq, start_m, Sq, BLOCK_M2, True)
     qk_scale = sm_scale * 1.4426950408889634
     softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
@@ -595,24 +611,26 @@ def _attn_bwd_dq_kernel(
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo,
                        tl.minimum(lo_full, hi), Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
                        softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST,
-                       DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                       DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                       V_DIM_PAD)
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo_full,
                        hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
                        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
-                       WINDOW)
+                       WINDOW, V_DIM, V_DIM_PAD)
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m,
                        tl.maximum(hi_full, lo_full), hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
                        softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST,
-                       DOT_PRECISION, HAS_SOFTCAP, WINDOW)
+                       DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                       V_DIM_PAD)
     else:
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, 0,
                        hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
                        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
-                       WINDOW)
+                       WINDOW, V_DIM, V_DIM_PAD)
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, hi_full,
                        hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
                        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
-                       WINDOW)
+                       WINDOW, V_DIM, V_DIM_PAD)
     dq = dq * sm_scale
     _store_rows(dq_desc, dq_base, start_m, Sq, stride_dqs, dq.to(DQ.dtype.element_ty),
                 BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
@@ -692,7 +710,8 @@ def _pruner(tma_table, ptr_table, names):
             bm, bn, w, st = _FP32_TILES[names[0]]
             return [triton.Config({names[0]: bm, names[1]: bn}, num_warps=w, num_stages=st)]
         table = tma_table if args["USE_TMA"] else ptr_table
-        wanted = table[_tile_class(args["HEAD_DIM_PAD"])]
+        # the wider of the two head dims picks the tiles (a value head dim of its own: q k^T's and P V's widths)
+        wanted = table[_tile_class(max(args["HEAD_DIM_PAD"], args.get("HEAD_DIM_V_PAD", 0)))]
         kept = [c for c in configs if (c.kwargs[names[0]], c.kwargs[names[1]], c.num_warps, c.num_stages) in wanted]
         kept = kept or configs[:1]
         if not full_autotune():
@@ -779,9 +798,11 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
     return compiled, config
 
 
-def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=None):
+def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=None, head_dim_v=None):
     D = q.shape[-1]
-    return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), CAUSAL=bool(causal), CAUSAL_OFFSET=int(causal_offset),
+    Dv = D if head_dim_v is None else head_dim_v
+    return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HEAD_DIM_V=Dv, HEAD_DIM_V_PAD=head_dim_pad(Dv),
+                CAUSAL=bool(causal), CAUSAL_OFFSET=int(causal_offset),
                 SOFTCAP=float(softcap), HAS_SOFTCAP=softcap > 0,
                 WINDOW=window_offset is not None, WINDOW_OFFSET=int(window_offset or 0),
                 UPCAST=INTERPRET and q.dtype == torch.bfloat16,
@@ -800,7 +821,7 @@ def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0, sof
                 stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
                 stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
                 Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv,
-                **_common(q, k, causal, use_tma, causal_offset, softcap, window_offset))
+                **_common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1]))
 
 
 def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0,
@@ -809,7 +830,7 @@ def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, ca
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
         use_tma = tma_ok(q, k, v, do, dq, dk, dv)
-    common = _common(q, k, causal, use_tma, causal_offset, softcap, window_offset)
+    common = _common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1])
     base = dict(Q=q, K=k, V=v, DO=do)
     strides = dict(stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
                    stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
@@ -936,7 +957,8 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     pre_args = dict(O=out, DO=do, DLSE=dlse if dlse is not None else delta, DELTA=delta,
                     stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
                     stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
-                    Hq=Hq, Sq=Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HAS_DLSE=dlse is not None,
+                    Hq=Hq, Sq=Sq, HEAD_DIM=do.shape[-1], HEAD_DIM_PAD=head_dim_pad(do.shape[-1]),
+                    HAS_DLSE=dlse is not None,
                     BLOCK_M=pre_block)
     pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=4)
     args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset,
