@@ -204,8 +204,8 @@ def test_sdpa_drop_in():
      TypeError, "^k: dtype"),
     (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 32), torch.randn(1, 2, 8, 64)), ValueError,
      "^k: head dim 32"),
-    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 32)), ValueError,
-     "^v: head dim 32"),
+    (lambda: (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 12)), ValueError,
+     "^v: value head dim 12 is not supported"),  # (a supported one of its own runs: test_attention_value_dim.py)
     (lambda: (torch.randn(1, 6, 8, 64), torch.randn(1, 4, 8, 64), torch.randn(1, 4, 8, 64)), ValueError,
      "^k: 4 kv heads do not divide"),
     (lambda: (torch.randn(2, 8, 64), torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)), ValueError, "^q: expected 4-D"),
@@ -367,7 +367,8 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
 
 
 def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16", causal: bool = True,
-                      dot_precision: str = "tf32", use_tma: bool = True, softcap: bool = False) -> dict:
+                      dot_precision: str = "tf32", use_tma: bool = True, softcap: bool = False,
+                      window: bool = False, head_dim_v: int | None = None) -> dict:
     """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd") or dK/dV ("dkdv") kernel at
     head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on contiguous tensors (a row
     stride of D elements is 16-divisible only when D % 16 == 0)."""
@@ -380,7 +381,7 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
     stats = ("LSE",) if fwd else ("LSE", "DELTA")
     sig = {**{p: f"*{dtype}" for p in ptrs}, **{s: "*fp32" for s in stats}, "sm_scale": "fp32",
            **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
-           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32", "CAUSAL_OFFSET": "i32", "SOFTCAP": "fp32"}
+           "SQ_BUCKET": "i32", "SKV_BUCKET": "i32", "CAUSAL_OFFSET": "i32", "SOFTCAP": "fp32", "WINDOW_OFFSET": "i32"}
     div = (*ptrs, *stats, *(s for s in strides if not s.endswith("s") or D % 16 == 0), "SQ_BUCKET", "SKV_BUCKET")
     bm, bn, warps, stages = tiles
     names = A._FWD_NAMES if fwd else A._DKDV_NAMES
@@ -388,7 +389,8 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
                 signature=sig, arch=90, num_warps=warps, num_stages=stages, divisible_by_16=div,
                 name=f"{kernel} D={D}",
                 constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), CAUSAL=causal, UPCAST=False,
-                                DOT_PRECISION=dot_precision, USE_TMA=use_tma, HAS_SOFTCAP=softcap,
+                                DOT_PRECISION=dot_precision, USE_TMA=use_tma, HAS_SOFTCAP=softcap, WINDOW=window,
+                                HEAD_DIM_V=head_dim_v or D, HEAD_DIM_V_PAD=A.head_dim_pad(head_dim_v or D),
                                 **{names[0]: bm, names[1]: bn}))
 
 
@@ -405,7 +407,7 @@ def test_dkdv_kernel_builds_for_one_query_row_with_tma():
              "print([p.name for p in ta._attn_bwd_dkdv_kernel.params if p.do_not_specialize])")
     env = dict(__import__("os").environ, TRITON_INTERPRET="0")
     names = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
-    assert names.stdout.strip().splitlines()[-1] == "['Sq', 'CAUSAL_OFFSET']"
+    assert names.stdout.strip().splitlines()[-1] == "['Sq', 'CAUSAL_OFFSET', 'WINDOW_OFFSET']"
     rep, = compile_reports([attention_aot_job("dkdv", 64, (32, 128, 8, 3), dtype="fp16", causal=False)])
     assert rep.has("HGMMA") or rep.has("HMMA")
 
@@ -520,3 +522,37 @@ def test_softcap_kernels_compile_for_sm90_without_new_spills():
         assert capped.has("HGMMA")
         assert capped.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 1]["name"], plain.spill_bytes,
                                                                 capped.spill_bytes)
+
+
+def test_window_kernels_compile_for_sm90_without_new_spills():
+    """The sliding window (issue 15.3) adds a lower band edge: one more masked key range in the forward and dQ, one
+    more masked query range in dK/dV. The forward at head dim 64 and 128 stays spill-free with wgmma for sm_90a; the
+    dK/dV kernel (which spills at class 128 already, see _DKDV_TILES) spills at most 128 bytes more."""
+    from tilewright.triton_kernels import attention as A
+    from tilewright.triton_kernels.aot import compile_reports
+
+    fwd = [attention_aot_job("fwd", D, A._FWD_TILES[D][0], window=True) for D in (64, 128)]
+    dkdv = [attention_aot_job("dkdv", D, A._DKDV_TILES[D][0], window=w) for D in (64, 128) for w in (False, True)]
+    reps = compile_reports(fwd + dkdv)
+    for job, rep in zip(fwd, reps[:2]):
+        assert rep.has("HGMMA") and rep.spill_bytes == 0, (job["name"], rep.spill_bytes, rep.registers)
+    for i in range(2, len(reps), 2):
+        plain, windowed = reps[i], reps[i + 1]
+        assert windowed.has("HGMMA")
+        assert windowed.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 2]["name"], plain.spill_bytes,
+                                                                  windowed.spill_bytes)
+
+
+def test_value_head_dim_kernels_compile_for_sm90():
+    """DeepSeek MLA's head dims (q/k 192, v 128) on the 256 class's default tiles: the forward spill-free with wgmma
+    for sm_90a, the dK/dV kernel spilling no more than at 192 / 192 (the class spills already, see _DKDV_TILES)."""
+    from tilewright.triton_kernels import attention as A
+    from tilewright.triton_kernels.aot import compile_reports
+
+    jobs = [attention_aot_job(kernel, 192, table[256][0], head_dim_v=dv)
+            for kernel, table in (("fwd", A._FWD_TILES), ("dkdv", A._DKDV_TILES)) for dv in (192, 128)]
+    fwd_same, fwd_mla, dkdv_same, dkdv_mla = compile_reports(jobs)
+    for rep in (fwd_same, fwd_mla, dkdv_same, dkdv_mla):
+        assert rep.has("HGMMA")
+    assert fwd_mla.spill_bytes == 0
+    assert dkdv_mla.spill_bytes <= dkdv_same.spill_bytes, (dkdv_mla.spill_bytes, dkdv_same.spill_bytes)

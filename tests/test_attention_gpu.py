@@ -25,22 +25,26 @@ def _run(q, k, v, causal, **options):
     return out, grads, dout
 
 
-def _compare(B, Hq, Hkv, Sq, Skv, D, causal, dtype, factor_fwd=2.0, factor_bwd=2.0, softcap=0.0):
+def _compare(B, Hq, Hkv, Sq, Skv, D, causal, dtype, factor_fwd=2.0, factor_bwd=2.0, softcap=0.0, window=None,
+             bottom_right=False, head_dim_v=None):
     torch.manual_seed(0)
     q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=dtype, requires_grad=True)
     k = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
-    v = torch.randn(B, Hkv, Skv, D, device="cuda", dtype=dtype, requires_grad=True)
-    out, grads, dout = _run(q, k, v, causal, **({"softcap": softcap} if softcap else {}))
+    v = torch.randn(B, Hkv, Skv, head_dim_v or D, device="cuda", dtype=dtype, requires_grad=True)
+    options = {**({"softcap": softcap} if softcap else {}), **({"window": window} if window else {}),
+               **({"causal_align": "bottom_right"} if bottom_right else {})}
+    out, grads, dout = _run(q, k, v, causal, **options)
     assert torch.isfinite(out).all()
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out64, _ = attention_reference(q64, k64, v64, causal, softcap=softcap)
+    out64, _ = attention_reference(q64, k64, v64, causal, None, bottom_right, softcap, window)
     g64 = torch.autograd.grad(out64, (q64, k64, v64), dout.double())
     del out64
     ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    outl, _ = attention_reference(ql, kl, vl, causal, softcap=softcap)  # torch math attention in the same low precision
+    # torch math attention in the same low precision
+    outl, _ = attention_reference(ql, kl, vl, causal, None, bottom_right, softcap, window)
     gl = torch.autograd.grad(outl, (ql, kl, vl), dout)
-    ref64 = attention_reference(q64.detach(), k64.detach(), v64.detach(), causal,
-                                softcap=softcap)[0]
+    ref64 = attention_reference(q64.detach(), k64.detach(), v64.detach(), causal, None,
+                                bottom_right, softcap, window)[0]
     e_ours = (out.double() - ref64).abs().max().item()
     e_torch = (outl.double() - ref64).abs().max().item()
     assert e_ours <= factor_fwd * e_torch + 1e-5, f"out: {e_ours:.3e} vs torch {e_torch:.3e}"
@@ -88,6 +92,37 @@ def test_new_head_dims(shape, causal, dtype):
 @pytest.mark.parametrize("softcap", [2.0, 30.0])
 def test_softcap(shape, causal, softcap):
     _compare(*shape, causal, torch.bfloat16, softcap=softcap)
+
+
+# issue 15.3: sliding-window attention (Mistral: causal + (W - 1, 0); a symmetric local window; bottom-right aligned)
+@pytest.mark.parametrize("shape,causal,window,bottom_right", [
+    ((1, 4, 2, 2048, 2048, 128), True, (255, 0), False), ((1, 2, 2, 1000, 1500, 64), False, (100, 100), True),
+    ((1, 4, 1, 777, 777, 96), True, (31, None), False), ((1, 2, 2, 1537, 600, 128), True, (64, 0), True)],
+    ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_window(shape, causal, window, bottom_right):
+    _compare(*shape, causal, torch.bfloat16, window=window, bottom_right=bottom_right)
+
+
+# issue 15.3: a value head dim of its own (DeepSeek MLA: 192 / 128), and a narrower one at the 128 class
+@pytest.mark.parametrize("shape,dv,causal", [((1, 4, 2, 1024, 1024, 192), 128, True),
+                                             ((1, 2, 2, 700, 900, 128), 64, False),
+                                             ((2, 4, 1, 513, 513, 64), 128, True)],
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_value_head_dim(shape, dv, causal):
+    _compare(*shape, causal, torch.bfloat16, head_dim_v=dv)
+
+
+def test_value_head_dim_refuses_a_forced_cuda_forward():
+    q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="value head dim must equal"):
+        tilewright.flash_attention(q, q, v, causal=True, backend="cuda")
+
+
+def test_window_refuses_a_forced_cuda_forward():
+    q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="sliding window"):
+        tilewright.flash_attention(q, q, q, causal=True, window=(64, 0), backend="cuda")
 
 
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -183,3 +218,48 @@ def test_opcheck_and_compile_gpu():
                       fullgraph=True, backend="aot_eager")
     f(q).backward()
     assert torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("shape,causal,offset,softcap,with_dlse,window_offset", [
+    ((1, 4, 2, 777, 777, 128), True, 0, 0.0, False, None),
+    ((2, 2, 2, 300, 1100, 64), True, 800, 0.0, True, None),
+    ((1, 6, 2, 513, 513, 96), False, 0, 20.0, False, None),
+    ((1, 4, 2, 900, 900, 128), True, 0, 0.0, False, -200),
+], ids=["gqa-causal", "bottom-right-dlse", "softcap-d96", "window"])
+def test_backward_bound_launches_match_the_dispatch_path(shape, causal, offset, softcap, with_dlse, window_offset):
+    """attention_backward binds its three launches at a signature's first call and launches them directly after: the
+    bound launches on other tensors (new addresses, new values) give bitwise what Triton's dispatch gives."""
+    from tilewright.triton_kernels import attention as A
+
+    B, Hq, Hkv, Sq, Skv, D = shape
+    scale = 1 / D ** 0.5
+
+    def inputs(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        q, do = (torch.randn(B, Hq, Sq, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        k, v = (torch.randn(B, Hkv, Skv, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        out = torch.empty_like(q)
+        lse = torch.empty(B, Hq, Sq, device="cuda", dtype=torch.float32)
+        A.attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset, softcap=softcap,
+                            window_offset=window_offset)
+        dlse = torch.randn(B, Hq, Sq, device="cuda", generator=g) if with_dlse else None
+        return do, q, k, v, out, lse, dlse
+
+    def backward(t):
+        do, q, k, v, out, lse, dlse = t
+        grads = (torch.full_like(q, float("nan")), torch.full_like(k, float("nan")), torch.full_like(v, float("nan")))
+        A.attention_backward(do, q, k, v, out, lse, *grads, causal, scale, dlse=dlse, causal_offset=offset,
+                             softcap=softcap, window_offset=window_offset)
+        return grads
+
+    A._bwd_bound.clear()
+    first = backward(inputs(1))  # Triton's dispatch, binds
+    assert len(A._bwd_bound) == 1
+    second_inputs = inputs(2)
+    bound = backward(second_inputs)  # the bound launches
+    assert len(A._bwd_bound) == 1
+    A._bwd_bound.clear()
+    dispatched = backward(second_inputs)  # Triton's dispatch again, same tensors
+    for a, b in zip(bound, dispatched):
+        assert torch.isfinite(a).all() and torch.equal(a, b)
+    assert not all(torch.equal(a, b) for a, b in zip(first, bound))  # (the inputs did differ)

@@ -65,15 +65,35 @@ def causal_visible(Sq: int, Skv: int, bottom_right: bool, device) -> torch.Tenso
     return torch.ones(Sq, Skv, dtype=torch.bool, device=device).tril(Skv - Sq if bottom_right else 0)
 
 
+def band_visible(Sq: int, Skv: int, causal: bool, bottom_right: bool, window, device) -> torch.Tensor | None:
+    """(Sq, Skv) bool visibility of the causal mask and / or a sliding window, None when every key is visible.
+    Query i sits at key position ``p = i + (Skv - Sq if bottom_right else 0)``; causal: j <= p; ``window = (left,
+    right)`` (each None: unbounded on that side): p - left <= j <= p + right."""
+    left, right = window if window is not None else (None, None)
+    if not causal and left is None and right is None:
+        return None
+    p = torch.arange(Sq, device=device)[:, None] + (Skv - Sq if bottom_right else 0)
+    j = torch.arange(Skv, device=device)[None, :]
+    visible = torch.ones(Sq, Skv, dtype=torch.bool, device=device)
+    if causal:
+        visible &= j <= p
+    if right is not None:
+        visible &= j <= p + right
+    if left is not None:
+        visible &= j >= p - left
+    return visible
+
+
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                         scale: float | None = None, bottom_right: bool = False,
-                        softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                        softcap: float = 0.0, window=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention, unfused, in the inputs' dtype: returns (out, lse).
 
     q: (B, Hq, Sq, D), k/v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (kv heads are repeated here - a reference may copy).
     causal: top-left aligned like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key j iff j <= i;
     with ``bottom_right`` iff j <= i + Skv - Sq (:func:`causal_visible`). ``softcap`` > 0: scores are
-    ``softcap * tanh(scale * q k^T / softcap)`` before the mask (Gemma 2).
+    ``softcap * tanh(scale * q k^T / softcap)`` before the mask (Gemma 2). ``window``: (left, right) sliding window
+    (:func:`band_visible`), aligned like the causal mask.
     lse: natural-log logsumexp of the scaled scores, (B, Hq, Sq); a row with no visible key gives out 0 and lse -inf.
     """
     import math
@@ -87,8 +107,9 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     s = (q @ k.transpose(-2, -1)) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
-    if causal:
-        s = s.masked_fill(~causal_visible(q.shape[-2], k.shape[-2], bottom_right, q.device), float("-inf"))
+    visible = band_visible(q.shape[-2], k.shape[-2], causal, bottom_right, window, q.device)
+    if visible is not None:
+        s = s.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     # rows without a visible key: subtract 0 (exp(-inf) = 0) rather than -inf (NaN, also in the gradient)
     lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
@@ -100,7 +121,7 @@ def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.T
                              causal: bool = False, scale: float | None = None,
                              grad_lse: torch.Tensor | None = None,
                              bottom_right: bool = False,
-                             softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             softcap: float = 0.0, window=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`attention_reference` by the explicit formulas (no autograd, so it also runs inside a
     custom op's implementation): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O) + dLSE), dQ = scale dS K,
     dK = scale dS^T Q; kv-head gradients are summed over their query-head group. With ``softcap`` dS is multiplied
@@ -113,14 +134,15 @@ def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.T
     group = Hq // Hkv
     kr = k.repeat_interleave(group, dim=1) if group != 1 else k
     vr = v.repeat_interleave(group, dim=1) if group != 1 else v
-    out, lse = attention_reference(q, k, v, causal, scale, bottom_right, softcap)
+    out, lse = attention_reference(q, k, v, causal, scale, bottom_right, softcap, window)
     lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
     s = (q @ kr.transpose(-2, -1)) * scale
     if softcap > 0:
         t = torch.tanh(s / softcap)
         s = softcap * t
-    if causal:
-        s = s.masked_fill(~causal_visible(Sq, Skv, bottom_right, q.device), float("-inf"))
+    visible = band_visible(Sq, Skv, causal, bottom_right, window, q.device)
+    if visible is not None:
+        s = s.masked_fill(~visible, float("-inf"))
     p = torch.exp(s - lse_safe.unsqueeze(-1))
     dv = p.transpose(-2, -1) @ grad_out
     dp = grad_out @ vr.transpose(-2, -1)

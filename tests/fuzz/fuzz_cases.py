@@ -66,7 +66,8 @@ TIER_DTYPES = {"cpu": ["float16", "float32"], "gpu": ["bfloat16", "float16", "fl
 UNSUPPORTED = {
     "head_dim": (("q", "query", "k", "key"),
                  "ops/attention.py: head dims are multiples of 8 from 8 to 256; others (36, 4, 264, ...) ValueError"),
-    "value_head_dim": (("v", "value"), "ops/attention.py _check: a different value head dim is not supported"),
+    "value_head_dim": (("v", "value"), "ops/attention.py _check: a value head dim of its own is supported when it is "
+                       "itself a multiple of 8 in [8, 256] (D // 2 here: 4, 12, ... raise naming v; 16, 32, ... run)"),
     "attn_mask": (("attn_mask",), "scaled_dot_product_attention: attn_mask raises NotImplementedError"),
     "dropout": (("dropout_p",), "scaled_dot_product_attention: dropout_p > 0 raises NotImplementedError"),
     "residual_grows": (("residual",), "matmul: residual must broadcast to the output (it may not enlarge it)"),
@@ -328,6 +329,15 @@ def _gen_attention(r, case, tier):
         softcap_rng = random.Random(f"softcap:{case['seed']}:{tier}")  # its own stream too
         if softcap_rng.random() < 0.25:
             case["opts"]["softcap"] = softcap_rng.choice([0.5, 5.0, 30.0])
+        window_rng = random.Random(f"window:{case['seed']}:{tier}")  # and so does the sliding window
+        if window_rng.random() < 0.25:
+            left = window_rng.choice([None, 0, 1, 7, 64, 300])
+            right = 0 if causal else window_rng.choice([None, 0, 3, 50])
+            if left is None and right is None:
+                left = 5
+            case["opts"]["window"] = [left, right]
+            if not causal and window_rng.random() < 0.5:
+                case["opts"]["causal_align"] = "bottom_right"
     else:
         case["opts"]["enable_gqa"] = group != 1 or r.random() < 0.5
         case["opts"]["three_d"] = B == 1 and r.random() < 0.2
@@ -617,7 +627,23 @@ def _eps(case, dtype):
     return eps
 
 
-def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=False, diag=0, softcap=None):
+def _band(Sq, Skv, causal, diag, window, device):
+    """(Sq, Skv) bool: query i, at key position p = i + diag, sees key j iff j <= p (causal) and p - left <= j <=
+    p + right (``window`` [left, right], None sides unbounded)."""
+    p = torch.arange(Sq, device=device)[:, None] + diag
+    j = torch.arange(Skv, device=device)[None, :]
+    visible = torch.ones(Sq, Skv, dtype=torch.bool, device=device)
+    if causal:
+        visible &= j <= p
+    if window and window[1] is not None:
+        visible &= j <= p + window[1]
+    if window and window[0] is not None:
+        visible &= j >= p - window[0]
+    return visible
+
+
+def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=False, diag=0, softcap=None,
+                    window=None):
     """softmax(scale * q k^T with keys j > i at -inf when causal) v, GQA by repeating kv heads; a row without a
     visible key (Skv == 0) is 0, as in SDPA. ``empty_rows_zero``: a row whose scores are all -inf (an infinite
     input) is 0 too - the documented contract (``ops/attention.py``), as SDPA's fused kernels give, where the
@@ -625,7 +651,9 @@ def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=
     cannot see does not reach it (the formula's 0 * NaN does): what a kernel that skips masked blocks gives - the
     documented "implementation-defined" case of non-finite values in causally invisible keys. ``diag``: the causal
     diagonal (0: top-left, Skv - Sq: bottom-right), row i sees keys j <= i + diag. ``softcap``: scores become
-    ``softcap * tanh(score / softcap)`` before the mask (Gemma 2's logit soft-capping; SDPA has no such option)."""
+    ``softcap * tanh(score / softcap)`` before the mask (Gemma 2's logit soft-capping; SDPA has no such option).
+    ``window``: [left, right] sliding window around key position i + diag (None: unbounded side); then ``diag`` is
+    the alignment shift whether or not the mask is causal, and rows that see no key are 0 (the contract)."""
     group = q.shape[-3] // k.shape[-3]
     if group != 1:
         k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
@@ -633,11 +661,11 @@ def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=
     s = (q @ k.transpose(-2, -1)) * sc
     if softcap:
         s = softcap * torch.tanh(s / softcap)
-    blind = None
-    if causal:
-        visible = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(diag)
+    blind = visible = None
+    if causal or window:
+        visible = _band(s.shape[-2], s.shape[-1], causal, diag, window, s.device)
         s = s.masked_fill(~visible, float("-inf"))
-        if diag < 0:  # bottom-right with Sq > Skv: the first rows see no key - output 0, gradient 0 (the contract)
+        if diag < 0 or window:  # rows that see no key: output 0, gradient 0 (the contract)
             blind = ~visible.any(-1, keepdim=True)
             s = s.masked_fill(blind, 0.0)
     if s.shape[-1] == 0:
@@ -645,9 +673,8 @@ def _attention_math(q, k, v, causal, scale, empty_rows_zero=False, visible_only=
     p = torch.softmax(s, dim=-1)
     if blind is not None:
         p = p.masked_fill(blind, 0.0)
-    if causal and visible_only:
-        out = torch.cat([p[..., i:i + 1, :max(i + 1 + diag, 0)] @ v[..., :max(i + 1 + diag, 0), :]
-                         for i in range(s.shape[-2])], dim=-2)
+    if visible is not None and visible_only:
+        out = torch.cat([p[..., i:i + 1, visible[i]] @ v[..., visible[i], :] for i in range(s.shape[-2])], dim=-2)
     else:
         out = p @ v
     if empty_rows_zero:
@@ -692,6 +719,9 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
             kw["attn_mask"] = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device)
         gqa = opts.get("enable_gqa", True)
         causal, diag = opts["causal"], 0
+        window = opts.get("window")
+        if window and opts.get("causal_align") == "bottom_right":
+            diag = k.shape[-2] - q.shape[-2]  # the window's alignment (set again below when causal)
         if causal and opts.get("causal_align") == "bottom_right":
             # torch's spelling of the bottom-right causal mask (flash-attn's convention) is a boolean mask
             diag = k.shape[-2] - q.shape[-2]
@@ -708,25 +738,26 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
             q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
             out = F.scaled_dot_product_attention(q, k, v, **sdpa_kw)
         softcap = opts.get("softcap")
-        if compute is not None or math_same or softcap:
+        if compute is not None or math_same or softcap or window:
             # (with a soft cap, SDPA above only decides whether torch accepts the input: it has no cap, so both
             # the reference and torch's same-dtype baseline come from the formula)
             # values from the explicit formula: torch's CPU SDPA returns NaN for causal with scale <= 0 (torch
             # 2.13), so the float64 reference is softmax(scale q k^T, causal -inf) v written out; F.sdpa above
             # still decides whether torch accepts the input at all
             sdpa_out = out.detach()
-            out = _attention_math(q, k, v, opts["causal"], scale, diag=diag, softcap=softcap)
+            out = _attention_math(q, k, v, opts["causal"], scale, diag=diag, softcap=softcap, window=window)
             # torch's fused SDPA gives 0 (not the formula's NaN) for a row whose scores are all -inf because an
             # input holds -inf / inf, and so does tilewright's contract: both patterns are accepted too (which
             # SDPA backend torch's CPU picks - fused or math - decides what `sdpa_out` shows)
-            alt = _attention_math(q, k, v, opts["causal"], scale, empty_rows_zero=True, diag=diag, softcap=softcap)
-            out.alt_pattern = [alt] if softcap else [sdpa_out, alt]
-            if opts["causal"] and "v" in case["inject"] and q.shape[-2]:
+            alt = _attention_math(q, k, v, opts["causal"], scale, empty_rows_zero=True, diag=diag, softcap=softcap,
+                                  window=window)
+            out.alt_pattern = [alt] if softcap or window else [sdpa_out, alt]
+            if (opts["causal"] or window) and "v" in case["inject"] and q.shape[-2]:
                 # a NaN / Inf in a v row some query cannot see: whether it reaches that query is implementation-
                 # defined (a kernel multiplies the masked diagonal block's p = 0 into v; the formula does so for
                 # every key), so where "every key" and "visible keys only" differ, either answer is accepted
-                visible = _attention_math(q, k, v, True, scale, empty_rows_zero=True, visible_only=True, diag=diag,
-                                          softcap=softcap)
+                visible = _attention_math(q, k, v, opts["causal"], scale, empty_rows_zero=True, visible_only=True,
+                                          diag=diag, softcap=softcap, window=window)
                 out.dont_care = torch.isfinite(out) != torch.isfinite(visible)
         if not opts.get("return_lse"):
             return (out,)
@@ -735,8 +766,8 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
                                                                           if scale is None else float(scale))
         if softcap:
             s = softcap * torch.tanh(s / softcap)
-        if opts["causal"]:
-            s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(diag), float("-inf"))
+        if opts["causal"] or window:
+            s = s.masked_fill(~_band(s.shape[-2], s.shape[-1], opts["causal"], diag, window, s.device), float("-inf"))
         lse = torch.logsumexp(s.float() if compute is None else s, dim=-1)
         return out, lse
     if fam == "scaled_mm":
@@ -792,7 +823,7 @@ def tw_call(case: dict, T: dict, backend):
             r = tilewright.flash_attention(q, k, v, causal=opts["causal"], scale=opts["scale"],
                                            return_lse=opts.get("return_lse", False), backend=backend,
                                            causal_align=opts.get("causal_align", "top_left"),
-                                           softcap=opts.get("softcap"))
+                                           softcap=opts.get("softcap"), window=opts.get("window"))
             return tuple(r) if opts.get("return_lse") else (r,)
         if opts.get("three_d"):
             q, k, v = q[0], k[0], v[0]

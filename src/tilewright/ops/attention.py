@@ -27,7 +27,7 @@ Semantics (documented contract):
   in SDPA's fused kernels: keys in a loaded tile meet a zero probability (0 * NaN = NaN), keys past it are not read.
   An Inf in v gives Inf in the outputs that weigh it, or NaN where the weight underflowed to exactly 0 in fp32.
 * lse: natural-log logsumexp of the scaled scores, fp32, (B, Hq, Sq); it is differentiable.
-* the output has q's layout (``torch.empty_like(q)``).
+* the output has q's layout (``torch.empty_like(q)``; with a value head dim of its own, q's dim order with Dv last).
 """
 from __future__ import annotations
 
@@ -63,38 +63,64 @@ def _head_dim_problem(d: int) -> str:
 
 @torch.library.custom_op("tilewright::flash_attn_fwd", mutates_args=())
 def flash_attn_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, bottom_right: bool,
-                      scale: float, softcap: float, backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+                      scale: float, softcap: float, backend: Optional[str], window_left: int = -1,
+                      window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of softmax(scale * q k^T [causal mask]) v; inputs already checked by the public functions.
     ``bottom_right``: the causal mask's alignment (query i sees key j iff j <= i + Skv - Sq) instead of top-left.
-    ``softcap`` > 0: scores ``softcap * tanh(scale * q k^T / softcap)`` (0: none).
+    ``softcap`` > 0: scores ``softcap * tanh(scale * q k^T / softcap)`` (0: none). ``window_left`` /
+    ``window_right`` >= 0: a sliding window (query i, at key position p, sees keys p - left .. p + right; -1:
+    unbounded on that side), aligned like the causal mask.
     A call on plain CUDA tensors at a signature seen before replays its launch (``_fast.replayed_op``)."""
-    return _fast.replayed_op(_op_replays, (q, k, v), ("Q", "K", "V"), (causal, bottom_right, scale, softcap, backend),
-                             ("O", "LSE"),
-                             lambda: _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend))
+    return _fast.replayed_op(_op_replays, (q, k, v), ("Q", "K", "V"),
+                             (causal, bottom_right, scale, softcap, backend, window_left, window_right), ("O", "LSE"),
+                             lambda: _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend,
+                                                          window_left, window_right))
 
 
 _op_replays = _fast.new_cache()
 
 
-def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend):
+def _band(Sq: int, Skv: int, causal: bool, bottom_right: bool, window_left: int, window_right: int):
+    """The Triton kernels' band for a causal / window request: (upper-edge flag, its offset, the lower edge's offset
+    or None). Query i sits at key position p = i + (Skv - Sq if bottom_right else 0); it sees keys j <= p (causal),
+    j <= p + right and j >= p - left (window)."""
+    shift = Skv - Sq if bottom_right else 0
+    upper = causal or window_right >= 0
+    upper_offset = shift + (0 if causal else window_right) if upper else 0
+    return upper, upper_offset, (shift - window_left if window_left >= 0 else None)
+
+
+def _window(window_left: int, window_right: int):
+    """The reference's (left, right) window, None sides for -1."""
+    if window_left < 0 and window_right < 0:
+        return None
+    return (window_left if window_left >= 0 else None, window_right if window_right >= 0 else None)
+
+
+def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend, window_left=-1, window_right=-1):
     """The forward op's full path: unit-last copies, router, launch."""
     B, Hq, Sq, _ = q.shape
-    offset = k.shape[2] - Sq if causal and bottom_right else 0
+    upper, offset, window_offset = _band(Sq, k.shape[2], causal, bottom_right, window_left, window_right)
+    windowed = window_offset is not None or (upper and not causal)
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)  # the kernels assume a unit stride along D
     q, scale, _ = _nonnegative_scale(q, scale)
-    out = torch.empty_like(q)
+    out = _out_like(q, v.shape[-1])
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     decision = router.decide("attention", q, k, v, backend=backend)
     choice = decision.backend
     if choice == "torch":
-        o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale, bool(bottom_right), softcap)
+        o32, l32 = attention_reference(q.float(), k.float(), v.float(), causal, scale, bool(bottom_right), softcap,
+                                       _window(window_left, window_right))
         out.copy_(o32)
         lse.copy_(l32)
         return out, lse
-    if choice == "cuda" and (offset or softcap):
-        # the sm_90a forward masks top-left only and has no soft cap: those run in Triton
+    value_dim = v.shape[-1] != q.shape[-1]
+    if choice == "cuda" and (offset or softcap or windowed or value_dim):
+        # the sm_90a forward masks top-left causal only, has no soft cap and one head dim: the rest runs in Triton
         if decision.forced:
-            what = ("causal mask is top-left only (causal_align='bottom_right' with Sq != Skv)" if offset else
+            what = ("value head dim must equal the query's" if value_dim else
+                    "mask is top-left causal only (no sliding window)" if windowed else
+                    "causal mask is top-left only (causal_align='bottom_right' with Sq != Skv)" if offset else
                     "scores have no soft cap (softcap=)")
             raise ValueError(f"flash_attention: backend 'cuda' was forced but the CUDA forward's {what}; use "
                              "backend='triton' or let the router choose")
@@ -108,21 +134,22 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend)
                              "(it is disabled after a failed launch); use backend='triton' or let the router choose")
     from ..triton_kernels.attention import attention_forward
 
-    attention_forward(q, k, v, out, lse, causal, scale, causal_offset=offset, softcap=softcap)
+    attention_forward(q, k, v, out, lse, upper, scale, causal_offset=offset, softcap=softcap,
+                      window_offset=window_offset)
     return out, lse
 
 
 @flash_attn_fwd_op.register_fake
-def _(q, k, v, causal, bottom_right, scale, softcap, backend):
+def _(q, k, v, causal, bottom_right, scale, softcap, backend, window_left=-1, window_right=-1):
     B, Hq, Sq, _ = q.shape
-    return torch.empty_like(q), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+    return _out_like(q, v.shape[-1]), q.new_empty((B, Hq, Sq), dtype=torch.float32)
 
 
 @torch.library.custom_op("tilewright::flash_attn_bwd", mutates_args=())
 def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool, bottom_right: bool,
-                      scale: float, softcap: float,
-                      backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      scale: float, softcap: float, backend: Optional[str], window_left: int = -1,
+                      window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) given dOut (and optionally dLSE) and the forward's saved out / lse."""
     # The kernels take (B, H, S, D) strides with a unit last dim; the row statistics (lse, dlse) are read as
     # contiguous (B, H, S). Direct callers of this op (torch.ops.tilewright.flash_attn_bwd) may pass any layout.
@@ -135,26 +162,28 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
     choice = router.dispatch("attention", q, k, v, backend=backend)
     if choice == "torch":
         g = attention_grad_reference(grad_out.float(), q.float(), k.float(), v.float(), causal, scale,
-                                     None if grad_lse is None else grad_lse.float(), bool(bottom_right), softcap)
+                                     None if grad_lse is None else grad_lse.float(), bool(bottom_right), softcap,
+                                     _window(window_left, window_right))
         for dst, src in zip((dq, dk, dv), g):
             dst.copy_(src)
         return (dq.neg_() if flipped else dq), dk, dv
     from ..triton_kernels.attention import attention_backward
 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
-    offset = k.shape[2] - q.shape[2] if causal and bottom_right else 0
-    attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, causal, scale, dlse=dlse, causal_offset=offset,
-                       softcap=softcap)
+    upper, offset, window_offset = _band(q.shape[2], k.shape[2], causal, bottom_right, window_left, window_right)
+    attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, dlse=dlse, causal_offset=offset,
+                       softcap=softcap, window_offset=window_offset)
     return (dq.neg_() if flipped else dq), dk, dv
 
 
 @flash_attn_bwd_op.register_fake
-def _(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right, scale, softcap, backend):
+def _(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right, scale, softcap, backend, window_left=-1,
+      window_right=-1):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, bottom_right, scale, softcap, backend = inputs
+    q, k, v, causal, bottom_right, scale, softcap, backend, window_left, window_right = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal = causal
@@ -162,6 +191,7 @@ def _setup_context(ctx, inputs, output):
     ctx.scale = scale
     ctx.softcap = softcap
     ctx.backend = backend
+    ctx.window = (window_left, window_right)
 
 
 def _backward(ctx, grad_out, grad_lse):
@@ -169,8 +199,8 @@ def _backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv = call_op(flash_attn_bwd_op, grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.bottom_right,
-                         ctx.scale, ctx.softcap, ctx.backend)
-    return dq, dk, dv, None, None, None, None, None
+                         ctx.scale, ctx.softcap, ctx.backend, *ctx.window)
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 flash_attn_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -202,9 +232,10 @@ def _check(q, k, v, names=("q", "k", "v")) -> None:
                          f"{nq} (B, Hq, Sq, D) and {nk}/{nv} (B, Hkv, Skv, D)")
     if k.shape[-1] != D:
         raise ValueError(f"{nk}: head dim {k.shape[-1]} differs from {nq}'s head dim {D}; they must be equal")
-    if v.shape[-1] != D:
-        raise ValueError(f"{nv}: head dim {v.shape[-1]} differs from {nq}'s head dim {D}; a different value head "
-                         "dim is not supported")
+    if v.shape[-1] != D and _head_dim_problem(v.shape[-1]):
+        raise ValueError(f"{nv}: value head dim {v.shape[-1]} is not supported: {_head_dim_problem(v.shape[-1])}; it "
+                         f"may differ from {nq}'s {D} (e.g. 128 against 192) but must itself be one of "
+                         f"{HEAD_DIMS_TEXT}")
     if k.shape[1:3] != v.shape[1:3]:
         raise ValueError(f"{nv}: shape {tuple(v.shape)} must match {nk}'s {tuple(k.shape)} in heads and length")
     Hkv = k.shape[1]
@@ -213,7 +244,7 @@ def _check(q, k, v, names=("q", "k", "v")) -> None:
     problem = _head_dim_problem(D)
     if problem:
         raise ValueError(f"{nq}: head dim {D} is not supported: {problem}; flash attention takes {HEAD_DIMS_TEXT} "
-                         f"- q, k and v share it")
+                         f"- q and k share it")
 
 
 def _nonnegative_scale(q: torch.Tensor, scale: float):
@@ -245,6 +276,40 @@ def _check_softcap(softcap) -> float:
     return float(softcap)
 
 
+def _check_window(window, causal) -> tuple[int, int]:
+    """The sliding window as the op's (left, right), -1 for an unbounded side; None is no window. A non-pair, a
+    side that is neither None nor a non-negative int, or a right side other than 0 / None with ``causal`` raises."""
+    if window is None:
+        return -1, -1
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise TypeError(f"window: expected a (left, right) pair of ints or None, got {window!r}")
+    sides = []
+    for name, side in zip(("left", "right"), window):
+        if side is None:
+            sides.append(-1)
+            continue
+        if isinstance(side, bool) or not isinstance(side, int):
+            raise TypeError(f"window: the {name} side must be an int >= 0 or None, got {type(side).__name__}")
+        if side < 0:
+            raise ValueError(f"window: the {name} side must be >= 0 (None: unbounded), got {side}")
+        sides.append(int(side))
+    if causal and sides[1] > 0:
+        raise ValueError(f"window: with causal=True a query sees no key after its own position, so the right side "
+                         f"must be 0 or None, got {sides[1]}")
+    return sides[0], sides[1]
+
+
+def _out_like(q: torch.Tensor, head_dim_v: int) -> torch.Tensor:
+    """The attention output: q's shape with the value head dim last, in q's dim order (a (B, S, H, D) tensor's
+    (B, H, S, D) view gives a (B, S, H, Dv) tensor's view, so the caller's transpose back stays free)."""
+    if head_dim_v == q.shape[-1]:
+        return torch.empty_like(q)
+    order = sorted(range(q.dim()), key=lambda d: (-q.stride(d), d))  # outermost first
+    shape = [*q.shape[:-1], head_dim_v]
+    dense = q.new_empty([shape[d] for d in order])
+    return dense.permute([order.index(d) for d in range(q.dim())])
+
+
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
@@ -264,18 +329,20 @@ def _replay_key(q, k, v, causal, scale, backend, *extra):
     return (sig(q), sig(k), sig(v), causal, scale, backend, *extra, _fast.state())
 
 
-def _replayed(replay, q, k, v, causal, scale, backend, bottom_right=False, softcap=0.0):
+def _replayed(replay, q, k, v, causal, scale, backend, bottom_right=False, softcap=0.0, window=(-1, -1)):
     """(out, lse) from a recorded replay: called directly, or inside the op's eager autograd.Function when autograd
     records (the forward launch is the same either way: it always writes the LSE the backward reads)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return call_checked(flash_attn_fwd_op, replay.impl(3), True, q, k, v, causal, bottom_right,
-                            float(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])), softcap, backend)
+                            float(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])), softcap, backend,
+                            *window)
     return replay(q.device, q, k, v)
 
 
-def _forward(key, q, k, v, causal: bool, scale: float, backend, bottom_right: bool = False, softcap: float = 0.0):
+def _forward(key, q, k, v, causal: bool, scale: float, backend, bottom_right: bool = False, softcap: float = 0.0,
+             window: tuple[int, int] = (-1, -1)):
     """(out, lse) of the checked forward through the op; records an eager replay under ``key`` (None: none)."""
-    args = (_unit_last(q), _unit_last(k), _unit_last(v), causal, bottom_right, scale, softcap, backend)
+    args = (_unit_last(q), _unit_last(k), _unit_last(v), causal, bottom_right, scale, softcap, backend, *window)
     if key is None:
         return call_op(flash_attn_fwd_op, *args)
     # The roles are checked against the caller's q, k, v - the tensors a replay receives - not against the unit-last
@@ -288,13 +355,15 @@ def _forward(key, q, k, v, causal: bool, scale: float, backend, bottom_right: bo
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     scale: float | None = None, return_lse: bool = False, backend: str | None = None,
-                    causal_align: str = "top_left", softcap: float | None = None):
+                    causal_align: str = "top_left", softcap: float | None = None,
+                    window: tuple[int | None, int | None] | None = None):
     """Softmax attention ``softmax(scale * q @ k^T) @ v`` in one flash-attention kernel (forward and backward).
 
     Args:
-        q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D) with Hq % Hkv == 0 (GQA/MQA without copies). float16 / bfloat16
-            (float32 is accepted and computed in IEEE fp32, slowly). Any strides with a unit last dim, e.g. a
-            (B, S, H, D) tensor ``.transpose(1, 2)``. D: a multiple of 8 from 8 to 256 (others: ValueError).
+        q, k: (B, Hq, Sq, D), (B, Hkv, Skv, D); v: (B, Hkv, Skv, Dv), with Hq % Hkv == 0 (GQA/MQA without copies).
+            float16 / bfloat16 (float32 is accepted and computed in IEEE fp32, slowly). Any strides with a unit last
+            dim, e.g. a (B, S, H, D) tensor ``.transpose(1, 2)``. D and Dv: multiples of 8 from 8 to 256 (others:
+            ValueError); Dv may differ from D (DeepSeek MLA: 192 / 128) and then runs in Triton.
         causal: causal mask, top-left aligned by default, identical to SDPA's ``is_causal=True``: query i sees key
             j iff j <= i.
         scale: score scale (default 1/sqrt(D)).
@@ -309,11 +378,17 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         softcap: logit soft-capping (Gemma 2): scores become ``softcap * tanh(scale * q k^T / softcap)`` before the
             causal mask, forward and backward. None or 0: off; otherwise a positive finite number. Runs in Triton
             (the CUDA forward has no cap).
+        window: sliding-window (local) attention, ``(left, right)``: query i, at key position p (i, or
+            i + Skv - Sq with ``causal_align="bottom_right"``, which aligns the window as it aligns the mask), sees
+            keys p - left .. p + right; a side of None is unbounded. Mistral's window of W tokens is
+            ``causal=True, window=(W - 1, 0)``; with ``causal`` the right side must be 0 or None. Key blocks
+            outside the window are skipped, not masked, so the cost falls with the window. A row that sees no key
+            gives output 0, LSE -inf and zero gradients. Runs in Triton.
     Returns:
-        out (B, Hq, Sq, D) with q's layout, or (out, lse).
+        out (B, Hq, Sq, Dv) in q's dim order, or (out, lse).
     """
     key = None
-    if type(causal_align) is str and type(softcap) in (float, int, type(None)):
+    if type(causal_align) is str and type(softcap) in (float, int, type(None)) and window is None:
         key = _replay_key(q, k, v, causal, scale, backend, causal_align, softcap)
     if key is not None:
         replay = _replays.get(key)
@@ -326,7 +401,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     check_choice("causal_align", causal_align, CAUSAL_ALIGNS)
     scale = _check_scale(scale, q.shape[-1])
     softcap = _check_softcap(softcap)
-    out, lse = _forward(key, q, k, v, bool(causal), scale, backend, causal_align == "bottom_right", softcap)
+    window = _check_window(window, bool(causal))
+    if window != (-1, -1):  # (checked first: a window is a tuple or list of any ints until here)
+        key = _replay_key(q, k, v, causal, scale, backend, causal_align, softcap, window)
+        replay = None if key is None else _replays.get(key)
+        if replay is not None:
+            out, lse = _replayed(replay, q, k, v, causal, scale, backend, causal_align == "bottom_right", softcap,
+                                 window)
+            return (out, lse) if return_lse else out
+    out, lse = _forward(key, q, k, v, bool(causal), scale, backend, causal_align == "bottom_right", softcap, window)
     return (out, lse) if return_lse else out
 
 

@@ -178,13 +178,27 @@ def _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
-def _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL: tl.constexpr):
-    """(BLOCK_M, BLOCK_N) visibility of keys ``start_n + offs_n0`` to queries ``offs_m``: in range, and causal."""
+def _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, CAUSAL: tl.constexpr,
+              WINDOW: tl.constexpr):
+    """(BLOCK_M, BLOCK_N) visibility of keys ``start_n + offs_n0`` to queries ``offs_m``: in range, causal (upper
+    band edge) and inside the window's lower edge (``j >= i + WINDOW_OFFSET``)."""
     offs_n = start_n + offs_n0
     mask = offs_n[None, :] < Skv
     if CAUSAL:
         mask = mask & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)
+    if WINDOW:
+        mask = mask & (offs_n[None, :] >= offs_m[:, None] + WINDOW_OFFSET)
     return mask
+
+
+@triton.jit
+def _window_ranges(start_m, WINDOW_OFFSET, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Lower end of a query block's key range under a window (query i sees key j only if ``j >= i + WINDOW_OFFSET``):
+    ``lo``, the first key block any row sees, and ``lo_full``, the first key block every row's lower edge lets
+    through whole (blocks in ``[lo, lo_full)`` need the mask)."""
+    lo = (tl.maximum(start_m + WINDOW_OFFSET, 0) // BLOCK_N) * BLOCK_N
+    lo_full = tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 + WINDOW_OFFSET, 0), BLOCK_N) * BLOCK_N
+    return lo, lo_full
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -221,10 +235,11 @@ def _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP: tl.constexpr):
 
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stride_vn,
-               start_m, lo, hi, Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv,
+               start_m, lo, hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-               DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
+               DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW: tl.constexpr,
+               HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr):
     DTYPE: tl.constexpr = k_base.dtype.element_ty
     if HAS_SOFTCAP:  # the scores below arrive capped and in the log2 domain already
         qk_scale = 1.0
@@ -238,7 +253,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
         if HAS_SOFTCAP:
             qk = _softcap_tanh(qk, softcap_inv) * softcap_log2
         if MASKED:
-            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL)
+            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, CAUSAL, WINDOW)
             qk = tl.where(mask, qk * qk_scale, float("-inf"))
             m_ij = tl.maximum(m_i, _row_max(qk), propagate_nan=tl.PropagateNan.ALL)
             # a row with no visible key so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN
@@ -252,7 +267,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
         alpha = tl.math.exp2(m_i - m_sub)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vn, BLOCK_N, HEAD_DIM_V, HEAD_DIM_V_PAD, MASKED, USE_TMA,
                           UPCAST)
         acc = dot_accumulate(_operand(p, DTYPE, UPCAST), v, acc, zero, DOT_PRECISION)
         m_i = m_ij
@@ -261,7 +276,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
 
 # CAUSAL_OFFSET is never specialized (one build serves every Sq / Skv difference; an argument equal to 1 would
 # otherwise become a constant, which is how Sq == 1 once broke the dK/dV kernel's sm_90 build)
-@triton.jit(do_not_specialize=["CAUSAL_OFFSET"])
+@triton.jit(do_not_specialize=["CAUSAL_OFFSET", "WINDOW_OFFSET"])
 def _attn_fwd_kernel(
     Q, K, V, O, LSE, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
@@ -270,11 +285,15 @@ def _attn_fwd_kernel(
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
     CAUSAL_OFFSET,  # causal: query i sees key j iff j <= i + CAUSAL_OFFSET (0: top-left, Skv - Sq: bottom-right)
     SOFTCAP,  # logit soft cap c (HAS_SOFTCAP): score = c * tanh(scale * q.k / c), before the mask
+    WINDOW_OFFSET,  # window (WINDOW): query i sees key j only if j >= i + WINDOW_OFFSET (the band's lower edge)
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr = False,
+    HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
+    HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # value / output head dim (0: HEAD_DIM's)
 ):
+    V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
+    V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
     k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
@@ -282,8 +301,8 @@ def _attn_fwd_kernel(
     o_base = _head_base(O, off_b, off_h, stride_ob, stride_oh)
     q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
     k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    o_desc = _tile_desc(o_base, Sq, stride_os, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N, V_DIM, V_DIM_PAD, USE_TMA)
+    o_desc = _tile_desc(o_base, Sq, stride_os, BLOCK_M, V_DIM, V_DIM_PAD, USE_TMA)
 
     start_m = pid_m * BLOCK_M
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
@@ -292,16 +311,38 @@ def _attn_fwd_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, V_DIM_PAD], dtype=tl.float32)
     hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                               start_m, 0, hi_full, Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M,
-                               BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION,
-                               HAS_SOFTCAP)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                               start_m, hi_full, hi, Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M,
-                               BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION,
-                               HAS_SOFTCAP)
+    if WINDOW:
+        # key blocks below the window's lower edge are never loaded; [lo, lo_full) straddle it (masked), then the
+        # unmasked middle, then the upper edge as without a window
+        lo, lo_full = _window_ranges(start_m, WINDOW_OFFSET, BLOCK_M, BLOCK_N)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+                                   start_m, lo, tl.minimum(lo_full, hi), Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
+                                   softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL,
+                                   USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+                                   start_m, lo_full, hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
+                                   softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL,
+                                   USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+                                   start_m, tl.maximum(hi_full, lo_full), hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET,
+                                   qk_scale, softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True,
+                                   CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
+    else:
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+                                   start_m, 0, hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                                   softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA,
+                                   UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+                                   start_m, hi_full, hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                                   softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA,
+                                   UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                                   V_DIM_PAD)
     # l_i == 0: every visible score is -inf, or no key is visible (bottom-right causal with Sq > Skv: the first
     # Sq - Skv rows): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN, which propagates.
     empty = l_i == 0.0
@@ -313,7 +354,7 @@ def _attn_fwd_kernel(
     lse_ptrs = LSE + (off_b * Hq + off_h) * Sq + offs_m
     tl.store(lse_ptrs, lse, mask=offs_m < Sq)
     _store_rows(o_desc, o_base, start_m, Sq, stride_os, acc.to(O.dtype.element_ty),
-                BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+                BLOCK_M, V_DIM, V_DIM_PAD, USE_TMA)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -358,15 +399,16 @@ def _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M: tl.constexpr, MASK_R
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv,
+                start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                 MASK_ROWS: tl.constexpr, CAUSAL_MASK: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-                DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
+                DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW_MASK: tl.constexpr,
+                HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr):
     DTYPE: tl.constexpr = q_base.dtype.element_ty
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA,
                       UPCAST)
-    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, MASK_ROWS, USE_TMA,
-                       UPCAST)
+    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M, HEAD_DIM_V, HEAD_DIM_V_PAD, MASK_ROWS,
+                       USE_TMA, UPCAST)
     m, delta = _load_stats(LSE, DELTA, row_base, start_m, Sq, BLOCK_M, MASK_ROWS)
     qkT = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M)
     if HAS_SOFTCAP:
@@ -378,6 +420,10 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         pT = tl.where(offs_m[None, :] + CAUSAL_OFFSET >= offs_n[:, None], pT, 0.0)
+    if WINDOW_MASK:
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        pT = tl.where(offs_n[:, None] >= offs_m[None, :] + WINDOW_OFFSET, pT, 0.0)
     zero = tl.cast(Sq, tl.float32) * 0.0  # dot_accumulate's runtime 0.0
     dv = dot_accumulate(_operand(pT, DTYPE, UPCAST), do, dv, zero, DOT_PRECISION)
     dpT = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
@@ -391,7 +437,7 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
 # Sq is never specialized: Triton turns an int argument equal to 1 into a constant, and with Sq == 1 (one query row,
 # e.g. a decode step's backward) the TMA build of this kernel failed in Triton 3.6's sm_90 pipeliner ("PassManager::run
 # failed", found by the GPU fuzzer; reproduced by tests/test_attention.py's AOT compile).
-@triton.jit(do_not_specialize=["Sq", "CAUSAL_OFFSET"])
+@triton.jit(do_not_specialize=["Sq", "CAUSAL_OFFSET", "WINDOW_OFFSET"])
 def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
@@ -400,11 +446,15 @@ def _attn_bwd_dkdv_kernel(
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
     CAUSAL_OFFSET,  # as in the forward
     SOFTCAP,  # as in the forward
+    WINDOW_OFFSET,  # as in the forward
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr = False,
+    HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
+    HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # as in the forward
 ):
+    V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
+    V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     start_n = tl.program_id(0) * BLOCK_N1
     off_hk = tl.program_id(1)
     off_b = tl.program_id(2).to(tl.int64)
@@ -413,15 +463,15 @@ def _attn_bwd_dkdv_kernel(
     dk_base = _head_base(DK, off_b, off_hk, stride_dkb, stride_dkh)
     dv_base = _head_base(DV, off_b, off_hk, stride_dvb, stride_dvh)
     k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
     dk_desc = _tile_desc(dk_base, Skv, stride_dks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    dv_desc = _tile_desc(dv_base, Skv, stride_dvs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    dv_desc = _tile_desc(dv_base, Skv, stride_dvs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
     k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
-    v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
+    v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
     softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N1, V_DIM_PAD], dtype=tl.float32)
 
     sq_full = (Sq // BLOCK_M1) * BLOCK_M1
     if CAUSAL:
@@ -436,6 +486,19 @@ def _attn_bwd_dkdv_kernel(
         diag_hi = 0
         full_lo = 0
     tail_lo = tl.maximum(full_lo, sq_full)
+    if WINDOW:
+        # the window's lower edge (query i sees key j only if j >= i + WINDOW_OFFSET): rows from q_hi on see none of
+        # these keys, rows below win_lo see all of them; the rows between are masked, and no query block beyond q_hi
+        # is loaded. The unmasked range stops at win_lo; [c_lo, q_hi) takes every row past it, ragged tail included.
+        q_hi = tl.minimum(tl.maximum(start_n + BLOCK_N1 - WINDOW_OFFSET, 0), Sq)
+        win_lo = (tl.maximum(start_n - WINDOW_OFFSET + 1, 0) // BLOCK_M1) * BLOCK_M1
+        b_hi = tl.minimum(sq_full, tl.maximum(win_lo, full_lo))
+        c_lo = tl.maximum(b_hi, diag_hi)
+        diag_hi = tl.minimum(diag_hi, q_hi)
+    else:
+        q_hi = Sq
+        b_hi = sq_full
+        c_lo = Sq
 
     for g in range(GROUP):
         off_h = off_hk * GROUP + g
@@ -443,36 +506,43 @@ def _attn_bwd_dkdv_kernel(
         do_base = _head_base(DO, off_b, off_h, stride_dob, stride_doh)
         row_base = (off_b * Hq + off_h) * Sq
         q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-        do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+        do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, V_DIM, V_DIM_PAD, USE_TMA)
         for start_m in range(diag_lo, diag_hi, BLOCK_M1):
-            dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M1,
-                                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, True, USE_TMA, UPCAST, DOT_PRECISION,
-                                 HAS_SOFTCAP)
-        for start_m in tl.range(full_lo, sq_full, BLOCK_M1):
-            dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 start_m, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M1,
-                                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False, False, USE_TMA, UPCAST, DOT_PRECISION,
-                                 HAS_SOFTCAP)
-        if tail_lo < Sq:
-            dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA, row_base,
-                                 tail_lo, start_n, Sq, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M1,
-                                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False, USE_TMA, UPCAST, DOT_PRECISION,
-                                 HAS_SOFTCAP)
+            dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
+                                 row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                                 softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, True, USE_TMA, UPCAST,
+                                 DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM, V_DIM_PAD)
+        for start_m in tl.range(full_lo, b_hi, BLOCK_M1):
+            dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
+                                 row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                                 softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False, False, USE_TMA,
+                                 UPCAST, DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
+        if WINDOW:
+            for start_m in range(c_lo, q_hi, BLOCK_M1):
+                dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE,
+                                     DELTA, row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
+                                     softcap_log2, softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True,
+                                     CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, True, V_DIM, V_DIM_PAD)
+        elif tail_lo < Sq:
+            dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
+                                 row_base, tail_lo, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                                 softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False, USE_TMA, UPCAST,
+                                 DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
 
     dk = dk * sm_scale
     _store_rows(dk_desc, dk_base, start_n, Skv, stride_dks, dk.to(DK.dtype.element_ty),
                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
     _store_rows(dv_desc, dv_base, start_n, Skv, stride_dvs, dv.to(DV.dtype.element_ty),
-                BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+                BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
 
 
 @triton.jit
 def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo, hi, Skv,
-              CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv,
+              CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
+              DOT_PRECISION: tl.constexpr, HAS_SOFTCAP: tl.constexpr, WINDOW: tl.constexpr,
+              HEAD_DIM_V: tl.constexpr, HEAD_DIM_V_PAD: tl.constexpr):
     DTYPE: tl.constexpr = k_base.dtype.element_ty
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -480,7 +550,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
                           UPCAST)
-        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, MASKED, USE_TMA,
+        v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N, HEAD_DIM_V, HEAD_DIM_V_PAD, MASKED, USE_TMA,
                           UPCAST)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if HAS_SOFTCAP:
@@ -489,7 +559,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
         else:
             p = tl.math.exp2(qk * qk_scale - m[:, None])
         if MASKED:
-            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, CAUSAL)
+            mask = _key_mask(offs_m, offs_n0, start_n, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, CAUSAL, WINDOW)
             p = tl.where(mask, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         ds = p * (dp - delta[:, None])
@@ -499,7 +569,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
     return dq
 
 
-@triton.jit(do_not_specialize=["CAUSAL_OFFSET"])
+@triton.jit(do_not_specialize=["CAUSAL_OFFSET", "WINDOW_OFFSET"])
 def _attn_bwd_dq_kernel(
     Q, K, V, DO, DQ, LSE, DELTA, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
@@ -508,11 +578,15 @@ def _attn_bwd_dq_kernel(
     SQ_BUCKET, SKV_BUCKET,  # autotune key only
     CAUSAL_OFFSET,  # as in the forward
     SOFTCAP,  # as in the forward
+    WINDOW_OFFSET,  # as in the forward
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr = False,
+    HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
+    HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # as in the forward
 ):
+    V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
+    V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     start_m = pid_m * BLOCK_M2
     q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
@@ -521,24 +595,42 @@ def _attn_bwd_dq_kernel(
     v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
     dq_base = _head_base(DQ, off_b, off_h, stride_dqb, stride_dqh)
     q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, USE_TMA)
     k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N2, V_DIM, V_DIM_PAD, USE_TMA)
     dq_desc = _tile_desc(dq_base, Sq, stride_dqs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
     q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
-    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA,
-                       UPCAST)
+    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
     m, delta = _load_stats(LSE, DELTA, (off_b * Hq + off_h) * Sq, start_m, Sq, BLOCK_M2, True)
     qk_scale = sm_scale * 1.4426950408889634
     softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
     hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M2, BLOCK_N2, CAUSAL)
-    dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, 0, hi_full,
-                   Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM,
-                   HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP)
-    dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, hi_full, hi,
-                   Skv, CAUSAL_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM,
-                   HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP)
+    if WINDOW:  # the forward's three key ranges (see _attn_fwd_kernel)
+        lo, lo_full = _window_ranges(start_m, WINDOW_OFFSET, BLOCK_M2, BLOCK_N2)
+        dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo,
+                       tl.minimum(lo_full, hi), Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                       softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST,
+                       DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                       V_DIM_PAD)
+        dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo_full,
+                       hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
+                       BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
+                       WINDOW, V_DIM, V_DIM_PAD)
+        dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m,
+                       tl.maximum(hi_full, lo_full), hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                       softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST,
+                       DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
+                       V_DIM_PAD)
+    else:
+        dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, 0,
+                       hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
+                       BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
+                       WINDOW, V_DIM, V_DIM_PAD)
+        dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, hi_full,
+                       hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
+                       BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
+                       WINDOW, V_DIM, V_DIM_PAD)
     dq = dq * sm_scale
     _store_rows(dq_desc, dq_base, start_m, Sq, stride_dqs, dq.to(DQ.dtype.element_ty),
                 BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
@@ -618,7 +710,8 @@ def _pruner(tma_table, ptr_table, names):
             bm, bn, w, st = _FP32_TILES[names[0]]
             return [triton.Config({names[0]: bm, names[1]: bn}, num_warps=w, num_stages=st)]
         table = tma_table if args["USE_TMA"] else ptr_table
-        wanted = table[_tile_class(args["HEAD_DIM_PAD"])]
+        # the wider of the two head dims picks the tiles (a value head dim of its own: q k^T's and P V's widths)
+        wanted = table[_tile_class(max(args["HEAD_DIM_PAD"], args.get("HEAD_DIM_V_PAD", 0)))]
         kept = [c for c in configs if (c.kwargs[names[0]], c.kwargs[names[1]], c.num_warps, c.num_stages) in wanted]
         kept = kept or configs[:1]
         if not full_autotune():
@@ -627,7 +720,8 @@ def _pruner(tma_table, ptr_table, names):
     return prune
 
 
-_KEY = ["HEAD_DIM", "HEAD_DIM_PAD", "CAUSAL", "SQ_BUCKET", "SKV_BUCKET", "DOT_PRECISION", "USE_TMA"]
+_KEY = ["HEAD_DIM", "HEAD_DIM_PAD", "CAUSAL", "SQ_BUCKET", "SKV_BUCKET", "DOT_PRECISION", "USE_TMA", "HAS_SOFTCAP",
+        "WINDOW"]
 _FWD_NAMES = ("BLOCK_M", "BLOCK_N")
 _DKDV_NAMES = ("BLOCK_M1", "BLOCK_N1")
 _DQ_NAMES = ("BLOCK_M2", "BLOCK_N2")
@@ -682,7 +776,7 @@ def tma_ok(*tensors: torch.Tensor) -> bool:
 
 def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
     """Launch with ``config`` or the autotuner's pick; while an op records (ops/_fast.py), report the launch bound
-    to its pointer arguments ``roles`` (kernel argument names)."""
+    to its pointer arguments ``roles`` (kernel argument names). Returns (compiled kernel, config)."""
     if kernel_args["USE_TMA"]:
         ensure_allocator()
     if config is not None:
@@ -701,18 +795,22 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
         full = {**kernel_args, **config.all_kwargs()}
         bound_roles = {name: kernel_args[name] for name in roles}
         record(bind(plain, compiled, grid(full), full, bound_roles) if roles else None, bound_roles)
+    return compiled, config
 
 
-def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0):
+def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=None, head_dim_v=None):
     D = q.shape[-1]
-    return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), CAUSAL=bool(causal), CAUSAL_OFFSET=int(causal_offset),
+    Dv = D if head_dim_v is None else head_dim_v
+    return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HEAD_DIM_V=Dv, HEAD_DIM_V_PAD=head_dim_pad(Dv),
+                CAUSAL=bool(causal), CAUSAL_OFFSET=int(causal_offset),
                 SOFTCAP=float(softcap), HAS_SOFTCAP=softcap > 0,
+                WINDOW=window_offset is not None, WINDOW_OFFSET=int(window_offset or 0),
                 UPCAST=INTERPRET and q.dtype == torch.bfloat16,
                 DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", USE_TMA=bool(use_tma),
                 SQ_BUCKET=_bucket(q.shape[2]), SKV_BUCKET=_bucket(k.shape[2]))
 
 
-def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0):
+def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0, window_offset=None):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
@@ -722,15 +820,17 @@ def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0, sof
                 stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
                 stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
                 stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
-                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv, **_common(q, k, causal, use_tma, causal_offset, softcap))
+                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv,
+                **_common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1]))
 
 
-def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0):
+def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0,
+              window_offset=None):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
         use_tma = tma_ok(q, k, v, do, dq, dk, dv)
-    common = _common(q, k, causal, use_tma, causal_offset, softcap)
+    common = _common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1])
     base = dict(Q=q, K=k, V=v, DO=do)
     strides = dict(stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
                    stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
@@ -776,10 +876,13 @@ def warmup(which: str, q, k, v, causal: bool) -> int:
 
 
 def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: triton.Config | None = None,
-                      use_tma: bool | None = None, causal_offset: int = 0, softcap: float = 0.0):
+                      use_tma: bool | None = None, causal_offset: int = 0, softcap: float = 0.0,
+                      window_offset: int | None = None):
     """out (like q) and lse (B, Hq, Sq) fp32, natural log, are written in place. Shapes are checked by the op.
     ``config`` bypasses the autotuner; ``use_tma`` forces the descriptor path on or off (tests); ``causal_offset``:
-    with ``causal``, query i sees key j iff ``j <= i + causal_offset`` (0: top-left, Skv - Sq: bottom-right);
+    with ``causal``, query i sees key j iff ``j <= i + causal_offset`` (0: top-left, Skv - Sq: bottom-right; a
+    sliding window's right edge is the same upper band edge); ``window_offset`` (not None): query i sees key j only if
+    ``j >= i + window_offset`` as well (a sliding window's left edge; key blocks below it are skipped, not masked);
     ``softcap`` > 0: scores are ``softcap * tanh(scale * q.k / softcap)`` (Gemma 2's logit soft-capping)."""
     B, Hq, Sq, D = q.shape
     Skv = k.shape[2]
@@ -789,7 +892,7 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset, softcap)
+    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset, softcap, window_offset)
 
     def grid(meta):
         return (triton.cdiv(Sq, meta["BLOCK_M"]), Hq, B)
@@ -798,12 +901,32 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
     return out, lse
 
 
+# The backward's three launches (delta, dK/dV, dQ) bound per signature: Triton's JIT and autotuner dispatch cost
+# ~0.1 ms of host a launch, and nothing records this launcher for an op-level replay (three launches and a scratch
+# buffer). Key: everything the launches read besides pointers - every tensor's shape, strides, dtype, device and
+# 16 / 128-byte alignment (which decide TMA use and Triton's specialization), the options, the current device.
+_BWD_ROLES_PRE = ("O", "DO", "DLSE", "DELTA")
+_BWD_ROLES_DKDV = ("Q", "K", "V", "DO", "DK", "DV", "LSE", "DELTA")
+_BWD_ROLES_DQ = ("Q", "K", "V", "DO", "DQ", "LSE", "DELTA")
+_bwd_bound: dict = {}
+_BWD_BOUND_MAX = 1024
+
+
+def _tensor_sig(t):
+    if t is None:
+        return None
+    ptr = t.data_ptr()
+    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
+
+
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
-                       softcap: float = 0.0):
+                       softcap: float = 0.0, window_offset: int | None = None):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
-    contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset`` as in
-    :func:`attention_forward`."""
+    contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset``,
+    ``window_offset`` and ``softcap`` as in :func:`attention_forward`. A call with the default configs at a
+    signature seen before launches the three kernels bound at its first call (``_runtime.BoundLaunch``) instead of
+    through Triton's dispatch."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     if B == 0 or Hq == 0:
@@ -813,18 +936,49 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
         dk.zero_()
         dv.zero_()
         return dq, dk, dv
+    key = None
+    if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
+        key = (*(_tensor_sig(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
+               float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device())
+        bound = _bwd_bound.get(key)
+        if bound is not None:
+            delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+            pre, dkdv, dqk = bound
+            pre(out.data_ptr(), do.data_ptr(), (dlse if dlse is not None else delta).data_ptr(), delta.data_ptr())
+            ptr = {"Q": q, "K": k, "V": v, "DO": do, "DK": dk, "DV": dv, "DQ": dq, "LSE": lse, "DELTA": delta}
+            dkdv(*[ptr[r].data_ptr() for r in _BWD_ROLES_DKDV])
+            dqk(*[ptr[r].data_ptr() for r in _BWD_ROLES_DQ])
+            if is_recording():
+                record(None, {})  # as the full path reports: these launches are not an op's single replayable one
+            return dq, dk, dv
     delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     pre_block = 64 if INTERPRET else 128
-    _attn_bwd_preprocess[(triton.cdiv(Sq, pre_block), Hq, B)](
-        out, do, dlse if dlse is not None else delta, delta,
-        out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        Hq, Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HAS_DLSE=dlse is not None, BLOCK_M=pre_block,
-        num_warps=4)
+    pre_grid = (triton.cdiv(Sq, pre_block), Hq, B)
+    pre_args = dict(O=out, DO=do, DLSE=dlse if dlse is not None else delta, DELTA=delta,
+                    stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
+                    stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
+                    Hq=Hq, Sq=Sq, HEAD_DIM=do.shape[-1], HEAD_DIM_PAD=head_dim_pad(do.shape[-1]),
+                    HAS_DLSE=dlse is not None,
+                    BLOCK_M=pre_block)
+    pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=4)
     args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset,
-                                   softcap)
+                                   softcap, window_offset)
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)
-    _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B),
-            args_dkdv, cfg_dkdv, "backward dK/dV")
-    _launch(attn_bwd_dq, _attn_bwd_dq_kernel, lambda m: (triton.cdiv(Sq, m["BLOCK_M2"]), Hq, B),
-            args_dq, cfg_dq, "backward dQ")
+    grid_dkdv = lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B)  # noqa: E731
+    grid_dq = lambda m: (triton.cdiv(Sq, m["BLOCK_M2"]), Hq, B)  # noqa: E731
+    c_dkdv, cfg_dkdv = _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, grid_dkdv, args_dkdv, cfg_dkdv,
+                               "backward dK/dV")
+    c_dq, cfg_dq = _launch(attn_bwd_dq, _attn_bwd_dq_kernel, grid_dq, args_dq, cfg_dq, "backward dQ")
+    if key is not None:
+        full_dkdv = {**args_dkdv, **cfg_dkdv.all_kwargs()}
+        full_dq = {**args_dq, **cfg_dq.all_kwargs()}
+        bound = (bind(_attn_bwd_preprocess, pre_compiled, pre_grid, pre_args,
+                      {r: pre_args[r] for r in _BWD_ROLES_PRE}),
+                 bind(_attn_bwd_dkdv_kernel, c_dkdv, grid_dkdv(full_dkdv), full_dkdv,
+                      {r: full_dkdv[r] for r in _BWD_ROLES_DKDV}),
+                 bind(_attn_bwd_dq_kernel, c_dq, grid_dq(full_dq), full_dq, {r: full_dq[r] for r in _BWD_ROLES_DQ}))
+        if all(b is not None for b in bound):
+            if len(_bwd_bound) >= _BWD_BOUND_MAX:
+                _bwd_bound.clear()
+            _bwd_bound[key] = bound
     return dq, dk, dv
