@@ -99,6 +99,8 @@ def test_constraints():
     assert not ok and "multiple of 16 bytes" in why
     ok, why = ca.constraints(q, k.expand(2, 2, 130, 128).contiguous(), v[:, :, :64])
     assert not ok and "shapes" in why
+    ok, why = ca.constraints(q, k, v[..., :64])  # MLA-style value head dim: Triton's
+    assert not ok and "value head dim must equal" in why
 
 
 def test_tma_dims_strides_size_one_dims():

@@ -159,6 +159,9 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None)
     B, Hq, Sq, D = q.shape
     if D not in HEAD_DIMS:
         return False, f"head dim {D} (the WGMMA attention has builds for {HEAD_DIMS})"
+    if v.shape[3] != D and k.shape[3] == D:
+        return False, (f"value head dim must equal the query's in the WGMMA attention (v has {v.shape[3]}, q "
+                       f"{D}; Triton serves a value head dim of its own)")
     if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
         return False, f"k/v shapes {tuple(k.shape)}/{tuple(v.shape)} do not match q {tuple(q.shape)}"
     Hkv, Skv = k.shape[1], k.shape[2]
