@@ -293,3 +293,54 @@ def test_the_op_itself_replays_for_direct_and_compiled_callers():
     assert recorded == []  # ...and the next call replayed it (no full path, nothing recorded)
     _fast.invalidate()
     torch.testing.assert_close(got, tilewright.linear(x2, w, b, activation="gelu"), rtol=0, atol=0)
+
+
+# issue 14.1: the CUDA families' launches replay too (runtime.launch.BoundCudaLaunch re-encodes the new addresses)
+@pytest.mark.parametrize("case", ["gemm", "gemm_bias_residual", "rms_norm_linear", "attention"])
+def test_cuda_launches_replay_bit_for_bit(case):
+    from tilewright.cuda_fallback import gemm_sm90
+    from tilewright.cuda_fallback.runtime import launch
+
+    ok, why = gemm_sm90.ready(_rand(512, 512), _rand(512, 1024))
+    if not ok:
+        pytest.skip(f"the sm_90a kernels do not run here: {why}")
+    M, N, K = 512, 1024, 512
+    if case == "gemm":
+        cache = op_gemm._replays
+
+        def make():
+            return _rand(M, K), _rand(K, N)
+
+        def fn(a, b):
+            return tilewright.matmul(a, b)
+    elif case == "gemm_bias_residual":
+        cache = op_gemm._replays
+
+        def make():
+            return _rand(M, K), _rand(N, K), _rand(N), _rand(M, N)
+
+        def fn(x, w, b, r):
+            return tilewright.linear(x, w, b, residual=r)
+    elif case == "rms_norm_linear":
+        cache = op_rms._replays
+
+        def make():
+            return _rand(M, K), torch.rand(K, device=DEV, dtype=BF16) + 0.5, _rand(N, K), _rand(N)
+
+        def fn(x, g, w, b):
+            return tilewright.rms_norm_linear(x, g, w, b)
+    else:
+        cache = op_attention._replays
+
+        def make():
+            return _rand(2, 4, 384, 128), _rand(2, 2, 384, 128), _rand(2, 2, 384, 128)
+
+        def fn(q, k, v):
+            return tilewright.flash_attention(q, k, v, causal=True)
+    with tilewright.use_backend("cuda"):
+        fn(*make())  # the family's first use runs its self-check (launches of its own: nothing is recorded)
+        _fast.invalidate()
+        out, _ = _replayed_equals_full(fn, make, cache)
+        (replay,) = cache.values()
+        assert isinstance(replay._bound, launch.BoundCudaLaunch)
+    assert torch.isfinite(out).all()

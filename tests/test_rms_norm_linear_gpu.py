@@ -152,3 +152,37 @@ def test_compile_fullgraph_on_gpu():
     x, g, w = _inputs(512, 256, 1024, "randn")
     f = torch.compile(lambda a: tilewright.rms_norm_linear(a, g, w), fullgraph=True)
     assert torch.equal(f(x), tilewright.rms_norm_linear(x, g, w))
+
+
+# issue 14.1: the norm backward's kernel bound per signature gives bit for bit what Triton's dispatch launches
+@pytest.mark.parametrize("need", [(True, True, True), (True, False, True), (False, True, False), (True, True, False)],
+                         ids=lambda n: "dx%d_u%d_dg%d" % n)
+@pytest.mark.parametrize("max_block_k", [None, 128])  # one chunk in registers, or the multi-chunk path
+def test_norm_backward_bound_launch_matches_the_dispatch_path(need, max_block_k):
+    from tilewright.triton_kernels import rmsnorm_gemm
+
+    need_dx, need_u, need_dg = need
+    M, K = 300, 520
+
+    def make():
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        du = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) if (need_dx or need_dg) else None
+        g = torch.rand(K, device="cuda", dtype=torch.bfloat16) + 0.5
+        rstd = torch.rand(M, device="cuda") + 0.5
+        return x, du, g, rstd
+
+    def run(x, du, g, rstd):
+        return rmsnorm_gemm.launch_rmsnorm_bwd(x, du, g, rstd, need_dx=need_dx, need_u=need_u, need_dg=need_dg,
+                                               max_block_k=max_block_k)
+
+    rmsnorm_gemm._bwd_bound.clear()
+    run(*make())  # binds
+    assert len(rmsnorm_gemm._bwd_bound) == 1
+    inputs = make()
+    bound = run(*inputs)
+    rmsnorm_gemm._bwd_bound.clear()
+    full = run(*inputs)
+    for got, want in zip(bound, full):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -34,6 +34,15 @@ def is_recording() -> bool:
     return getattr(_local, "launches", None) is not None
 
 
+def tensor_signature(t):
+    """What a recorded (bound) launch depends on in one tensor argument besides its address (None stays None):
+    shape, strides, dtype, device, and the 16 / 128-byte alignment Triton specializes on and TMA needs."""
+    if t is None:
+        return None
+    ptr = t.data_ptr()
+    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
+
+
 def record(bound, roles: dict) -> None:
     """Report one launch: ``bound`` (a BoundLaunch, or None when the launch could not be bound) and its pointer
     arguments ``{role: tensor}`` in the order ``bound`` takes them."""

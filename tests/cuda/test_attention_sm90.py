@@ -120,7 +120,7 @@ class _FakeDriver:
 
     def encode_tiled(self, dtype, ptr, dims, strides, box, swizzle):
         self.maps.append((dtype, ptr, tuple(dims), tuple(strides), tuple(box), swizzle))
-        return len(self.maps)
+        return types.SimpleNamespace(index=len(self.maps))  # the launcher tags it with its role
 
     def launch(self, fn, grid, block, smem, stream, args):
         self.launches.append((fn, grid, block, smem, args))

@@ -195,11 +195,11 @@ def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant):
     maps = []
     with torch.cuda.device(q.device):
         fn = drv.function(bld, KERNEL, var.smem_bytes(D))
-        for t, rows in ((q, var.bm), (k, bn), (v, bn), (out, 64)):
+        for t, rows, role in ((q, var.bm, "Q"), (k, bn, "K"), (v, bn, "V"), (out, 64, "O")):
             (dims, strides), _ = tma_dims_strides(t)
-            maps.append(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128))
+            maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
     grid = (-(-Sq // var.bm), Hq, B)
-    args = [*maps, ctypes.c_uint64(lse.data_ptr()), ctypes.c_int32(Sq), ctypes.c_int32(Skv), ctypes.c_int32(Hq),
+    args = [*maps, launch.pointer("LSE", lse), ctypes.c_int32(Sq), ctypes.c_int32(Skv), ctypes.c_int32(Hq),
             ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E)]
     return fn, grid, args
 
@@ -234,7 +234,7 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
     key = (q.device.index, q.dtype, var, bool(causal), scale,
            *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr())
     launch.launch_cached(_prepared, key, lambda: _prepare(q, k, v, out, lse, bool(causal), scale, var), q.device,
-                         var.threads, var.smem_bytes(q.shape[-1]))
+                         var.threads, var.smem_bytes(q.shape[-1]), {"Q": q, "K": k, "V": v, "O": out, "LSE": lse})
 
 
 def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, variant=None):

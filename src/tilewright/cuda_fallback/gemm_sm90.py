@@ -162,8 +162,8 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(source, kernel, "sm_90a", a, b, v,
                                                                         activation, bias, res_ptr)
     with torch.cuda.device(a.device):
-        tm_c = drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,), (64, v.wm),
-                                128)
+        tm_c = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,),
+                                           (64, v.wm), 128), "c_ptr")
     tiles = -(-M // v.bm) * -(-N // v.bn)
     pair = (not v.coop) and tiles >= 2 * sms
     grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))

@@ -194,20 +194,23 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
     rstd_ptr = rstd.data_ptr() if rstd is not None else 0
     key = gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
                                    num_ctas, g.data_ptr(), rstd_ptr, float(eps))
+    roles = gemm_common.operand_roles(x, b, out, bias, residual)
+    roles["g_ptr"] = g  # a private copy (see _norm_weight_arg) is at another address than the op's input: no replay
+    if rstd is not None:
+        roles["rstd_ptr"] = rstd
     launch.launch_cached(_prepared, key, lambda: _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                          tile_order, group, num_ctas, g, rstd_ptr, eps),
-                         x.device, 384, v.smem_bytes())
+                                                          tile_order, group, num_ctas, g, rstd, eps),
+                         x.device, 384, v.smem_bytes(), roles)
     return out
 
 
 _prepared: dict = {}
 
 
-def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd_ptr,
-             eps):
+def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd, eps):
     fn, grid, args = gemm_sm90.prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
                                        num_ctas, SOURCE, KERNEL)
-    args += [ctypes.c_uint64(g.data_ptr()), ctypes.c_uint64(rstd_ptr), ctypes.c_float(eps)]
+    args += [launch.pointer("g_ptr", g), launch.pointer("rstd_ptr", rstd), ctypes.c_float(eps)]
     # g's address is baked into the cached arguments: keep a private copy of it alive with them
     return fn, grid, _Args(args, keep=g)
 

@@ -28,7 +28,7 @@ import torch
 from .. import backends, router
 from .._env import interpreting, read_env
 from ..autotune import cache
-from .._record import is_recording, record, recording
+from .._record import is_recording, record, recording, tensor_signature
 from ._eager import _PLAIN, traced
 
 CACHE_MAX = 4096
@@ -68,12 +68,7 @@ def eligible(*tensors) -> bool:
     return not interpreting()
 
 
-def sig(t):
-    """What a replay depends on in one tensor argument (None stays None)."""
-    if t is None:
-        return None
-    ptr = t.data_ptr()
-    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
+sig = tensor_signature  # what a replay depends on in one tensor argument (None stays None)
 
 
 def state() -> tuple:

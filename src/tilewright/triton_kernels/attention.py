@@ -52,7 +52,7 @@ import triton.language as tl
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
 from .._env import full_autotune, interpreting
-from .._record import is_recording, record
+from .._record import is_recording, record, tensor_signature
 from ._runtime import bind, ensure_allocator, is_tuned, retry_after_oom
 from .dot import dot_accumulate
 
@@ -912,13 +912,6 @@ _bwd_bound: dict = {}
 _BWD_BOUND_MAX = 1024
 
 
-def _tensor_sig(t):
-    if t is None:
-        return None
-    ptr = t.data_ptr()
-    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
-
-
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
                        softcap: float = 0.0, window_offset: int | None = None):
@@ -938,7 +931,7 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
         return dq, dk, dv
     key = None
     if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
-        key = (*(_tensor_sig(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
+        key = (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
                float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device())
         bound = _bwd_bound.get(key)
         if bound is not None:

@@ -37,9 +37,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .._env import REFERENCE_SMS
-from .._record import record
-from ._runtime import retry_after_oom
+from .._env import REFERENCE_SMS, interpreting
+from .._record import record, tensor_signature
+from ._runtime import bind, retry_after_oom
 from .gemm import NormPrologue, launch_gemm
 
 @triton.jit
@@ -180,11 +180,21 @@ def _rmsnorm_bwd_kernel(
             tl.store(dg_part_ptr + pid64 * K + rk, dg, mask=mask_k)
 
 
+# The backward kernel bound per signature (one per call of the norm's backward, two per decoder layer): Triton's JIT
+# dispatch re-derives ~15 arguments' specializations and the launch's constexprs every call, 20-40 us of host on the
+# device's CPU in a step that is host-bound at small sizes. Key: every tensor's shape, strides, dtype, device and
+# alignment (Triton's specialization), the outputs asked for, the chunk cap and the current device; the outputs are
+# fresh allocations whose strides follow from x's (empty_like), so the key fixes them too.
+_bwd_bound: dict = {}
+_BWD_BOUND_MAX = 1024
+
+
 def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: torch.Tensor, rstd: torch.Tensor, *,
                        need_dx: bool, need_u: bool, need_dg: bool, max_block_k: int | None = None):
     """Returns (dx or None, u or None, dg (fp32, (K,)) or None). x, du: (M, K) with unit last stride.
 
-    ``max_block_k`` caps the chunk size (tests use it to exercise the multi-chunk path on small K).
+    ``max_block_k`` caps the chunk size (tests use it to exercise the multi-chunk path on small K). A CUDA call at a
+    signature seen before launches the kernel bound at its first call (``_runtime.BoundLaunch``).
     """
     M, K = x.shape
     dx = torch.empty_like(x) if need_dx else None
@@ -192,6 +202,17 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
     if M == 0 or K == 0:
         dg = torch.zeros(K, device=x.device, dtype=torch.float32) if need_dg else None
         return dx, u, dg
+    key = None
+    if x.is_cuda and not interpreting():
+        key = (tensor_signature(x), tensor_signature(du), tensor_signature(norm_weight), tensor_signature(rstd),
+               need_dx, need_u, need_dg, max_block_k, torch.cuda.current_device())
+        hit = _bwd_bound.get(key)
+        if hit is not None:
+            bound, dg_shape, zero_dg = hit
+            dg_part = (torch.zeros if zero_dg else torch.empty)(dg_shape, device=x.device, dtype=torch.float32) \
+                if need_dg else None
+            bound(*[t.data_ptr() for t in (x, du, norm_weight, rstd, dx, u, dg_part) if t is not None])
+            return dx, u, _reduce_dg(dg_part)
     if x.is_cuda:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         programs = min(M, 4 * sms)  # dg partials: programs x K fp32, small next to x for M >> SMs
@@ -210,15 +231,28 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
     if need_dg:
         dg_part = (torch.zeros if chunks > 1 else torch.empty)((programs, K), device=x.device, dtype=torch.float32)
     dummy = x
-    retry_after_oom(lambda: _rmsnorm_bwd_kernel[(programs,)](
-        x, du if du is not None else dummy, norm_weight, rstd,
-        dx if dx is not None else dummy, u if u is not None else dummy, dg_part if dg_part is not None else rstd,
-        M, K, rows, x.stride(0), du.stride(0) if du is not None else 0,
-        dx.stride(0) if dx is not None else 0, u.stride(0) if u is not None else 0,
-        BLOCK_K=block_k, NUM_CHUNKS=chunks, STORE_DX=need_dx, STORE_U=need_u, STORE_DG=need_dg,
-        num_warps=warps))
-    # The partials (programs x K) are summed in float64: a few hundred rows of K values, nothing next to the kernel,
-    # and it takes the last level of dg's reduction over M out of the error budget (the GPU fuzz found an fp32 dg at
-    # 1.01x the tolerance, M = 4099, K = 1).
-    dg = dg_part.sum(0, dtype=torch.float64).to(torch.float32) if need_dg else None
-    return dx, u, dg
+    kernel_args = dict(
+        x_ptr=x, du_ptr=du if du is not None else dummy, g_ptr=norm_weight, rstd_ptr=rstd,
+        dx_ptr=dx if dx is not None else dummy, u_ptr=u if u is not None else dummy,
+        dg_part_ptr=dg_part if dg_part is not None else rstd,
+        M=M, K=K, rows_per_prog=rows, stride_xm=x.stride(0), stride_dum=du.stride(0) if du is not None else 0,
+        stride_dxm=dx.stride(0) if dx is not None else 0, stride_um=u.stride(0) if u is not None else 0,
+        BLOCK_K=block_k, NUM_CHUNKS=chunks, STORE_DX=need_dx, STORE_U=need_u, STORE_DG=need_dg)
+    compiled = retry_after_oom(lambda: _rmsnorm_bwd_kernel[(programs,)](**kernel_args, num_warps=warps))
+    if key is not None:
+        # the roles in the order a hit passes its pointers; a dummy (an output not asked for) stays unbound (null)
+        roles = {name: t for name, t in (("x_ptr", x), ("du_ptr", du), ("g_ptr", norm_weight), ("rstd_ptr", rstd),
+                                          ("dx_ptr", dx), ("u_ptr", u), ("dg_part_ptr", dg_part)) if t is not None}
+        bound = bind(_rmsnorm_bwd_kernel, compiled, (programs,), {**kernel_args, "num_warps": warps}, roles)
+        if bound is not None:
+            if len(_bwd_bound) >= _BWD_BOUND_MAX:
+                _bwd_bound.clear()
+            _bwd_bound[key] = (bound, (programs, K), chunks > 1)
+    return dx, u, _reduce_dg(dg_part)
+
+
+def _reduce_dg(dg_part: torch.Tensor | None) -> torch.Tensor | None:
+    """dg from the kernel's per-program partials (programs x K). Summed in float64: a few hundred rows of K values,
+    nothing next to the kernel, and it takes the last level of dg's reduction over M out of the error budget (the GPU
+    fuzz found an fp32 dg at 1.01x the tolerance, M = 4099, K = 1)."""
+    return None if dg_part is None else dg_part.sum(0, dtype=torch.float64).to(torch.float32)

@@ -125,8 +125,20 @@ def launch_family(label: str, variants: dict, pick, prepared: dict, prepare, a, 
     key = prepared_key(a, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, *extra)
     launch.launch_cached(prepared, key, lambda: prepare(a, b, out, v, bias, res_ptr, rs, res_period, activation,
                                                         tile_order, group, num_ctas, *extra),
-                         a.device, threads if threads is not None else v.threads, v.smem_bytes())
+                         a.device, threads if threads is not None else v.threads, v.smem_bytes(),
+                         operand_roles(a, b, out, bias, residual))
     return out
+
+
+def operand_roles(a, b, out, bias, residual) -> dict:
+    """The address roles of a GEMM family's launch (``launch.launch_cached``), named as the ops' replays name the
+    Triton GEMM's pointer arguments; absent operands have none."""
+    roles = {"a_ptr": a, "b_ptr": b, "c_ptr": out}
+    if bias is not None:
+        roles["bias_ptr"] = bias
+    if residual is not None:
+        roles["res_ptr"] = residual
+    return roles
 
 
 def prepared_key(a, b, out, v, bias, *rest) -> tuple:
@@ -159,6 +171,8 @@ def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activat
             tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
         else:
             tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
+        launch.tag(tm_a, "a_ptr")
+        launch.tag(tm_b, "b_ptr")
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     return drv, fn, tm_a, tm_b, a_mn, b_mn, sms
 
@@ -166,7 +180,8 @@ def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activat
 def epilogue_args(bias, res_ptr, rs, res_period, M: int, N: int, K: int) -> list:
     """The kernel arguments every family passes in this order: bias pointer, residual pointer, its three strides and
     row period, then M, N, K."""
-    return [ctypes.c_uint64(bias.data_ptr() if bias is not None else 0), ctypes.c_uint64(res_ptr),
+    res = launch.tag(ctypes.c_uint64(res_ptr), "res_ptr") if res_ptr else ctypes.c_uint64(0)
+    return [launch.pointer("bias_ptr", bias), res,
             ctypes.c_int64(rs[0]), ctypes.c_int64(rs[1]), ctypes.c_int64(rs[2]), ctypes.c_int32(res_period),
             ctypes.c_int32(M), ctypes.c_int32(N), ctypes.c_int32(K)]
 
@@ -175,7 +190,7 @@ def direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M: int, N:
                       group: int) -> list:
     """Kernel arguments the sm_100 and sm_120 kernels start with: A/B tensor maps, out's pointer and row stride (they
     store fragments directly, no TMA store), the epilogue arguments, tile order and group."""
-    return [tm_a, tm_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int64(out.stride(0)),
+    return [tm_a, tm_b, launch.pointer("c_ptr", out), ctypes.c_int64(out.stride(0)),
             *epilogue_args(bias, res_ptr, rs, res_period, M, N, K), ctypes.c_int32(tile_order),
             ctypes.c_int32(group)]
 

@@ -8,7 +8,9 @@ one.
 
 :func:`launch_cached` is the prepared-launch cache every kernel family uses: tensor maps and kernel arguments depend
 only on pointers, shapes, strides and the build, so a repeated call (benchmarks, a training step's fixed buffers)
-costs one ``cuLaunchKernel``.
+costs one ``cuLaunchKernel``. A call whose pointers are new (a model's activations) re-prepares; for those the op
+layer's eager replay (ops/_fast.py) gets a :class:`BoundCudaLaunch` instead: the prepared launch with its operands'
+roles, which re-encodes only the maps of the new addresses (one driver call each, from stored arguments).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import ctypes
 import sys
 import threading
 
-from ..._record import record
+from ..._record import is_recording, record
 from .build import Build, CudaUnavailable
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -31,9 +33,27 @@ def tma_dtype(dtype) -> str:
 
 
 class TensorMap(ctypes.Structure):
-    """The 128-byte CUtensorMap, passed by value to a kernel's ``__grid_constant__`` parameter."""
+    """The 128-byte CUtensorMap, passed by value to a kernel's ``__grid_constant__`` parameter. Maps made by
+    :meth:`_Driver.encode_tiled` also carry ``spec`` (their :class:`TiledMapSpec`) and ``ptr`` (the address encoded)."""
 
     _fields_ = [("opaque", ctypes.c_uint64 * 16)]
+
+
+class TiledMapSpec:
+    """Every argument of ``cuTensorMapEncodeTiled`` but the base address, as ready ctypes values: a bound launch
+    re-encodes a map for a new address with one driver call and no argument conversion."""
+
+    __slots__ = ("box", "dims", "dtype", "elem_strides", "rank", "strides", "swizzle", "text")
+
+    def __init__(self, dtype: str, dims, strides_bytes, box, swizzle_bytes: int):
+        self.rank = len(dims)
+        self.dtype = TMA_DTYPE[dtype]
+        self.dims = (ctypes.c_uint64 * self.rank)(*dims)
+        self.strides = (ctypes.c_uint64 * max(self.rank - 1, 1))(*strides_bytes)
+        self.box = (ctypes.c_uint32 * self.rank)(*box)
+        self.elem_strides = (ctypes.c_uint32 * self.rank)(*([1] * self.rank))
+        self.swizzle = TMA_SWIZZLE[swizzle_bytes]
+        self.text = f"dims={list(dims)}, strides={list(strides_bytes)} B, box={list(box)}"
 
 
 class _Driver:
@@ -97,22 +117,26 @@ class _Driver:
 
     def encode_tiled(self, dtype: str, ptr: int, dims, strides_bytes, box, swizzle_bytes: int) -> TensorMap:
         """cuTensorMapEncodeTiled for a tensor of ``dims`` (innermost first) with row strides in bytes."""
-        rank = len(dims)
-        g_dim = (ctypes.c_uint64 * rank)(*dims)
-        g_str = (ctypes.c_uint64 * max(rank - 1, 1))(*strides_bytes)
-        b_dim = (ctypes.c_uint32 * rank)(*box)
-        e_str = (ctypes.c_uint32 * rank)(*([1] * rank))
+        spec = TiledMapSpec(dtype, dims, strides_bytes, box, swizzle_bytes)
+        tmap = self.encode(spec, ptr)
+        tmap.spec = spec
+        return tmap
+
+    def encode(self, spec: TiledMapSpec, ptr: int) -> TensorMap:
+        """The map of ``spec`` at address ``ptr``."""
         with self._lock:
-            base = ctypes.addressof(self._scratch)
-            aligned = (base + 127) & ~127
+            # the driver writes the map to a 64-byte aligned destination; a ctypes Structure is not, so it is
+            # encoded into the aligned scratch and copied out
+            aligned = (ctypes.addressof(self._scratch) + 127) & ~127
             rc = self.lib.cuTensorMapEncodeTiled(
-                ctypes.c_void_p(aligned), TMA_DTYPE[dtype], rank, ctypes.c_void_p(ptr), g_dim, g_str, b_dim, e_str,
-                0, TMA_SWIZZLE[swizzle_bytes], TMA_L2_PROMOTION_256B, 0)
+                aligned, spec.dtype, spec.rank, ptr, spec.dims, spec.strides, spec.box, spec.elem_strides, 0,
+                spec.swizzle, TMA_L2_PROMOTION_256B, 0)
             if rc != 0:
-                raise RuntimeError(f"cuTensorMapEncodeTiled failed: {self.error_string(rc)} (dims={list(dims)}, "
-                                   f"strides={list(strides_bytes)} B, box={list(box)}, ptr=0x{ptr:x})")
+                raise RuntimeError(f"cuTensorMapEncodeTiled failed: {self.error_string(rc)} ({spec.text}, "
+                                   f"ptr=0x{ptr:x})")
             tmap = TensorMap()
             ctypes.memmove(ctypes.addressof(tmap), aligned, 128)
+        tmap.ptr = ptr
         return tmap
 
     def launch(self, fn, grid, block, smem: int, stream: int, args) -> None:
@@ -147,10 +171,15 @@ def driver() -> _Driver:
 PREPARED_MAX = 256  # prepared launches kept per family; the oldest goes first
 
 
-def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: int) -> None:
+def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: int, roles: dict | None = None) -> None:
     """Launch the (function, grid, kernel arguments) cached under ``key`` (``prepare()`` builds it on a miss; at most
     PREPARED_MAX entries, oldest dropped first) on ``device``'s current stream with a 1-D block of ``threads``;
-    ``grid`` is a CTA count (1-D) or an (x, y, z) tuple."""
+    ``grid`` is a CTA count (1-D) or an (x, y, z) tuple.
+
+    ``roles``: ``{role: tensor}`` for the arguments ``prepare`` tagged with :func:`tag` (role names as the ops'
+    replays know them, e.g. ``a_ptr``, ``Q``). An op recording this call (_record.recording) gets a
+    :class:`BoundCudaLaunch` of it; without ``roles`` it gets an unbound launch, which keeps the op on its full
+    path."""
     import torch
 
     prepared = cache.get(key)
@@ -160,8 +189,77 @@ def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: 
             cache.pop(next(iter(cache)))
         cache[key] = prepared
     fn, grid, args = prepared
-    # CUDA launches are not replayed eagerly (ops/_fast.py): an op recording this call gets none
-    record(None, {})
+    grid = grid if isinstance(grid, tuple) else (grid, 1, 1)
     stream = torch.cuda.current_stream(device).cuda_stream
     with torch.cuda.device(device):
-        driver().launch(fn, grid if isinstance(grid, tuple) else (grid, 1, 1), (threads, 1, 1), smem, stream, args)
+        driver().launch(fn, grid, (threads, 1, 1), smem, stream, args)
+    if is_recording():
+        bound = None if roles is None else bind_cuda(fn, grid, threads, smem, args, roles, device)
+        record(bound, roles if bound is not None else {})
+
+
+def tag(arg, role: str):
+    """``arg`` (a tensor map or a pointer argument of a prepared launch) marked as holding the address of the
+    tensor in ``role``; returned for use inline."""
+    arg.role = role
+    return arg
+
+
+def pointer(role: str, t) -> ctypes.c_uint64:
+    """A pointer argument: ``t``'s address (0 for None), tagged with ``role`` when there is a tensor."""
+    if t is None:
+        return ctypes.c_uint64(0)
+    return tag(ctypes.c_uint64(t.data_ptr()), role)
+
+
+class BoundCudaLaunch:
+    """One prepared CUDA launch with every argument fixed but its operands' addresses; called with one pointer (int)
+    per role, in the roles' order.
+
+    Why: a CUDA family's launch path (checks, variant, build lookup, the A/B/out tensor maps encoded through ctypes)
+    costs 130-450 us a call on the device's CPU when the operands' addresses are new, which is every call in a model
+    (activations are fresh allocations). For a signature the op has seen (ops/_fast.py keys on shapes, strides,
+    dtypes and alignment), only the addresses differ: a map is re-encoded from its stored :class:`TiledMapSpec`, a
+    pointer argument replaced, and the rest of the argument list reused. The signature check is the caller's."""
+
+    __slots__ = ("_args", "_block", "_device", "_fn", "_grid", "_slots", "_smem")
+
+    def __init__(self, fn, grid: tuple, threads: int, smem: int, args: list, slots: list, device: int):
+        self._fn, self._grid, self._block, self._smem = fn, grid, (threads, 1, 1), smem
+        self._args = list(args)
+        self._slots = slots  # per role: (argument index, TiledMapSpec of a map argument, or None for a pointer)
+        self._device = device
+
+    def __call__(self, *pointers: int) -> None:
+        import torch
+
+        drv = driver()
+        args = self._args.copy()
+        for (i, spec), ptr in zip(self._slots, pointers):
+            args[i] = drv.encode(spec, ptr) if spec is not None else ctypes.c_uint64(ptr)
+        stream = torch._C._cuda_getCurrentRawStream(self._device)
+        if torch._C._cuda_getDevice() == self._device:
+            drv.launch(self._fn, self._grid, self._block, self._smem, stream, args)
+        else:  # the launch runs in the current context: make it the tensors' device's
+            with torch.cuda.device(self._device):
+                drv.launch(self._fn, self._grid, self._block, self._smem, stream, args)
+
+
+def bind_cuda(fn, grid: tuple, threads: int, smem: int, args: list, roles: dict, device) -> BoundCudaLaunch | None:
+    """A :class:`BoundCudaLaunch` of a prepared launch whose ``roles`` (``{role: tensor}``) are its tagged address
+    arguments (:func:`tag`), or None when they do not match one to one - a role without its argument, a tagged
+    argument no role names, an argument not at its tensor's address (a copy): nothing is bound on a guess."""
+    tagged = {a.role: i for i, a in enumerate(args) if getattr(a, "role", None) is not None}
+    if set(tagged) != set(roles) or sum(getattr(a, "role", None) is not None for a in args) != len(tagged):
+        return None
+    slots = []
+    for role, t in roles.items():
+        i = tagged[role]
+        arg = args[i]
+        if isinstance(arg, TensorMap) and getattr(arg, "ptr", None) == t.data_ptr():
+            slots.append((i, arg.spec))
+        elif isinstance(arg, ctypes.c_uint64) and arg.value == t.data_ptr():
+            slots.append((i, None))
+        else:
+            return None
+    return BoundCudaLaunch(fn, grid, threads, smem, args, slots, device.index if device.index is not None else 0)

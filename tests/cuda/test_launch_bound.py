@@ -1,0 +1,100 @@
+"""CPU tier: a prepared CUDA launch binds to its operands' roles (runtime.launch.BoundCudaLaunch) and a bound launch
+re-encodes the maps / replaces the pointers of new addresses, reusing every other argument. A fake driver stands in
+for libcuda; the GPU tier (tests/test_fast_gpu.py) replays the real kernels bit for bit."""
+import ctypes
+import types
+
+import pytest
+import torch
+
+from tilewright import _record
+from tilewright.cuda_fallback.runtime import launch
+
+
+class _FakeDriver:
+    def __init__(self):
+        self.encoded, self.launches = [], []
+
+    def encode(self, spec, ptr):
+        self.encoded.append((spec, ptr))
+        tmap = launch.TensorMap()
+        tmap.opaque[0] = ptr  # something address-dependent to see in the launch
+        tmap.ptr = ptr
+        return tmap
+
+    def encode_tiled(self, dtype, ptr, dims, strides, box, swizzle):
+        spec = launch.TiledMapSpec(dtype, dims, strides, box, swizzle)
+        tmap = self.encode(spec, ptr)
+        tmap.spec = spec
+        return tmap
+
+    def launch(self, fn, grid, block, smem, stream, args):
+        self.launches.append((fn, grid, block, smem, stream, list(args)))
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    drv = _FakeDriver()
+    monkeypatch.setattr(launch, "driver", lambda: drv)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: types.SimpleNamespace(cuda_stream=7))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: 9, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    return drv
+
+
+def _prepare(drv, a, out, bias):
+    tm_a = launch.tag(drv.encode_tiled("bfloat16", a.data_ptr(), (64, 32), (128,), (64, 32), 128), "a_ptr")
+    return "fn", (3, 1, 1), [tm_a, launch.pointer("c_ptr", out), launch.pointer("bias_ptr", bias), ctypes.c_int32(5)]
+
+
+def _launch_recorded(drv, a, out, bias, roles):
+    with _record.recording() as launches:
+        launch.launch_cached({}, ("k",), lambda: _prepare(drv, a, out, bias), torch.device("cpu"), 128, 1024, roles)
+    return launches
+
+
+def test_a_recorded_launch_binds_and_replays_on_new_addresses(fake):
+    a, out, bias = torch.randn(32, 64), torch.empty(32, 64), torch.randn(64)
+    (bound, roles), = _launch_recorded(fake, a, out, bias, {"a_ptr": a, "c_ptr": out, "bias_ptr": bias})
+    assert isinstance(bound, launch.BoundCudaLaunch) and list(roles) == ["a_ptr", "c_ptr", "bias_ptr"]
+    recorded_args = fake.launches[0][5]
+    bound(1 << 20, 2 << 20, 3 << 20)  # pointers in the roles' order
+    fn, grid, block, smem, stream, args = fake.launches[-1]
+    assert (fn, grid, block, smem, stream) == ("fn", (3, 1, 1), (128, 1, 1), 1024, 9)
+    assert args[0].opaque[0] == 1 << 20 and fake.encoded[-1] == (recorded_args[0].spec, 1 << 20)  # re-encoded map
+    assert args[1].value == 2 << 20 and args[2].value == 3 << 20
+    assert args[3] is recorded_args[3]  # everything else reused as prepared
+    assert recorded_args[0].ptr == a.data_ptr()  # the prepared launch itself is untouched
+
+
+@pytest.mark.parametrize("problem", ["role without argument", "argument without role", "copy", "no roles"])
+def test_a_launch_is_not_bound_on_a_guess(fake, problem):
+    a, out, bias = torch.randn(32, 64), torch.empty(32, 64), torch.randn(64)
+    roles = {"a_ptr": a, "c_ptr": out, "bias_ptr": bias}
+    if problem == "role without argument":
+        roles["res_ptr"] = torch.randn(4)
+    elif problem == "argument without role":
+        del roles["bias_ptr"]
+    elif problem == "copy":
+        roles["a_ptr"] = a.clone()  # the map holds another address than the role's tensor
+    else:
+        roles = None
+    (bound, got), = _launch_recorded(fake, a, out, bias, roles)
+    assert bound is None and got == {}
+
+
+def test_no_recording_no_binding(fake, monkeypatch):
+    called = []
+    monkeypatch.setattr(launch, "bind_cuda", lambda *a: called.append(1))
+    a, out = torch.randn(32, 64), torch.empty(32, 64)
+    launch.launch_cached({}, ("k",), lambda: _prepare(fake, a, out, None), torch.device("cpu"), 128, 0,
+                         {"a_ptr": a, "c_ptr": out})
+    assert called == [] and len(fake.launches) == 1
+
+
+def test_tiled_map_spec_holds_the_encode_arguments():
+    spec = launch.TiledMapSpec("float16", (64, 100, 3), (256, 25600), (64, 32, 1), 64)
+    assert spec.rank == 3 and spec.dtype == launch.TMA_DTYPE["float16"] and spec.swizzle == launch.TMA_SWIZZLE[64]
+    assert list(spec.dims) == [64, 100, 3] and list(spec.strides) == [256, 25600] and list(spec.box) == [64, 32, 1]
+    assert list(spec.elem_strides) == [1, 1, 1]
