@@ -212,25 +212,41 @@ def fake_sm90(monkeypatch, swap_record, fake_compiler):
     return state
 
 
-def test_router_attention_cuda_is_preferred_in_the_measured_region(fake_sm90, monkeypatch):
+def test_router_attention_cuda_is_preferred_by_the_measured_table(fake_sm90, monkeypatch):
     q, k, v = _qkv()
     assert router.PREFERENCE["attention"][0] == "cuda"
-    if q.shape[-1] < ca.PREFER_MIN_HEAD_DIM or q.shape[-2] < ca.PREFER_MIN_SEQ:  # a small problem: Triton's region
-        d = router.decide("attention", q, k, v)
-        assert d.backend == "triton" and "outside the measured win region" in d.reasons[0], str(d)
-        assert fake_sm90["calls"] == 0  # never self-checked unless it would serve
-    big = [t.new_empty(1, t.shape[1], ca.PREFER_MIN_SEQ, 128) for t in (q, k, v)]
+    tiny = [t.new_empty(2, 4, 128, 128) for t in (q, k, v)]  # 128 x 128 MHA at hdim 128: Triton measured faster
+    d = router.decide("attention", *tiny)
+    assert d.backend == "triton" and "Triton forward was faster" in d.reasons[0], str(d)
+    assert fake_sm90["calls"] == 0  # never self-checked unless it would serve
+    big = [t.new_empty(1, t.shape[1], 512, 64) for t in (q, k, v)]  # 512 rows at hdim 64, GQA 4/2: CUDA (1.58x)
     d = router.decide("attention", *big)
-    assert d.backend == "cuda" and fake_sm90["calls"] == 1, str(d)  # self-checked once before it serves
+    assert d.backend == "cuda" and fake_sm90["calls"] == 1 and "1.58x" in d.reasons[0], str(d)
     monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN", "0")
     d = router.decide("attention", *big)
     assert d.backend == "triton" and "opted out" in d.reasons[0], str(d)
     monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN", "1")
-    assert router.decide("attention", q, k, v).backend == "cuda"
+    assert router.decide("attention", *tiny).backend == "cuda"
     monkeypatch.delenv("TILEWRIGHT_CUDA_ATTN")
-    fake_sm90["self_check"] = (False, "self-check failed for c hdim 128")
+    fake_sm90["self_check"] = (False, "self-check failed for c hdim 64")
     d = router.decide("attention", *big)
     assert d.backend == "triton" and "self-check failed" in d.reasons[0], str(d)
+
+
+@pytest.mark.parametrize("d,gqa,sq,skv,expect", [
+    (128, False, 512, 4096, (1.35, (128, 512, 4096))),   # the case: Sq 512 / Skv 4096 goes to CUDA
+    (128, True, 2048, 2048, (1.51, (128, 2048, 2048))),
+    (96, False, 300, 300, (1.50, (64, 512, 512))),       # equidistant head dims: the smaller one's table
+    (200, True, 100, 9000, (1.40, (256, 128, 4096))),
+    (64, False, 16, 16, (0.33, (64, 128, 128))),
+])
+def test_measured_ratio_takes_the_nearest_table_point(d, gqa, sq, skv, expect):
+    assert ca.measured_ratio(d, gqa, sq, skv) == expect
+
+
+def test_forward_table_is_complete():
+    assert set(ca.FORWARD_TABLE) == {(d, g) for d in (64, 128, 256) for g in (False, True)}
+    assert all(len(points) == 8 and all(r > 0 for _, _, r in points) for points in ca.FORWARD_TABLE.values())
 
 
 def test_router_attention_forced_and_constraints(fake_sm90):

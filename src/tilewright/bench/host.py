@@ -9,8 +9,11 @@ Method (``host_us``): ``CALLS`` calls queued back to back with no synchronisatio
 ``RUNS`` runs (each run starts from an empty queue: synchronise, then time). The shapes make each kernel run longer
 than its launch path (the queue never fills), so the number is the Python + launch cost, not the GPU's. Cases are the
 four ops a model calls per layer (matmul/linear with and without epilogues, rms_norm_linear, flash_attention), with
-and without autograd recording (``+grad``: a weight or q/k/v that requires grad, forward only), each against the
-torch ops a user would write instead (``F.linear`` + the epilogue ops, ``F.rms_norm`` + ``F.linear``, SDPA).
+and without autograd recording (``+grad``: a weight or q/k/v that requires grad, forward only), and a training call
+(``fwd+bwd``: forward, then ``backward`` of a fixed output gradient: the host cost of a layer's backward, which is
+where a small training step spends its time), each against the torch ops a user would write instead (``F.linear``
++ the epilogue ops, ``F.rms_norm`` + ``F.linear``, SDPA). ``fwd+bwd`` rows queue :data:`CALLS_BWD` calls (each
+makes several launches: the CUDA queue must not fill, or the row would time the GPU).
 
 Rows (long format of bench/common.py, ``op = "host"``): ``median_ms`` is the host time per call in ms, ``speedup`` =
 torch's host time / tilewright's (>= 0.67 meets the 1.5x budget). Budget: <= 25 us
@@ -32,6 +35,7 @@ from .common import COLUMNS, add_speedups, on_gpu, require_pandas
 BUDGET_US = 25.0
 BUDGET_RATIO = 1.5
 CALLS = 100
+CALLS_BWD = 30
 RUNS = 21
 # name -> (M, N, K) for the GEMM family, (B, H, S, D) for attention. "default" holds the sizes of the report that
 # opened this work (a Llama-ish projection and a 512-token attention); "tiny" runs under the interpreter.
@@ -57,6 +61,9 @@ def cases(gemm_shape: tuple[int, int, int], attention_shape: tuple[int, int, int
     wg = w.detach().clone().requires_grad_(True)
     q, k, v = (torch.randn(B, H, S, D, device=device, dtype=dtype) for _ in range(3))
     qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    xg, gg, resg = (t.detach().clone().requires_grad_(True) for t in (x, g, res))
+    dy = torch.randn(M, N, device=device, dtype=dtype)
+    do = torch.randn(B, H, S, D, device=device, dtype=dtype)
     sdpa = F.scaled_dot_product_attention
     shape = f"{M}x{N}x{K}"
     ashape = f"{B}x{H}x{S}x{D}"
@@ -75,6 +82,15 @@ def cases(gemm_shape: tuple[int, int, int], attention_shape: tuple[int, int, int
                                              lambda: sdpa(q, k, v, is_causal=True)),
         f"flash_attention+grad|{ashape}|causal": (lambda: tilewright.flash_attention(qg, kg, vg, causal=True),
                                                   lambda: sdpa(qg, kg, vg, is_causal=True)),
+        f"linear+residual fwd+bwd|{shape}": (
+            lambda: tilewright.linear(xg, wg, residual=resg).backward(dy),
+            lambda: (F.linear(xg, wg) + resg).backward(dy)),
+        f"rms_norm_linear fwd+bwd|{shape}": (
+            lambda: tilewright.rms_norm_linear(xg, gg, wg).backward(dy),
+            lambda: F.linear(F.rms_norm(xg, (K,), gg), wg).backward(dy)),
+        f"flash_attention fwd+bwd|{ashape}|causal": (
+            lambda: tilewright.flash_attention(qg, kg, vg, causal=True).backward(do),
+            lambda: sdpa(qg, kg, vg, is_causal=True).backward(do)),
     }
 
 
@@ -105,11 +121,12 @@ def run(suite: str = "default", progress=print) -> pd.DataFrame:
     device, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float16)
     if not gpu:
         progress("no GPU: interpreter timings of the Python path only (they say nothing about the GPU budget)")
-    calls, runs = (CALLS, RUNS) if gpu else (2, 3)
+    runs = RUNS if gpu else 3
     rows, peers = [], {}
     for case, (ours, peer) in cases(SUITES[suite]["gemm"], SUITES[suite]["attention"], device, dtype).items():
         op, shape = case.split("|", 1)
         peers[case] = "torch"
+        calls = (CALLS_BWD if "fwd+bwd" in case else CALLS) if gpu else 2
         for provider, fn in (("tilewright", ours), ("torch", peer)):
             us = host_us(fn, calls, runs)
             rows.append(dict(op="host", case=case, shape=shape, dtype=str(dtype).replace("torch.", ""),

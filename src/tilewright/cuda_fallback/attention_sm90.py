@@ -7,7 +7,7 @@ Entry points:
 * :func:`cuda_attention` - (out, lse) on new tensors; the benchmark's CUDA column.
 * :func:`launch_attention` - the same into given ``out`` / ``lse``.
 * :func:`constraints` - why these tensors can or cannot take this kernel (device-independent; the router's filter).
-* :func:`preferred` - whether the router's automatic choice takes it (the measured win region on H200).
+* :func:`preferred` - whether the router's automatic choice takes it (the measured table, H100).
 * :func:`ready` - constraints + toolchain + first-use self-check of the variant on this device model.
 * :func:`try_launch` - what the op layer calls: launches, or returns False (after one warning on a failure) so the
   caller falls back to Triton; never raises.
@@ -102,28 +102,64 @@ def pick_variant() -> Variant:
     return VARIANTS[os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT") or DEFAULT_VARIANT]
 
 
-# Measured win region (H200, through the op as users call it: MEASURED_ON): head dim >= 128 and >= 1024 query rows -
-# 1.15-1.56x the Triton forward and 1.02x cuDNN geomean on the hdim-128 rows with S >= 2048. Outside it Triton served
-# faster: hdim 64 without a mask (0.95x at S = 8192) and S = 512, where the CUDA op's host path (tensor maps per
-# call, ~0.15 ms) costs more than the kernel.
-MEASURED_ON = (Measurement("H200", "perf/results/h200/2026-11-26/attention.csv", "2026-11-26"),)
-PREFER_MIN_HEAD_DIM = 128
-PREFER_MIN_SEQ = 1024
+# The router's choice comes from a measured table (MEASURED_ON[1], H100): the CUDA forward's speed over Triton's,
+# both through the public op with the backend forced (so both with their eager replay), per head dim, MHA or GQA
+# (Hq > Hkv) and (Sq, Skv); each entry is the smaller of the causal and non-causal ratios (the router does not see
+# the mask, and they agree except at 128 rows). A problem takes the entry nearest to it in (log2 Sq, log2 Skv) at
+# the nearest head dim, and the CUDA forward when that entry is >= PREFER_RATIO. It replaced a fixed region (head dim
+# >= 128, >= 1024 query rows; H200, MEASURED_ON[0]) set while each CUDA call re-encoded its tensor maps (~0.15 ms of
+# host): with its launches replayed it is 1.16-1.71x Triton's forward at every measured point but 128 x 128.
+MEASURED_ON = (Measurement("H200", "perf/results/h200/2026-11-26/attention.csv", "2026-11-26"),
+               Measurement("H100", "perf/results/h100/attention/forward_route_2026-11-27_0140.csv", "2026-11-27"))
+PREFER_RATIO = 1.03
+_FORWARD_TABLE_TEXT = """
+64 0 128/128:0.33 512/512:1.50 1024/1024:1.43 2048/2048:1.32 8192/8192:1.19 128/4096:1.28 512/4096:1.26 2048/8192:1.17
+64 1 128/128:1.64 512/512:1.58 1024/1024:1.47 2048/2048:1.33 8192/8192:1.20 128/4096:1.22 512/4096:1.16 2048/8192:1.18
+128 0 128/128:0.36 512/512:1.51 1024/1024:1.51 2048/2048:1.47 8192/8192:1.33 128/4096:1.46 512/4096:1.35 2048/8192:1.32
+128 1 128/128:0.93 512/512:1.64 1024/1024:1.58 2048/2048:1.51 8192/8192:1.27 128/4096:1.71 512/4096:1.37 2048/8192:1.36
+256 0 128/128:0.26 512/512:1.40 1024/1024:1.39 2048/2048:1.22 8192/8192:1.21 128/4096:1.44 512/4096:1.30 2048/8192:1.27
+256 1 128/128:1.00 512/512:1.48 1024/1024:1.32 2048/2048:1.21 8192/8192:1.08 128/4096:1.40 512/4096:1.29 2048/8192:1.27
+"""
+
+
+def _parse_forward_table(text: str) -> dict:
+    """{(head dim, GQA): [(Sq, Skv, CUDA / Triton speed ratio), ...]} from the lines above."""
+    table = {}
+    for line in text.strip().splitlines():
+        d, gqa, *points = line.split()
+        table[(int(d), gqa == "1")] = [(int(sq), int(skv), float(r)) for sq, skv, r in
+                                       (p.replace(":", "/").split("/") for p in points)]
+    return table
+
+
+FORWARD_TABLE = _parse_forward_table(_FORWARD_TABLE_TEXT)
+
+
+def measured_ratio(head_dim: int, gqa: bool, sq: int, skv: int) -> tuple[float, tuple[int, int, int]]:
+    """The measured CUDA / Triton forward speed ratio nearest to a problem, and the (head dim, Sq, Skv) it was
+    measured at: the nearest tabled head dim, then the nearest point in (log2 Sq, log2 Skv)."""
+    d = min({key[0] for key in FORWARD_TABLE}, key=lambda t: (abs(t - head_dim), t))
+    ls, lk = math.log2(max(sq, 1)), math.log2(max(skv, 1))
+    msq, mskv, ratio = min(FORWARD_TABLE[(d, gqa)],
+                           key=lambda p: (math.log2(p[0]) - ls) ** 2 + (math.log2(p[1]) - lk) ** 2)
+    return ratio, (d, msq, mskv)
 
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None) -> tuple[bool, str]:
-    """Whether the router's automatic choice should take this kernel: inside the measured win region (head dim >=
-    128, >= 1024 query rows). ``TILEWRIGHT_CUDA_ATTN=1`` takes it everywhere it is eligible, ``=0`` never."""
+    """Whether the router's automatic choice should take this kernel: the measured table's nearest entry (see
+    FORWARD_TABLE) is at least PREFER_RATIO. ``TILEWRIGHT_CUDA_ATTN=1`` takes it everywhere it is eligible, ``=0``
+    never."""
     env = os.environ.get("TILEWRIGHT_CUDA_ATTN")
     if env == "0":
         return False, "attention forward opted out by TILEWRIGHT_CUDA_ATTN=0"
     if env == "1":
         return True, "attention forward opted in by TILEWRIGHT_CUDA_ATTN=1"
-    D, Sq = q.shape[-1], q.shape[-2]
-    region = f"head dim >= {PREFER_MIN_HEAD_DIM}, >= {PREFER_MIN_SEQ} query rows"
-    if D >= PREFER_MIN_HEAD_DIM and Sq >= PREFER_MIN_SEQ:
-        return True, f"sm_90a attention forward, in the measured win region ({region}; H200)"
-    return False, f"outside the measured win region ({region}); the Triton forward was faster there"
+    gqa = q.shape[1] > k.shape[1]
+    ratio, (d, msq, mskv) = measured_ratio(q.shape[-1], gqa, q.shape[-2], k.shape[-2])
+    where = f"nearest measured point: head dim {d}, {'GQA' if gqa else 'MHA'}, Sq {msq}, Skv {mskv}; H100"
+    if ratio >= PREFER_RATIO:
+        return True, f"sm_90a attention forward measured {ratio:.2f}x the Triton forward ({where})"
+    return False, f"the Triton forward was faster: the sm_90a one measured {ratio:.2f}x ({where})"
 
 
 # ------------------------------------------------------------------------------------------------ constraints
