@@ -93,6 +93,22 @@ def test_no_recording_no_binding(fake, monkeypatch):
     assert called == [] and len(fake.launches) == 1
 
 
+def test_a_bound_launch_reuses_the_maps_of_addresses_it_has_seen(fake, monkeypatch):
+    monkeypatch.setattr(launch, "MAPS_PER_SLOT", 2)
+    a, out = torch.randn(32, 64), torch.empty(32, 64)
+    (bound, _), = _launch_recorded(fake, a, out, None, {"a_ptr": a, "c_ptr": out})
+    before = len(fake.encoded)
+    bound(1 << 20, 5)
+    bound(1 << 20, 6)  # same A address: its map is reused, the pointer argument replaced
+    assert len(fake.encoded) == before + 1
+    assert fake.launches[-1][5][0].opaque[0] == 1 << 20 and fake.launches[-1][5][1].value == 6
+    bound(2 << 20, 7)
+    bound(3 << 20, 8)  # a third address: the slot's cache (2 maps) starts over
+    bound(1 << 20, 9)
+    assert len(fake.encoded) == before + 4
+    assert [launch_[5][0].opaque[0] for launch_ in fake.launches[-3:]] == [2 << 20, 3 << 20, 1 << 20]
+
+
 def test_tiled_map_spec_holds_the_encode_arguments():
     spec = launch.TiledMapSpec("float16", (64, 100, 3), (256, 25600), (64, 32, 1), 64)
     assert spec.rank == 3 and spec.dtype == launch.TMA_DTYPE["float16"] and spec.swizzle == launch.TMA_SWIZZLE[64]

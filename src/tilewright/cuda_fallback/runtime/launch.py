@@ -169,6 +169,7 @@ def driver() -> _Driver:
 
 
 PREPARED_MAX = 256  # prepared launches kept per family; the oldest goes first
+MAPS_PER_SLOT = 16  # encoded maps a bound launch keeps per operand (BoundCudaLaunch)
 
 
 def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: int, roles: dict | None = None) -> None:
@@ -220,14 +221,18 @@ class BoundCudaLaunch:
     costs 130-450 us a call on the device's CPU when the operands' addresses are new, which is every call in a model
     (activations are fresh allocations). For a signature the op has seen (ops/_fast.py keys on shapes, strides,
     dtypes and alignment), only the addresses differ: a map is re-encoded from its stored :class:`TiledMapSpec`, a
-    pointer argument replaced, and the rest of the argument list reused. The signature check is the caller's."""
+    pointer argument replaced, and the rest of the argument list reused. The signature check is the caller's.
 
-    __slots__ = ("_args", "_block", "_device", "_fn", "_grid", "_slots", "_smem")
+    Encoding a map through ctypes costs ~10 us; a training loop's steady state hands the same few addresses back
+    (torch's caching allocator), so each map slot keeps the maps of its last :data:`MAPS_PER_SLOT` addresses."""
+
+    __slots__ = ("_args", "_block", "_device", "_fn", "_grid", "_maps", "_slots", "_smem")
 
     def __init__(self, fn, grid: tuple, threads: int, smem: int, args: list, slots: list, device: int):
         self._fn, self._grid, self._block, self._smem = fn, grid, (threads, 1, 1), smem
         self._args = list(args)
         self._slots = slots  # per role: (argument index, TiledMapSpec of a map argument, or None for a pointer)
+        self._maps = [{} for _ in slots]  # per role: {address: encoded map} (map slots only)
         self._device = device
 
     def __call__(self, *pointers: int) -> None:
@@ -235,8 +240,16 @@ class BoundCudaLaunch:
 
         drv = driver()
         args = self._args.copy()
-        for (i, spec), ptr in zip(self._slots, pointers):
-            args[i] = drv.encode(spec, ptr) if spec is not None else ctypes.c_uint64(ptr)
+        for (i, spec), maps, ptr in zip(self._slots, self._maps, pointers):
+            if spec is None:
+                args[i] = ctypes.c_uint64(ptr)
+                continue
+            tmap = maps.get(ptr)
+            if tmap is None:
+                if len(maps) >= MAPS_PER_SLOT:
+                    maps.clear()
+                tmap = maps[ptr] = drv.encode(spec, ptr)
+            args[i] = tmap
         stream = torch._C._cuda_getCurrentRawStream(self._device)
         if torch._C._cuda_getDevice() == self._device:
             drv.launch(self._fn, self._grid, self._block, self._smem, stream, args)
