@@ -221,7 +221,7 @@ def fake_gpu(monkeypatch, fake_compiler):
     return state
 
 
-def _big(M=16384, N=4096, K=4096):  # in the win region (>= 275 GFLOP, gemm_sm90.PREFER_MIN_FLOPS)
+def _big(M=16384, N=4096, K=4096):  # in the win region (>= 69 GFLOP, gemm_sm90.PREFER_MIN_FLOPS)
     return torch.randn(M, K, dtype=torch.bfloat16), torch.randn(K, N, dtype=torch.bfloat16)
 
 

@@ -182,7 +182,7 @@ def fake_gpu(monkeypatch, swap_record, fake_compiler):
     return state
 
 
-def _big(dtype=torch.bfloat16, M=16384, N=4096, K=4096):  # in the win region (>= 275 GFLOP)
+def _big(dtype=torch.bfloat16, M=16384, N=4096, K=4096):  # in the win region (>= 69 GFLOP)
     return torch.randn(M, K, dtype=dtype), torch.randn(K, N, dtype=dtype)
 
 
@@ -266,13 +266,13 @@ def test_router_explain_mentions_cuda(fake_gpu):
 
 
 @pytest.mark.parametrize("shape,expect", [
-    ((4096, 4096, 4096), False), ((8192, 8192, 8192), True), ((8192, 6144, 4096), True), ((8192, 4096, 4096), True),
+    ((4096, 4096, 4096), True), ((1024, 4096, 4096), False), ((8192, 8192, 8192), True), ((8192, 6144, 4096), True), ((8192, 4096, 4096), True),
     ((8192, 28672, 4096), True), ((8192, 4096, 14336), True), ((8192, 10240, 8192), True),
     ((8192, 8192, 28672), True), ((16, 4096, 4096), False), ((128, 4096, 4096), False), ((3000, 5000, 4000), False),
 ], ids=str)
 def test_router_default_per_suite_shape(fake_gpu, shape, expect):
     """The automatic choice on the benchmark suite follows the measurements (faster of Triton and CUDA end to end:
-    4096^3, 137 GFLOP, is below the CUDA launch path's host-bound floor, gemm_sm90.PREFER_MIN_FLOPS)."""
+    1024 x 4096 x 4096, 34 GFLOP, is below the floor gemm_sm90.PREFER_MIN_FLOPS = 2^36; 4096^3 is above it)."""
     M, N, K = shape
     a = torch.empty(M, K, dtype=torch.bfloat16)
     b = torch.empty(K, N, dtype=torch.bfloat16)

@@ -98,18 +98,17 @@ MEASURED_ON = (
     Measurement("H200", "perf/results/h200/gemm_default_20261126-0146_v3.csv", "2026-11-26"),
     Measurement("H100", "perf/results/h100/model/profile_2026-11-26.txt", "2026-11-26"),
     Measurement("H100", "perf/results/h100/model/profile_prefill_2026-11-26_1830_dense_grad.txt", "2026-11-26"),
+    Measurement("H100", "perf/results/h100/model/gemm_floor_2026-11-27_0205_ab_floor36.csv", "2026-11-27"),
 )
 PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
 PREFER_MIN_K = 512
-# Host cost (MEASURED_ON[3]): this kernel's launch path costs ~150-400 us of Python per call in a model (its TMA maps
-# hold the operands' addresses, so a new activation re-encodes them, and it has no eager replay), against ~30 us for
-# a replayed Triton launch. Below ~70 GFLOP (~100 us of kernel at 700 TFLOP/s) an eager caller waits on the host, and
-# Triton wins the call end to end (the Llama layer at B1 x S512 was host-bound at 7.8 ms a step, 1.1 ms of GPU work).
-# Raised from 2**36 (MEASURED_ON[4]): the ViT-L prefill step (d 1024, B8 x S2048) ran host-bound at 6-7 ms against
-# 4.8 ms of GPU work, its ten 100-200 GFLOP GEMMs (0.15-0.2 ms each) taking this path at 130-450 us of host time a
-# call; Triton's replayed launches ran the same GEMMs within 5% of this kernel (model_gemms_2026-11-26_1840).
-PREFER_MIN_FLOPS = 2**38
+# Host cost (MEASURED_ON[3], MEASURED_ON[4]): while this kernel's launch path re-encoded its tensor maps every call
+# (130-450 us of Python in a model, no eager replay) the floor was raised from 2**36 to 2**38, so the ViT-L step's ten
+# 100-200 GFLOP GEMMs took Triton's replayed launches instead. Its launches replay now (runtime.launch.BoundCudaLaunch,
+# ~10 us above Triton's), so the floor is back at 2**36 (MEASURED_ON[5]: ViT-L B8 x S2048 forward 1.360 / 1.365 ms
+# at 2**38 -> 1.334 / 1.340 ms at 2**36, two rounds each in one process order; fwd+bwd within the host noise).
+PREFER_MIN_FLOPS = 2**36
 
 
 def preferred(M: int, N: int, K: int, residual: bool = False,
