@@ -369,13 +369,14 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
 def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16", causal: bool = True,
                       dot_precision: str = "tf32", use_tma: bool = True, softcap: bool = False,
                       window: bool = False, head_dim_v: int | None = None) -> dict:
-    """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd") or dK/dV ("dkdv") kernel at
+    """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd"), dK/dV ("dkdv") or dQ ("dq") kernel at
     head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on contiguous tensors (a row
     stride of D elements is 16-divisible only when D % 16 == 0)."""
     from tilewright.triton_kernels import attention as A
 
     fwd = kernel == "fwd"
-    tensors = ("q", "k", "v", "o") if fwd else ("q", "k", "v", "do", "dk", "dv")
+    tensors = {"fwd": ("q", "k", "v", "o"), "dkdv": ("q", "k", "v", "do", "dk", "dv"),
+               "dq": ("q", "k", "v", "do", "dq")}[kernel]
     ptrs = tuple(t.upper() for t in tensors)
     strides = [f"stride_{t}{d}" for t in tensors for d in "bhs"]
     stats = ("LSE",) if fwd else ("LSE", "DELTA")
@@ -384,8 +385,9 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
            "SQ_BUCKET": "i32", "SKV_BUCKET": "i32", "CAUSAL_OFFSET": "i32", "SOFTCAP": "fp32", "WINDOW_OFFSET": "i32"}
     div = (*ptrs, *stats, *(s for s in strides if not s.endswith("s") or D % 16 == 0), "SQ_BUCKET", "SKV_BUCKET")
     bm, bn, warps, stages = tiles
-    names = A._FWD_NAMES if fwd else A._DKDV_NAMES
-    return dict(kernel=f"tilewright.triton_kernels.attention:{'_attn_fwd_kernel' if fwd else '_attn_bwd_dkdv_kernel'}",
+    names = {"fwd": A._FWD_NAMES, "dkdv": A._DKDV_NAMES, "dq": A._DQ_NAMES}[kernel]
+    function = {"fwd": "_attn_fwd_kernel", "dkdv": "_attn_bwd_dkdv_kernel", "dq": "_attn_bwd_dq_kernel"}[kernel]
+    return dict(kernel=f"tilewright.triton_kernels.attention:{function}",
                 signature=sig, arch=90, num_warps=warps, num_stages=stages, divisible_by_16=div,
                 name=f"{kernel} D={D}",
                 constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), CAUSAL=causal, UPCAST=False,
@@ -522,6 +524,17 @@ def test_softcap_kernels_compile_for_sm90_without_new_spills():
         assert capped.has("HGMMA")
         assert capped.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 1]["name"], plain.spill_bytes,
                                                                 capped.spill_bytes)
+
+
+def test_dq_class_256_default_compiles_for_sm90_without_spills():
+    """The dQ kernel's class-256 default (three stages, measured 8% faster than two on H100) is spill-free with wgmma
+    for sm_90a at head dim 256 (ptxas on the device: 239 registers, 0 spills)."""
+    from tilewright.triton_kernels import attention as A
+    from tilewright.triton_kernels.aot import compile_reports
+
+    job = attention_aot_job("dq", 256, A._DQ_TILES[256][0])
+    (rep,) = compile_reports([job])
+    assert rep.has("HGMMA") and rep.spill_bytes == 0, (rep.spill_bytes, rep.registers)
 
 
 def test_window_kernels_compile_for_sm90_without_new_spills():

@@ -663,11 +663,14 @@ _DKDV_TILES = {
     128: [(32, 64, 4, 3), (32, 64, 4, 2), (32, 128, 8, 3), (16, 64, 4, 3)],
     256: [(16, 64, 8, 2), (32, 64, 8, 1), (32, 64, 8, 2)],
 }
-# dQ pass: (BLOCK_M2, BLOCK_N2, warps, stages); BLOCK_M2 % BLOCK_N2 == 0
+# dQ pass: (BLOCK_M2, BLOCK_N2, warps, stages); BLOCK_M2 % BLOCK_N2 == 0. Class 256 leads with a third stage: the
+# whole backward of B 2 x 16 heads x S 4096, hdim 256, causal took 5.37 ms with (64, 32, 4, 2) and 4.91 with
+# (64, 32, 4, 3), both spill-free; its dK/dV default (16, 64, 8, 2) was the fastest of 14 (H100,
+# perf/results/h100/attention/attn_bwd_sweep_d256_2026-11-27_0215.log; cuDNN 1.85 ms there).
 _DQ_TILES = {
     64: [(128, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3)],
     128: [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3)],
-    256: [(64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2), (64, 16, 4, 2)],
+    256: [(64, 32, 4, 3), (64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2), (64, 16, 4, 2)],
 }
 # Without TMA (pre-Hopper cards, unaligned strides) the 2-D pointer tensors cost registers: smaller tiles.
 _FWD_TILES_PTR = {64: [(128, 64, 8, 3), (64, 64, 4, 3)], 128: [(128, 64, 8, 3), (64, 64, 4, 3)],
