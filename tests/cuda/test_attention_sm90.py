@@ -85,8 +85,10 @@ def test_constraints():
     assert ca.constraints(qt, kt, kt)[0]
     ok, why = ca.constraints(q.float(), k.float(), v.float())
     assert not ok and "float32" in why
-    ok, why = ca.constraints(*_qkv(D=96))
-    assert not ok and "head dim 96" in why
+    assert ca.constraints(*_qkv(D=96))[0] and ca.constraints(*_qkv(D=200))[0]  # on the 128 / 256 builds
+    for d in (40, 100, 264):
+        ok, why = ca.constraints(*_qkv(D=d))
+        assert not ok and f"head dim {d}" in why
     ok, why = ca.constraints(*_qkv(Hq=3, Hkv=2))
     assert not ok and "multiple of Hkv" in why
     ok, why = ca.constraints(*_qkv(Skv=0))
@@ -165,6 +167,37 @@ def test_launch_arguments(fake_driver):
     ca.launch_attention(q, k, v, out, lse, causal=False, variant="a")
     assert fake_driver.launches[-1][1] == (5, 4, 2) and fake_driver.launches[-1][2] == (256, 1, 1)
     assert fake_driver.maps[-4][4] == (64, 64, 1, 1)  # variant a: 64-row Q tile
+
+
+@pytest.mark.parametrize("d,build", [(64, 64), (72, 128), (96, 128), (128, 128), (136, 256), (192, 256), (256, 256)])
+def test_build_head_dim(d, build):
+    assert ca.build_head_dim(d) == build
+
+
+@pytest.mark.parametrize("d", [8, 32, 48, 56, 60, 100, 130, 264, 0])
+def test_head_dims_outside_the_builds_are_refused(d):
+    assert ca.build_head_dim(d) is None
+
+
+def test_a_padded_head_dim_runs_the_wider_build_on_maps_of_its_own_width(fake_driver):
+    """D = 96 on the 128 build: the maps describe 96 columns (TMA zero-fills the rest on load, clips it on store), the
+    build and its shared memory are the 128 ones; no tensor is copied or padded in global memory."""
+    q, k, v = _qkv(B=1, Hq=2, Hkv=1, Sq=200, Skv=300, D=96)
+    out = torch.empty_like(q)
+    lse = torch.empty(1, 2, 200)
+    ca.launch_attention(q, k, v, out, lse, causal=False, variant="c")
+    (_, _, defines), = fake_driver.builds
+    assert defines["TW_HDIM"] == 128 and defines["TW_BN"] == ca.VARIANTS["c"].bn(128)
+    assert [m[2][0] for m in fake_driver.maps] == [96, 96, 96, 96]
+    assert [m[1] for m in fake_driver.maps] == [t.data_ptr() for t in (q, k, v, out)]
+    (fn, grid, block, smem, args), = fake_driver.launches
+    assert smem == ca.VARIANTS["c"].smem_bytes(128)
+
+
+def test_padded_head_dims_take_their_builds_measurements():
+    q, k = torch.empty(1, 4, 2048, 96), torch.empty(1, 4, 2048, 96)
+    ok, why = ca.preferred(q, k)
+    assert ok and "head dim 128" in why
 
 
 def test_launch_validation(fake_driver):
@@ -253,8 +286,8 @@ def test_router_attention_forced_and_constraints(fake_sm90):
     q, k, v = _qkv()
     d = router.decide("attention", q, k, v, backend="cuda")
     assert d.backend == "cuda" and d.forced and "self-check passed" in d.reasons[1], str(d)
-    with pytest.raises(ValueError, match="head dim 96"):
-        router.decide("attention", *_qkv(D=96), backend="cuda")
+    with pytest.raises(ValueError, match="head dim 40"):
+        router.decide("attention", *_qkv(D=40), backend="cuda")
     fake_sm90["self_check"] = (False, "self-check failed for c hdim 128")
     with pytest.raises(ValueError, match="self-check failed"):
         router.decide("attention", q, k, v, backend="cuda")

@@ -70,6 +70,13 @@ CASES = [
     (2, 4, 4, 200, 200, 128, False, torch.bfloat16, "bshd"),
     (1, 2, 2, 4096, 4096, 128, True, torch.bfloat16, "bhsd"),
     (1, 2, 2, 2048, 2048, 128, False, torch.bfloat16, "bhsd"),
+    # head dims without a build of their own, on the next one up (build_head_dim: TMA zero-fills the padding on
+    # load and clips it on the store; an overrun past D would land on elements of the next row, which are compared)
+    (1, 4, 2, 700, 900, 96, True, torch.bfloat16, "bhsd"),
+    (1, 2, 2, 333, 333, 72, False, torch.float16, "bhsd"),
+    (2, 2, 1, 257, 513, 112, True, torch.bfloat16, "bshd"),
+    (1, 2, 2, 300, 300, 160, True, torch.bfloat16, "bhsd"),
+    (1, 2, 1, 190, 257, 200, False, torch.bfloat16, "bhsd"),
 ]
 
 

@@ -30,7 +30,7 @@ from .runtime.guard import Guard, relative_error, run_self_check, synchronize
 
 SOURCE = "attention_sm90.cu"
 KERNEL = "tw_attn_fwd_sm90"
-HEAD_DIMS = (64, 128, 256)
+HEAD_DIMS = (64, 128, 256)  # the builds (TW_HDIM); other head dims run on the next one up (build_head_dim)
 SMEM_LIMIT = SMEM_OPTIN_BYTES
 LOG2E = 1.4426950408889634
 
@@ -77,6 +77,21 @@ class Variant:
         return {"TW_HDIM": head_dim, "TW_BN": self.bn(head_dim), "TW_STAGES": self.stages,
                 "TW_CONSUMERS": self.consumers, "TW_PINGPONG": int(self.pingpong), "TW_OVERLAP": int(self.overlap),
                 "TW_CAUSAL": int(causal), "TW_FP16": int(fp16), "TW_PIN_WAIT": int(self.pin_wait(head_dim))}
+
+
+def build_head_dim(head_dim: int) -> int | None:
+    """The build (TW_HDIM) a head dim runs on, or None: 64, or a multiple of 8 from 72 to 256 on the 128 / 256 build.
+
+    Why a wider build computes a narrower head dim exactly: every global access of the kernel is a TMA box of 64
+    columns, and the maps are encoded with the tensors' true head dim, so the columns past it are zero-filled on
+    load (they add 0 to q k^T; P V computes zero columns for them) and clipped on the O store - the padding exists
+    in shared memory and registers only, never as a copy of q / k / v in global memory. A multiple of 8 keeps every row
+    16-byte aligned (TMA). Head dims below 64 stay with Triton (a box wider than the tensor's dim is not used)."""
+    if head_dim == 64:
+        return 64
+    if head_dim % 8 or not 64 < head_dim <= 256:
+        return None
+    return 128 if head_dim <= 128 else 256
 
 
 # Ordered from simplest to full, so a numerics failure on the device localises the bug.
@@ -155,7 +170,9 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None) -
     if env == "1":
         return True, "attention forward opted in by TILEWRIGHT_CUDA_ATTN=1"
     gqa = q.shape[1] > k.shape[1]
-    ratio, (d, msq, mskv) = measured_ratio(q.shape[-1], gqa, q.shape[-2], k.shape[-2])
+    # a padded head dim does the work of its build: it takes that build's measurements
+    ratio, (d, msq, mskv) = measured_ratio(build_head_dim(q.shape[-1]) or q.shape[-1], gqa, q.shape[-2],
+                                           k.shape[-2])
     where = f"nearest measured point: head dim {d}, {'GQA' if gqa else 'MHA'}, Sq {msq}, Skv {mskv}; H100"
     if ratio >= PREFER_RATIO:
         return True, f"sm_90a attention forward measured {ratio:.2f}x the Triton forward ({where})"
@@ -193,8 +210,9 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None)
     if q.dtype not in HALF_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return False, f"dtype {q.dtype} (the WGMMA attention takes bfloat16 / float16, all three equal)"
     B, Hq, Sq, D = q.shape
-    if D not in HEAD_DIMS:
-        return False, f"head dim {D} (the WGMMA attention has builds for {HEAD_DIMS})"
+    if build_head_dim(D) is None:
+        return False, (f"head dim {D} (the WGMMA attention takes 64, or a multiple of 8 from 72 to 256 on its 128 / "
+                       "256 builds)")
     if v.shape[3] != D and k.shape[3] == D:
         return False, (f"value head dim must equal the query's in the WGMMA attention (v has {v.shape[3]}, q "
                        f"{D}; Triton serves a value head dim of its own)")
@@ -211,7 +229,7 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None)
         lay, why = tma_dims_strides(t)
         if lay is None:
             return False, f"{name}: {why}"
-    if Variant("x", 2, True, True).smem_bytes(D) > SMEM_LIMIT:  # pragma: no cover - every listed head dim fits
+    if Variant("x", 2, True, True).smem_bytes(build_head_dim(D)) > SMEM_LIMIT:  # pragma: no cover - every build fits
         return False, f"head dim {D} needs more shared memory than sm_90 has"
     return True, f"bf16/fp16, head dim {D}, 16-byte aligned strides (TMA)"
 
@@ -223,6 +241,7 @@ _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per (poi
 
 def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant):
     B, Hq, Sq, D = q.shape
+    D = build_head_dim(D)  # the build; the maps keep the tensors' own head dim (tma_dims_strides)
     Hkv, Skv = k.shape[1], k.shape[2]
     dt = launch.tma_dtype(q.dtype)
     bld = build.compile_source(SOURCE, "sm_90a", var.defines(D, causal, q.dtype == torch.float16))
@@ -259,7 +278,7 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
                      variant: Variant | str | None = None) -> None:
     """Write softmax(scale q k^T [causal]) v into ``out`` and its natural-log LSE into ``lse`` (sm_90a kernel).
 
-    q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D), Hq % Hkv == 0; D in HEAD_DIMS; any strides that are multiples of 16
+    q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D), Hq % Hkv == 0; build_head_dim(D) not None; any strides that are multiples of 16
     bytes with a unit last dim; out like q; lse contiguous fp32 (B, Hq, Sq). causal is top-left aligned (SDPA)."""
     check_launch(q, k, v, out, lse)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -270,7 +289,8 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
     key = (q.device.index, q.dtype, var, bool(causal), scale,
            *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr())
     launch.launch_cached(_prepared, key, lambda: _prepare(q, k, v, out, lse, bool(causal), scale, var), q.device,
-                         var.threads, var.smem_bytes(q.shape[-1]), {"Q": q, "K": k, "V": v, "O": out, "LSE": lse})
+                         var.threads, var.smem_bytes(build_head_dim(q.shape[-1])),
+                         {"Q": q, "K": k, "V": v, "O": out, "LSE": lse})
 
 
 def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, variant=None):
