@@ -290,7 +290,9 @@ def test_bench_tiny_suite():
     df = bench.run("tiny", progress=lambda *a, **k: None)
     assert list(df.columns)[:len(COLUMNS)] == COLUMNS
     assert set(df["provider"]) == {"tilewright-triton", "torch-math"}
-    assert df["median_ms"].gt(0).all() and len(df) == 2 * 2 * 2 * 2
+    # two Sq == Skv shapes x (full, causal) + one Sq != Skv shape (full only), x 2 providers x (fwd, bwd)
+    assert df["median_ms"].gt(0).all() and len(df) == (2 * 2 + 1) * 2 * 2
+    assert set(df[df.case.str.startswith("1x2/2x48:80x32")].case) == {"1x2/2x48:80x32|full|fwd", "1x2/2x48:80x32|full|bwd"}
     flops = 4 * 1 * 2 * 128 ** 2 * 64
     row = df[(df.case.str.startswith("1x2/2x128x64")) & (df.provider == "torch-math")].iloc[0]
     assert math.isfinite(row.tflops) and row.tflops > 0 and flops > 0

@@ -23,24 +23,28 @@ if TYPE_CHECKING:  # annotations only: pandas is imported on first use (an optio
 
 from .common import COLUMNS, add_speedups, card_name, environment, on_gpu, require_pandas, time_ms
 
-# (B, Hq, Hkv, S, D) - the attention suite: head dims 64/128/256, GQA 4:1, S from 512 to 16k
+# (B, Hq, Hkv, S, D[, Skv]) - the attention suite: head dims 64/96/128/256, GQA 4:1 and 7:1, S from 512 to 16k, and
+# a short query block against a long cache (Skv given: S queries, Skv keys; timed without a causal mask, since the
+# default top-left alignment would hide most keys). The last two rows are the issue-15 cases the router got wrong.
 SUITES = {
     "default": [(4, 16, 16, 512, 64), (2, 8, 8, 8192, 64), (8, 16, 16, 2048, 128), (4, 32, 32, 4096, 128),
-                (2, 16, 16, 8192, 128), (1, 16, 16, 16384, 128), (4, 32, 8, 4096, 128), (4, 16, 16, 4096, 256)],
-    "tiny": [(1, 2, 2, 128, 64), (1, 2, 1, 96, 32)],
+                (2, 16, 16, 8192, 128), (1, 16, 16, 16384, 128), (4, 32, 8, 4096, 128), (4, 16, 16, 4096, 256),
+                (1, 28, 4, 3000, 96), (2, 16, 16, 512, 128, 4096)],
+    "tiny": [(1, 2, 2, 128, 64), (1, 2, 1, 96, 32), (1, 2, 2, 48, 32, 80)],
 }
 PEER = "sdpa-cudnn"
 
 
-def shape_tag(B, Hq, Hkv, S, D) -> str:
-    """A case's shape as it appears in the results: ``BxHq/HkvxSxD``."""
-    return f"{B}x{Hq}/{Hkv}x{S}x{D}"
+def shape_tag(B, Hq, Hkv, S, D, Skv=None) -> str:
+    """A case's shape as it appears in the results: ``BxHq/HkvxSxD``, or ``BxHq/HkvxSq:SkvxD`` with a key length of
+    its own."""
+    return f"{B}x{Hq}/{Hkv}x{S}x{D}" if Skv is None or Skv == S else f"{B}x{Hq}/{Hkv}x{S}:{Skv}x{D}"
 
 
-def flops(B, Hq, S, D, causal: bool, mode: str) -> float:
-    """FLOPs of one call: 4 B Hq S^2 D for the forward, 2.5x that for mode "bwd" (5 matmuls against 2); causal counts
-    the visible half of the scores."""
-    f = 4.0 * B * Hq * S * S * D
+def flops(B, Hq, S, D, causal: bool, mode: str, Skv=None) -> float:
+    """FLOPs of one call: 4 B Hq Sq Skv D for the forward, 2.5x that for mode "bwd" (5 matmuls against 2); causal
+    counts the visible half of the scores."""
+    f = 4.0 * B * Hq * S * (S if Skv is None else Skv) * D
     if causal:
         f *= 0.5
     if mode == "bwd":
@@ -53,6 +57,9 @@ def _providers(gpu: bool, with_flex: bool):
 
     def ours(q, k, v, causal):
         return tilewright.flash_attention(q, k, v, causal=causal, backend="triton")
+
+    def ours_routed(q, k, v, causal):  # what a user gets: the router's pick per call
+        return tilewright.flash_attention(q, k, v, causal=causal)
 
     if not gpu:
         def math_ref(q, k, v, causal):
@@ -69,7 +76,7 @@ def _providers(gpu: bool, with_flex: bool):
                     q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
         return fn
 
-    provs = {"tilewright-triton": ours, "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    provs = {"tilewright-triton": ours, "tilewright": ours_routed, "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
              "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "sdpa-efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION)}
     if torch.cuda.get_device_capability()[0] == 9:
         # sm_90a CUDA forward (its backward is the Triton one, so only its fwd rows say anything new)
@@ -98,12 +105,19 @@ def _providers(gpu: bool, with_flex: bool):
     return provs
 
 
-def _make(B, Hq, Hkv, S, D, dtype, device):
+def _make(B, Hq, Hkv, S, D, dtype, device, Skv=None):
     g = torch.Generator(device=device).manual_seed(0)
+    Skv = S if Skv is None else Skv
     q = torch.randn(B, Hq, S, D, device=device, dtype=dtype, generator=g)
-    k = torch.randn(B, Hkv, S, D, device=device, dtype=dtype, generator=g)
-    v = torch.randn(B, Hkv, S, D, device=device, dtype=dtype, generator=g)
+    k = torch.randn(B, Hkv, Skv, D, device=device, dtype=dtype, generator=g)
+    v = torch.randn(B, Hkv, Skv, D, device=device, dtype=dtype, generator=g)
     return q, k, v
+
+
+def _unpack(case) -> tuple:
+    """(B, Hq, Hkv, S, D, Skv) of a suite entry (Skv = S unless given)."""
+    B, Hq, Hkv, S, D, *rest = case
+    return B, Hq, Hkv, S, D, (rest[0] if rest else S)
 
 
 def precompile(shapes, dtype=torch.bfloat16, workers: int | None = None, progress=print) -> None:
@@ -115,8 +129,8 @@ def precompile(shapes, dtype=torch.bfloat16, workers: int | None = None, progres
     import multiprocessing as mp
     import time
 
-    tasks = sorted({(B, Hq, Hkv, S, D, causal, str(dtype).split(".")[-1]) for B, Hq, Hkv, S, D in shapes
-                    for causal in (False, True)})
+    tasks = sorted({(*_unpack(case), causal, str(dtype).split(".")[-1]) for case in shapes
+                    for causal in ((False, True) if _unpack(case)[3] == _unpack(case)[5] else (False,))})
     workers = workers or min(len(tasks) * 3, os.cpu_count() or 4, 16)
     t0 = time.time()
     jobs = [(t, kern) for t in tasks for kern in ("fwd", "dkdv", "dq")]
@@ -126,12 +140,12 @@ def precompile(shapes, dtype=torch.bfloat16, workers: int | None = None, progres
 
 
 def _precompile_one(job) -> int:
-    (B, Hq, Hkv, S, D, causal, dtype_name), kern = job
+    (B, Hq, Hkv, S, D, Skv, causal, dtype_name), kern = job
     from ..triton_kernels import attention as A
 
     try:
         dtype = getattr(torch, dtype_name)
-        q, k, v = _make(B, Hq, Hkv, S, D, dtype, "cuda")
+        q, k, v = _make(B, Hq, Hkv, S, D, dtype, "cuda", Skv)
         return A.warmup(kern, q, k, v, causal)
     except Exception as e:
         print(f"precompile {job}: {type(e).__name__}: {e}")
@@ -166,10 +180,11 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
         except Exception as e:  # compiling in this process later is slower, never wrong
             progress(f"precompile failed ({type(e).__name__}: {e}); compiling serially instead")
     rows = []
-    for B, Hq, Hkv, S, D in SUITES[suite]:
-        q, k, v = _make(B, Hq, Hkv, S, D, dtype, device)
-        tag = shape_tag(B, Hq, Hkv, S, D)
-        for causal in (False, True):
+    for entry in SUITES[suite]:
+        B, Hq, Hkv, S, D, Skv = _unpack(entry)
+        q, k, v = _make(B, Hq, Hkv, S, D, dtype, device, Skv)
+        tag = shape_tag(B, Hq, Hkv, S, D, Skv)
+        for causal in ((False, True) if Skv == S else (False,)):
             ref_out = None
             for name, fn in provs.items():
                 for mode in (("fwd",) if name == "tilewright-cuda" else ("fwd", "bwd")):
@@ -192,7 +207,7 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
                     except Exception as e:
                         progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
                         continue
-                    tf = flops(B, Hq, S, D, causal, mode) / (ms * 1e-3) / 1e12
+                    tf = flops(B, Hq, S, D, causal, mode, Skv) / (ms * 1e-3) / 1e12
                     rows.append(dict(op="attention", case=case, shape=tag, dtype=str(dtype).split(".")[-1],
                                      provider=name, median_ms=ms, tflops=tf))
                     progress(f"  {case:40s} {name:18s} {ms:9.4f} ms {tf:8.1f} TFLOP/s")
@@ -215,7 +230,8 @@ def _frame(rows, peer, env) -> pd.DataFrame:
 
 
 def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One line per case: tilewright TFLOP/s and its ratios to cuDNN and FA2 (sdpa-flash)."""
+    """One line per case: tilewright TFLOP/s and its ratios to cuDNN and FA2 (sdpa-flash); ``auto_vs_*`` are the
+    router's pick (provider "tilewright", what a user gets) against the same peers."""
     pd = require_pandas("tilewright.bench.attention")
     piv = df.pivot_table(index="case", columns="provider", values="median_ms")
     out = pd.DataFrame(index=piv.index)
@@ -224,6 +240,8 @@ def ratio_table(df: pd.DataFrame) -> pd.DataFrame:
     for peer in ("sdpa-cudnn", "sdpa-flash", "flex"):
         if peer in piv and "tilewright-triton" in piv:
             out[f"vs_{peer}"] = piv[peer] / piv["tilewright-triton"]
+        if peer in piv and "tilewright" in piv:
+            out[f"auto_vs_{peer}"] = piv[peer] / piv["tilewright"]
     return out.reset_index()
 
 
