@@ -292,7 +292,8 @@ def test_bench_tiny_suite():
     assert set(df["provider"]) == {"tilewright-triton", "torch-math"}
     # two Sq == Skv shapes x (full, causal) + one Sq != Skv shape (full only), x 2 providers x (fwd, bwd)
     assert df["median_ms"].gt(0).all() and len(df) == (2 * 2 + 1) * 2 * 2
-    assert set(df[df.case.str.startswith("1x2/2x48:80x32")].case) == {"1x2/2x48:80x32|full|fwd", "1x2/2x48:80x32|full|bwd"}
+    own_skv = set(df[df.case.str.startswith("1x2/2x48:80x32")].case)
+    assert own_skv == {"1x2/2x48:80x32|full|fwd", "1x2/2x48:80x32|full|bwd"}
     flops = 4 * 1 * 2 * 128 ** 2 * 64
     row = df[(df.case.str.startswith("1x2/2x128x64")) & (df.provider == "torch-math")].iloc[0]
     assert math.isfinite(row.tflops) and row.tflops > 0 and flops > 0
@@ -371,9 +372,9 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
 def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16", causal: bool = True,
                       dot_precision: str = "tf32", use_tma: bool = True, softcap: bool = False,
                       window: bool = False, head_dim_v: int | None = None) -> dict:
-    """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd"), dK/dV ("dkdv") or dQ ("dq") kernel at
-    head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on contiguous tensors (a row
-    stride of D elements is 16-divisible only when D % 16 == 0)."""
+    """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd"), dK/dV ("dkdv") or dQ
+    ("dq") kernel at head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on
+    contiguous tensors (a row stride of D elements is 16-divisible only when D % 16 == 0)."""
     from tilewright.triton_kernels import attention as A
 
     fwd = kernel == "fwd"
@@ -508,24 +509,27 @@ def test_softcap_is_checked_and_zero_means_none():
     assert torch.equal(tilewright.flash_attention(q, k, v, softcap=None), tilewright.flash_attention(q, k, v))
 
 
-def test_softcap_kernels_compile_for_sm90_without_new_spills():
-    """The soft cap adds a tanh (exp2 + reciprocal) per score and, in the backward, the cap's derivative beside P. The
-    forward at head dim 64 and 128 (first, largest TMA tiles) stays spill-free with wgmma for sm_90a. The dK/dV kernel
-    spills in most of its configs without the cap already (issue 15 item 1: a backward that does not spill); with it,
-    each config spills at most 128 bytes more than the same config without it."""
+@pytest.mark.parametrize("option", ["softcap", "window"])
+def test_mask_options_compile_for_sm90_without_new_spills(option):
+    """The soft cap adds a tanh (exp2 + reciprocal) per score and, in the backward, the cap's derivative beside P; the
+    sliding window (issue 15.3) adds a lower band edge (one more masked key range in the forward and dQ, one more
+    masked query range in dK/dV). With either, the forward at head dim 64 and 128 (first, largest TMA tiles) stays
+    spill-free with wgmma for sm_90a. The dK/dV kernel spills in most of its configs without them already (issue 15
+    item 1: a backward that does not spill); with either, each config spills at most 128 bytes more than without."""
     from tilewright.triton_kernels import attention as A
     from tilewright.triton_kernels.aot import compile_reports
 
-    fwd = [attention_aot_job("fwd", D, A._FWD_TILES[D][0], softcap=True) for D in (64, 128)]
-    dkdv = [attention_aot_job("dkdv", D, A._DKDV_TILES[D][0], softcap=cap) for D in (64, 128) for cap in (False, True)]
+    fwd = [attention_aot_job("fwd", D, A._FWD_TILES[D][0], **{option: True}) for D in (64, 128)]
+    dkdv = [attention_aot_job("dkdv", D, A._DKDV_TILES[D][0], **{option: on})
+            for D in (64, 128) for on in (False, True)]
     reps = compile_reports(fwd + dkdv)
     for job, rep in zip(fwd, reps[:2]):
         assert rep.has("HGMMA") and rep.spill_bytes == 0, (job["name"], rep.spill_bytes, rep.registers)
     for i in range(2, len(reps), 2):
-        plain, capped = reps[i], reps[i + 1]
-        assert capped.has("HGMMA")
-        assert capped.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 1]["name"], plain.spill_bytes,
-                                                                capped.spill_bytes)
+        plain, with_option = reps[i], reps[i + 1]
+        assert with_option.has("HGMMA")
+        assert with_option.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 2]["name"], plain.spill_bytes,
+                                                                     with_option.spill_bytes)
 
 
 def test_dq_class_256_default_compiles_for_sm90_without_spills():
@@ -537,25 +541,6 @@ def test_dq_class_256_default_compiles_for_sm90_without_spills():
     job = attention_aot_job("dq", 256, A._DQ_TILES[256][0])
     (rep,) = compile_reports([job])
     assert rep.has("HGMMA") and rep.spill_bytes == 0, (rep.spill_bytes, rep.registers)
-
-
-def test_window_kernels_compile_for_sm90_without_new_spills():
-    """The sliding window (issue 15.3) adds a lower band edge: one more masked key range in the forward and dQ, one
-    more masked query range in dK/dV. The forward at head dim 64 and 128 stays spill-free with wgmma for sm_90a; the
-    dK/dV kernel (which spills at class 128 already, see _DKDV_TILES) spills at most 128 bytes more."""
-    from tilewright.triton_kernels import attention as A
-    from tilewright.triton_kernels.aot import compile_reports
-
-    fwd = [attention_aot_job("fwd", D, A._FWD_TILES[D][0], window=True) for D in (64, 128)]
-    dkdv = [attention_aot_job("dkdv", D, A._DKDV_TILES[D][0], window=w) for D in (64, 128) for w in (False, True)]
-    reps = compile_reports(fwd + dkdv)
-    for job, rep in zip(fwd, reps[:2]):
-        assert rep.has("HGMMA") and rep.spill_bytes == 0, (job["name"], rep.spill_bytes, rep.registers)
-    for i in range(2, len(reps), 2):
-        plain, windowed = reps[i], reps[i + 1]
-        assert windowed.has("HGMMA")
-        assert windowed.spill_bytes <= plain.spill_bytes + 128, (dkdv[i - 2]["name"], plain.spill_bytes,
-                                                                  windowed.spill_bytes)
 
 
 def test_value_head_dim_kernels_compile_for_sm90():

@@ -278,8 +278,9 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
                      variant: Variant | str | None = None) -> None:
     """Write softmax(scale q k^T [causal]) v into ``out`` and its natural-log LSE into ``lse`` (sm_90a kernel).
 
-    q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D), Hq % Hkv == 0; build_head_dim(D) not None; any strides that are multiples of 16
-    bytes with a unit last dim; out like q; lse contiguous fp32 (B, Hq, Sq). causal is top-left aligned (SDPA)."""
+    q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D), Hq % Hkv == 0; build_head_dim(D) not None; any strides that are
+    multiples of 16 bytes with a unit last dim; out like q; lse contiguous fp32 (B, Hq, Sq). causal is top-left
+    aligned (SDPA)."""
     check_launch(q, k, v, out, lse)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if not (scale > 0.0 and math.isfinite(scale)):
