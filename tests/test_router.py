@@ -256,8 +256,8 @@ def test_guard_run_declines_or_disables(fake_device, monkeypatch):
 
 # ------------------------------------------------------------------------------------------------ decision cache
 def test_cached_decision_follows_a_family_disabled_after_it(fake_device, monkeypatch):
-    """The per-signature cache serves a repeated call the same Decision, but re-checks the record's readiness: once
-    the sm_90 GEMM family is disabled (a failed launch), the next identical call is decided again, for Triton."""
+    """The per-signature cache serves a repeated call the same Decision until readiness changes: once the sm_90 GEMM
+    family is disabled (a failed launch), the next identical call is decided again, for Triton."""
     router.invalidate()
     monkeypatch.setattr(router, "_capability", lambda device: (9, 0))
     monkeypatch.setattr(cg.GUARD, "checked", {})
@@ -275,6 +275,25 @@ def test_cached_decision_follows_a_family_disabled_after_it(fake_device, monkeyp
     again = router.decide("gemm", a, b, None, None)
     assert again is not first and again.backend == "triton", str(again)
     assert "launch failed: ZeroDivisionError" in again.reasons[0]
+    router.invalidate()
+
+
+def test_a_cached_decision_skips_the_readiness_check_until_readiness_changes(fake_op):
+    """A hit costs no readiness check (attention's re-ran its constraints, toolchain and device lookups on every
+    backward call); a readiness change anywhere (``backends.readiness_changed``: a family disabled, a failed
+    self-check) or a changed environment switch makes the next identical call decide again."""
+    router.invalidate()
+    x = _x().as_subclass(_FakeCuda)
+    first = router.decide(OP, x)
+    assert first.backend == "cuda" and fake_op["ready_calls"] == 1
+    assert router.decide(OP, x) is first and fake_op["ready_calls"] == 1
+    fake_op["ready"] = (False, "self-check failed")
+    backends.readiness_changed()
+    again = router.decide(OP, x)
+    assert again.backend == "triton" and fake_op["ready_calls"] == 2, str(again)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAKE_CUDA", "0")  # the record's switch is part of the key
+        assert router.decide(OP, x) is not again
     router.invalidate()
 
 

@@ -75,6 +75,11 @@ class Backend:
 
 
 REGISTRY: dict[tuple[str, str], Backend] = {}
+# Bumped whenever a record's readiness can have changed (a kernel family disabled, a self-check failed): readiness
+# only ever goes from ready to not ready, so the router's cached decisions (and the ops' eager replays) that hold
+# this number stay valid until it moves, and a cache hit need not re-run the readiness checks (attention's cost
+# ~10 us of Python a call: constraints, toolchain, variant, device model).
+readiness_epoch = 0
 ROUTER_ENV = ("TILEWRIGHT_BACKEND",)  # read by the router itself (the forced backend)
 _loaded = False
 _load_lock = threading.RLock()
@@ -88,6 +93,12 @@ def register(record: Backend) -> Backend:
         raise ValueError(f"backend {record.key} is registered twice")
     REGISTRY[record.key] = record
     return record
+
+
+def readiness_changed() -> None:
+    """Tell the router that some record's readiness changed (see :data:`readiness_epoch`)."""
+    global readiness_epoch
+    readiness_epoch += 1
 
 
 def environment() -> tuple[str, ...]:

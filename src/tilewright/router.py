@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import backends
+from ._env import read_env
 from .backends import BACKENDS, Backend
 
 _local = threading.local()
@@ -144,13 +145,18 @@ def _ready(record: Backend, tensors) -> tuple[bool, str]:
     return ok, f"{record.backend}: {why}"
 
 
+_BACKEND_ENV = (("TILEWRIGHT_BACKEND",), (b"TILEWRIGHT_BACKEND",))
+
+
 def _forced() -> tuple[str | None, str]:
+    """The forced backend and who forced it: ``use_backend()`` (this thread), else ``TILEWRIGHT_BACKEND``. Read on
+    every backward call, hence the environment through ``read_env`` (bytes on POSIX)."""
     ctx = getattr(_local, "backend", None)
     if ctx is not None:
         return ctx, "tilewright.use_backend()"
-    env = os.environ.get("TILEWRIGHT_BACKEND")
+    env = read_env(*_BACKEND_ENV)[0]
     if env:
-        return env, "TILEWRIGHT_BACKEND"
+        return (env.decode() if isinstance(env, bytes) else env), "TILEWRIGHT_BACKEND"
     return None, ""
 
 
@@ -170,6 +176,21 @@ def invalidate() -> None:
     epoch += 1
 
 
+_env_names: tuple = ((), (), None)  # (names, the same as bytes, the registry's records they were read from)
+
+
+def _environment() -> tuple[tuple[str, ...], tuple[bytes, ...]]:
+    """``backends.environment()`` and its bytes form for ``read_env``, recomputed only when the registry's records
+    changed (kernel modules register theirs on the first lookup; tests replace records)."""
+    global _env_names
+    names, encoded, records = _env_names
+    if records is None or tuple(backends.REGISTRY.values()) != records:
+        names = backends.environment()  # loads the kernel modules first: snapshot the registry after it
+        encoded = tuple(n.encode() for n in names)
+        _env_names = (names, encoded, tuple(backends.REGISTRY.values()))
+    return names, encoded
+
+
 def _tensor_signature(t):
     if not isinstance(t, torch.Tensor):
         return t
@@ -184,10 +205,12 @@ def decide(op: str, *tensors, backend: str | None = None) -> Decision:
         return _decide(op, tensors, backend)
     from .autotune import cache
 
-    key = (op, backend, getattr(_local, "backend", None), cache.generation,
-           tuple(os.environ.get(k) for k in backends.environment()), tuple(_tensor_signature(t) for t in tensors))
+    # A hit is returned as is: what could make it stale is in the key - the environment, the tuning cache, the
+    # tensors' signature, and readiness (a family disabled or a failed self-check moves backends.readiness_epoch).
+    key = (op, backend, getattr(_local, "backend", None), cache.generation, backends.readiness_epoch,
+           read_env(*_environment()), tuple([_tensor_signature(t) for t in tensors]))
     hit = _decisions.get(key)
-    if hit is not None and (hit.record is None or _ready(hit.record, tensors)[0]):
+    if hit is not None:
         return hit
     decision = _decide(op, tensors, backend)  # raises for a forced backend that cannot run: never cached
     if len(_decisions) >= _DECISIONS_MAX:

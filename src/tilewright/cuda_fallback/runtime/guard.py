@@ -13,6 +13,7 @@ import warnings
 
 import torch
 
+from ... import backends
 from . import build
 
 NOT_RUN_NOTE = "not yet run on this hardware by the project's tests"
@@ -75,8 +76,19 @@ class Guard:
     def __init__(self, name: str, prefix: str = "", measured: tuple = (), declines: tuple = ()):
         self.name, self.prefix, self.measured, self.declines = name, prefix, measured, declines
         self.checked: dict = {}  # (device model, variant, *key) -> (ok, message)
-        self.disabled: str | None = None  # why the whole family is off for this process
+        self._disabled: str | None = None
         self.lock = threading.Lock()
+
+    @property
+    def disabled(self) -> str | None:
+        """Why the whole family is off for this process (None: on). Setting it tells the router, whose cached
+        decisions skip the readiness check (``backends.readiness_changed``)."""
+        return self._disabled
+
+    @disabled.setter
+    def disabled(self, why: str | None) -> None:
+        self._disabled = why
+        backends.readiness_changed()
 
     def blocked(self, constraints: tuple[bool, str]) -> tuple[bool, str] | None:
         """What stops the family before its self-check: the inputs' ``constraints`` result ``(ok, why)``, the
@@ -106,6 +118,7 @@ class Guard:
                 except Exception as e:  # noqa: BLE001 - any failure here must fall back, never reach the caller
                     self.checked[full] = (False, f"self-check raised {type(e).__name__}: {e}")
                 if not self.checked[full][0]:
+                    backends.readiness_changed()
                     warn_once(f"{self.name}{full}", f"tilewright: {self.name} {variant} disabled on {full[0]}: "
                                                     f"{self.checked[full][1]}; Triton serves instead")
         ok, msg = self.checked[full]
