@@ -18,7 +18,7 @@ phase() {
   local ph=$1 rc
   SECONDS=0
   case $ph in
-    gemm) timeout 420 $PYTEST tests/test_gemm_gpu.py ;;
+    gemm) timeout 420 $PYTEST tests/test_gemm_gpu.py tests/test_cublas_routes_gpu.py ;;
     rms) timeout 300 $PYTEST tests/test_rms_norm_linear_gpu.py ;;
     attn) TILEWRIGHT_AUTOTUNE=0 timeout 400 $PYTEST tests/test_attention_gpu.py ;;
     fp8) timeout 200 $PYTEST tests/test_scaled_mm_gpu.py ;;

@@ -167,11 +167,24 @@ def _runs_anywhere(*tensors) -> tuple[bool, str]:
     return True, "runs anywhere"
 
 
+def _triton_gemm_preferred(a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
+    """The Triton GEMM in automatic mode: everywhere but where cuBLAS was measured faster on a plain GEMM. The reason
+    keeps the device clause the constraints gave (it replaces theirs in the router's account)."""
+    from .cublas_routes import cublas_preferred
+
+    cublas, why = cublas_preferred(a, b, bias, residual, epilogue)
+    if cublas:
+        return False, f"cuBLAS is faster here ({why})"
+    return True, f"{_triton_device(None)(a, b)[1]}; no cuBLAS route: {why}"
+
+
 def _register_portable() -> None:
     for op, dtypes, min_capability in (("gemm", FLOAT_DTYPES, None), ("attention", FLOAT_DTYPES, None),
                                        ("rms_norm_linear", FLOAT_DTYPES, None), ("scaled_mm", FP8_DTYPES, (8, 9))):
+        gemm = op == "gemm"
         register(Backend(op, "triton", "triton", _triton_device(min_capability), dtypes=dtypes,
-                         env=("TRITON_INTERPRET",)))
+                         preferred=_triton_gemm_preferred if gemm else None,
+                         env=("TRITON_INTERPRET", "TILEWRIGHT_CUBLAS") if gemm else ("TRITON_INTERPRET",)))
         register(Backend(op, "torch", "torch", _runs_anywhere, kernel="reference"))
 
 

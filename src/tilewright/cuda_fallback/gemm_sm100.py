@@ -154,7 +154,7 @@ def grid_ctas(v: Variant, sms: int, tiles: int) -> int:
     return v.pair * max(1, min(sms // v.pair, tiles))
 
 
-def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:
+def constraints(a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
     """Whether the tcgen05 kernel accepts these inputs (the GEMM families' TMA rules), and why not."""
     return gemm_common.operand_rules(a, b, bias, residual, "tcgen05")
 

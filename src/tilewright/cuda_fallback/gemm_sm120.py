@@ -82,7 +82,7 @@ def device_arch(device) -> str:
     return f"sm_{major}{minor}"
 
 
-def constraints(a, b, bias=None, residual=None) -> tuple[bool, str]:
+def constraints(a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
     """Whether the mma.sync kernel accepts these inputs (the GEMM families' TMA rules), and why not."""
     return gemm_common.operand_rules(a, b, bias, residual, "mma.sync")
 

@@ -129,7 +129,7 @@ def preferred(M: int, N: int, K: int, residual: bool = False,
     return False, f"({M}, {N}, {K}) is outside the measured win region ({region}); Triton is faster there"
 
 
-def constraints(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None) -> tuple[bool, str]:
+def constraints(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
     """Whether the kernel can take these operands at all (dtype, rank, TMA alignment), and why not."""
     return gemm_common.operand_rules(a, b, bias, residual, "WGMMA")
 

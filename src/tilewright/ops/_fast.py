@@ -15,10 +15,10 @@ op's inputs (same pointer: the op made no copy) or one of its outputs - the op s
 equal addresses. A hit allocates the outputs and calls the launch (inside the op's eager autograd.Function when
 autograd records, ops/_eager.call_checked).
 
-What never replays (the full path runs every time): a call the full path served with torch or the CUDA backend, or
-with more than one launch (fp16 rms_norm_linear's weight scale), or with a copy of an input (a strided bias, a
-non-unit-stride attention input); calls that torch.compile / export / a dispatch or function mode / functorch
-traces, or that take tensor subclasses; the interpreter. An error raised by the full path is raised again by the next
+What never replays (the full path runs every time): a call the full path served with torch's reference formulas (the
+gemm op's plain cuBLAS call does replay: ``ops/gemm._TorchGemm``), or with more than one launch (fp16
+rms_norm_linear's weight scale), or with a copy of an input (a strided bias, a non-unit-stride attention input);
+calls that torch.compile / export / a dispatch or function mode / functorch traces, or that take tensor subclasses; the interpreter. An error raised by the full path is raised again by the next
 call with the same signature, since nothing was recorded.
 """
 from __future__ import annotations
@@ -87,10 +87,12 @@ def state() -> tuple:
 class Replay:
     """Allocate the op's outputs, launch the recorded kernel on the new pointers, return the outputs."""
 
-    __slots__ = ("_bound", "_outputs", "_roles", "_sources")
+    __slots__ = ("_bound", "_outputs", "_roles", "_sources", "_takes_tensors")
 
     def __init__(self, bound, sources: list[tuple[bool, int]], outputs: list[tuple], roles: tuple = ()):
         self._bound = bound
+        # a launch through torch (the gemm op's cuBLAS path) takes the tensors themselves, a kernel their addresses
+        self._takes_tensors = getattr(bound, "takes_tensors", False)
         self._sources = sources  # per pointer argument: (is an output, index)
         self._outputs = outputs  # (shape, stride, dtype) of each output
         self._roles = roles  # per pointer argument: its role name (reported to an enclosing recording)
@@ -106,7 +108,10 @@ class Replay:
         outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in
                 self._outputs]
         tensors = [outs[i] if is_out else inputs[i] for is_out, i in self._sources]
-        self._bound(*[t.data_ptr() for t in tensors])
+        if self._takes_tensors:
+            self._bound(*tensors)
+        else:
+            self._bound(*[t.data_ptr() for t in tensors])
         if is_recording():  # a caller records its own replay around this one (a public function around its op)
             record(self._bound, dict(zip(self._roles, tensors)))
         return outs

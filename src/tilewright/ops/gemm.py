@@ -19,6 +19,7 @@ import torch
 from .. import router
 from .._codes import ACTIVATIONS
 from .._env import interpreting
+from .._record import record
 from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
                       check_same_dtype, check_tensor, contiguous_vector, dense_grad)
@@ -52,9 +53,19 @@ def _gemm_full(a, b, bias, residual, activation, out_dtype, save_preact, backend
     out = torch.empty((M, N), device=a.device, dtype=out_dtype)
     preact = torch.empty((M, N) if save_preact else (0,), device=a.device, dtype=out_dtype)
     bias = contiguous_vector(bias)  # every backend's kernel reads bias[n] at bias_ptr + n
-    decision = router.decide("gemm", a, b, bias, residual, backend=backend)
+    # what cuBLAS cannot fuse: the router hands it only GEMMs without one (cublas_routes.py)
+    epilogue = activation if out_dtype == a.dtype else (activation, out_dtype)
+    decision = router.decide("gemm", a, b, bias, residual, epilogue, backend=backend)
     choice = decision.backend
     if M == 0 or N == 0:
+        return out, preact
+    if choice == "torch" and K > 0 and epilogue is None and residual is None and a.is_cuda:
+        # cuBLAS in one call (bias through addmm's epilogue), into the op's output; replayable like a kernel launch
+        roles = {"a_ptr": a, "b_ptr": b, "bias_ptr": bias, "c_ptr": out}
+        roles = {role: t for role, t in roles.items() if t is not None}
+        launch = _TorchGemm(*roles.values())
+        launch(*roles.values())
+        record(launch, roles)
         return out, preact
     if choice == "torch" or K == 0:
         # K == 0: a @ b is all zeros; the reference gives torch's answer for the epilogue.
@@ -79,6 +90,30 @@ def _gemm_full(a, b, bias, residual, activation, out_dtype, save_preact, backend
     launch_gemm(a, b, out, bias=bias, residual=residual, activation=ACTIVATIONS[activation],
                 preact=preact if save_preact else None)
     return out, preact
+
+
+class _TorchGemm:
+    """The torch backend's plain GEMM (``torch.mm`` / ``torch.addmm`` into the op's output: cuBLAS) as a recorded
+    launch, so an eager replay (ops/_fast.py) serves it like a kernel. It takes tensors, not addresses
+    (``takes_tensors``): a replay hands over the caller's tensors at the recorded roles' addresses - possibly other
+    views of them (a 3-D input, the weight rather than its transpose) - so each is first viewed with the recorded
+    role's shape and strides (same address, same signature: the view is in bounds)."""
+
+    takes_tensors = True
+    __slots__ = ("_layouts",)
+
+    def __init__(self, *tensors):  # (a, b, out) or (a, b, bias, out), as recorded
+        self._layouts = [(tuple(t.shape), t.stride()) for t in tensors]
+
+    def __call__(self, *tensors) -> None:
+        views = [t if (tuple(t.shape), t.stride()) == layout else t.as_strided(*layout)
+                 for t, layout in zip(tensors, self._layouts)]
+        if len(views) == 4:
+            a, b, bias, out = views
+            torch.addmm(bias, a, b, out=out)
+        else:
+            a, b, out = views
+            torch.mm(a, b, out=out)
 
 
 def _epilogue_torch(z, res2d, activation, out_dtype):

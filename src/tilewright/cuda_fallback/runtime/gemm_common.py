@@ -264,11 +264,16 @@ class GemmFamily:
         self.guard, self.constraints, self.pick_variant = guard, constraints, pick_variant
         self.launch, self.region = launch_fn, region
 
-    def preferred(self, a, b, bias=None, residual=None) -> tuple[bool, str]:
-        """The automatic choice for these operands: the ``tilewright tune`` winner when the autotune cache has this
-        shape, else the family's measured win region."""
+    def preferred(self, a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
+        """The automatic choice for these operands: not where cuBLAS was measured faster on a plain GEMM
+        (``cublas_routes``), else the ``tilewright tune`` winner when the autotune cache has this shape, else the
+        family's measured win region."""
         from ...autotune import cache
+        from ...cublas_routes import cublas_preferred
 
+        cublas, why = cublas_preferred(a, b, bias, residual, epilogue)
+        if cublas:
+            return False, f"cuBLAS is faster here ({why})"
         M, N, K = a.shape[0], b.shape[1], a.shape[1]
         rec = cache.lookup("gemm", a.device, a.dtype, M, N, K)
         if rec and "cuda" in rec.get("backends", {}):
@@ -277,7 +282,7 @@ class GemmFamily:
             return False, "triton won the tuning in the autotune cache"
         return self.region(M, N, K, residual is not None)
 
-    def ready(self, a, b, bias=None, residual=None) -> tuple[bool, str]:
+    def ready(self, a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
         """Constraints, toolchain, and the variant's self-check on this device model (once per process; a failure
         disables the variant, a compile failure the family, with one warning)."""
         blocked = self.guard.blocked(self.constraints(a, b, bias, residual))

@@ -1,0 +1,154 @@
+"""Where the router hands a plain GEMM to cuBLAS: a measured table and the predicate the GEMM records consult.
+
+Why: the gemm op's "torch" record (``a @ b``: cuBLAS on a GPU) is an eligible backend like Triton and the CUDA kernels,
+and a user must never get a GEMM slower than the one torch would have run. On the H100 the tilewright kernels meet
+cuBLAS on large problems (0.96-1.04x on the model benches' 16384-row GEMMs) but not everywhere: weight-gradient
+(transposed A) GEMMs with K = 16384 and 1-3k rows ran at 0.85-0.87x, and mid-sized GEMMs (M around 500-3000,
+non-power-of-two N and K) at 0.58-0.82x (``perf/results/h100/gemm/cublas_routes_2026-11-27.csv``, do_bench with L2
+flushed, the router's pick against ``torch.mm`` in one process). There a plain GEMM (no activation, no residual; a
+bias rides on cuBLAS's own epilogue through ``addmm``) goes to cuBLAS; the fused epilogues, which cuBLAS does not
+have, stay on tilewright's kernels everywhere. Closing those gaps in the kernels themselves is open work; the table
+shrinks as they do.
+
+How: :data:`TABLE` holds the measured points (layout, M, N, K, router's pick / cuBLAS speed ratio). A problem takes
+the nearest point of its own layout within :data:`NEAREST_MAX_LOG2` (sum over M, N, K of |log2 ratio|), else the
+nearest of any layout within it (the mid-size gap did not depend on the layout), and goes to cuBLAS when that point's
+ratio is below :data:`PREFER_BELOW`. Problems far from every point keep tilewright's kernels: nothing is
+extrapolated. Only bf16 / fp16 on sm_90 (the card the table was measured on; fp32 GEMMs stay: torch.mm's TF32
+setting would change their numerics). ``TILEWRIGHT_CUBLAS=0`` turns the routing off (e.g. to benchmark tilewright's
+own kernels through the router).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._env import read_env
+
+PREFER_BELOW = 0.97  # cuBLAS must be > 3% faster than the router's own pick
+NEAREST_MAX_LOG2 = 1.0  # e.g. M within 2x, or M and N within ~1.4x each
+CARD = "NVIDIA H100 80GB HBM3"
+MEASURED = "perf/results/h100/gemm/cublas_routes_2026-11-27.csv"
+ENV = "TILEWRIGHT_CUBLAS"
+
+# layout M N K ratio. Layout: first letter A, second B; N = the operand as stored row-major (A (M, K) K-contiguous,
+# B (K, N) N-contiguous), T = its transpose stored (A M-contiguous: a weight gradient's dY^T; B K-contiguous: an
+# nn.Linear weight). Ratio: cuBLAS time / the router's pick's time, bf16, H100, 2026-11-27.
+_TABLE_TEXT = """
+NT 16384 3072 2048 0.99
+NN 16384 2048 3072 1.01
+TN 3072 2048 16384 0.86
+NT 16384 2048 2048 1.00
+NN 16384 2048 2048 0.98
+TN 2048 2048 16384 0.97
+NT 16384 11264 2048 1.03
+NN 16384 2048 11264 1.00
+TN 11264 2048 16384 0.96
+NT 16384 2048 5632 0.98
+NN 16384 5632 2048 1.04
+TN 2048 5632 16384 1.01
+NT 16384 3072 1024 1.02
+NN 16384 1024 3072 0.96
+TN 3072 1024 16384 0.86
+NT 16384 1024 1024 0.96
+NN 16384 1024 1024 0.97
+TN 1024 1024 16384 0.87
+NT 16384 4096 1024 1.02
+NN 16384 1024 4096 0.97
+TN 4096 1024 16384 0.96
+NT 16384 1024 4096 0.96
+NN 16384 4096 1024 0.99
+TN 1024 4096 16384 0.99
+NN 4096 4096 4096 0.99
+TN 4096 4096 4096 1.00
+NN 8192 8192 8192 1.02
+TN 8192 8192 8192 1.03
+NN 8192 4096 4096 1.01
+TN 8192 4096 4096 0.99
+NN 16384 2048 2048 1.00
+TN 16384 2048 2048 0.96
+NN 1000 3000 1536 0.74
+TN 1000 3000 1536 0.65
+NN 2000 6000 3000 0.79
+TN 2000 6000 3000 0.82
+NN 1536 1000 3000 0.68
+TN 1536 1000 3000 0.78
+NN 3000 1536 1000 0.58
+TN 3000 1536 1000 0.59
+NN 1024 1024 16384 0.86
+TN 1024 1024 16384 0.85
+NN 768 1024 16384 0.81
+TN 768 1024 16384 0.85
+NN 512 2048 2048 0.74
+TN 512 2048 2048 0.73
+NN 2048 512 8192 0.76
+TN 2048 512 8192 0.75
+"""
+
+
+def _parse(text: str) -> list[tuple[str, int, int, int, float]]:
+    points = []
+    for line in text.strip().splitlines():
+        layout, m, n, k, ratio = line.split()
+        points.append((layout, int(m), int(n), int(k), float(ratio)))
+    return points
+
+
+TABLE = _parse(_TABLE_TEXT)
+_ENV_NAMES = ((ENV,), (ENV.encode(),))
+
+
+def layout(a: torch.Tensor, b: torch.Tensor) -> str:
+    """The table's layout letters of ``a @ b``: "T" for an operand stored transposed (unit stride on its first dim,
+    not on its last), "N" otherwise."""
+    a_t = a.stride(-1) != 1 and a.stride(0) == 1
+    b_t = b.stride(-1) != 1 and b.stride(0) == 1
+    return ("T" if a_t else "N") + ("T" if b_t else "N")
+
+
+def nearest(lay: str, M: int, N: int, K: int) -> tuple[str, int, int, int, float] | None:
+    """The measured point nearest to (M, N, K) in log2 space - of layout ``lay`` if one lies within
+    :data:`NEAREST_MAX_LOG2`, else of any layout within it; None when no point is that close."""
+    if min(M, N, K) <= 0:
+        return None
+    lm, ln, lk = math.log2(M), math.log2(N), math.log2(K)
+
+    def distance(p):
+        return abs(math.log2(p[1]) - lm) + abs(math.log2(p[2]) - ln) + abs(math.log2(p[3]) - lk)
+
+    for candidates in ([p for p in TABLE if p[0] == lay], TABLE):
+        if candidates:
+            best = min(candidates, key=distance)
+            if distance(best) <= NEAREST_MAX_LOG2:
+                return best
+    return None
+
+
+def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
+                     epilogue=None) -> tuple[bool, str]:
+    """Whether the router should hand ``a @ b (+ bias)`` to cuBLAS instead of a tilewright kernel, and why: a plain
+    2-D GEMM (no residual, no ``epilogue`` - the op's activation or an output dtype of its own), bf16 / fp16 on an
+    sm_90 GPU, near a measured point where cuBLAS won by more than 3%."""
+    if epilogue is not None:
+        return False, f"fused epilogue ({epilogue})"
+    if residual is not None or a.dim() != 2 or b.dim() != 2 or not a.is_cuda:
+        return False, "not a plain 2-D CUDA GEMM"
+    if a.dtype not in (torch.bfloat16, torch.float16):
+        return False, f"{a.dtype} is not in the cuBLAS table (bf16 / fp16)"
+    env = read_env(*_ENV_NAMES)[0]
+    if env in (b"0", "0"):
+        return False, f"cuBLAS routing off ({ENV}=0)"
+    from .router import _capability  # the router's capability lookup (tests fake it); lazy: the router is above
+
+    cap = _capability(a.device)
+    if cap is None or cap[0] != 9:
+        return False, f"the cuBLAS table was measured on sm_90 ({CARD})"
+    M, K = a.shape
+    N = b.shape[1]
+    point = nearest(layout(a, b), M, N, K)
+    if point is None:
+        return False, "no measured cuBLAS point near this shape"
+    lay, m, n, k, ratio = point
+    where = f"measured {lay} {m}x{n}x{k}: tilewright {ratio:.2f}x cuBLAS ({CARD})"
+    return ratio < PREFER_BELOW, where

@@ -1,0 +1,106 @@
+"""CPU tier for the cuBLAS routes of plain GEMMs (cublas_routes.py): the measured table's lookup, which calls the
+router hands to cuBLAS (and which it never does: fused epilogues, residuals, fp32, other cards, the off switch), and
+the replayable cuBLAS launch (ops/gemm._TorchGemm) on the views a replay hands it."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from tilewright import cublas_routes, router
+from tilewright.ops import _fast
+
+gemm_ops = importlib.import_module("tilewright.ops.gemm")
+
+
+class _FakeCuda(torch.Tensor):
+    """A CPU tensor that claims to be on a GPU (the router's per-signature cache and the route's CUDA check)."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+@pytest.fixture
+def sm90(monkeypatch):
+    monkeypatch.setattr(router, "_capability", lambda device: (9, 0))
+    monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_CUBLAS", raising=False)
+    monkeypatch.setenv("TILEWRIGHT_CUDA", "0")  # the CUDA GEMM family off: Triton vs cuBLAS only
+    router.invalidate()
+    yield
+    router.invalidate()
+
+
+def _operands(M, N, K, dtype=torch.bfloat16, a_t=False, b_t=False):
+    a = torch.empty((K, M) if a_t else (M, K), dtype=dtype)
+    b = torch.empty((N, K) if b_t else (K, N), dtype=dtype)
+    a, b = (a.t() if a_t else a), (b.t() if b_t else b)
+    return a.as_subclass(_FakeCuda), b.as_subclass(_FakeCuda)
+
+
+def test_table_lookup_takes_its_own_layout_then_any_and_never_extrapolates():
+    assert all(lay in ("NN", "NT", "TN", "TT") and m > 0 and n > 0 and k > 0 and 0.3 < r < 2
+               for lay, m, n, k, r in cublas_routes.TABLE)
+    assert cublas_routes.nearest("TN", 1000, 3000, 1536)[:4] == ("TN", 1000, 3000, 1536)
+    assert cublas_routes.nearest("NN", 1100, 2900, 1536)[:4] == ("NN", 1000, 3000, 1536)
+    assert cublas_routes.nearest("NT", 1000, 3000, 1536)[0] in ("NN", "TN")  # no NT point that close: any layout
+    assert cublas_routes.nearest("NN", 16, 64, 64) is None  # a decode shape: far from every point
+    assert cublas_routes.nearest("NN", 0, 64, 64) is None
+    a, b = _operands(8, 8, 8, a_t=True, b_t=True)
+    assert cublas_routes.layout(a, b) == "TT" and cublas_routes.layout(*_operands(8, 8, 8)) == "NN"
+
+
+def test_router_hands_measured_plain_gemms_to_cublas_only(sm90, monkeypatch):
+    a, b = _operands(1000, 3000, 1536)  # measured 0.74x cuBLAS
+    d = router.decide("gemm", a, b, None, None, None)
+    assert d.backend == "torch" and "cuBLAS is faster here" in str(d), str(d)
+    bias = torch.empty(3000, dtype=torch.bfloat16).as_subclass(_FakeCuda)
+    assert router.decide("gemm", a, b, bias, None, None).backend == "torch"  # bias: addmm's epilogue
+    for epilogue in ("gelu", (None, torch.float32)):  # an activation, an output dtype of its own
+        assert router.decide("gemm", a, b, None, None, epilogue).backend == "triton"
+    residual = torch.empty(1, 1000, 3000, dtype=torch.bfloat16).as_subclass(_FakeCuda)
+    assert router.decide("gemm", a, b, None, residual, None).backend == "triton"
+    big_a, big_b = _operands(16384, 11264, 2048, b_t=True)  # measured 1.03x: ours
+    assert router.decide("gemm", big_a, big_b, None, None, None).backend == "triton"
+    assert router.decide("gemm", *_operands(1000, 3000, 1536, dtype=torch.float32), None, None, None).backend \
+        == "triton"
+    monkeypatch.setenv("TILEWRIGHT_CUBLAS", "0")  # in the decision key: no invalidate needed
+    assert router.decide("gemm", a, b, None, None, None).backend == "triton"
+    monkeypatch.delenv("TILEWRIGHT_CUBLAS")
+    monkeypatch.setattr(router, "_capability", lambda device: (10, 0))
+    router.invalidate()
+    assert router.decide("gemm", a, b, None, None, None).backend == "triton"  # measured on sm_90 only
+
+
+def test_cublas_launch_reads_the_recorded_layout_from_a_replay_s_tensors():
+    """A replay of ``linear`` hands the launch the caller's 3-D input and the (N, K) weight at the addresses the 2-D
+    views had; the launch views them back and writes the caller's output."""
+    x = torch.randn(2, 5, 7)
+    w = torch.randn(3, 7)
+    bias = torch.randn(3)
+    a, b = x.reshape(10, 7), w.t()
+    out = torch.empty(10, 3)
+    launch = gemm_ops._TorchGemm(a, b, bias, out)
+    launch(a, b, bias, out)
+    torch.testing.assert_close(out, x.reshape(10, 7) @ w.t() + bias)
+    out3 = torch.full((2, 5, 3), float("nan"))
+    launch(x, w, bias, out3)  # the caller's tensors, other views of the same addresses
+    torch.testing.assert_close(out3, torch.nn.functional.linear(x, w, bias))
+    plain = gemm_ops._TorchGemm(a, b, out)
+    out3.fill_(float("nan"))
+    plain(x, w, out3)
+    torch.testing.assert_close(out3, x @ w.t())
+
+
+def test_a_replay_calls_a_tensor_taking_launch_with_tensors():
+    a, b = torch.randn(4, 6), torch.randn(6, 5)
+    out = torch.empty(4, 5)
+    launch = gemm_ops._TorchGemm(a, b, out)
+    replay = _fast.build([(launch, {"a_ptr": a, "b_ptr": b, "c_ptr": out})],
+                         {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)})
+    assert replay is not None
+    a2, b2 = torch.randn(4, 6), torch.randn(6, 5)
+    (got,) = replay(a2.device, a2, b2)
+    torch.testing.assert_close(got, a2 @ b2)
