@@ -35,3 +35,12 @@ def test_first_call_bench_runs_fresh_processes_cold_then_warm():
 def test_unknown_suite_is_refused(module):
     with pytest.raises(ValueError, match="suite"):
         module.run("huge", progress=lambda s: None)
+
+
+def test_host_times_alternate_between_the_two_sides():
+    """Run r of tilewright, then run r of torch, then run r + 1 of each: a drifting host CPU falls on both medians
+    alike (one side's runs after the other's compared two different speeds of the machine)."""
+    order = []
+    times = host.host_us_alternating([lambda: order.append("a"), lambda: order.append("b")], calls=2, runs=3)
+    assert order == ["a"] * 3 + ["b"] * 3 + ["a", "a", "b", "b"] * 3  # three warm-up calls each, then interleaved
+    assert len(times) == 2 and all(t > 0 for t in times)

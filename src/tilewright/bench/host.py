@@ -6,7 +6,8 @@ more than that leaves the GPU idle between kernels however fast each kernel is (
 between calls, which gives the host time to catch up).
 
 Method (``host_us``): ``CALLS`` calls queued back to back with no synchronisation, wall time / ``CALLS``, median of
-``RUNS`` runs (each run starts from an empty queue: synchronise, then time). The shapes make each kernel run longer
+``RUNS`` runs (each run starts from an empty queue: synchronise, then time); tilewright's and torch's runs alternate
+(``host_us_alternating``), so the host's drifting speed affects both sides alike. The shapes make each kernel run longer
 than its launch path (the queue never fills), so the number is the Python + launch cost, not the GPU's. Cases are the
 four ops a model calls per layer (matmul/linear with and without epilogues, rms_norm_linear, flash_attention), with
 and without autograd recording (``+grad``: a weight or q/k/v that requires grad, forward only), and a training call
@@ -96,20 +97,29 @@ def cases(gemm_shape: tuple[int, int, int], attention_shape: tuple[int, int, int
 
 def host_us(fn, calls: int = CALLS, runs: int = RUNS) -> float:
     """Median over ``runs`` of the wall time per call of ``calls`` queued calls (no synchronisation inside a run)."""
+    return host_us_alternating([fn], calls, runs)[0]
+
+
+def host_us_alternating(fns, calls: int = CALLS, runs: int = RUNS) -> list[float]:
+    """:func:`host_us` of each of ``fns``, their runs interleaved (run r of every function, then run r + 1): the
+    device's host CPU speed drifts by 30% and more within seconds (several lent machines), so timing one side's runs
+    after the other's compared two different machines; interleaved, the drift falls on both medians alike."""
     gpu = on_gpu()
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(runs):
-        if gpu:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    for fn in fns:
+        for _ in range(3):
             fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, out in zip(fns, samples):
+            if gpu:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) / calls * 1e6)
     if gpu:
         torch.cuda.synchronize()
-    return statistics.median(samples)
+    return [statistics.median(s) for s in samples]
 
 
 def run(suite: str = "default", progress=print) -> pd.DataFrame:
@@ -127,8 +137,7 @@ def run(suite: str = "default", progress=print) -> pd.DataFrame:
         op, shape = case.split("|", 1)
         peers[case] = "torch"
         calls = (CALLS_BWD if "fwd+bwd" in case else CALLS) if gpu else 2
-        for provider, fn in (("tilewright", ours), ("torch", peer)):
-            us = host_us(fn, calls, runs)
+        for provider, us in zip(("tilewright", "torch"), host_us_alternating([ours, peer], calls, runs)):
             rows.append(dict(op="host", case=case, shape=shape, dtype=str(dtype).replace("torch.", ""),
                              provider=provider, median_ms=us / 1e3, tflops=float("nan"), host_us=us))
         ratio = rows[-2]["host_us"] / rows[-1]["host_us"]

@@ -18,8 +18,9 @@ autograd records, ops/_eager.call_checked).
 What never replays (the full path runs every time): a call the full path served with torch's reference formulas (the
 gemm op's plain cuBLAS call does replay: ``ops/gemm._TorchGemm``), or with more than one launch (fp16
 rms_norm_linear's weight scale), or with a copy of an input (a strided bias, a non-unit-stride attention input);
-calls that torch.compile / export / a dispatch or function mode / functorch traces, or that take tensor subclasses; the interpreter. An error raised by the full path is raised again by the next
-call with the same signature, since nothing was recorded.
+calls that torch.compile / export / a dispatch or function mode / functorch traces, or that take tensor subclasses;
+the interpreter. An error raised by the full path is raised again by the next call with the same signature, since
+nothing was recorded.
 """
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
     # The kernels take (B, H, S, D) strides with a unit last dim; the row statistics (lse, dlse) are read as
     # contiguous (B, H, S). Direct callers of this op (torch.ops.tilewright.flash_attn_bwd) may pass any layout.
     grad_out, q, k, v, out = (_unit_last(t) for t in (grad_out, q, k, v, out))
-    lse = lse.contiguous()
+    lse = lse if lse.is_contiguous() else lse.contiguous()
     q, scale, flipped = _nonnegative_scale(q, scale)
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)

@@ -170,18 +170,27 @@ def _backward(ctx, grad_out, grad_preact):
             dz = activation_grad_reference(grad_out, preact, ctx.activation)
     if grad_preact is not None and grad_preact.numel():
         dz = dz + grad_preact
-    dz = dz.to(a.dtype)
+    # Each torch call costs 2-8 us of host in a backward that small steps wait on: no-op conversions are skipped, and
+    # the forced-backend lookup is made once for both GEMMs when nothing is forced (the common case).
+    if dz.dtype != a.dtype:
+        dz = dz.to(a.dtype)
+    needs = ctx.needs_input_grad
+    forced = ctx.backend is not None or router._forced()[0] is not None
     da = db = dbias = dres = None
-    if ctx.needs_input_grad[0]:
+    if needs[0]:
         bt = b.t()
-        da = plain_gemm(dz, bt, a.dtype, router.backward_backend("gemm", ctx.backend, dz, bt, None, None))
-    if ctx.needs_input_grad[1]:
+        da = plain_gemm(dz, bt, a.dtype, router.backward_backend("gemm", ctx.backend, dz, bt, None, None)
+                        if forced else None)
+    if needs[1]:
         at = a.t()
-        db = plain_gemm(at, dz, b.dtype, router.backward_backend("gemm", ctx.backend, at, dz, None, None))
-    if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
+        db = plain_gemm(at, dz, b.dtype, router.backward_backend("gemm", ctx.backend, at, dz, None, None)
+                        if forced else None)
+    if ctx.bias_dtype is not None and needs[2]:
         dbias = dz.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
-    if ctx.res_shape is not None and ctx.needs_input_grad[3]:
-        dres = grad_out.reshape(ctx.res_shape).to(ctx.res_dtype)
+    if ctx.res_shape is not None and needs[3]:
+        dres = grad_out if grad_out.shape == ctx.res_shape else grad_out.reshape(ctx.res_shape)
+        if dres.dtype != ctx.res_dtype:
+            dres = dres.to(ctx.res_dtype)
     return da, db, dbias, dres, None, None, None, None
 
 

@@ -141,10 +141,13 @@ def _backward(ctx, dy, _drstd):
     need_dx, need_dg, need_dw, need_db = ctx.needs_input_grad[:4]
     need_db = need_db and ctx.has_bias
     dx = dg = dw = db = None
-    dy = dense_grad(dy).to(x.dtype)
+    dy = dense_grad(dy)
+    if dy.dtype != x.dtype:  # (a no-op .to still costs a few us of host: see ops/gemm._backward)
+        dy = dy.to(x.dtype)
+    forced = ctx.backend is not None or router._forced()[0] is not None
     if need_dx or need_dg:
         du = plain_gemm(dy, weight, x.dtype,  # (M, N) @ (N, K)
-                        router.backward_backend("gemm", ctx.backend, dy, weight, None, None))
+                        router.backward_backend("gemm", ctx.backend, dy, weight, None, None) if forced else None)
     else:
         du = x.new_empty((0, x.shape[1]))
     if need_dx or need_dg or need_dw:
@@ -155,7 +158,7 @@ def _backward(ctx, dy, _drstd):
         if need_dw:
             dyt = dy.t()
             dw = plain_gemm(dyt, u, weight.dtype,  # (N, M) @ (M, K)
-                            router.backward_backend("gemm", ctx.backend, dyt, u, None, None))
+                            router.backward_backend("gemm", ctx.backend, dyt, u, None, None) if forced else None)
     if need_db:
         db = dy.sum(0, dtype=torch.float32).to(x.dtype)
     return dx, dg, dw, db, None, None
