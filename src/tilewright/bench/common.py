@@ -79,27 +79,37 @@ def loop_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, repeats: int = 7)
     the flush never shows. A model whose step is host-bound (small batches) measured faster that way than any loop
     can run it. Here a step costs max(host time, GPU time), as it does in a loop. CPU: :func:`time_ms`, one run.
     """
+    return loop_ms_alternating([fn], warmup_ms=warmup_ms, rep_ms=rep_ms, repeats=repeats)[0]
+
+
+def loop_ms_alternating(fns, *, warmup_ms: float = 25, rep_ms: float = 100, repeats: int = 7) -> list[float]:
+    """:func:`loop_ms` of each of ``fns`` (the providers of one comparison), their runs interleaved: run r of every
+    function, then run r + 1. The lent hosts' CPU speed drifts by 30% and more within a call, and a host-bound step
+    (a small batch) moves with it; timed one provider after another, a ratio compared two speeds of the machine."""
     if not on_gpu():
-        return time_ms(fn, cpu_runs=1, cpu_warm=False)
+        return [time_ms(fn, cpu_runs=1, cpu_warm=False) for fn in fns]
     import torch
 
-    t0 = time.perf_counter()
-    calls = 0
-    while calls < 3 or (time.perf_counter() - t0) * 1e3 < warmup_ms:
-        fn()
-        calls += 1
-        torch.cuda.synchronize()
-    one = (time.perf_counter() - t0) / calls
-    n = max(1, min(10_000, round(rep_ms / 1e3 / repeats / max(one, 1e-6))))
-    runs = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
+    counts = []
+    for fn in fns:
         t0 = time.perf_counter()
-        for _ in range(n):
+        calls = 0
+        while calls < 3 or (time.perf_counter() - t0) * 1e3 < warmup_ms:
             fn()
-        torch.cuda.synchronize()
-        runs.append((time.perf_counter() - t0) / n * 1e3)
-    return sorted(runs)[len(runs) // 2]
+            calls += 1
+            torch.cuda.synchronize()
+        one = (time.perf_counter() - t0) / calls
+        counts.append(max(1, min(10_000, round(rep_ms / 1e3 / repeats / max(one, 1e-6)))))
+    runs: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, n, out in zip(fns, counts, runs):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+            out.append((time.perf_counter() - t0) / n * 1e3)
+    return [sorted(r)[len(r) // 2] for r in runs]
 
 
 def card_name() -> str:

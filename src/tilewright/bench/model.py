@@ -32,7 +32,8 @@ many projection launches a model author chose.
 Rows (long format of bench/common.py, ``op = "model"``), case = ``"<block>-<size>|<kind>"``:
 
 * ``fwd``        - time per forward under ``torch.no_grad()`` (inference), steady state: forwards called back to
-                   back, wall clock per call (bench/common.loop_ms: host launch cost counts as it does in a loop;
+                   back, wall clock per call, the providers' runs interleaved (bench/common.loop_ms_alternating:
+                   host launch cost counts as it does in a loop;
                    before 2026-11-26 22:40 the rows were ``do_bench`` medians, whose L2 flush before every call hid
                    host cost up to the flush's length and flattered host-bound small blocks of every provider).
 * ``fwd+bwd``    - time per ``block(x).sum().backward()``, measured the same way (gradients accumulate; zeroing is
@@ -92,7 +93,7 @@ import torch._dynamo  # torch._dynamo.reset / config below
 import torch.nn.functional as F
 from torch import nn
 
-from .common import COLUMNS, add_speedups, environment, loop_ms, on_gpu, require_pandas, time_ms
+from .common import COLUMNS, add_speedups, environment, loop_ms_alternating, on_gpu, require_pandas, time_ms
 
 OP = "model"
 PEER = "torch_eager"
@@ -538,19 +539,24 @@ def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = 
         rows.append(_row(case, "first_call", dtype, name, ms))
         del y
 
-    # CPU (interpreter): one run each, and no warm-up call - the first call above and the guarded step below have
+    # The providers' timed runs alternate (common.loop_ms_alternating): the host's speed drifts within a call. CPU
+    # (interpreter): one run each, and no warm-up call - the first call above and the guarded step below have
     # compiled and tuned everything; these numbers only prove the rows exist
-    for name, block in provs.items():
-        def fwd(block=block, x=x):
+    def forward(block, x=x):
+        def fwd():
             with torch.no_grad():
                 block(x)
-        ms = loop_ms(fwd, warmup_ms=warmup_ms, rep_ms=rep_ms)
+        return fwd
+
+    fwd_ms = loop_ms_alternating([forward(block) for block in provs.values()], warmup_ms=warmup_ms, rep_ms=rep_ms)
+    for name, ms in zip(provs, fwd_ms):
         rows.append(_row(case, "fwd", dtype, name, ms))
         progress(f"{case.tag:>13} {name:>26} fwd        {ms:10.4f} ms")
 
     # fwd+bwd: one guarded step first (it also compiles the training graph), then the timed steps. torch_eager comes
     # first: its own gradient errors set the other providers' bounds (see GRAD_SLACK).
     peer_errs = None
+    steps, step_errs = [], []
     for name, block in provs.items():
         base = ref if name.startswith("torch") else ours
         _clear_grads(base, x)
@@ -567,7 +573,9 @@ def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = 
 
         def step(block=block, x=x):
             block(x).sum().backward()
-        ms = loop_ms(step, warmup_ms=warmup_ms, rep_ms=rep_ms)
+        steps.append(step)
+        step_errs.append(err)
+    for name, ms, err in zip(provs, loop_ms_alternating(steps, warmup_ms=warmup_ms, rep_ms=rep_ms), step_errs):
         rows.append(_row(case, "fwd+bwd", dtype, name, ms))
         progress(f"{case.tag:>13} {name:>26} fwd+bwd    {ms:10.4f} ms   grad max rel err {err:.2e}")
     del provs, ref, ours, x
