@@ -1,5 +1,8 @@
 """GEMM suite, side by side: tilewright vs cuBLAS (``a @ b``), cuBLASLt bias (``addmm``), cuBLAS + separate add.
 
+Providers: ``tilewright`` is the router's pick (what a user gets: a plain GEMM near a measured point where cuBLAS was
+faster goes to cuBLAS, see cublas_routes.py), ``tilewright_triton`` / ``tilewright_cuda`` each kernel forced.
+
 Cases per shape (bf16 in, fp32 accumulate, bf16 out; a (M, K) and b (K, N) row-major; the suite is SUITES below):
   gemm      tilewright ``matmul(a, b)``                 vs cuBLAS ``a @ b``
   bias      tilewright ``matmul(a, b, bias=bias)``      vs cuBLASLt ``torch.addmm(bias, a, b)``
@@ -70,7 +73,10 @@ def _cases(M, N, K, dtype, device):
     backends = _backends(a, b)
 
     def ours(x, **kw):
-        return {f"tilewright_{be}": (lambda be=be: matmul(x, b, backend=be, **kw)) for be in backends}
+        # "tilewright": the router's pick - what a user gets (a plain GEMM may be cuBLAS where it was measured
+        # faster: cublas_routes.py); "tilewright_<backend>": each kernel forced, for the kernels' own standing
+        forced = {f"tilewright_{be}": (lambda be=be: matmul(x, b, backend=be, **kw)) for be in backends}
+        return {"tilewright": lambda: matmul(x, b, **kw), **forced}
 
     cases = {
         "gemm": ({**ours(a), blas: lambda: a @ b}, blas),
