@@ -173,13 +173,15 @@ def test_router_source_names_no_op():
 
 # ------------------------------------------------------------------------------------------------ registry data
 def test_build_check_reads_the_registry():
-    """Every kernel source under cuda_fallback/ belongs to a registered family (none skipped as unregistered), and
-    build-check's table is the families' own data."""
+    """Every kernel source under cuda_fallback/ belongs to a registered family or a listed kernel part (none skipped
+    as unregistered), build-check's table is their own data, and every family has its router record."""
     sources = sorted(p.name for p in build.SOURCE_DIR.glob("*.cu"))
     assert sorted(build_check.KERNELS) == sources
     assert build_check.KERNELS[cg.SOURCE] == (cg.BUILD_CHECK_ARCHS, cg.BUILD_CHECK_MARKERS, cg.build_check_builds)
-    names = {m.__name__.rsplit(".", 1)[1] for m in backends.implementation_modules()}
-    assert names == {r.name for r in backends.records(backend="cuda")}
+    families = {m.__name__.rsplit(".", 1)[1] for m in backends.implementation_modules()}
+    assert families == {r.name for r in backends.records(backend="cuda")}
+    names = {m.__name__.rsplit(".", 1)[1] for m in backends.kernel_modules()}
+    assert names == families | {m.rsplit(".", 1)[1] for m in backends.KERNEL_PARTS}
     assert all(Path(s).stem in names for s in sources)  # host module and kernel share a base name
 
 

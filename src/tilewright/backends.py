@@ -144,6 +144,19 @@ def implementation_modules() -> list:
     return [importlib.import_module(m) for m in IMPLEMENTATIONS]
 
 
+# Hand-written kernels that are part of an op's path without a router record of their own (the op layer calls them
+# for a piece of its work): build-check compiles them like the families.
+KERNEL_PARTS = (
+    "tilewright.cuda_fallback.attention_bwd_sm90",  # the attention backward's dK / dV kernel (ops/attention.py)
+)
+
+
+def kernel_modules() -> list:
+    """Every module with a hand-written kernel source: the families (:data:`IMPLEMENTATIONS`) and
+    :data:`KERNEL_PARTS`."""
+    return [*implementation_modules(), *(importlib.import_module(m) for m in KERNEL_PARTS)]
+
+
 # ---- the portable backends every op has: Triton kernels and the torch reference ----
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)

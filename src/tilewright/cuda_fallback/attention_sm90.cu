@@ -35,6 +35,7 @@
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
+#include "ptx/wgmma_typed.cuh"
 
 #ifndef TW_HDIM
 #define TW_HDIM 128
@@ -110,41 +111,9 @@ static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 p
 static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "register split over the file");
 static_assert(BN <= 256 && BM <= 256, "TMA boxes hold at most 256 rows");
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// S(64 x BN) (+)= Q(64 x 16) K^T(16 x BN): A = Q, K-major; B = K rows, K-major (no transpose).
-// (Templates on the width so `if constexpr` discards the wrappers of the other widths.)
-template <int N>
-TW_DEVICE void mma_qk(float (&s)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
-  if constexpr (N == 128) {
-    if constexpr (TW_FP16) wgmma_m64n128k16_f16<0, 0>(s, da, db, scale_d);
-    else wgmma_m64n128k16_bf16<0, 0>(s, da, db, scale_d);
-  } else {
-    if constexpr (TW_FP16) wgmma_m64n64k16_f16<0, 0>(s, da, db, scale_d);
-    else wgmma_m64n64k16_bf16<0, 0>(s, da, db, scale_d);
-  }
-}
-
-// O(64 x D) += P(64 x 16, registers) V(16 x D): V is stored (key, d) row-major, i.e. MN-major for this B operand
-// (d contiguous), hence TRANS_B = 1.
-template <int N>
-TW_DEVICE void mma_pv(float (&o)[N / 2], const tw_u32 (&a)[4], tw_u64 db) {
-  if constexpr (N == 256) {
-    if constexpr (TW_FP16) wgmma_m64n256k16_f16_rs<1>(o, a, db, 1);
-    else wgmma_m64n256k16_bf16_rs<1>(o, a, db, 1);
-  } else if constexpr (N == 128) {
-    if constexpr (TW_FP16) wgmma_m64n128k16_f16_rs<1>(o, a, db, 1);
-    else wgmma_m64n128k16_bf16_rs<1>(o, a, db, 1);
-  } else {
-    if constexpr (TW_FP16) wgmma_m64n64k16_f16_rs<1>(o, a, db, 1);
-    else wgmma_m64n64k16_bf16_rs<1>(o, a, db, 1);
-  }
-}
-#endif
-
-TW_DEVICE tw_u32 pack2(float lo, float hi) {
-  if constexpr (TW_FP16) return pack_f16x2(lo, hi);
-  else return pack_bf16x2(lo, hi);
-}
+// S(64 x BN) (+)= Q(64 x 16) K^T(16 x BN): A = Q, B = K rows, both K-major: mma_ss<BN>. O(64 x D) += P(64 x 16,
+// registers) V(16 x D): V is stored (key, d) row-major, MN-major for this B operand: mma_rs_mn<D>
+// (ptx/wgmma_typed.cuh).
 
 }  // namespace twa
 
@@ -268,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       for (int kk = 0; kk < D / 16; ++kk) {
         const tw_u64 da = wgmma_desc_sw128(sq_c + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024);
         const tw_u64 db = wgmma_desc_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
-        mma_qk<BN>(s_acc, da, db, kk != 0);
+        mma_ss<BN>(s_acc, da, db, kk != 0);
       }
     };
     // Issue O += P V for the V block at smem `sv`: BN/16 k-steps over keys; k-step kk takes P columns 16kk..16kk+15,
@@ -280,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       for (int kk = 0; kk < BN / 16; ++kk) {
         const tw_u32 a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
         const tw_u64 db = wgmma_desc_sw128(sv + kk * 16 * 128, BN * 128, 1024);
-        mma_pv<D>(o, a, db);
+        mma_rs_mn<D>(o, a, db);
       }
     };
     // Mask, new running max, exponentials in place and row sums of block kb; returns the O rescale factors.

@@ -15,16 +15,17 @@ import subprocess
 import sys
 import tempfile
 
-from ..backends import implementation_modules
+from ..backends import kernel_modules
 from .runtime import build
 
 
 def _kernels() -> dict:
     """kernel source -> (archs it is built for, SASS markers every build must contain, builds() -> rows of (label,
     defines, dynamic smem bytes[, markers this build's SASS must contain besides the kernel's])): read from each
-    registered CUDA family module (SOURCE, BUILD_CHECK_ARCHS, BUILD_CHECK_MARKERS, build_check_builds)."""
+    registered CUDA family module and each kernel part (backends.kernel_modules: SOURCE, BUILD_CHECK_ARCHS,
+    BUILD_CHECK_MARKERS, build_check_builds)."""
     return {m.SOURCE: (m.BUILD_CHECK_ARCHS, m.BUILD_CHECK_MARKERS, m.build_check_builds)
-            for m in implementation_modules() if str(getattr(m, "SOURCE", "")).endswith(".cu")}
+            for m in kernel_modules() if str(getattr(m, "SOURCE", "")).endswith(".cu")}
 
 
 KERNELS = _kernels()

@@ -172,8 +172,24 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     upper, offset, window_offset = _band(q.shape[2], k.shape[2], causal, bottom_right, window_left, window_right)
     attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, dlse=dlse, causal_offset=offset,
-                       softcap=softcap, window_offset=window_offset)
+                       softcap=softcap, window_offset=window_offset,
+                       dkdv_launch=_cuda_dkdv(grad_out, q, k, v, lse, dk, dv, upper, scale, offset, window_offset,
+                                              softcap, choice))
     return (dq.neg_() if flipped else dq), dk, dv
+
+
+def _cuda_dkdv(grad_out, q, k, v, lse, dk, dv, causal, scale, offset, window_offset, softcap, choice):
+    """The sm_90a dK / dV kernel as the Triton backward's ``dkdv_launch`` when it is switched on
+    (``TILEWRIGHT_CUDA_ATTN_BWD=1``: opt-in until measured) and takes the call; None (Triton's kernel) otherwise."""
+    if choice == "torch" or not q.is_cuda or not scale > 0:
+        return None
+    from ..cuda_fallback import attention_bwd_sm90 as cb
+
+    if not cb.enabled() or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return None
+    if not cb.constraints(grad_out, q, k, v, dk, dv, offset, window_offset is not None, softcap)[0]:
+        return None
+    return lambda delta: cb.launch_dkdv(grad_out, q, k, v, lse, delta, dk, dv, causal, scale)
 
 
 @flash_attn_bwd_op.register_fake

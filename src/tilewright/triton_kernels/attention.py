@@ -917,12 +917,13 @@ _BWD_BOUND_MAX = 1024
 
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
-                       softcap: float = 0.0, window_offset: int | None = None):
+                       softcap: float = 0.0, window_offset: int | None = None, dkdv_launch=None):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
     contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset``,
     ``window_offset`` and ``softcap`` as in :func:`attention_forward`. A call with the default configs at a
     signature seen before launches the three kernels bound at its first call (``_runtime.BoundLaunch``) instead of
-    through Triton's dispatch."""
+    through Triton's dispatch. ``dkdv_launch``: a callable ``(delta) -> None`` that writes dk / dv in place of the
+    Triton dK / dV kernel (the sm_90a kernel, which ops/attention.py passes when it takes the call)."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     if B == 0 or Hq == 0:
@@ -935,14 +936,18 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     key = None
     if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
         key = (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
-               float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device())
+               float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device(),
+               dkdv_launch is not None)
         bound = _bwd_bound.get(key)
         if bound is not None:
             delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
             pre, dkdv, dqk = bound
             pre(out.data_ptr(), do.data_ptr(), (dlse if dlse is not None else delta).data_ptr(), delta.data_ptr())
             ptr = {"Q": q, "K": k, "V": v, "DO": do, "DK": dk, "DV": dv, "DQ": dq, "LSE": lse, "DELTA": delta}
-            dkdv(*[ptr[r].data_ptr() for r in _BWD_ROLES_DKDV])
+            if dkdv_launch is not None:
+                dkdv_launch(delta)
+            else:
+                dkdv(*[ptr[r].data_ptr() for r in _BWD_ROLES_DKDV])
             dqk(*[ptr[r].data_ptr() for r in _BWD_ROLES_DQ])
             if is_recording():
                 record(None, {})  # as the full path reports: these launches are not an op's single replayable one
@@ -962,16 +967,23 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)
     grid_dkdv = lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B)  # noqa: E731
     grid_dq = lambda m: (triton.cdiv(Sq, m["BLOCK_M2"]), Hq, B)  # noqa: E731
-    c_dkdv, cfg_dkdv = _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, grid_dkdv, args_dkdv, cfg_dkdv,
-                               "backward dK/dV")
+    if dkdv_launch is not None:
+        dkdv_launch(delta)
+    else:
+        c_dkdv, cfg_dkdv = _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, grid_dkdv, args_dkdv, cfg_dkdv,
+                                   "backward dK/dV")
     c_dq, cfg_dq = _launch(attn_bwd_dq, _attn_bwd_dq_kernel, grid_dq, args_dq, cfg_dq, "backward dQ")
     if key is not None:
-        full_dkdv = {**args_dkdv, **cfg_dkdv.all_kwargs()}
         full_dq = {**args_dq, **cfg_dq.all_kwargs()}
+        if dkdv_launch is not None:
+            bound_dkdv = True  # the caller's launch runs at every call; nothing to bind
+        else:
+            full_dkdv = {**args_dkdv, **cfg_dkdv.all_kwargs()}
+            bound_dkdv = bind(_attn_bwd_dkdv_kernel, c_dkdv, grid_dkdv(full_dkdv), full_dkdv,
+                              {r: full_dkdv[r] for r in _BWD_ROLES_DKDV})
         bound = (bind(_attn_bwd_preprocess, pre_compiled, pre_grid, pre_args,
                       {r: pre_args[r] for r in _BWD_ROLES_PRE}),
-                 bind(_attn_bwd_dkdv_kernel, c_dkdv, grid_dkdv(full_dkdv), full_dkdv,
-                      {r: full_dkdv[r] for r in _BWD_ROLES_DKDV}),
+                 bound_dkdv,
                  bind(_attn_bwd_dq_kernel, c_dq, grid_dq(full_dq), full_dq, {r: full_dq[r] for r in _BWD_ROLES_DQ}))
         if all(b is not None for b in bound):
             if len(_bwd_bound) >= _BWD_BOUND_MAX:

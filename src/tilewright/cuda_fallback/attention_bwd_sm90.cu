@@ -1,0 +1,291 @@
+// Flash-attention BACKWARD, dK and dV, for Hopper (sm_90a): the key-block half of an FA3-style backward.
+//
+// One CTA = one BN-row key block of one (batch, kv head); grid (ceil(Skv / BN), Hkv, B). It walks every query block
+// (BM rows) of every query head of its GQA group that can see its keys and accumulates, in registers,
+//   dV += P^T dO        dK += dS^T Q        (dK scaled once at the end)
+// with P^T = exp2(S^T * scale_log2 - lse_log2) recomputed from S^T = K Q^T, and dS^T = P^T * (dP^T - delta),
+// dP^T = V dO^T. Computing the transposed products directly (keys as the wgmma M dimension) leaves P^T and dS^T
+// in the accumulator layout that the register-A operand of the next wgmma takes, so neither goes through shared
+// memory. delta = rowsum(dO * O) and dQ come from the Triton backward's preprocess and dQ kernels
+// (triton_kernels/attention.py); the LSE is the forward's (natural log, fp32 (B, Hq, Sq)).
+//
+//   WG0  producer: one thread issues TMA for K and V of this key block (once) and for Q and dO of each query block
+//        into a STAGES-deep ring (one full / empty mbarrier pair per stage).
+//   WG1  consumer: S^T and dP^T (SS wgmma, 64 x BM each), the elementwise P^T / dS^T in registers, then the two
+//        register-A wgmmas into dV and dK (64 x D each). Sequential per block: this is the simplest schedule (the
+//        forward's variant "a"); a second consumer warpgroup and overlap come after it is measured.
+//
+// Registers (one consumer thread, hdim 128, BM 64): dK 64 + dV 64 + S^T 32 + dP^T 32 + packed P^T / dS^T 16 + 16.
+// Masks: causal top-left (key j visible to query i iff j <= i; the host declines other alignments), the Sq tail
+// (query columns >= Sq get P = 0 through a +inf statistic: their Q / dO rows are TMA zero-fill, their LSE unread). Keys >= Skv are
+// zero-filled K / V rows; they only produce their own dK / dV rows, which the store masks.
+#include "ptx/common.cuh"
+#include "ptx/math.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/sync.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+#include "ptx/wgmma_typed.cuh"
+
+#ifndef TW_HDIM
+#define TW_HDIM 128
+#endif
+#ifndef TW_STAGES
+#define TW_STAGES 2
+#endif
+#ifndef TW_CAUSAL
+#define TW_CAUSAL 0
+#endif
+#ifndef TW_FP16
+#define TW_FP16 0
+#endif
+
+namespace twb {
+
+// -inf without <math.h> (the sources also compile under NVRTC, which has no system headers).
+#define TW_NEG_INF __int_as_float(0xff800000)
+
+constexpr int D = TW_HDIM;
+constexpr int BN = 64;  // keys per CTA: one m64 wgmma atom (the consumer's M)
+constexpr int BM = 64;  // query rows per step: the N of S^T / dP^T and the K of the dV / dK wgmmas
+constexpr int STAGES = TW_STAGES;
+constexpr bool CAUSAL = TW_CAUSAL != 0;
+constexpr int THREADS = 256;
+constexpr int DC = D / 64;                // 64-column (128-byte) chunks of a row: one TMA box / swizzle span each
+constexpr int KV_BYTES = BN * D * 2;      // the K (or V) block
+constexpr int QD_BYTES = BM * D * 2;      // one Q (or dO) block
+constexpr int K_OFF = 0;
+constexpr int V_OFF = K_OFF + KV_BYTES;
+constexpr int Q_OFF = V_OFF + KV_BYTES;   // STAGES Q blocks
+constexpr int DO_OFF = Q_OFF + STAGES * QD_BYTES;
+constexpr int STAT_OFF = DO_OFF + STAGES * QD_BYTES;  // 2 x (BM lse_log2 + BM delta) fp32, double-buffered
+constexpr int BAR_OFF = STAT_OFF + 2 * 2 * BM * 4;
+constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 2 * STAGES) * 8;
+
+static_assert(D == 64 || D == 128, "head dim 64 or 128 (dK + dV hold D registers a thread)");
+static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 per-block limit");
+
+// S^T(64 keys x BM) (+)= A(64 keys x 16 of d) B(16 of d x BM queries): A = K or V rows, B = Q or dO rows, both
+// K-major: mma_ss<BM>. dX(64 keys x D) += A(64 keys x 16 queries, registers) B(16 queries x D): B = dO or Q rows
+// stored (query, d), MN-major for this B: mma_rs_mn<D> (ptx/wgmma_typed.cuh).
+
+}  // namespace twb
+
+using namespace twb;
+
+// tm_q / tm_do: maps over (D, Sq, Hq, B) with box (64, BM, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
+// (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dk, dv: (B, Hkv, Skv, D) with unit
+// last stride, element strides (b, h, s) given. group = Hq / Hkv. scale_log2 = scale * log2(e); dK is scaled by
+// `scale` at the end.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
+                          const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
+                          const float* __restrict__ lse, const float* __restrict__ delta,
+                          unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, long long dk_sb,
+                          long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
+                          int Sq, int Skv, int Hq, int group, float scale_log2, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const tw_u32 raw = smem_u32(smem_raw);
+  const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
+  const tw_u32 bar_kv = sbase + BAR_OFF;
+  const tw_u32 full = bar_kv + 8;
+  const tw_u32 empty = full + 8 * STAGES;
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+  const int n0 = blockIdx.x * BN;
+  const int hkv = blockIdx.y;
+  const int b = blockIdx.z;
+  // Query blocks that see any of these keys: causal (top-left) rows from n0 on, block-aligned down.
+  const int m_first = CAUSAL ? (n0 / BM) * BM : 0;
+  const int m_blocks = m_first < Sq ? (Sq - m_first + BM - 1) / BM : 0;
+  const int steps = m_blocks * group;  // every role iterates exactly this many (head, query block) steps
+
+  if (threadIdx.x == 0) {
+    mbar_init(bar_kv, 1);  // one arrive.expect_tx + the K and V bytes
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);   // producer's arrive.expect_tx + TMA bytes
+      mbar_init(empty + 8 * s, 1);  // the consumer warpgroup's one arrive once its wgmmas read the stage
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ------------------------------------------------------------------ producer
+    if (tid == 0) {
+      tma_prefetch_desc(&tm_q);
+      tma_prefetch_desc(&tm_do);
+      mbar_arrive_expect_tx(bar_kv, 2 * KV_BYTES);
+#pragma unroll
+      for (int j = 0; j < DC; ++j) {
+        tma_load_4d(sbase + K_OFF + j * BN * 128, &tm_k, bar_kv, 64 * j, n0, hkv, b);
+        tma_load_4d(sbase + V_OFF + j * BN * 128, &tm_v, bar_kv, 64 * j, n0, hkv, b);
+      }
+      int s = 0;
+      tw_u32 phase = 0;
+      for (int step = 0; step < steps; ++step) {
+        const int hq = hkv * group + step / m_blocks;
+        const int m0 = m_first + (step % m_blocks) * BM;
+        mbar_wait(empty + 8 * s, phase ^ 1);  // the first pass over the ring waits on fresh barriers' parity 1
+        mbar_arrive_expect_tx(full + 8 * s, 2 * QD_BYTES);
+#pragma unroll
+        for (int j = 0; j < DC; ++j) {
+          tma_load_4d(sbase + Q_OFF + s * QD_BYTES + j * BM * 128, &tm_q, full + 8 * s, 64 * j, m0, hq, b);
+          tma_load_4d(sbase + DO_OFF + s * QD_BYTES + j * BM * 128, &tm_do, full + 8 * s, 64 * j, m0, hq, b);
+        }
+        if (++s == STAGES) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------------------------ consumer
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    // This thread's two key rows of every accumulator fragment and its query columns 8j + col_lane + {0, 1}.
+    const int key0 = n0 + warp * 16 + (lane >> 2);
+    const int col_lane = 2 * (lane & 3);
+
+    float dk_acc[D / 2];
+    float dv_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) {
+      dk_acc[i] = 0.0f;
+      dv_acc[i] = 0.0f;
+    }
+    float s_acc[BM / 2];   // S^T, then P^T in place
+    float dp_acc[BM / 2];  // dP^T, then dS^T in place
+    tw_u32 p[BM / 4];      // P^T as 16-bit pairs: p[2j + h] = key row h, query columns 8j + col_lane + {0, 1}
+    tw_u32 ds[BM / 4];
+
+    mbar_wait(bar_kv, 0);  // single use per CTA: phase 0
+    float* stats = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF);
+    int s = 0;
+    tw_u32 phase = 0;
+    for (int step = 0; step < steps; ++step) {
+      const int hq = hkv * group + step / m_blocks;
+      const int m0 = m_first + (step % m_blocks) * BM;
+      const tw_u32 sq = sbase + Q_OFF + s * QD_BYTES;
+      const tw_u32 sdo = sbase + DO_OFF + s * QD_BYTES;
+      // The block's row statistics, one value per thread: threads 0-63 the LSE of query m0 + tid in base 2 (+inf for
+      // a row without any visible key, LSE -inf, and for rows >= Sq: either makes P exactly 0), threads 64-127 its
+      // delta. Staged through shared memory rather than loaded per fragment column: 16 + 16 live values a thread
+      // pushed the hdim-128 build over 255 registers. Loaded before the TMA wait and the S^T / dP^T wgmmas, stored
+      // after them; double-buffered by step, so one barrier per step orders the stores before the reads and the
+      // reads of step k - 1 before the stores of step k + 1.
+      const long long row_base = ((long long)b * Hq + hq) * Sq;
+      const int stat_col = m0 + (tid & (BM - 1));
+      float stat;
+      if (tid < BM) {
+        const float l = stat_col < Sq ? lse[row_base + stat_col] : TW_NEG_INF;
+        stat = l == TW_NEG_INF ? -TW_NEG_INF : l * 1.4426950408889634f;
+      } else {
+        stat = stat_col < Sq ? delta[row_base + stat_col] : 0.0f;
+      }
+      mbar_wait(full + 8 * s, phase);
+
+      // S^T = K Q^T and dP^T = V dO^T: D/16 k-steps each over the head dim, one commit group for both.
+      wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const tw_u32 chunk = (kk % 4) * 32;  // 16 head-dim columns (32 bytes) into their 128-byte chunk
+        const tw_u64 da = wgmma_desc_sw128(sbase + K_OFF + (kk / 4) * BN * 128 + chunk, 16, 1024);
+        const tw_u64 db = wgmma_desc_sw128(sq + (kk / 4) * BM * 128 + chunk, 16, 1024);
+        mma_ss<BM>(s_acc, da, db, kk != 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const tw_u32 chunk = (kk % 4) * 32;
+        const tw_u64 da = wgmma_desc_sw128(sbase + V_OFF + (kk / 4) * BN * 128 + chunk, 16, 1024);
+        const tw_u64 db = wgmma_desc_sw128(sdo + (kk / 4) * BM * 128 + chunk, 16, 1024);
+        mma_ss<BM>(dp_acc, da, db, kk != 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_reg_fence(s_acc);
+      wgmma_reg_fence(dp_acc);
+
+      float* stat_buf = stats + (step & 1) * 2 * BM;
+      stat_buf[tid] = stat;
+      named_barrier_sync(1, 128);
+
+      // P^T and dS^T, elementwise (query columns >= Sq have P = 0 through their +inf statistic; the causal mask
+      // only where the block straddles the diagonal).
+      const bool need_mask = CAUSAL && m0 < n0 + BN - 1;
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = 8 * j + col_lane + e;
+          const float m = stat_buf[c];
+          const float dl = stat_buf[BM + c];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 4 * j + 2 * h + e;
+            float pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m));
+            if (need_mask && key0 + 8 * h > m0 + c) pv = 0.0f;
+            s_acc[r] = pv;
+            dp_acc[r] = pv * (dp_acc[r] - dl);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          p[2 * j + h] = pack2(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]);
+          ds[2 * j + h] = pack2(dp_acc[4 * j + 2 * h], dp_acc[4 * j + 2 * h + 1]);
+        }
+      }
+
+      // dV += P^T dO and dK += dS^T Q: BM/16 k-steps over the queries; k-step kk takes query columns 16kk..16kk+15,
+      // i.e. fragments {x[4kk], x[4kk+1], x[4kk+2], x[4kk+3]}. B descriptor (MN-major): 16 query rows (16 x 128 B)
+      // per k-step, LBO = bytes between 64-column chunks of d (one box: BM rows x 128 B), SBO = 8 rows x 128 B.
+      wgmma_fence();  // P^T / dS^T fragments and the dK / dV accumulators were written by ordinary instructions
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk) {
+        const tw_u32 a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+        mma_rs_mn<D>(dv_acc, a, wgmma_desc_sw128(sdo + kk * 16 * 128, BM * 128, 1024));
+      }
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk) {
+        const tw_u32 a[4] = {ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3]};
+        mma_rs_mn<D>(dk_acc, a, wgmma_desc_sw128(sq + kk * 16 * 128, BM * 128, 1024));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_reg_fence(dv_acc);
+      wgmma_reg_fence(dk_acc);
+      wgmma_reg_fence(p);
+      wgmma_reg_fence(ds);
+      mbar_arrive_if(empty + 8 * s, tid == 0);  // every wgmma that read this stage has completed
+      if (++s == STAGES) {
+        s = 0;
+        phase ^= 1;
+      }
+    }
+
+    // ------------------------------------------------------------------ epilogue: dK * scale, dV -> global
+    // Fragment element (j, h, e): key row key0 + 8h, head-dim column 8j + col_lane + e; two adjacent columns are one
+    // 32-bit store. Rows >= Skv (zero-filled keys) are not stored.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = key0 + 8 * h;
+      if (key < Skv) {
+        unsigned short* dk_row = dk + (long long)b * dk_sb + (long long)hkv * dk_sh + (long long)key * dk_ss;
+        unsigned short* dv_row = dv + (long long)b * dv_sb + (long long)hkv * dv_sh + (long long)key * dv_ss;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          const int c = 8 * j + col_lane;
+          *reinterpret_cast<tw_u32*>(dk_row + c) =
+              pack2(dk_acc[4 * j + 2 * h] * scale, dk_acc[4 * j + 2 * h + 1] * scale);
+          *reinterpret_cast<tw_u32*>(dv_row + c) = pack2(dv_acc[4 * j + 2 * h], dv_acc[4 * j + 2 * h + 1]);
+        }
+      }
+    }
+  }
+#endif
+}

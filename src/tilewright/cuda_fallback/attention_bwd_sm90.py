@@ -1,0 +1,136 @@
+"""Host side of the Hopper flash-attention backward's dK / dV kernel (``attention_bwd_sm90.cu``): constraints, launch.
+
+The kernel computes dK and dV of one key block per CTA from the forward's LSE and the Triton backward's delta
+(``rowsum(dO * O)``); ``triton_kernels/attention.attention_backward`` keeps the preprocess and the dQ kernel. It is
+**opt-in** (``TILEWRIGHT_CUDA_ATTN_BWD=1``) until it has been measured against the Triton dK / dV kernel on the device:
+the op layer uses it then for the calls :func:`constraints` accepts and Triton's kernel otherwise.
+
+Entry points: :func:`constraints` (why these tensors can or cannot take the kernel), :func:`enabled` (the opt-in
+switch), :func:`launch_dkdv` (into given dk / dv).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import torch
+
+from .._env import SMEM_OPTIN_BYTES
+from .attention_sm90 import LOG2E, tma_dims_strides
+from .runtime import HALF_DTYPES, build, launch
+
+SOURCE = "attention_bwd_sm90.cu"
+KERNEL = "tw_attn_bwd_dkdv_sm90"
+HEAD_DIMS = (64, 128)  # dK + dV take D registers a thread in one consumer warpgroup
+BLOCK_N = 64  # keys per CTA
+BLOCK_M = 64  # query rows per step
+STAGES = 2
+THREADS = 256  # one producer warpgroup + one consumer warpgroup
+ENV = "TILEWRIGHT_CUDA_ATTN_BWD"
+# compiled by build-check (CPU CI): both head dims, both masks
+BUILD_CHECK_BUILDS = ((128, False, False), (128, True, False), (64, True, True))
+BUILD_CHECK_ARCHS = ("sm_90a",)
+BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG")
+
+
+def smem_bytes(head_dim: int) -> int:
+    """Dynamic shared memory: K + V blocks, STAGES x (Q + dO) blocks, the double-buffered row statistics, the
+    mbarriers and 1024 bytes of alignment slack."""
+    return 1024 + 2 * BLOCK_N * head_dim * 2 + 2 * STAGES * BLOCK_M * head_dim * 2 + 2 * 2 * BLOCK_M * 4 + \
+        (1 + 2 * STAGES) * 8
+
+
+def defines(head_dim: int, causal: bool, fp16: bool) -> dict:
+    """-D macros of one build."""
+    return {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16)}
+
+
+def build_check_builds() -> list:
+    """``tilewright build-check`` rows: (label, defines, dynamic smem)."""
+    return [(f"dkdv hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}", defines(d, c, f), smem_bytes(d))
+            for d, c, f in BUILD_CHECK_BUILDS]
+
+
+def enabled() -> bool:
+    """Whether the op layer may use the kernel: ``TILEWRIGHT_CUDA_ATTN_BWD=1`` (off by default until measured)."""
+    return os.environ.get(ENV) == "1"
+
+
+def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = False, softcap: float = 0.0,
+                ) -> tuple[bool, str]:
+    """Whether the kernel takes these tensors and options at all, and why not: bf16 / fp16 CUDA tensors, head dim
+    64 or 128 for q, k, v and dO alike, GQA, top-left causal or none (no offset, window or soft cap), 16-byte aligned
+    TMA strides for q, k, v, dO, and dk / dv with a unit last stride and 4-byte aligned rows."""
+    if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in (do, q, k, v, dk, dv)):
+        return False, "CUDA tensors only"
+    if q.dtype not in HALF_DTYPES or any(t.dtype != q.dtype for t in (do, k, v, dk, dv)):
+        return False, f"dtype {q.dtype} (bfloat16 / float16, all equal)"
+    if q.dim() != 4 or any(t.dim() != 4 for t in (do, k, v, dk, dv)):
+        return False, "4-D (B, H, S, D) tensors only"
+    B, Hq, Sq, D = q.shape
+    if D not in HEAD_DIMS or k.shape[-1] != D or v.shape[-1] != D or do.shape != q.shape:
+        return False, f"head dim {D} (the CUDA dK / dV kernel takes {HEAD_DIMS}, equal for q, k, v and dO)"
+    if k.shape != v.shape or dk.shape != k.shape or dv.shape != v.shape or k.shape[0] != B:
+        return False, "k, v, dk, dv must share one (B, Hkv, Skv, D) shape"
+    Hkv, Skv = k.shape[1], k.shape[2]
+    if Hkv == 0 or Hq % Hkv or min(B, Hq, Sq, Skv) == 0:
+        return False, "empty problem or Hq not a multiple of Hkv"
+    if B > 65535 or Hkv > 65535:
+        return False, "more than 65535 batches or kv heads (grid limits)"
+    if causal_offset or window or softcap:
+        return False, "top-left causal or no mask only (no causal offset, window or soft cap)"
+    for t, name in ((q, "q"), (k, "k"), (v, "v"), (do, "grad_out")):
+        lay, why = tma_dims_strides(t)
+        if lay is None:
+            return False, f"{name}: {why}"
+    for t, name in ((dk, "dk"), (dv, "dv")):
+        if t.stride(-1) != 1 or t.data_ptr() % 4 or any(s % 2 for s in t.stride()[:3]):
+            return False, f"{name}: unit last stride and 4-byte aligned rows needed (paired stores)"
+    if smem_bytes(D) > SMEM_OPTIN_BYTES:  # pragma: no cover - both builds fit
+        return False, f"head dim {D} needs more shared memory than sm_90 has"
+    return True, f"bf16/fp16, head dim {D}, TMA-aligned"
+
+
+_prepared: dict = {}  # launch-ready (function, grid, arguments) per call signature and pointers: launch_cached
+
+
+def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float):
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    dt = launch.tma_dtype(q.dtype)
+    bld = build.compile_source(SOURCE, "sm_90a", defines(D, causal, q.dtype == torch.float16))
+    drv = launch.driver()
+    maps = []
+    with torch.cuda.device(q.device):
+        fn = drv.function(bld, KERNEL, smem_bytes(D))
+        for t, rows, role in ((q, BLOCK_M, "Q"), (k, BLOCK_N, "K"), (v, BLOCK_N, "V"), (do, BLOCK_M, "DO")):
+            (dims, strides), _ = tma_dims_strides(t)
+            maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
+    grid = (-(-Skv // BLOCK_N), Hkv, B)
+    args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
+            launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
+            *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
+            ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale)]
+    return fn, grid, args
+
+
+def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float) -> None:
+    """dK and dV of ``softmax(scale q k^T [causal]) v`` into ``dk`` / ``dv`` (sm_90a kernel).
+
+    lse: the forward's natural-log LSE, delta: ``rowsum(dO * O)``, both contiguous fp32 (B, Hq, Sq). Raises
+    ValueError (naming the rule) for tensors :func:`constraints` rejects, and for a scale that is not finite and
+    positive."""
+    ok, why = constraints(do, q, k, v, dk, dv)
+    if not ok:
+        raise ValueError(f"cuda attention backward: {why}")
+    B, Hq, Sq, _ = q.shape
+    for t, name in ((lse, "lse"), (delta, "delta")):
+        if t.shape != (B, Hq, Sq) or t.dtype != torch.float32 or not t.is_contiguous():
+            raise ValueError(f"cuda attention backward: {name} must be a contiguous float32 (B, Hq, Sq) tensor")
+    if not (scale > 0.0 and scale < float("inf")):
+        raise ValueError(f"cuda attention backward: scale {scale} must be finite and > 0")
+    key = (q.device.index, q.dtype, bool(causal), float(scale),
+           *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr())
+    launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
+                                                          float(scale)),
+                         q.device, THREADS, smem_bytes(q.shape[-1]))

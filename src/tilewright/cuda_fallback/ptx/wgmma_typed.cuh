@@ -1,0 +1,49 @@
+// The attention kernels' wgmma calls and 16-bit packing for the element type the build chose (TW_FP16 = 1: fp16,
+// else bf16): one definition each for the forward (attention_sm90.cu) and the backward (attention_bwd_sm90.cu).
+// The including file defines TW_FP16 (default 0) before including this header.
+#pragma once
+#include "common.cuh"
+#include "wgmma.cuh"
+
+#ifndef TW_FP16
+#define TW_FP16 0
+#endif
+
+// Two fp32 values as one register of 16-bit pairs (lo in the low half): the register-A fragment format.
+TW_DEVICE tw_u32 pack2(float lo, float hi) {
+  if constexpr (TW_FP16) return pack_f16x2(lo, hi);
+  else return pack_bf16x2(lo, hi);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// D(64 x N) (+)= A(64 x 16) B(16 x N), both from shared memory, both K-major (TRANS 0, 0). Templates on the width, so
+// `if constexpr` discards the wrappers of the other widths.
+template <int N>
+TW_DEVICE void mma_ss(float (&d)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
+  if constexpr (N == 128) {
+    if constexpr (TW_FP16) wgmma_m64n128k16_f16<0, 0>(d, da, db, scale_d);
+    else wgmma_m64n128k16_bf16<0, 0>(d, da, db, scale_d);
+  } else {
+    static_assert(N == 64, "SS widths 64 and 128");
+    if constexpr (TW_FP16) wgmma_m64n64k16_f16<0, 0>(d, da, db, scale_d);
+    else wgmma_m64n64k16_bf16<0, 0>(d, da, db, scale_d);
+  }
+}
+
+// D(64 x N) += A(64 x 16, registers) B(16 x N, shared memory) with B stored N-contiguous ((k, n) row-major: MN-major
+// for a B operand), hence TRANS_B = 1 - V in the forward's P V, dO and Q in the backward's dV / dK.
+template <int N>
+TW_DEVICE void mma_rs_mn(float (&d)[N / 2], const tw_u32 (&a)[4], tw_u64 db) {
+  if constexpr (N == 256) {
+    if constexpr (TW_FP16) wgmma_m64n256k16_f16_rs<1>(d, a, db, 1);
+    else wgmma_m64n256k16_bf16_rs<1>(d, a, db, 1);
+  } else if constexpr (N == 128) {
+    if constexpr (TW_FP16) wgmma_m64n128k16_f16_rs<1>(d, a, db, 1);
+    else wgmma_m64n128k16_bf16_rs<1>(d, a, db, 1);
+  } else {
+    static_assert(N == 64, "RS widths 64, 128 and 256");
+    if constexpr (TW_FP16) wgmma_m64n64k16_f16_rs<1>(d, a, db, 1);
+    else wgmma_m64n64k16_bf16_rs<1>(d, a, db, 1);
+  }
+}
+#endif

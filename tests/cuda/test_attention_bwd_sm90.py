@@ -1,0 +1,82 @@
+"""CPU tier for the sm_90a attention backward's dK / dV kernel (cuda_fallback/attention_bwd_sm90.py + .cu): every
+build compiles spill-free with wgmma and TMA, the constraints, the opt-in switch, and the op layer's choice (Triton's
+dK / dV kernel unless the switch is on and the call fits). The GPU tier is tests/cuda/test_attention_bwd_sm90_gpu.py."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+from tilewright.cuda_fallback import build_check
+from tilewright.cuda_fallback.runtime import build
+
+needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
+ops_attention = importlib.import_module("tilewright.ops.attention")
+
+
+@needs_compiler
+@pytest.mark.parametrize("head_dim", cb.HEAD_DIMS)
+@pytest.mark.parametrize("causal", (False, True))
+def test_builds_are_spill_free_with_wgmma_and_tma(cache, head_dim, causal):
+    """Both head dims, both masks (bf16; fp16 is the same code with other wgmma wrappers): no spills or stack frame,
+    no serialisation warning, HGMMA and TMA loads in the SASS. The hdim-128 build sits at 250 registers."""
+    b = build.compile_source(cb.SOURCE, "sm_90a", cb.defines(head_dim, causal, False))
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    assert not build_check.PERF_WARNINGS.search(b.log), b.log
+    text = build_check.sass(b.cubin)
+    if text is not None:
+        for marker in cb.BUILD_CHECK_MARKERS:
+            assert marker in text
+
+
+def test_build_check_lists_the_backward_builds():
+    assert build_check.KERNELS[cb.SOURCE][0] == ("sm_90a",)
+    rows = cb.build_check_builds()
+    assert len(rows) == len(cb.BUILD_CHECK_BUILDS) and all(smem <= 227 * 1024 for _, _, smem in rows)
+    # K + V 64 x 128, two stages of Q + dO 64 x 128, bf16; the statistics; barriers; slack
+    assert cb.smem_bytes(128) == 1024 + 2 * 64 * 128 * 2 + 4 * 64 * 128 * 2 + 1024 + 5 * 8
+
+
+class _FakeCuda(torch.Tensor):
+    @property
+    def is_cuda(self):
+        return True
+
+
+def _t(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype).as_subclass(_FakeCuda)
+
+
+def test_constraints_name_what_they_refuse():
+    q, do = _t(2, 8, 100, 128), _t(2, 8, 100, 128)
+    k, v, dk, dv = (_t(2, 2, 130, 128) for _ in range(4))
+    assert cb.constraints(do, q, k, v, dk, dv) == (True, "bf16/fp16, head dim 128, TMA-aligned")
+    assert "head dim 96" in cb.constraints(_t(2, 8, 100, 96), _t(2, 8, 100, 96), *(_t(2, 2, 130, 96)
+                                                                                   for _ in range(4)))[1]
+    assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, causal_offset=30)[1]
+    assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, window=True)[1]
+    assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, softcap=30.0)[1]
+    assert "dtype" in cb.constraints(*(_t(2, 8, 100, 128, dtype=torch.float32) for _ in range(2)),
+                                     *(_t(2, 2, 130, 128, dtype=torch.float32) for _ in range(4)))[1]
+    assert "Hq not a multiple" in cb.constraints(_t(2, 3, 100, 128), _t(2, 3, 100, 128), k, v, dk, dv)[1]
+    assert not cb.constraints(do, q, k, v, dk, dv[..., :64])[0]
+    assert "CUDA tensors only" in cb.constraints(torch.empty(1), q, k, v, dk, dv)[1]
+
+
+def test_the_kernel_is_opt_in(monkeypatch):
+    monkeypatch.delenv(cb.ENV, raising=False)
+    assert not cb.enabled()
+    monkeypatch.setenv(cb.ENV, "1")
+    assert cb.enabled()
+
+
+def test_the_op_layer_keeps_triton_off_the_gpu_or_without_the_switch(monkeypatch):
+    """On CPU tensors (the interpreter) or a non-positive scale the op never hands dK / dV to the CUDA kernel."""
+    monkeypatch.setenv(cb.ENV, "1")
+    q = torch.randn(1, 2, 16, 64)
+    args = (q, q, q, q, torch.empty(1, 2, 16), q, q, True, 0.125, 0, None, 0.0)
+    assert ops_attention._cuda_dkdv(*args, "triton") is None
+    assert ops_attention._cuda_dkdv(*args[:8], 0.0, *args[9:], "triton") is None
