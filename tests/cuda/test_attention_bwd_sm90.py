@@ -17,27 +17,33 @@ ops_attention = importlib.import_module("tilewright.ops.attention")
 
 
 @needs_compiler
+@pytest.mark.parametrize("variant", sorted(cb.VARIANTS))
 @pytest.mark.parametrize("head_dim", cb.HEAD_DIMS)
 @pytest.mark.parametrize("causal", (False, True))
-def test_builds_are_spill_free_with_wgmma_and_tma(cache, head_dim, causal):
-    """Both head dims, both masks (bf16; fp16 is the same code with other wgmma wrappers): no spills or stack frame,
-    no serialisation warning, HGMMA and TMA loads in the SASS. The hdim-128 build sits at 250 registers."""
-    b = build.compile_source(cb.SOURCE, "sm_90a", cb.defines(head_dim, causal, False))
+def test_builds_are_spill_free_with_wgmma_and_tma(cache, variant, head_dim, causal):
+    """Both variants, head dims and masks (bf16; fp16 is the same code with other wgmma wrappers): no spills or stack
+    frame, no serialisation warning, HGMMA and TMA loads in the SASS, setmaxnreg with two consumers. Variant "a"'s
+    hdim-128 build sits at 250 registers; "b"'s consumers get 240."""
+    b = build.compile_source(cb.SOURCE, "sm_90a", cb.defines(head_dim, causal, False, variant))
     info = build_check.parse_ptxas(b.log)
     assert info["spills"] == 0 and info["stack"] == 0, b.log
     assert not build_check.PERF_WARNINGS.search(b.log), b.log
     text = build_check.sass(b.cubin)
     if text is not None:
-        for marker in cb.BUILD_CHECK_MARKERS:
+        for marker in cb.BUILD_CHECK_MARKERS + (("USETMAXREG",) if cb.VARIANTS[variant] == 2 else ()):
             assert marker in text
 
 
 def test_build_check_lists_the_backward_builds():
     assert build_check.KERNELS[cb.SOURCE][0] == ("sm_90a",)
     rows = cb.build_check_builds()
-    assert len(rows) == len(cb.BUILD_CHECK_BUILDS) and all(smem <= 227 * 1024 for _, _, smem in rows)
+    assert len(rows) == len(cb.BUILD_CHECK_BUILDS) and all(row[2] <= 227 * 1024 for row in rows)
     # K + V 64 x 128, two stages of Q + dO 64 x 128, bf16; the statistics; barriers; slack
     assert cb.smem_bytes(128) == 1024 + 2 * 64 * 128 * 2 + 4 * 64 * 128 * 2 + 1024 + 5 * 8
+    # two consumers: 128-key K / V blocks, a statistics buffer each
+    assert cb.smem_bytes(128, "b") == 1024 + 2 * 128 * 128 * 2 + 4 * 64 * 128 * 2 + 2 * 1024 + 5 * 8
+    assert [cb.block_n(v) for v in ("a", "b")] == [64, 128] and [cb.threads(v) for v in ("a", "b")] == [256, 384]
+    assert rows[-1][0].startswith("dkdv b") and rows[-1][3] == ("USETMAXREG",)
 
 
 class _FakeCuda(torch.Tensor):
@@ -71,6 +77,13 @@ def test_the_kernel_is_opt_in(monkeypatch):
     assert not cb.enabled()
     monkeypatch.setenv(cb.ENV, "1")
     assert cb.enabled()
+    monkeypatch.delenv(cb.VARIANT_ENV, raising=False)
+    assert cb.pick_variant() == cb.DEFAULT_VARIANT == "a"
+    monkeypatch.setenv(cb.VARIANT_ENV, "b")
+    assert cb.pick_variant() == "b"
+    monkeypatch.setenv(cb.VARIANT_ENV, "z")
+    with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_VARIANT: unknown variant 'z'"):
+        cb.pick_variant()
 
 
 def test_the_op_layer_keeps_triton_off_the_gpu_or_without_the_switch(monkeypatch):

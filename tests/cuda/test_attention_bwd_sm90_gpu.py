@@ -41,9 +41,10 @@ CASES = [  # (B, Hq, Hkv, Sq, Skv, D, causal)
 ]
 
 
+@pytest.mark.parametrize("variant", ("a", "b"))  # "b" (two consumer warpgroups) had not run on a GPU when written
 @pytest.mark.parametrize("B,Hq,Hkv,Sq,Skv,D,causal", CASES)
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
-def test_dkdv_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype):
+def test_dkdv_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype, variant):
     from tilewright.cuda_fallback import attention_bwd_sm90 as cb
     from tilewright.triton_kernels.attention import attention_forward
 
@@ -57,7 +58,7 @@ def test_dkdv_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype):
     delta = (out.float() * do.float()).sum(-1).contiguous()
     dk = torch.full_like(k, float("nan"))
     dv = torch.full_like(v, float("nan"))
-    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal, scale)
+    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal, scale, variant)
     torch.cuda.synchronize()
     _, rdk, rdv = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), causal, scale)
     _, tdk, tdv = _torch_grads(q, k, v, do, causal)

@@ -11,9 +11,10 @@
 //
 //   WG0  producer: one thread issues TMA for K and V of this key block (once) and for Q and dO of each query block
 //        into a STAGES-deep ring (one full / empty mbarrier pair per stage).
-//   WG1  consumer: S^T and dP^T (SS wgmma, 64 x BM each), the elementwise P^T / dS^T in registers, then the two
-//        register-A wgmmas into dV and dK (64 x D each). Sequential per block: this is the simplest schedule (the
-//        forward's variant "a"); a second consumer warpgroup and overlap come after it is measured.
+//   WG1.. consumers (TW_CONSUMERS = 1 or 2, 64 keys each): S^T and dP^T (SS wgmma, 64 x BM each), the elementwise
+//        P^T / dS^T in registers, then the two register-A wgmmas into dV and dK (64 x D each). Sequential per block.
+//        One consumer ("a") is the simplest schedule, the one measured on the device; two ("b") share each Q / dO
+//        load over a 128-key block and take the producer's registers (setmaxnreg 24 / 240); overlap comes next.
 //
 // Registers (one consumer thread, hdim 128, BM 64): dK 64 + dV 64 + S^T 32 + dP^T 32 + packed P^T / dS^T 16 + 16.
 // Masks: causal top-left (key j visible to query i iff j <= i; the host declines other alignments), the Sq tail
@@ -39,6 +40,11 @@
 #ifndef TW_FP16
 #define TW_FP16 0
 #endif
+// Consumer warpgroups, 64 keys each (1: the simplest schedule; 2: a 128-key block whose Q / dO loads both share, with
+// setmaxnreg giving the producer's registers to them).
+#ifndef TW_CONSUMERS
+#define TW_CONSUMERS 1
+#endif
 
 namespace twb {
 
@@ -46,11 +52,16 @@ namespace twb {
 #define TW_NEG_INF __int_as_float(0xff800000)
 
 constexpr int D = TW_HDIM;
-constexpr int BN = 64;  // keys per CTA: one m64 wgmma atom (the consumer's M)
+constexpr int NC = TW_CONSUMERS;
+// The register split of two consumers (setmaxnreg): 24 a producer thread (loop counters, coordinates), 240 a consumer
+// thread (dK + dV + S^T + dP^T + packed P^T / dS^T); 24 * 128 + 240 * 256 = 64512 <= 65536 registers.
+constexpr int PRODUCER_REGS = 24;
+constexpr int CONSUMER_REGS = 240;
+constexpr int BN = 64 * NC;  // keys per CTA: one m64 wgmma atom (its M) per consumer warpgroup
 constexpr int BM = 64;  // query rows per step: the N of S^T / dP^T and the K of the dV / dK wgmmas
 constexpr int STAGES = TW_STAGES;
 constexpr bool CAUSAL = TW_CAUSAL != 0;
-constexpr int THREADS = 256;
+constexpr int THREADS = 128 * (NC + 1);
 constexpr int DC = D / 64;                // 64-column (128-byte) chunks of a row: one TMA box / swizzle span each
 constexpr int KV_BYTES = BN * D * 2;      // the K (or V) block
 constexpr int QD_BYTES = BM * D * 2;      // one Q (or dO) block
@@ -58,12 +69,15 @@ constexpr int K_OFF = 0;
 constexpr int V_OFF = K_OFF + KV_BYTES;
 constexpr int Q_OFF = V_OFF + KV_BYTES;   // STAGES Q blocks
 constexpr int DO_OFF = Q_OFF + STAGES * QD_BYTES;
-constexpr int STAT_OFF = DO_OFF + STAGES * QD_BYTES;  // 2 x (BM lse_log2 + BM delta) fp32, double-buffered
-constexpr int BAR_OFF = STAT_OFF + 2 * 2 * BM * 4;
+constexpr int STAT_BYTES = 2 * 2 * BM * 4;  // per consumer: 2 x (BM lse_log2 + BM delta) fp32, double-buffered
+constexpr int STAT_OFF = DO_OFF + STAGES * QD_BYTES;
+constexpr int BAR_OFF = STAT_OFF + NC * STAT_BYTES;
 constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 2 * STAGES) * 8;
 
 static_assert(D == 64 || D == 128, "head dim 64 or 128 (dK + dV hold D registers a thread)");
+static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
 static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 per-block limit");
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NC <= 65536 || NC == 1, "register split over the file");
 
 // S^T(64 keys x BM) (+)= A(64 keys x 16 of d) B(16 of d x BM queries): A = K or V rows, B = Q or dO rows, both
 // K-major: mma_ss<BM>. dX(64 keys x D) += A(64 keys x 16 queries, registers) B(16 queries x D): B = dO or Q rows
@@ -106,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     mbar_init(bar_kv, 1);  // one arrive.expect_tx + the K and V bytes
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);   // producer's arrive.expect_tx + TMA bytes
-      mbar_init(empty + 8 * s, 1);  // the consumer warpgroup's one arrive once its wgmmas read the stage
+      mbar_init(empty + 8 * s, NC);  // one arrive per consumer warpgroup once its wgmmas read the stage
     }
     fence_mbarrier_init();
   }
@@ -114,6 +128,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
+    // Give registers back to the consumers (dK + dV + S^T + dP^T live at once). With one consumer the per-thread cap
+    // at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
+    if constexpr (NC == 2) setmaxnreg_dec<PRODUCER_REGS>();
     if (tid == 0) {
       tma_prefetch_desc(&tm_q);
       tma_prefetch_desc(&tm_do);
@@ -142,11 +159,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
     }
   } else {
-    // ------------------------------------------------------------------ consumer
+    // ------------------------------------------------------------------ consumers
+    if constexpr (NC == 2) setmaxnreg_inc<CONSUMER_REGS>();
+    const int c = NC == 1 ? 0 : wg - 1;  // a constant with one consumer: its code stays what it was measured as
     const int warp = tid / 32;
     const int lane = tid % 32;
+    const int n0c = n0 + 64 * c;  // this warpgroup's first key
+    const tw_u32 kv_c = c * 64 * 128;  // its 64 rows inside each K / V column chunk
     // This thread's two key rows of every accumulator fragment and its query columns 8j + col_lane + {0, 1}.
-    const int key0 = n0 + warp * 16 + (lane >> 2);
+    const int key0 = n0c + warp * 16 + (lane >> 2);
     const int col_lane = 2 * (lane & 3);
 
     float dk_acc[D / 2];
@@ -162,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     tw_u32 ds[BM / 4];
 
     mbar_wait(bar_kv, 0);  // single use per CTA: phase 0
-    float* stats = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF);
+    float* stats = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF + c * STAT_BYTES);
     int s = 0;
     tw_u32 phase = 0;
     for (int step = 0; step < steps; ++step) {
@@ -192,14 +213,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const tw_u32 chunk = (kk % 4) * 32;  // 16 head-dim columns (32 bytes) into their 128-byte chunk
-        const tw_u64 da = wgmma_desc_sw128(sbase + K_OFF + (kk / 4) * BN * 128 + chunk, 16, 1024);
+        const tw_u64 da = wgmma_desc_sw128(sbase + K_OFF + (kk / 4) * BN * 128 + kv_c + chunk, 16, 1024);
         const tw_u64 db = wgmma_desc_sw128(sq + (kk / 4) * BM * 128 + chunk, 16, 1024);
         mma_ss<BM>(s_acc, da, db, kk != 0);
       }
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const tw_u32 chunk = (kk % 4) * 32;
-        const tw_u64 da = wgmma_desc_sw128(sbase + V_OFF + (kk / 4) * BN * 128 + chunk, 16, 1024);
+        const tw_u64 da = wgmma_desc_sw128(sbase + V_OFF + (kk / 4) * BN * 128 + kv_c + chunk, 16, 1024);
         const tw_u64 db = wgmma_desc_sw128(sdo + (kk / 4) * BM * 128 + chunk, 16, 1024);
         mma_ss<BM>(dp_acc, da, db, kk != 0);
       }
@@ -210,11 +231,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
       float* stat_buf = stats + (step & 1) * 2 * BM;
       stat_buf[tid] = stat;
-      named_barrier_sync(1, 128);
+      named_barrier_sync(1 + c, 128);  // this warpgroup's 128 threads
 
       // P^T and dS^T, elementwise (query columns >= Sq have P = 0 through their +inf statistic; the causal mask
       // only where the block straddles the diagonal).
-      const bool need_mask = CAUSAL && m0 < n0 + BN - 1;
+      const bool need_mask = CAUSAL && m0 < n0c + 63;
 #pragma unroll
       for (int j = 0; j < BM / 8; ++j) {
 #pragma unroll

@@ -21,34 +21,62 @@ from .runtime import HALF_DTYPES, build, launch
 
 SOURCE = "attention_bwd_sm90.cu"
 KERNEL = "tw_attn_bwd_dkdv_sm90"
-HEAD_DIMS = (64, 128)  # dK + dV take D registers a thread in one consumer warpgroup
-BLOCK_N = 64  # keys per CTA
+HEAD_DIMS = (64, 128)  # dK + dV take D registers a thread in each consumer warpgroup
 BLOCK_M = 64  # query rows per step
 STAGES = 2
-THREADS = 256  # one producer warpgroup + one consumer warpgroup
 ENV = "TILEWRIGHT_CUDA_ATTN_BWD"
-# compiled by build-check (CPU CI): both head dims, both masks
-BUILD_CHECK_BUILDS = ((128, False, False), (128, True, False), (64, True, True))
+VARIANT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_VARIANT"
+# Variant -> consumer warpgroups (64 keys each). "a" (one) is the schedule measured on the device; "b" (two, a
+# 128-key block sharing each Q / dO load, setmaxnreg 24 / 240) compiles spill-free but has NOT run on a GPU yet.
+VARIANTS = {"a": 1, "b": 2}
+DEFAULT_VARIANT = "a"
+# compiled by build-check (CPU CI): (variant, head dim, causal, fp16)
+BUILD_CHECK_BUILDS = (("a", 128, False, False), ("a", 128, True, False), ("a", 64, True, True),
+                      ("b", 128, True, False))
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG")
 
 
-def smem_bytes(head_dim: int) -> int:
-    """Dynamic shared memory: K + V blocks, STAGES x (Q + dO) blocks, the double-buffered row statistics, the
-    mbarriers and 1024 bytes of alignment slack."""
-    return 1024 + 2 * BLOCK_N * head_dim * 2 + 2 * STAGES * BLOCK_M * head_dim * 2 + 2 * 2 * BLOCK_M * 4 + \
-        (1 + 2 * STAGES) * 8
+def block_n(variant: str) -> int:
+    """Keys per CTA: 64 per consumer warpgroup."""
+    return 64 * VARIANTS[variant]
 
 
-def defines(head_dim: int, causal: bool, fp16: bool) -> dict:
+def threads(variant: str) -> int:
+    """One producer warpgroup plus the consumer warpgroups, 128 threads each."""
+    return 128 * (VARIANTS[variant] + 1)
+
+
+def smem_bytes(head_dim: int, variant: str = DEFAULT_VARIANT) -> int:
+    """Dynamic shared memory: K + V blocks, STAGES x (Q + dO) blocks, each consumer's double-buffered row
+    statistics, the mbarriers and 1024 bytes of alignment slack."""
+    return 1024 + 2 * block_n(variant) * head_dim * 2 + 2 * STAGES * BLOCK_M * head_dim * 2 + \
+        VARIANTS[variant] * 2 * 2 * BLOCK_M * 4 + (1 + 2 * STAGES) * 8
+
+
+def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT) -> dict:
     """-D macros of one build."""
-    return {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16)}
+    return {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
+            "TW_CONSUMERS": VARIANTS[variant]}
+
+
+def pick_variant() -> str:
+    """The variant to run: ``TILEWRIGHT_CUDA_ATTN_BWD_VARIANT`` (a | b), else :data:`DEFAULT_VARIANT`."""
+    name = os.environ.get(VARIANT_ENV) or DEFAULT_VARIANT
+    if name not in VARIANTS:
+        raise ValueError(f"{VARIANT_ENV}: unknown variant {name!r}; expected one of {sorted(VARIANTS)}")
+    return name
 
 
 def build_check_builds() -> list:
-    """``tilewright build-check`` rows: (label, defines, dynamic smem)."""
-    return [(f"dkdv hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}", defines(d, c, f), smem_bytes(d))
-            for d, c, f in BUILD_CHECK_BUILDS]
+    """``tilewright build-check`` rows: (label, defines, dynamic smem[, markers]); the two-consumer build must also
+    contain USETMAXREG."""
+    rows = []
+    for var, d, c, f in BUILD_CHECK_BUILDS:
+        label = f"dkdv {var} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
+        row = (label, defines(d, c, f, var), smem_bytes(d, var))
+        rows.append(row + (("USETMAXREG",),) if VARIANTS[var] == 2 else row)
+    return rows
 
 
 def enabled() -> bool:
@@ -86,7 +114,7 @@ def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = Fals
     for t, name in ((dk, "dk"), (dv, "dv")):
         if t.stride(-1) != 1 or t.data_ptr() % 4 or any(s % 2 for s in t.stride()[:3]):
             return False, f"{name}: unit last stride and 4-byte aligned rows needed (paired stores)"
-    if smem_bytes(D) > SMEM_OPTIN_BYTES:  # pragma: no cover - both builds fit
+    if max(smem_bytes(D, var) for var in VARIANTS) > SMEM_OPTIN_BYTES:  # pragma: no cover - every build fits
         return False, f"head dim {D} needs more shared memory than sm_90 has"
     return True, f"bf16/fp16, head dim {D}, TMA-aligned"
 
@@ -94,19 +122,20 @@ def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = Fals
 _prepared: dict = {}  # launch-ready (function, grid, arguments) per call signature and pointers: launch_cached
 
 
-def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float):
+def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     dt = launch.tma_dtype(q.dtype)
-    bld = build.compile_source(SOURCE, "sm_90a", defines(D, causal, q.dtype == torch.float16))
+    bld = build.compile_source(SOURCE, "sm_90a", defines(D, causal, q.dtype == torch.float16, variant))
     drv = launch.driver()
     maps = []
+    bn = block_n(variant)
     with torch.cuda.device(q.device):
-        fn = drv.function(bld, KERNEL, smem_bytes(D))
-        for t, rows, role in ((q, BLOCK_M, "Q"), (k, BLOCK_N, "K"), (v, BLOCK_N, "V"), (do, BLOCK_M, "DO")):
+        fn = drv.function(bld, KERNEL, smem_bytes(D, variant))
+        for t, rows, role in ((q, BLOCK_M, "Q"), (k, bn, "K"), (v, bn, "V"), (do, BLOCK_M, "DO")):
             (dims, strides), _ = tma_dims_strides(t)
             maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
-    grid = (-(-Skv // BLOCK_N), Hkv, B)
+    grid = (-(-Skv // bn), Hkv, B)
     args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
             launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
@@ -114,12 +143,12 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float):
     return fn, grid, args
 
 
-def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float) -> None:
+def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None) -> None:
     """dK and dV of ``softmax(scale q k^T [causal]) v`` into ``dk`` / ``dv`` (sm_90a kernel).
 
     lse: the forward's natural-log LSE, delta: ``rowsum(dO * O)``, both contiguous fp32 (B, Hq, Sq). Raises
     ValueError (naming the rule) for tensors :func:`constraints` rejects, and for a scale that is not finite and
-    positive."""
+    positive. ``variant``: a | b (default :func:`pick_variant`)."""
     ok, why = constraints(do, q, k, v, dk, dv)
     if not ok:
         raise ValueError(f"cuda attention backward: {why}")
@@ -129,8 +158,11 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float) -> 
             raise ValueError(f"cuda attention backward: {name} must be a contiguous float32 (B, Hq, Sq) tensor")
     if not (scale > 0.0 and scale < float("inf")):
         raise ValueError(f"cuda attention backward: scale {scale} must be finite and > 0")
-    key = (q.device.index, q.dtype, bool(causal), float(scale),
+    variant = variant or pick_variant()
+    if variant not in VARIANTS:
+        raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
+    key = (q.device.index, q.dtype, bool(causal), float(scale), variant,
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr())
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
-                                                          float(scale)),
-                         q.device, THREADS, smem_bytes(q.shape[-1]))
+                                                          float(scale), variant),
+                         q.device, threads(variant), smem_bytes(q.shape[-1], variant))
