@@ -34,6 +34,30 @@ def test_builds_are_spill_free_with_wgmma_and_tma(cache, variant, head_dim, caus
             assert marker in text
 
 
+def test_ptxas_report_of_a_module_with_two_kernels_counts_both():
+    """The backward's module holds the dK / dV and the dQ kernel: a spill in either fails the build."""
+    log = ("ptxas info    : Compiling entry function 'tw_attn_bwd_dq_sm90' for 'sm_90a'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, used 1 barriers\n"
+           "ptxas info    : Compiling entry function 'tw_attn_bwd_dkdv_sm90' for 'sm_90a'\n"
+           "    16 bytes stack frame, 12 bytes spill stores, 8 bytes spill loads\n"
+           "ptxas info    : Used 255 registers, used 1 barriers\n")
+    assert build_check.parse_ptxas(log) == {"regs": 255, "spills": 20, "stack": 16, "static_smem": 0}
+
+
+@needs_compiler
+def test_the_dq_kernel_is_in_every_build(cache):
+    """The dQ kernel (query-block half) compiles in the same module: present in the SASS, spill-free (counted with
+    the dK / dV kernel's by parse_ptxas), both under the limits of one CTA per SM."""
+    b = build.compile_source(cb.SOURCE, "sm_90a", cb.defines(128, True, False))
+    assert "Compiling entry function 'tw_attn_bwd_dq_sm90'" in b.log
+    assert build_check.parse_ptxas(b.log)["spills"] == 0, b.log
+    assert cb.dq_smem_bytes(128) == 1024 + 2 * 64 * 128 * 2 + 4 * 64 * 128 * 2 + 5 * 8 <= 227 * 1024
+    text = build_check.sass(b.cubin)
+    if text is not None:
+        assert "tw_attn_bwd_dq_sm90" in text
+
+
 def test_build_check_lists_the_backward_builds():
     assert build_check.KERNELS[cb.SOURCE][0] == ("sm_90a",)
     rows = cb.build_check_builds()
@@ -81,6 +105,12 @@ def test_the_kernel_is_opt_in(monkeypatch):
     assert cb.pick_variant() == cb.DEFAULT_VARIANT == "a"
     monkeypatch.setenv(cb.VARIANT_ENV, "b")
     assert cb.pick_variant() == "b"
+    monkeypatch.delenv(cb.DQ_ENV, raising=False)
+    assert not cb.dq_enabled()
+    monkeypatch.setenv(cb.DQ_ENV, "1")
+    assert cb.dq_enabled()
+    monkeypatch.delenv(cb.ENV)
+    assert not cb.dq_enabled()  # the dQ switch needs the backward's own
     monkeypatch.setenv(cb.VARIANT_ENV, "z")
     with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_VARIANT: unknown variant 'z'"):
         cb.pick_variant()

@@ -1,6 +1,8 @@
-"""GPU tier for the sm_90a attention backward's dK / dV kernel (Hopper only): dK and dV against the fp64 formulas
-with the rule "error <= 2x torch SDPA's error in the same dtype" on ragged / GQA / causal / Sq != Skv problems into
-NaN-poisoned outputs, and the public op's gradients with the kernel switched on (TILEWRIGHT_CUDA_ATTN_BWD=1)."""
+"""GPU tier for the sm_90a attention backward's kernels (Hopper only): dK and dV (and, from its own kernel, dQ)
+against the fp64 formulas with the rule "error <= 2x torch SDPA's error in the same dtype" on ragged / GQA / causal /
+Sq != Skv problems into NaN-poisoned outputs, and the public op's gradients with the kernels switched on
+(TILEWRIGHT_CUDA_ATTN_BWD=1, TILEWRIGHT_CUDA_ATTN_BWD_DQ=1). The dQ kernel and dK / dV variant "b" had not run on a
+GPU when these tests were written."""
 from __future__ import annotations
 
 import pytest
@@ -34,6 +36,20 @@ def _torch_grads(q, k, v, do, causal):
     return qq.grad, kk.grad, vv.grad
 
 
+def _problem(B, Hq, Hkv, Sq, Skv, D, causal, dtype, seed):
+    """Fresh q, k, v, dO, the forward's LSE (Triton forward), delta = rowsum(O * dO) and the default scale."""
+    from tilewright.triton_kernels.attention import attention_forward
+
+    g = torch.Generator(device="cpu").manual_seed(B * 1000 + Sq + Skv + D + seed)
+    q, k, v, do = (torch.randn(B, H, S, D, generator=g).to(DEV, dtype) for H, S in
+                   ((Hq, Sq), (Hkv, Skv), (Hkv, Skv), (Hq, Sq)))
+    scale = D ** -0.5
+    out = torch.empty_like(q)
+    lse = torch.empty(B, Hq, Sq, device=DEV, dtype=torch.float32)
+    attention_forward(q, k, v, out, lse, causal, scale)
+    return q, k, v, do, lse, (out.float() * do.float()).sum(-1).contiguous(), scale
+
+
 CASES = [  # (B, Hq, Hkv, Sq, Skv, D, causal)
     (1, 4, 2, 200, 200, 128, True), (2, 2, 1, 65, 300, 128, False), (1, 2, 2, 300, 130, 64, False),
     (1, 1, 1, 7, 7, 128, True), (2, 8, 2, 512, 512, 128, True), (1, 4, 4, 1000, 1000, 64, True),
@@ -46,16 +62,8 @@ CASES = [  # (B, Hq, Hkv, Sq, Skv, D, causal)
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_dkdv_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype, variant):
     from tilewright.cuda_fallback import attention_bwd_sm90 as cb
-    from tilewright.triton_kernels.attention import attention_forward
 
-    g = torch.Generator(device="cpu").manual_seed(B * 1000 + Sq + Skv + D)
-    q, k, v, do = (torch.randn(B, H, S, D, generator=g).to(DEV, dtype) for H, S in
-                   ((Hq, Sq), (Hkv, Skv), (Hkv, Skv), (Hq, Sq)))
-    scale = D ** -0.5
-    out = torch.empty_like(q)
-    lse = torch.empty(B, Hq, Sq, device=DEV, dtype=torch.float32)
-    attention_forward(q, k, v, out, lse, causal, scale)
-    delta = (out.float() * do.float()).sum(-1).contiguous()
+    q, k, v, do, lse, delta, scale = _problem(B, Hq, Hkv, Sq, Skv, D, causal, dtype, seed=0)
     dk = torch.full_like(k, float("nan"))
     dv = torch.full_like(v, float("nan"))
     cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal, scale, variant)
@@ -71,9 +79,15 @@ def test_dkdv_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype, va
 def test_the_op_uses_the_kernel_when_switched_on(monkeypatch):
     from tilewright.cuda_fallback import attention_bwd_sm90 as cb
 
+    _op_gradients_with_the_kernel(monkeypatch, cb, "launch_dkdv")
+
+
+def _op_gradients_with_the_kernel(monkeypatch, cb, launcher: str):
+    """tilewright.flash_attention's gradients with the backward switch on: ``launcher`` of the kernel module runs on
+    the full path and the bound one, and dq / dk / dv are within 2x torch's error of the fp64 formulas."""
     calls = []
-    launch = cb.launch_dkdv
-    monkeypatch.setattr(cb, "launch_dkdv", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    launch = getattr(cb, launcher)
+    monkeypatch.setattr(cb, launcher, lambda *a, **kw: calls.append(1) or launch(*a, **kw))
     monkeypatch.setenv(cb.ENV, "1")
     B, Hq, Hkv, S, D = 2, 8, 2, 384, 128
     q, k, v = (torch.randn(B, H, S, D, device=DEV, dtype=torch.bfloat16, requires_grad=True)
@@ -87,3 +101,26 @@ def test_the_op_uses_the_kernel_when_switched_on(monkeypatch):
     tdq, tdk, tdv = _torch_grads(q, k, v, do, True)
     for got, ref, peer in ((q.grad, rdq, tdq), (k.grad, rdk, tdk), (v.grad, rdv, tdv)):
         assert _err(got, ref) <= 2 * _err(peer, ref) + 1e-3
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Skv,D,causal", CASES)
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_dq_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype):
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    q, k, v, do, lse, delta, scale = _problem(B, Hq, Hkv, Sq, Skv, D, causal, dtype, seed=1)
+    dq = torch.full_like(q, float("nan"))
+    cb.launch_dq(do, q, k, v, lse, delta, dq, causal, scale)
+    torch.cuda.synchronize()
+    rdq, _, _ = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), causal, scale)
+    tdq, _, _ = _torch_grads(q, k, v, do, causal)
+    assert torch.isfinite(dq).all(), "dq: non-finite (a row left unwritten?)"
+    bound = 2 * _err(tdq, rdq) + 1e-3
+    assert _err(dq, rdq) <= bound, f"dq: error {_err(dq, rdq):.3g} > 2x torch's {bound:.3g}"
+
+
+def test_the_op_uses_both_kernels_when_switched_on(monkeypatch):
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    monkeypatch.setenv(cb.DQ_ENV, "1")
+    _op_gradients_with_the_kernel(monkeypatch, cb, "launch_dq")

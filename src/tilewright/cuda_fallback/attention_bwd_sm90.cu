@@ -18,8 +18,16 @@
 //
 // Registers (one consumer thread, hdim 128, BM 64): dK 64 + dV 64 + S^T 32 + dP^T 32 + packed P^T / dS^T 16 + 16.
 // Masks: causal top-left (key j visible to query i iff j <= i; the host declines other alignments), the Sq tail
-// (query columns >= Sq get P = 0 through a +inf statistic: their Q / dO rows are TMA zero-fill, their LSE unread). Keys >= Skv are
-// zero-filled K / V rows; they only produce their own dK / dV rows, which the store masks.
+// (query columns >= Sq get P = 0 through a +inf statistic: their Q / dO rows are TMA zero-fill, their LSE unread).
+// Keys >= Skv are zero-filled K / V rows; they only produce their own dK / dV rows, which the store masks.
+//
+// The second kernel of the file, tw_attn_bwd_dq_sm90, is the query-block half: one CTA per BM-row query block of
+// one (batch, query head) - the forward's structure with the backward's arithmetic. Q and dO stay resident, K and V
+// stream through the ring; S = Q K^T and dP = dO V^T (SS wgmma), P = exp2(S * scale_log2 - lse_log2) and
+// dS = P * (dP - delta) in registers (two rows a thread: their LSE and delta live in registers), then
+// dQ += dS K with dS as the register-A operand (K stored (key, d): MN-major B, as V is in the forward's P V). No
+// atomics: each CTA owns its dQ rows, so the result is deterministic.
+#include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
 #include "ptx/math.cuh"
 #include "ptx/mbarrier.cuh"
@@ -85,13 +93,11 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NC <= 65536 || NC == 1
 
 }  // namespace twb
 
-using namespace twb;
-
 // tm_q / tm_do: maps over (D, Sq, Hq, B) with box (64, BM, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
 // (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dk, dv: (B, Hkv, Skv, D) with unit
 // last stride, element strides (b, h, s) given. group = Hq / Hkv. scale_log2 = scale * log2(e); dK is scaled by
 // `scale` at the end.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
                           const float* __restrict__ lse, const float* __restrict__ delta,
@@ -99,6 +105,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                           long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
                           int Sq, int Skv, int Hq, int group, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace twb;
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
   const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
@@ -140,9 +147,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         tma_load_4d(sbase + K_OFF + j * BN * 128, &tm_k, bar_kv, 64 * j, n0, hkv, b);
         tma_load_4d(sbase + V_OFF + j * BN * 128, &tm_v, bar_kv, 64 * j, n0, hkv, b);
       }
-      int s = 0;
-      tw_u32 phase = 0;
+      StageRing<STAGES> ring;  // ptx/attention_tile.cuh
       for (int step = 0; step < steps; ++step) {
+        const int s = ring.stage;
+        const tw_u32 phase = ring.phase;
         const int hq = hkv * group + step / m_blocks;
         const int m0 = m_first + (step % m_blocks) * BM;
         mbar_wait(empty + 8 * s, phase ^ 1);  // the first pass over the ring waits on fresh barriers' parity 1
@@ -152,10 +160,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           tma_load_4d(sbase + Q_OFF + s * QD_BYTES + j * BM * 128, &tm_q, full + 8 * s, 64 * j, m0, hq, b);
           tma_load_4d(sbase + DO_OFF + s * QD_BYTES + j * BM * 128, &tm_do, full + 8 * s, 64 * j, m0, hq, b);
         }
-        if (++s == STAGES) {
-          s = 0;
-          phase ^= 1;
-        }
+        ring.advance();
       }
     }
   } else {
@@ -184,9 +189,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     mbar_wait(bar_kv, 0);  // single use per CTA: phase 0
     float* stats = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF + c * STAT_BYTES);
-    int s = 0;
-    tw_u32 phase = 0;
+    StageRing<STAGES> ring;  // ptx/attention_tile.cuh
     for (int step = 0; step < steps; ++step) {
+      const int s = ring.stage;
+      const tw_u32 phase = ring.phase;
       const int hq = hkv * group + step / m_blocks;
       const int m0 = m_first + (step % m_blocks) * BM;
       const tw_u32 sq = sbase + Q_OFF + s * QD_BYTES;
@@ -266,16 +272,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       // i.e. fragments {x[4kk], x[4kk+1], x[4kk+2], x[4kk+3]}. B descriptor (MN-major): 16 query rows (16 x 128 B)
       // per k-step, LBO = bytes between 64-column chunks of d (one box: BM rows x 128 B), SBO = 8 rows x 128 B.
       wgmma_fence();  // P^T / dS^T fragments and the dK / dV accumulators were written by ordinary instructions
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) {
-        const tw_u32 a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-        mma_rs_mn<D>(dv_acc, a, wgmma_desc_sw128(sdo + kk * 16 * 128, BM * 128, 1024));
-      }
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) {
-        const tw_u32 a[4] = {ds[4 * kk], ds[4 * kk + 1], ds[4 * kk + 2], ds[4 * kk + 3]};
-        mma_rs_mn<D>(dk_acc, a, wgmma_desc_sw128(sq + kk * 16 * 128, BM * 128, 1024));
-      }
+      mma_rs_frags<BM / 16, D>(dv_acc, p, sdo, BM * 128);
+      mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_reg_fence(dv_acc);
@@ -283,10 +281,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       wgmma_reg_fence(p);
       wgmma_reg_fence(ds);
       mbar_arrive_if(empty + 8 * s, tid == 0);  // every wgmma that read this stage has completed
-      if (++s == STAGES) {
-        s = 0;
-        phase ^= 1;
-      }
+      ring.advance();
     }
 
     // ------------------------------------------------------------------ epilogue: dK * scale, dV -> global
@@ -296,15 +291,195 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int h = 0; h < 2; ++h) {
       const int key = key0 + 8 * h;
       if (key < Skv) {
-        unsigned short* dk_row = dk + (long long)b * dk_sb + (long long)hkv * dk_sh + (long long)key * dk_ss;
-        unsigned short* dv_row = dv + (long long)b * dv_sb + (long long)hkv * dv_sh + (long long)key * dv_ss;
+        const long long dk_at = (long long)b * dk_sb + (long long)hkv * dk_sh + (long long)key * dk_ss;
+        const long long dv_at = (long long)b * dv_sb + (long long)hkv * dv_sh + (long long)key * dv_ss;
+        store_row_pairs<D, true>(dk + dk_at, dk_acc, h, col_lane, scale);
+        store_row_pairs<D, false>(dv + dv_at, dv_acc, h, col_lane, 1.0f);
+      }
+    }
+  }
+#endif
+}
+
+// ==================================================================================================================
+// dQ: one CTA per BM-row query block of one (batch, query head); grid (ceil(Sq / BM), Hq, B), causal grids longest
+// tiles first (as the forward).
+namespace twq {
+
+constexpr int D = TW_HDIM;
+constexpr int BM = 64;  // query rows per CTA: the consumer warpgroup's M
+constexpr int BN = 64;  // keys per step: the N of S / dP and the K of dQ += dS K
+constexpr int STAGES = TW_STAGES;
+constexpr bool CAUSAL = TW_CAUSAL != 0;
+constexpr int THREADS = 256;
+constexpr int QD_BYTES = BM * D * 2;  // the Q (or dO) block
+constexpr int KV_BYTES = BN * D * 2;  // one K (or V) block
+constexpr int Q_OFF = 0;
+constexpr int DO_OFF = Q_OFF + QD_BYTES;
+constexpr int K_OFF = DO_OFF + QD_BYTES;  // STAGES K blocks
+constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;
+constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES;
+constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 2 * STAGES) * 8;
+
+static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 per-block limit");
+
+}  // namespace twq
+
+// tm_q / tm_do: maps over (D, Sq, Hq, B) with box (64, BM, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
+// (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dq: (B, Hq, Sq, D) with unit last
+// stride, element strides (b, h, s). group = Hq / Hkv (query head h reads kv head h / group). dQ is scaled by `scale`.
+extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
+    tw_attn_bwd_dq_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
+                        const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
+                        const float* __restrict__ lse, const float* __restrict__ delta,
+                        unsigned short* __restrict__ dq, long long dq_sb, long long dq_sh, long long dq_ss, int Sq,
+                        int Skv, int Hq, int group, float scale_log2, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace twq;
+  extern __shared__ unsigned char smem_raw[];
+  const tw_u32 raw = smem_u32(smem_raw);
+  const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
+  const tw_u32 bar_q = sbase + BAR_OFF;
+  const tw_u32 full = bar_q + 8;
+  const tw_u32 empty = full + 8 * STAGES;
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+  const int hq = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hkv = hq / group;
+  const QueryTile tile = query_tile<BM, BN, CAUSAL>(Skv);  // longest causal tiles first
+  const int m0 = tile.m0;
+  const int nblk = tile.nblk;
+
+  if (threadIdx.x == 0) {
+    mbar_init(bar_q, 1);  // one arrive.expect_tx + the Q and dO bytes
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);   // producer's arrive.expect_tx + the K and V bytes
+      mbar_init(empty + 8 * s, 1);  // the consumer warpgroup's one arrive once its wgmmas read the stage
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ------------------------------------------------------------------ producer
+    if (tid == 0) {
+      tma_prefetch_desc(&tm_k);
+      tma_prefetch_desc(&tm_v);
+      mbar_arrive_expect_tx(bar_q, 2 * QD_BYTES);
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          const int c = 8 * j + col_lane;
-          *reinterpret_cast<tw_u32*>(dk_row + c) =
-              pack2(dk_acc[4 * j + 2 * h] * scale, dk_acc[4 * j + 2 * h + 1] * scale);
-          *reinterpret_cast<tw_u32*>(dv_row + c) = pack2(dv_acc[4 * j + 2 * h], dv_acc[4 * j + 2 * h + 1]);
+      for (int j = 0; j < D / 64; ++j) {
+        tma_load_4d(sbase + Q_OFF + j * BM * 128, &tm_q, bar_q, 64 * j, m0, hq, b);
+        tma_load_4d(sbase + DO_OFF + j * BM * 128, &tm_do, bar_q, 64 * j, m0, hq, b);
+      }
+      StageRing<STAGES> ring;  // ptx/attention_tile.cuh
+      for (int kb = 0; kb < nblk; ++kb) {
+        const int s = ring.stage;
+        const tw_u32 phase = ring.phase;
+        mbar_wait(empty + 8 * s, phase ^ 1);  // the first pass over the ring waits on fresh barriers' parity 1
+        mbar_arrive_expect_tx(full + 8 * s, 2 * KV_BYTES);
+#pragma unroll
+        for (int j = 0; j < D / 64; ++j) {
+          tma_load_4d(sbase + K_OFF + s * KV_BYTES + j * BN * 128, &tm_k, full + 8 * s, 64 * j, kb * BN, hkv, b);
+          tma_load_4d(sbase + V_OFF + s * KV_BYTES + j * BN * 128, &tm_v, full + 8 * s, 64 * j, kb * BN, hkv, b);
         }
+        ring.advance();
+      }
+    }
+  } else {
+    // ------------------------------------------------------------------ consumer
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    // This thread's two query rows of every accumulator fragment, and its key columns 8j + col_lane + {0, 1}.
+    const int row0 = m0 + warp * 16 + (lane >> 2);
+    const int col_lane = 2 * (lane & 3);
+    // Its rows' statistics: LSE in base 2 (+inf for a row without any visible key and for rows >= Sq: P = 0) and delta.
+    float m_row[2], d_row[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      const long long at = ((long long)b * Hq + hq) * Sq + row;
+      const float l = row < Sq ? lse[at] : TW_NEG_INF;
+      m_row[h] = l == TW_NEG_INF ? -TW_NEG_INF : l * 1.4426950408889634f;
+      d_row[h] = row < Sq ? delta[at] : 0.0f;
+    }
+    float dq_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
+    float s_acc[BN / 2];   // S, then P in place
+    float dp_acc[BN / 2];  // dP, then dS in place
+    tw_u32 ds[BN / 4];     // dS as 16-bit pairs: ds[2j + h] = row h, key columns 8j + col_lane + {0, 1}
+
+    mbar_wait(bar_q, 0);  // single use per CTA: phase 0
+    StageRing<STAGES> ring;  // ptx/attention_tile.cuh
+    for (int kb = 0; kb < nblk; ++kb) {
+      const int s = ring.stage;
+      const tw_u32 phase = ring.phase;
+      const int k0 = kb * BN;
+      const tw_u32 sk = sbase + K_OFF + s * KV_BYTES;
+      const tw_u32 sv = sbase + V_OFF + s * KV_BYTES;
+      mbar_wait(full + 8 * s, phase);
+      // S = Q K^T and dP = dO V^T: D/16 k-steps each over the head dim, one commit group for both.
+      wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const tw_u32 chunk = (kk % 4) * 32;  // 16 head-dim columns (32 bytes) into their 128-byte chunk
+        mma_ss<BN>(s_acc, wgmma_desc_sw128(sbase + Q_OFF + (kk / 4) * BM * 128 + chunk, 16, 1024),
+                   wgmma_desc_sw128(sk + (kk / 4) * BN * 128 + chunk, 16, 1024), kk != 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const tw_u32 chunk = (kk % 4) * 32;
+        mma_ss<BN>(dp_acc, wgmma_desc_sw128(sbase + DO_OFF + (kk / 4) * BM * 128 + chunk, 16, 1024),
+                   wgmma_desc_sw128(sv + (kk / 4) * BN * 128 + chunk, 16, 1024), kk != 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_reg_fence(s_acc);
+      wgmma_reg_fence(dp_acc);
+
+      // P and dS, elementwise; masks only where the block reaches past the Skv tail or (causal) the diagonal.
+      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > m0 + warp * 16);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int r = 4 * j + 2 * h + e;
+            const int col = k0 + 8 * j + col_lane + e;
+            float pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m_row[h]));
+            if (need_mask && (col >= Skv || (CAUSAL && col > row0 + 8 * h))) pv = 0.0f;
+            dp_acc[r] = pv * (dp_acc[r] - d_row[h]);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ds[2 * j + h] = pack2(dp_acc[4 * j + 2 * h], dp_acc[4 * j + 2 * h + 1]);
+      }
+      // dQ += dS K: BN/16 k-steps over the keys; k-step kk takes key columns 16kk..16kk+15, i.e. fragments
+      // {ds[4kk], ..., ds[4kk+3]}. K descriptor (MN-major): 16 key rows (16 x 128 B) per k-step, LBO = bytes between
+      // 64-column chunks of d (one box: BN rows x 128 B), SBO = 8 rows x 128 B.
+      wgmma_fence();  // the dS fragments were written by ordinary instructions
+      mma_rs_frags<BN / 16, D>(dq_acc, ds, sk, BN * 128);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_reg_fence(dq_acc);
+      wgmma_reg_fence(ds);
+      mbar_arrive_if(empty + 8 * s, tid == 0);  // every wgmma that read this stage has completed
+      ring.advance();
+    }
+
+    // ------------------------------------------------------------------ epilogue: dQ * scale -> global
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row < Sq) {
+        const long long dq_at = (long long)b * dq_sb + (long long)hq * dq_sh + (long long)row * dq_ss;
+        store_row_pairs<D, true>(dq + dq_at, dq_acc, h, col_lane, scale);
       }
     }
   }

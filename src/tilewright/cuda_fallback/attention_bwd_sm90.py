@@ -21,6 +21,10 @@ from .runtime import HALF_DTYPES, build, launch
 
 SOURCE = "attention_bwd_sm90.cu"
 KERNEL = "tw_attn_bwd_dkdv_sm90"
+KERNEL_DQ = "tw_attn_bwd_dq_sm90"  # the query-block half (same source and build): NOT yet run on a GPU
+DQ_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_DQ"
+DQ_THREADS = 256  # one producer warpgroup + one consumer warpgroup (64 query rows per CTA)
+DQ_BLOCK_N = 64  # keys per step
 HEAD_DIMS = (64, 128)  # dK + dV take D registers a thread in each consumer warpgroup
 BLOCK_M = 64  # query rows per step
 STAGES = 2
@@ -79,6 +83,16 @@ def build_check_builds() -> list:
     return rows
 
 
+def dq_smem_bytes(head_dim: int) -> int:
+    """The dQ kernel's dynamic shared memory: the resident Q + dO blocks, STAGES x (K + V) blocks, mbarriers, slack."""
+    return 1024 + 2 * BLOCK_M * head_dim * 2 + 2 * STAGES * DQ_BLOCK_N * head_dim * 2 + (1 + 2 * STAGES) * 8
+
+
+def dq_enabled() -> bool:
+    """Whether the op layer may use the dQ kernel: ``TILEWRIGHT_CUDA_ATTN_BWD_DQ=1`` (with the dK / dV switch)."""
+    return enabled() and os.environ.get(DQ_ENV) == "1"
+
+
 def enabled() -> bool:
     """Whether the op layer may use the kernel: ``TILEWRIGHT_CUDA_ATTN_BWD=1`` (off by default until measured)."""
     return os.environ.get(ENV) == "1"
@@ -122,19 +136,38 @@ def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = Fals
 _prepared: dict = {}  # launch-ready (function, grid, arguments) per call signature and pointers: launch_cached
 
 
+def _function_and_maps(kernel: str, smem: int, defs: dict, q, k, v, do, kv_rows: int):
+    """The compiled ``kernel`` of the build ``defs`` and the four 128B-swizzled tensor maps both kernels take: q and
+    dO with BLOCK_M-row boxes, k and v with ``kv_rows``-row boxes, each 64 columns wide over (D, S, H, B)."""
+    dt = launch.tma_dtype(q.dtype)
+    bld = build.compile_source(SOURCE, "sm_90a", defs)
+    drv = launch.driver()
+    maps = []
+    with torch.cuda.device(q.device):
+        fn = drv.function(bld, kernel, smem)
+        for t, rows, role in ((q, BLOCK_M, "Q"), (k, kv_rows, "K"), (v, kv_rows, "V"), (do, BLOCK_M, "DO")):
+            (dims, strides), _ = tma_dims_strides(t)
+            maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
+    return fn, maps
+
+
+def _check_statistics(q, lse, delta, scale: float) -> None:
+    """The row statistics both kernels read (contiguous fp32 (B, Hq, Sq) LSE and delta) and a finite, positive
+    scale; ValueError naming what is wrong."""
+    B, Hq, Sq, _ = q.shape
+    for t, name in ((lse, "lse"), (delta, "delta")):
+        if t.shape != (B, Hq, Sq) or t.dtype != torch.float32 or not t.is_contiguous():
+            raise ValueError(f"cuda attention backward: {name} must be a contiguous float32 (B, Hq, Sq) tensor")
+    if not (scale > 0.0 and scale < float("inf")):
+        raise ValueError(f"cuda attention backward: scale {scale} must be finite and > 0")
+
+
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
-    dt = launch.tma_dtype(q.dtype)
-    bld = build.compile_source(SOURCE, "sm_90a", defines(D, causal, q.dtype == torch.float16, variant))
-    drv = launch.driver()
-    maps = []
     bn = block_n(variant)
-    with torch.cuda.device(q.device):
-        fn = drv.function(bld, KERNEL, smem_bytes(D, variant))
-        for t, rows, role in ((q, BLOCK_M, "Q"), (k, bn, "K"), (v, bn, "V"), (do, BLOCK_M, "DO")):
-            (dims, strides), _ = tma_dims_strides(t)
-            maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
+    fn, maps = _function_and_maps(KERNEL, smem_bytes(D, variant), defines(D, causal, q.dtype == torch.float16, variant),
+                                  q, k, v, do, bn)
     grid = (-(-Skv // bn), Hkv, B)
     args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
             launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
@@ -152,12 +185,7 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     ok, why = constraints(do, q, k, v, dk, dv)
     if not ok:
         raise ValueError(f"cuda attention backward: {why}")
-    B, Hq, Sq, _ = q.shape
-    for t, name in ((lse, "lse"), (delta, "delta")):
-        if t.shape != (B, Hq, Sq) or t.dtype != torch.float32 or not t.is_contiguous():
-            raise ValueError(f"cuda attention backward: {name} must be a contiguous float32 (B, Hq, Sq) tensor")
-    if not (scale > 0.0 and scale < float("inf")):
-        raise ValueError(f"cuda attention backward: scale {scale} must be finite and > 0")
+    _check_statistics(q, lse, delta, scale)
     variant = variant or pick_variant()
     if variant not in VARIANTS:
         raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -166,3 +194,36 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
                                                           float(scale), variant),
                          q.device, threads(variant), smem_bytes(q.shape[-1], variant))
+
+
+_prepared_dq: dict = {}
+
+
+def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    fn, maps = _function_and_maps(KERNEL_DQ, dq_smem_bytes(D), defines(D, causal, q.dtype == torch.float16), q, k,
+                                  v, do, DQ_BLOCK_N)
+    grid = (-(-Sq // BLOCK_M), Hq, B)
+    args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DQ", dq),
+            *(ctypes.c_int64(s) for s in dq.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
+            ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale)]
+    return fn, grid, args
+
+
+def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float) -> None:
+    """dQ of ``softmax(scale q k^T [causal]) v`` into ``dq`` (sm_90a kernel; deterministic: each CTA owns its rows).
+    Same inputs and rules as :func:`launch_dkdv`; dq is shaped like q (unit last stride, 4-byte aligned rows)."""
+    ok, why = constraints(do, q, k, v, k, v)  # dk / dv stand-ins: k and v have their shape and layout rules
+    if not ok:
+        raise ValueError(f"cuda attention backward: {why}")
+    if dq.shape != q.shape or dq.dtype != q.dtype or dq.stride(-1) != 1 or dq.data_ptr() % 4 or \
+            any(s % 2 for s in dq.stride()[:3]):
+        raise ValueError("cuda attention backward: dq must be shaped like q, same dtype, unit last stride, 4-byte "
+                         "aligned rows")
+    _check_statistics(q, lse, delta, scale)
+    key = (q.device.index, q.dtype, bool(causal), float(scale),
+           *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dq)), lse.data_ptr(), delta.data_ptr())
+    launch.launch_cached(_prepared_dq, key, lambda: _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal),
+                                                                float(scale)),
+                         q.device, DQ_THREADS, dq_smem_bytes(q.shape[-1]))

@@ -28,6 +28,7 @@
 // Tails: TMA zero-fills out-of-bounds rows (Sq and Skv tails; the 4-D (D, S, H, B) maps keep a tile inside its own
 // head), padded keys are masked to -inf per element, the O store clips rows >= Sq, LSE stores are row-masked.
 // All PTX lives in ptx/*.cuh.
+#include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
 #include "ptx/math.cuh"
 #include "ptx/mbarrier.cuh"
@@ -142,12 +143,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / group;
-  // Causal: tile x of the grid computes the (num_m - 1 - x)-th row tile, the longest first.
-  const int m_tile = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-  const int m0 = m_tile * BM;
-  // Keys this CTA can see: causal top-left alignment (key j visible to row i iff j <= i) ends at row m0 + BM - 1.
-  const int kv_end = CAUSAL ? min(Skv, m0 + BM) : Skv;
-  const int nblk = (kv_end + BN - 1) / BN;  // >= 1 (the host rejects Skv == 0); every role iterates exactly nblk
+  // This CTA's query rows and key blocks (longest causal tiles first; ptx/attention_tile.cuh).
+  const QueryTile tile = query_tile<BM, BN, CAUSAL>(Skv);
+  const int m0 = tile.m0;
+  const int nblk = tile.nblk;
 
   if (threadIdx.x == 0) {
     mbar_init(bar_q, 1);  // one arrive.expect_tx + the Q bytes

@@ -60,18 +60,20 @@ def sass(cubin: bytes) -> str | None:
 
 
 def parse_ptxas(log: str) -> dict:
-    """Registers, spill bytes, stack frame and static smem from ``ptxas -v`` output."""
+    """Registers, spill bytes, stack frame and static smem from ``ptxas -v`` output. A module with several kernels
+    (the attention backward's dK / dV and dQ) reports the most registers, stack and static smem of any of them and
+    the spill bytes of all of them: one spilling kernel fails the build."""
     info = {"regs": None, "spills": None, "stack": None, "static_smem": 0}
-    m = re.search(r"Used (\d+) registers", log)
-    if m:
-        info["regs"] = int(m.group(1))
-    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    if m:
-        info["stack"] = int(m.group(1))
-        info["spills"] = int(m.group(2)) + int(m.group(3))
-    m = re.search(r"(\d+) bytes smem", log)
-    if m:
-        info["static_smem"] = int(m.group(1))
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+    if regs:
+        info["regs"] = max(regs)
+    frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    if frames:
+        info["stack"] = max(int(f[0]) for f in frames)
+        info["spills"] = sum(int(f[1]) + int(f[2]) for f in frames)
+    smem = [int(m) for m in re.findall(r"(\d+) bytes smem", log)]
+    if smem:
+        info["static_smem"] = max(smem)
     return info
 
 

@@ -174,7 +174,9 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
     attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, dlse=dlse, causal_offset=offset,
                        softcap=softcap, window_offset=window_offset,
                        dkdv_launch=_cuda_dkdv(grad_out, q, k, v, lse, dk, dv, upper, scale, offset, window_offset,
-                                              softcap, choice))
+                                              softcap, choice),
+                       dq_launch=_cuda_dq(grad_out, q, k, v, lse, dq, dk, dv, upper, scale, offset, window_offset,
+                                          softcap, choice))
     return (dq.neg_() if flipped else dq), dk, dv
 
 
@@ -190,6 +192,18 @@ def _cuda_dkdv(grad_out, q, k, v, lse, dk, dv, causal, scale, offset, window_off
     if not cb.constraints(grad_out, q, k, v, dk, dv, offset, window_offset is not None, softcap)[0]:
         return None
     return lambda delta: cb.launch_dkdv(grad_out, q, k, v, lse, delta, dk, dv, causal, scale)
+
+
+def _cuda_dq(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice):
+    """The sm_90a dQ kernel as the Triton backward's ``dq_launch``: with the dK / dV kernel's conditions and its own
+    switch (``TILEWRIGHT_CUDA_ATTN_BWD_DQ=1``; not yet run on a GPU); None (Triton's kernel) otherwise."""
+    if _cuda_dkdv(grad_out, q, k, v, lse, dk, dv, causal, scale, offset, window_offset, softcap, choice) is None:
+        return None
+    from ..cuda_fallback import attention_bwd_sm90 as cb
+
+    if not cb.dq_enabled() or dq.stride(-1) != 1 or dq.data_ptr() % 4 or any(s % 2 for s in dq.stride()[:3]):
+        return None
+    return lambda delta: cb.launch_dq(grad_out, q, k, v, lse, delta, dq, causal, scale)
 
 
 @flash_attn_bwd_op.register_fake

@@ -917,13 +917,14 @@ _BWD_BOUND_MAX = 1024
 
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
-                       softcap: float = 0.0, window_offset: int | None = None, dkdv_launch=None):
+                       softcap: float = 0.0, window_offset: int | None = None, dkdv_launch=None, dq_launch=None):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
     contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset``,
     ``window_offset`` and ``softcap`` as in :func:`attention_forward`. A call with the default configs at a
     signature seen before launches the three kernels bound at its first call (``_runtime.BoundLaunch``) instead of
     through Triton's dispatch. ``dkdv_launch``: a callable ``(delta) -> None`` that writes dk / dv in place of the
-    Triton dK / dV kernel (the sm_90a kernel, which ops/attention.py passes when it takes the call)."""
+    Triton dK / dV kernel (the sm_90a kernel, which ops/attention.py passes when it takes the call); ``dq_launch``
+    likewise for dq."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     if B == 0 or Hq == 0:
@@ -937,7 +938,7 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
         key = (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
                float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device(),
-               dkdv_launch is not None)
+               dkdv_launch is not None, dq_launch is not None)
         bound = _bwd_bound.get(key)
         if bound is not None:
             delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
@@ -948,7 +949,10 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
                 dkdv_launch(delta)
             else:
                 dkdv(*[ptr[r].data_ptr() for r in _BWD_ROLES_DKDV])
-            dqk(*[ptr[r].data_ptr() for r in _BWD_ROLES_DQ])
+            if dq_launch is not None:
+                dq_launch(delta)
+            else:
+                dqk(*[ptr[r].data_ptr() for r in _BWD_ROLES_DQ])
             if is_recording():
                 record(None, {})  # as the full path reports: these launches are not an op's single replayable one
             return dq, dk, dv
@@ -972,9 +976,17 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     else:
         c_dkdv, cfg_dkdv = _launch(attn_bwd_dkdv, _attn_bwd_dkdv_kernel, grid_dkdv, args_dkdv, cfg_dkdv,
                                    "backward dK/dV")
-    c_dq, cfg_dq = _launch(attn_bwd_dq, _attn_bwd_dq_kernel, grid_dq, args_dq, cfg_dq, "backward dQ")
+    if dq_launch is not None:
+        dq_launch(delta)
+    else:
+        c_dq, cfg_dq = _launch(attn_bwd_dq, _attn_bwd_dq_kernel, grid_dq, args_dq, cfg_dq, "backward dQ")
     if key is not None:
-        full_dq = {**args_dq, **cfg_dq.all_kwargs()}
+        if dq_launch is not None:
+            bound_dq = True  # the caller's launch runs at every call
+        else:
+            full_dq = {**args_dq, **cfg_dq.all_kwargs()}
+            bound_dq = bind(_attn_bwd_dq_kernel, c_dq, grid_dq(full_dq), full_dq,
+                            {r: full_dq[r] for r in _BWD_ROLES_DQ})
         if dkdv_launch is not None:
             bound_dkdv = True  # the caller's launch runs at every call; nothing to bind
         else:
@@ -983,8 +995,7 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
                               {r: full_dkdv[r] for r in _BWD_ROLES_DKDV})
         bound = (bind(_attn_bwd_preprocess, pre_compiled, pre_grid, pre_args,
                       {r: pre_args[r] for r in _BWD_ROLES_PRE}),
-                 bound_dkdv,
-                 bind(_attn_bwd_dq_kernel, c_dq, grid_dq(full_dq), full_dq, {r: full_dq[r] for r in _BWD_ROLES_DQ}))
+                 bound_dkdv, bound_dq)
         if all(b is not None for b in bound):
             if len(_bwd_bound) >= _BWD_BOUND_MAX:
                 _bwd_bound.clear()

@@ -46,4 +46,18 @@ TW_DEVICE void mma_rs_mn(float (&d)[N / 2], const tw_u32 (&a)[4], tw_u64 db) {
     else wgmma_m64n64k16_bf16_rs<1>(d, a, db, 1);
   }
 }
+
+// D(64 x N) += A(64 x 16 K_STEPS) B over K_STEPS k-steps: A is register fragments in the accumulator layout of an
+// m64 wgmma packed to 16-bit pairs (k-step kk takes columns 16kk..16kk+15, i.e. frag[4kk..4kk+3]); B is MN-major
+// at b_base (128B-swizzled rows of 128 bytes: k-step kk starts 16 rows further; lbo = bytes between its 64-column
+// chunks, SBO = 8 rows x 128 B).
+template <int K_STEPS, int N, int F>
+TW_DEVICE void mma_rs_frags(float (&d)[N / 2], const tw_u32 (&frag)[F], tw_u32 b_base, tw_u32 lbo) {
+  static_assert(F >= 4 * K_STEPS, "four fragment registers per k-step");
+#pragma unroll
+  for (int kk = 0; kk < K_STEPS; ++kk) {
+    const tw_u32 a[4] = {frag[4 * kk], frag[4 * kk + 1], frag[4 * kk + 2], frag[4 * kk + 3]};
+    mma_rs_mn<N>(d, a, wgmma_desc_sw128(b_base + kk * 16 * 128, lbo, 1024));
+  }
+}
 #endif
