@@ -25,6 +25,7 @@ class _FakeCuda(torch.Tensor):
 @pytest.fixture
 def sm90(monkeypatch):
     monkeypatch.setattr(router, "_capability", lambda device: (9, 0))
+    monkeypatch.setattr(cublas_routes, "capability", lambda device: (9, 0))
     monkeypatch.delenv("TILEWRIGHT_BACKEND", raising=False)
     monkeypatch.delenv("TILEWRIGHT_CUBLAS", raising=False)
     monkeypatch.setenv("TILEWRIGHT_CUDA", "0")  # the CUDA GEMM family off: Triton vs cuBLAS only
@@ -69,7 +70,7 @@ def test_router_hands_measured_plain_gemms_to_cublas_only(sm90, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CUBLAS", "0")  # in the decision key: no invalidate needed
     assert router.decide("gemm", a, b, None, None, None).backend == "triton"
     monkeypatch.delenv("TILEWRIGHT_CUBLAS")
-    monkeypatch.setattr(router, "_capability", lambda device: (10, 0))
+    monkeypatch.setattr(cublas_routes, "capability", lambda device: (10, 0))
     router.invalidate()
     assert router.decide("gemm", a, b, None, None, None).backend == "triton"  # measured on sm_90 only
 

@@ -313,7 +313,7 @@ def test_every_op_explains_the_info_command_s_probe(monkeypatch, fake_compiler):
     assert "dtype torch.bfloat16 not supported for scaled_mm" in texts["scaled_mm"]
 
 
-# ---- the first-use self-check loop every CUDA family shares (runtime/guard.run_self_check) ----------------------------
+# ---- the first-use self-check loop every CUDA family shares (runtime/guard.run_self_check) ---------------------------
 def _gemm_by_torch(bug=None):
     from tilewright.reference import activation_reference
 

@@ -3,6 +3,7 @@
 * :func:`interpreting` - whether Triton runs under its CPU interpreter (``TRITON_INTERPRET=1``), read at every call
   because a test or a user may set it at any time.
 * :func:`full_autotune` - whether a new shape may run a tuning sweep (``TILEWRIGHT_AUTOTUNE=full``, or ``1``).
+* :func:`capability` - a device's compute capability (None off CUDA), for the router and the records' predicates.
 * :data:`SMEM_OPTIN_BYTES` - the per-block opt-in shared-memory maximum of sm_90 and sm_100 (227 KiB); the CUDA
   sources state the same number as ``TW_SMEM_OPTIN_BYTES`` in ``cuda_fallback/ptx/common.cuh`` (a CPU test keeps
   the two equal).
@@ -47,3 +48,13 @@ def full_autotune() -> bool:
     tuning cache (``tilewright tune``), else the shipped per-card table (``autotune/tables``), else the shape-based
     default, and the first call costs one compile."""
     return os.environ.get("TILEWRIGHT_AUTOTUNE", "").strip().lower() in ("1", "full")
+
+
+def capability(device) -> tuple[int, int] | None:
+    """Compute capability (major, minor) of a CUDA ``device``, None for any other device. Here, below the router and
+    the backend records, so both read one definition (tests fake the router's ``_capability`` or this)."""
+    if device.type != "cuda":
+        return None
+    import torch  # lazily: this module is read by everything, torch's CUDA queries only by some
+
+    return torch.cuda.get_device_capability(device)

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from ._env import read_env
+from ._env import capability, read_env
 
 PREFER_BELOW = 0.97  # cuBLAS must be > 3% faster than the router's own pick
 NEAREST_MAX_LOG2 = 1.0  # e.g. M within 2x, or M and N within ~1.4x each
@@ -139,9 +139,7 @@ def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
     env = read_env(*_ENV_NAMES)[0]
     if env in (b"0", "0"):
         return False, f"cuBLAS routing off ({ENV}=0)"
-    from .router import _capability  # the router's capability lookup (tests fake it); lazy: the router is above
-
-    cap = _capability(a.device)
+    cap = capability(a.device)
     if cap is None or cap[0] != 9:
         return False, f"the cuBLAS table was measured on sm_90 ({CARD})"
     M, K = a.shape

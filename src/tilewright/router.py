@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import backends
-from ._env import read_env
+from ._env import capability, read_env
 from .backends import BACKENDS, Backend
 
 _local = threading.local()
@@ -78,10 +78,9 @@ def __getattr__(name: str):
 
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
-    """Compute capability of a CUDA device, None for other devices (tests fake it by monkeypatching)."""
-    if device.type != "cuda":
-        return None
-    return torch.cuda.get_device_capability(device)
+    """Compute capability of a CUDA device, None for other devices (``_env.capability``; tests fake it here by
+    monkeypatching)."""
+    return capability(device)
 
 
 def _device(tensors) -> torch.device:

@@ -116,8 +116,8 @@ def test_the_kernel_is_opt_in(monkeypatch):
         cb.pick_variant()
 
 
-def test_the_op_layer_keeps_triton_off_the_gpu_or_without_the_switch(monkeypatch):
-    """On CPU tensors (the interpreter) or a non-positive scale the op never hands dK / dV to the CUDA kernel."""
+def test_the_op_layer_keeps_triton_off_the_gpu_and_for_a_non_positive_scale(monkeypatch):
+    """With the switch on, CPU tensors (the interpreter) or a non-positive scale still never reach the CUDA kernel."""
     monkeypatch.setenv(cb.ENV, "1")
     q = torch.randn(1, 2, 16, 64)
     args = (q, q, q, q, torch.empty(1, 2, 16), q, q, True, 0.125, 0, None, 0.0)

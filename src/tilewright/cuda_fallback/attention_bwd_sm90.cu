@@ -45,9 +45,6 @@
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
 #endif
-#ifndef TW_FP16
-#define TW_FP16 0
-#endif
 // Consumer warpgroups, 64 keys each (1: the simplest schedule; 2: a 128-key block whose Q / dO loads both share, with
 // setmaxnreg giving the producer's registers to them).
 #ifndef TW_CONSUMERS
@@ -55,9 +52,6 @@
 #endif
 
 namespace twb {
-
-// -inf without <math.h> (the sources also compile under NVRTC, which has no system headers).
-#define TW_NEG_INF __int_as_float(0xff800000)
 
 constexpr int D = TW_HDIM;
 constexpr int NC = TW_CONSUMERS;
@@ -129,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       mbar_init(full + 8 * s, 1);   // producer's arrive.expect_tx + TMA bytes
       mbar_init(empty + 8 * s, NC);  // one arrive per consumer warpgroup once its wgmmas read the stage
     }
-    fence_mbarrier_init();
+    fence_mbarrier_init();  // inits visible to the other threads and to the TMA unit before first use
   }
   __syncthreads();
 

@@ -59,9 +59,6 @@
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
 #endif
-#ifndef TW_FP16
-#define TW_FP16 0
-#endif
 // Keep the softmax of the overlap schedule ahead of the PV wait (see the loop); the host turns it on where ptxas has
 // the registers for it (hdim 64, or key block 64 at hdim 128).
 #ifndef TW_PIN_WAIT
@@ -77,9 +74,6 @@
 #endif
 
 namespace twa {
-
-// -inf without <math.h> (the sources also compile under NVRTC, which has no system headers).
-#define TW_NEG_INF __int_as_float(0xff800000)
 
 constexpr int D = TW_HDIM;
 constexpr int BN = TW_BN;

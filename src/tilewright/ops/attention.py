@@ -38,6 +38,7 @@ from typing import Optional
 import torch
 
 from .. import router
+from .._env import capability
 from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
@@ -187,7 +188,7 @@ def _cuda_dkdv(grad_out, q, k, v, lse, dk, dv, causal, scale, offset, window_off
         return None
     from ..cuda_fallback import attention_bwd_sm90 as cb
 
-    if not cb.enabled() or torch.cuda.get_device_capability(q.device)[0] != 9:
+    if not cb.enabled() or (capability(q.device) or (0,))[0] != 9:
         return None
     if not cb.constraints(grad_out, q, k, v, dk, dv, offset, window_offset is not None, softcap)[0]:
         return None

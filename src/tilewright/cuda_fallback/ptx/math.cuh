@@ -2,6 +2,9 @@
 #pragma once
 #include "common.cuh"
 
+// -inf without <math.h> (the sources also compile under NVRTC, which has no system headers): the masked score.
+#define TW_NEG_INF __int_as_float(0xff800000)
+
 // 2^x on the MUFU unit (ex2.approx, ~2 ulp, subnormals flushed); ex2(-inf) = 0, which masked scores rely on.
 TW_DEVICE float ex2_approx(float x) {
   float r;
