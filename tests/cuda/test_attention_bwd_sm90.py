@@ -1,9 +1,11 @@
-"""CPU tier for the sm_90a attention backward's dK / dV kernel (cuda_fallback/attention_bwd_sm90.py + .cu): every
-build compiles spill-free with wgmma and TMA, the constraints, the opt-in switch, and the op layer's choice (Triton's
-dK / dV kernel unless the switch is on and the call fits). The GPU tier is tests/cuda/test_attention_bwd_sm90_gpu.py."""
+"""CPU tier for the sm_90a attention backward's kernels (cuda_fallback/attention_bwd_sm90.py + .cu): every build
+compiles spill-free with wgmma and TMA, the constraints, the switches, and the op layer's choice (Triton's kernels
+where the CUDA ones do not take the call, did not measure faster, or the caller asked for Triton). The GPU tier is
+tests/cuda/test_attention_bwd_sm90_gpu.py."""
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 import torch
@@ -63,11 +65,29 @@ def test_build_check_lists_the_backward_builds():
     rows = cb.build_check_builds()
     assert len(rows) == len(cb.BUILD_CHECK_BUILDS) and all(row[2] <= 227 * 1024 for row in rows)
     # K + V 64 x 128, two stages of Q + dO 64 x 128, bf16; the statistics; barriers; slack
-    assert cb.smem_bytes(128) == 1024 + 2 * 64 * 128 * 2 + 4 * 64 * 128 * 2 + 1024 + 5 * 8
+    assert cb.smem_bytes(128, "a") == 1024 + 2 * 64 * 128 * 2 + 4 * 64 * 128 * 2 + 1024 + 5 * 8
     # two consumers: 128-key K / V blocks, a statistics buffer each
     assert cb.smem_bytes(128, "b") == 1024 + 2 * 128 * 128 * 2 + 4 * 64 * 128 * 2 + 2 * 1024 + 5 * 8
     assert [cb.block_n(v) for v in ("a", "b")] == [64, 128] and [cb.threads(v) for v in ("a", "b")] == [256, 384]
-    assert rows[-1][0].startswith("dkdv b") and rows[-1][3] == ("USETMAXREG",)
+    assert rows[3][0].startswith("dkdv b ") and rows[3][3] == ("USETMAXREG",)
+    # dQ in the pass: two dS^T tiles (128 keys x 64 queries, 16-bit) and two fp32 64 x 64 dQ staging tiles more
+    assert cb.smem_bytes(128, "b", True) == cb.smem_bytes(128, "b") + 2 * 128 * 64 * 2 + 2 * 64 * 64 * 4
+    assert rows[-1][0].startswith("dkdv b+dq") and rows[-1][3] == ("USETMAXREG", "UTMAREDG")
+
+
+@needs_compiler
+@pytest.mark.parametrize("head_dim", cb.HEAD_DIMS)
+def test_the_dq_in_the_pass_builds_are_spill_free_with_vector_reductions(cache, head_dim):
+    """Variant b with dQ in the dK / dV pass: no spills, the wgmma products (HGMMA), setmaxnreg, and dQ's adds as TMA
+    reduce-adds of staged tiles (UTMAREDG), not per-element atomics or reductions from registers."""
+    b = build.compile_source(cb.SOURCE, "sm_90a", cb.defines(head_dim, True, False, "b", True))
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    text = build_check.sass(b.cubin)
+    if text is not None:
+        for marker in cb.BUILD_CHECK_MARKERS + ("USETMAXREG", "UTMAREDG"):
+            assert marker in text
+        assert not re.search(r"\b(ATOMG|REDG)\b", text)
 
 
 class _FakeCuda(torch.Tensor):
@@ -96,21 +116,41 @@ def test_constraints_name_what_they_refuse():
     assert "CUDA tensors only" in cb.constraints(torch.empty(1), q, k, v, dk, dv)[1]
 
 
-def test_the_kernel_is_opt_in(monkeypatch):
+def test_the_switches(monkeypatch):
+    """Unset, the kernels run where they measured faster than Triton's backward (head dim 128, causal head dim 64);
+    TILEWRIGHT_CUDA_ATTN_BWD=1 / 0 force them on / off; a bad value raises naming the variable."""
     monkeypatch.delenv(cb.ENV, raising=False)
-    assert not cb.enabled()
+    llama = dict(batch=8, kv_heads=4, sq=2048, skv=2048)  # 16 x 4 x 8 = 512 CTAs of 128 keys
+    assert cb.enabled(128, False, **llama) and cb.enabled(128, True, **llama) and cb.enabled(64, True, **llama)
+    assert not cb.enabled(64, False, **llama)
+    assert not cb.enabled(128, True, batch=1, kv_heads=4, sq=512, skv=512)  # 16 CTAs: most SMs idle
+    assert not cb.enabled(128, False, batch=2, kv_heads=16, sq=512, skv=4096)  # 8 keys a query: dQ adds contend
+    assert cb.enabled(128, False, batch=2, kv_heads=16, sq=2048, skv=4096)
     monkeypatch.setenv(cb.ENV, "1")
-    assert cb.enabled()
+    assert cb.enabled(64, False) and cb.enabled(128, True, batch=1, kv_heads=1, sq=7, skv=7)
+    monkeypatch.setenv(cb.ENV, "0")
+    assert not cb.enabled(128, True, **llama)
+    monkeypatch.setenv(cb.ENV, "yes")
+    with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD: 'yes' is not 0 or 1"):
+        cb.enabled(128, True)
     monkeypatch.delenv(cb.VARIANT_ENV, raising=False)
-    assert cb.pick_variant() == cb.DEFAULT_VARIANT == "a"
-    monkeypatch.setenv(cb.VARIANT_ENV, "b")
-    assert cb.pick_variant() == "b"
+    assert cb.pick_variant() == cb.DEFAULT_VARIANT == "b"
+    monkeypatch.setenv(cb.VARIANT_ENV, "a")
+    assert cb.pick_variant() == "a"
     monkeypatch.delenv(cb.DQ_ENV, raising=False)
-    assert not cb.dq_enabled()
+    assert cb.dq_mode() == cb.DEFAULT_DQ_MODE
+    for mode in cb.DQ_MODES:
+        monkeypatch.setenv(cb.DQ_ENV, mode)
+        assert cb.dq_mode() == mode
+    monkeypatch.setenv(cb.DQ_ENV, "atomic")
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert cb.dq_mode() == "kernel"  # reductions in a varying order are not deterministic
+    finally:
+        torch.use_deterministic_algorithms(False)
     monkeypatch.setenv(cb.DQ_ENV, "1")
-    assert cb.dq_enabled()
-    monkeypatch.delenv(cb.ENV)
-    assert not cb.dq_enabled()  # the dQ switch needs the backward's own
+    with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_DQ: unknown mode '1'"):
+        cb.dq_mode()
     monkeypatch.setenv(cb.VARIANT_ENV, "z")
     with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_VARIANT: unknown variant 'z'"):
         cb.pick_variant()
@@ -120,6 +160,7 @@ def test_the_op_layer_keeps_triton_off_the_gpu_and_for_a_non_positive_scale(monk
     """With the switch on, CPU tensors (the interpreter) or a non-positive scale still never reach the CUDA kernel."""
     monkeypatch.setenv(cb.ENV, "1")
     q = torch.randn(1, 2, 16, 64)
-    args = (q, q, q, q, torch.empty(1, 2, 16), q, q, True, 0.125, 0, None, 0.0)
-    assert ops_attention._cuda_dkdv(*args, "triton") is None
-    assert ops_attention._cuda_dkdv(*args[:8], 0.0, *args[9:], "triton") is None
+    args = (q, q, q, q, torch.empty(1, 2, 16), q, q, q, True, 0.125, 0, None, 0.0)
+    assert ops_attention._cuda_backward(*args, "triton") == (None, None)
+    assert ops_attention._cuda_backward(*args[:9], 0.0, *args[10:], "triton") == (None, None)
+    assert ops_attention._cuda_backward(*args, "cuda", "triton") == (None, None)  # the caller asked for Triton

@@ -1,8 +1,8 @@
-"""GPU tier for the sm_90a attention backward's kernels (Hopper only): dK and dV (and, from its own kernel, dQ)
-against the fp64 formulas with the rule "error <= 2x torch SDPA's error in the same dtype" on ragged / GQA / causal /
-Sq != Skv problems into NaN-poisoned outputs, and the public op's gradients with the kernels switched on
-(TILEWRIGHT_CUDA_ATTN_BWD=1, TILEWRIGHT_CUDA_ATTN_BWD_DQ=1). The dQ kernel and dK / dV variant "b" had not run on a
-GPU when these tests were written."""
+"""GPU tier for the sm_90a attention backward's kernels (Hopper only): dK and dV (and dQ, from its own kernel or in
+the dK / dV pass with reductions) against the fp64 formulas with the rule "error <= 2x torch SDPA's error in the same
+dtype" on ragged / GQA / causal / Sq != Skv problems into NaN-poisoned outputs, the public op's gradients with the
+kernels switched on (TILEWRIGHT_CUDA_ATTN_BWD=1, TILEWRIGHT_CUDA_ATTN_BWD_DQ=kernel | atomic), and bitwise-identical
+gradients run to run under torch.use_deterministic_algorithms."""
 from __future__ import annotations
 
 import pytest
@@ -57,7 +57,7 @@ CASES = [  # (B, Hq, Hkv, Sq, Skv, D, causal)
 ]
 
 
-@pytest.mark.parametrize("variant", ("a", "b"))  # "b" (two consumer warpgroups) had not run on a GPU when written
+@pytest.mark.parametrize("variant", ("a", "b"))
 @pytest.mark.parametrize("B,Hq,Hkv,Sq,Skv,D,causal", CASES)
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_dkdv_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype, variant):
@@ -79,15 +79,32 @@ def test_dkdv_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype, va
 def test_the_op_uses_the_kernel_when_switched_on(monkeypatch):
     from tilewright.cuda_fallback import attention_bwd_sm90 as cb
 
-    _op_gradients_with_the_kernel(monkeypatch, cb, "launch_dkdv")
+    _op_gradients_with_the_kernel(monkeypatch, cb, "bind_dkdv")
 
 
-def _op_gradients_with_the_kernel(monkeypatch, cb, launcher: str):
-    """tilewright.flash_attention's gradients with the backward switch on: ``launcher`` of the kernel module runs on
-    the full path and the bound one, and dq / dk / dv are within 2x torch's error of the fp64 formulas."""
+def _spy_binding(monkeypatch, cb, binder: str, check=lambda args: True) -> list:
+    """Record each launch of the kernel that ``binder`` (bind_dkdv / bind_dq) binds: the list gets ``check(bind
+    arguments)`` per launch. The op layer's plans are cleared, so the next call binds afresh."""
+    from tilewright.ops import attention as ops_attention
+
+    monkeypatch.setattr(ops_attention, "_cuda_plans", {})
     calls = []
-    launch = getattr(cb, launcher)
-    monkeypatch.setattr(cb, launcher, lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    real = getattr(cb, binder)
+
+    def spy(*a):
+        bound = real(*a)
+        assert bound is not None, f"{binder}: the launch could not be bound"
+        return lambda *ptrs: calls.append(check(a)) or bound(*ptrs)
+
+    monkeypatch.setattr(cb, binder, spy)
+    return calls
+
+
+def _op_gradients_with_the_kernel(monkeypatch, cb, binder: str, check=lambda args: True):
+    """tilewright.flash_attention's gradients with the backward switch on: the kernel ``binder`` binds runs on the
+    full path and the bound one (bound with arguments ``check`` accepts), and dq / dk / dv are within 2x torch's
+    error of the fp64 formulas."""
+    calls = _spy_binding(monkeypatch, cb, binder, check)
     monkeypatch.setenv(cb.ENV, "1")
     B, Hq, Hkv, S, D = 2, 8, 2, 384, 128
     q, k, v = (torch.randn(B, H, S, D, device=DEV, dtype=torch.bfloat16, requires_grad=True)
@@ -96,7 +113,7 @@ def _op_gradients_with_the_kernel(monkeypatch, cb, launcher: str):
     for _ in range(2):  # full path, then the bound one
         q.grad = k.grad = v.grad = None
         tilewright.flash_attention(q, k, v, causal=True).backward(do)
-    assert len(calls) == 2
+    assert calls == [True, True]
     rdq, rdk, rdv = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), True, D ** -0.5)
     tdq, tdk, tdv = _torch_grads(q, k, v, do, True)
     for got, ref, peer in ((q.grad, rdq, tdq), (k.grad, rdk, tdk), (v.grad, rdv, tdv)):
@@ -122,5 +139,113 @@ def test_dq_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype):
 def test_the_op_uses_both_kernels_when_switched_on(monkeypatch):
     from tilewright.cuda_fallback import attention_bwd_sm90 as cb
 
-    monkeypatch.setenv(cb.DQ_ENV, "1")
-    _op_gradients_with_the_kernel(monkeypatch, cb, "launch_dq")
+    monkeypatch.setenv(cb.DQ_ENV, "kernel")
+    _op_gradients_with_the_kernel(monkeypatch, cb, "bind_dq")
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Skv,D,causal", CASES)
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_dq_in_the_dkdv_pass_within_twice_torch_error(B, Hq, Hkv, Sq, Skv, D, causal, dtype):
+    """Variant b with a dQ workspace: dK, dV and dQ (the workspace converted as the op does) all within 2x torch's
+    error; the workspace starts as zeros (its contract), the outputs as NaN."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    q, k, v, do, lse, delta, scale = _problem(B, Hq, Hkv, Sq, Skv, D, causal, dtype, seed=2)
+    dk = torch.full_like(k, float("nan"))
+    dv = torch.full_like(v, float("nan"))
+    acc = torch.zeros(q.shape, device=DEV, dtype=torch.float32)
+    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal, scale, "b", dq_accum=acc)
+    dq = torch.full_like(q, float("nan")).copy_(acc)
+    torch.cuda.synchronize()
+    ref = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), causal, scale)
+    peer = _torch_grads(q, k, v, do, causal)
+    for name, got, r, t in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, peer):
+        assert torch.isfinite(got).all(), f"{name}: non-finite"
+        bound = 2 * _err(t, r) + 1e-3
+        assert _err(got, r) <= bound, f"{name}: error {_err(got, r):.3g} > 2x torch's {bound:.3g}"
+
+
+def test_dq_in_the_pass_with_very_negative_scores_stays_finite():
+    """Keys past Skv are zero-filled K rows: their scores (0) sit far above real ones of -1000s, so exp2 of them
+    against the row's LSE overflows unless masked - dQ must stay finite and right (Skv = 100: a 28-key tail)."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    q, k, v, do, lse, delta, scale = _problem(1, 2, 2, 64, 100, 128, False, torch.bfloat16, seed=3)
+    k = (k.float().abs() + 4.0).to(k.dtype)
+    q = (-q.float().abs() - 4.0).to(q.dtype)  # every real score <= -16 * 128 * scale
+    from tilewright.triton_kernels.attention import attention_forward
+
+    out = torch.empty_like(q)
+    attention_forward(q, k, v, out, lse, False, scale)
+    delta = (out.float() * do.float()).sum(-1).contiguous()
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    acc = torch.zeros(q.shape, device=DEV, dtype=torch.float32)
+    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, False, scale, "b", dq_accum=acc)
+    rdq = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), False, scale)[0]
+    tdq = _torch_grads(q, k, v, do, False)[0]
+    assert torch.isfinite(acc).all()
+    assert _err(acc.to(q.dtype), rdq) <= 2 * _err(tdq, rdq) + 1e-3
+
+
+def test_the_dq_workspace_is_checked():
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    q, k, v, do, lse, delta, scale = _problem(1, 2, 2, 64, 64, 64, False, torch.bfloat16, seed=4)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    with pytest.raises(ValueError, match="needs variant 'b'"):
+        cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, False, scale, "a", dq_accum=torch.zeros_like(q).float())
+    for bad in (torch.zeros_like(q), torch.zeros(1, 2, 64, 32, device=DEV),
+                torch.zeros(1, 2, 64, 128, device=DEV)[..., ::2]):
+        with pytest.raises(ValueError, match="dq_accum must be a contiguous float32"):
+            cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, False, scale, "b", dq_accum=bad)
+
+
+def test_the_op_computes_dq_in_the_dkdv_pass_when_asked(monkeypatch):
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    monkeypatch.setenv(cb.VARIANT_ENV, "b")
+    monkeypatch.setenv(cb.DQ_ENV, "atomic")
+    _op_gradients_with_the_kernel(monkeypatch, cb, "bind_dkdv", check=lambda a: a[-1] is not None)
+
+
+@pytest.mark.parametrize("mode", ("atomic", "kernel", "triton"))
+def test_deterministic_mode_gives_bitwise_identical_gradients(monkeypatch, mode):
+    """torch.use_deterministic_algorithms(True): 100 backward passes of one problem give bit-identical dq / dk / dv
+    whatever dQ mode is asked for (atomic falls back to the dQ kernel)."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    monkeypatch.setenv(cb.ENV, "1")
+    monkeypatch.setenv(cb.VARIANT_ENV, "b")
+    monkeypatch.setenv(cb.DQ_ENV, mode)
+    q, k, v = (torch.randn(1, H, 700, 128, device=DEV, dtype=torch.bfloat16, requires_grad=True) for H in (8, 2, 2))
+    do = torch.randn(1, 8, 700, 128, device=DEV, dtype=torch.bfloat16)
+    torch.use_deterministic_algorithms(True)
+    try:
+        o = tilewright.flash_attention(q, k, v, causal=True)
+        first = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+        for _ in range(99):
+            again = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+            assert all(torch.equal(a, b) for a, b in zip(first, again))
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize("B,H,D,causal,backend,expect", [
+    (4, 16, 128, False, None, True), (4, 16, 64, True, None, True), (4, 16, 64, False, None, False),
+    (4, 16, 128, True, "triton", False), (1, 4, 128, True, None, False)])
+def test_the_default_choice(monkeypatch, B, H, D, causal, backend, expect):
+    """With no switch set, the op's backward runs the CUDA dK / dV kernel (dQ in the pass) where it measured faster
+    than Triton's - head dim 128, causal head dim 64, a grid of >= 128 CTAs - and Triton's kernels elsewhere and when
+    backend="triton" was asked for; the gradients are right either way."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    for name in (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV):
+        monkeypatch.delenv(name, raising=False)
+    calls = _spy_binding(monkeypatch, cb, "bind_dkdv", check=lambda a: a[-1] is not None)
+    q, k, v = (torch.randn(B, H, 300, D, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, H, 300, D, device=DEV, dtype=torch.bfloat16)
+    tilewright.flash_attention(q, k, v, causal=causal, backend=backend).backward(do)
+    assert calls == ([True] if expect else [])
+    ref = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), causal, D ** -0.5)
+    for got, r, t in zip((q.grad, k.grad, v.grad), ref, _torch_grads(q, k, v, do, causal)):
+        assert _err(got, r) <= 2 * _err(t, r) + 1e-3

@@ -50,6 +50,12 @@
 #ifndef TW_CONSUMERS
 #define TW_CONSUMERS 1
 #endif
+// dQ in the same pass (two consumers only): dS^T goes to shared memory and dQ's partial over this CTA's keys,
+// dS K, is added into an fp32 workspace by TMA reduce-adds (the order of the adds varies between runs: not
+// deterministic; the separate dQ kernel below is).
+#ifndef TW_DQ_ATOMIC
+#define TW_DQ_ATOMIC 0
+#endif
 
 namespace twb {
 
@@ -73,11 +79,35 @@ constexpr int Q_OFF = V_OFF + KV_BYTES;   // STAGES Q blocks
 constexpr int DO_OFF = Q_OFF + STAGES * QD_BYTES;
 constexpr int STAT_BYTES = 2 * 2 * BM * 4;  // per consumer: 2 x (BM lse_log2 + BM delta) fp32, double-buffered
 constexpr int STAT_OFF = DO_OFF + STAGES * QD_BYTES;
-constexpr int BAR_OFF = STAT_OFF + NC * STAT_BYTES;
+constexpr bool DQ_ATOMIC = TW_DQ_ATOMIC != 0;
+// dS^T of one step (BN key rows x BM queries, 16-bit, 128B-swizzled rows of 128 bytes), double-buffered by step:
+// with D = 128 each consumer's dQ wgmma reads both consumers' rows, so a warpgroup may write step k + 1's rows while
+// the other still reads step k's.
+constexpr int DS_BYTES = BN * BM * 2;
+constexpr int DS_OFF = STAT_OFF + NC * STAT_BYTES;
+// Each consumer's fp32 dQ partial (64 rows x DQ_N columns) staged for the TMA reduce-add: DQ_N / 32 boxes of 64 rows
+// x 128 bytes, 128B-swizzled. One buffer: the reduce of step k has a whole step to read it before step k + 1 writes.
+constexpr int DQ_N = 64;
+constexpr int DQ_BOX_BYTES = 64 * 128;
+constexpr int DQ_STAGE_BYTES = (DQ_N / 32) * DQ_BOX_BYTES;
+constexpr int DQ_OFF = DS_OFF + (DQ_ATOMIC ? 2 * DS_BYTES : 0);
+// Named barriers (128 consumer threads + the 32 of the dQ writer warp) for consumer c's staging boxes: READY + c (the
+// consumer arrives once its partial is stored, the writer waits), FREE + c (the writer arrives once the TMA unit has
+// read them, the consumer waits before its next store). Ids 1-4 are the consumers' own (statistics, dS^T).
+constexpr int DQ_READY_BAR = 5;
+constexpr int DQ_FREE_BAR = 7;
+constexpr int BAR_OFF = DQ_OFF + (DQ_ATOMIC ? NC * DQ_STAGE_BYTES : 0);
 constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 2 * STAGES) * 8;
+// The dQ partial of one step, 64 query rows x DQ_N = 64 columns a consumer (32 fp32 registers a thread): with D = 128
+// the two consumers split dQ's columns and each reduces over all BN keys (both halves of dS^T); with D = 64 each
+// takes all columns over its own 64 keys, and both add into the workspace.
+constexpr bool DQ_SPLIT_COLUMNS = D == 128;
+constexpr int DQ_KEYS = DQ_SPLIT_COLUMNS ? BN : 64;
 
 static_assert(D == 64 || D == 128, "head dim 64 or 128 (dK + dV hold D registers a thread)");
 static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
+static_assert(!DQ_ATOMIC || NC == 2, "dQ in the dK / dV pass takes two consumer warpgroups (the 64-column split)");
+static_assert(DS_OFF % 1024 == 0, "the dS^T tile is a 128B-swizzled wgmma operand: 1024-byte aligned");
 static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 per-block limit");
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NC <= 65536 || NC == 1, "register split over the file");
 
@@ -85,17 +115,35 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NC <= 65536 || NC == 1
 // K-major: mma_ss<BM>. dX(64 keys x D) += A(64 keys x 16 queries, registers) B(16 queries x D): B = dO or Q rows
 // stored (query, d), MN-major for this B: mma_rs_mn<D> (ptx/wgmma_typed.cuh).
 
+// The (query head, query block) steps of this CTA's key block, which every role iterates: query blocks that see any
+// of its keys (causal top-left: rows from n0 on, block-aligned down) times the GQA group. Each role computes them
+// after its setmaxnreg from a fresh read of the block index: a value computed before the branch stays live across the
+// register reallocation, and ptxas spilled one there.
+struct KeyBlockSteps {
+  int m_first, m_blocks, steps;
+};
+
+TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group) {
+  int block;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));  // volatile: not merged with the other role's read
+  const int m_first = CAUSAL ? (block * BN / BM) * BM : 0;
+  const int m_blocks = m_first < Sq ? (Sq - m_first + BM - 1) / BM : 0;
+  return {m_first, m_blocks, m_blocks * group};
+}
+
 }  // namespace twb
 
 // tm_q / tm_do: maps over (D, Sq, Hq, B) with box (64, BM, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
 // (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dk, dv: (B, Hkv, Skv, D) with unit
-// last stride, element strides (b, h, s) given. group = Hq / Hkv. scale_log2 = scale * log2(e); dK is scaled by
-// `scale` at the end.
+// last stride, element strides (b, h, s) given. tm_dq (TW_DQ_ATOMIC builds; unused otherwise): a map over the fp32
+// workspace (D, Sq, Hq, B), box (32, 64, 1, 1), 128B-swizzled, zeroed by the host; receives scale * dS K. group = Hq / Hkv. scale_log2 = scale * log2(e); dK is
+// scaled by `scale` at the end.
 extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
-                          const float* __restrict__ lse, const float* __restrict__ delta,
-                          unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, long long dk_sb,
+                          const __grid_constant__ TwTensorMap tm_dq, const float* __restrict__ lse,
+                          const float* __restrict__ delta, unsigned short* __restrict__ dk,
+                          unsigned short* __restrict__ dv, long long dk_sb,
                           long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
                           int Sq, int Skv, int Hq, int group, float scale_log2, float scale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -112,10 +160,6 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
   const int n0 = blockIdx.x * BN;
   const int hkv = blockIdx.y;
   const int b = blockIdx.z;
-  // Query blocks that see any of these keys: causal (top-left) rows from n0 on, block-aligned down.
-  const int m_first = CAUSAL ? (n0 / BM) * BM : 0;
-  const int m_blocks = m_first < Sq ? (Sq - m_first + BM - 1) / BM : 0;
-  const int steps = m_blocks * group;  // every role iterates exactly this many (head, query block) steps
 
   if (threadIdx.x == 0) {
     mbar_init(bar_kv, 1);  // one arrive.expect_tx + the K and V bytes
@@ -132,6 +176,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     // Give registers back to the consumers (dK + dV + S^T + dP^T live at once). With one consumer the per-thread cap
     // at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
     if constexpr (NC == 2) setmaxnreg_dec<PRODUCER_REGS>();
+    const KeyBlockSteps sched = key_block_steps(Sq, group);
+    const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     if (tid == 0) {
       tma_prefetch_desc(&tm_q);
       tma_prefetch_desc(&tm_do);
@@ -142,6 +188,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         tma_load_4d(sbase + V_OFF + j * BN * 128, &tm_v, bar_kv, 64 * j, n0, hkv, b);
       }
       StageRing<STAGES> ring;  // ptx/attention_tile.cuh
+#pragma unroll 1  // 24 registers a thread in this warpgroup (two consumers): unrolled copies spilled
       for (int step = 0; step < steps; ++step) {
         const int s = ring.stage;
         const tw_u32 phase = ring.phase;
@@ -156,10 +203,47 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         }
         ring.advance();
       }
+    } else if (DQ_ATOMIC && tid / 32 == 1) {
+      // The dQ writer (warp 1): per step and consumer, wait until its staging boxes are written, add them into the
+      // workspace (TMA reduce-add), and hand the boxes back once the TMA unit has read them - so the consumers never
+      // wait on the reduce. The boxes start free (the first arrive); no arrive follows the last step's reduce.
+      const int lane = tid % 32;
+      if (steps > 0) {
+#pragma unroll
+        for (int c = 0; c < NC; ++c) named_barrier_arrive(DQ_FREE_BAR + c, 160);
+      }
+      // (query head, query block) of each step as two counters: no division in 24 registers a thread.
+      int hq = hkv * group, m0 = m_first;
+#pragma unroll 1
+      for (int left = steps; left > 0; --left) {
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          named_barrier_sync(DQ_READY_BAR + c, 160);
+          if (lane == 0) {
+#pragma unroll
+            for (int bx = 0; bx < DQ_N / 32; ++bx) {
+              tma_reduce_add_4d(&tm_dq, sbase + DQ_OFF + c * DQ_STAGE_BYTES + bx * DQ_BOX_BYTES,
+                                (DQ_SPLIT_COLUMNS ? 64 * c : 0) + 32 * bx, m0, hq, b);
+            }
+            bulk_commit_group();
+            bulk_wait_group_read<0>();
+          }
+          __syncwarp();
+          if (left > 1) named_barrier_arrive(DQ_FREE_BAR + c, 160);
+        }
+        m0 += BM;
+        if (m0 >= Sq) {
+          m0 = m_first;
+          ++hq;
+        }
+      }
+      if (lane == 0) bulk_wait_group<0>();  // the adds complete before the CTA (and its smem) goes away
     }
   } else {
     // ------------------------------------------------------------------ consumers
     if constexpr (NC == 2) setmaxnreg_inc<CONSUMER_REGS>();
+    const KeyBlockSteps sched = key_block_steps(Sq, group);
+    const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     const int c = NC == 1 ? 0 : wg - 1;  // a constant with one consumer: its code stays what it was measured as
     const int warp = tid / 32;
     const int lane = tid % 32;
@@ -208,7 +292,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       }
       mbar_wait(full + 8 * s, phase);
 
-      // S^T = K Q^T and dP^T = V dO^T: D/16 k-steps each over the head dim, one commit group for both.
+      // S^T = K Q^T, then dP^T = V dO^T: D/16 k-steps each over the head dim, one commit group each, so that P^T's
+      // exp2 runs while dP^T is still in the tensor cores, and dS^T while dV's product is.
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -217,6 +302,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         const tw_u64 db = wgmma_desc_sw128(sq + (kk / 4) * BM * 128 + chunk, 16, 1024);
         mma_ss<BM>(s_acc, da, db, kk != 0);
       }
+      wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const tw_u32 chunk = (kk % 4) * 32;
@@ -225,51 +311,126 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         mma_ss<BM>(dp_acc, da, db, kk != 0);
       }
       wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_reg_fence(s_acc);
-      wgmma_reg_fence(dp_acc);
 
       float* stat_buf = stats + (step & 1) * 2 * BM;
       stat_buf[tid] = stat;
       named_barrier_sync(1 + c, 128);  // this warpgroup's 128 threads
 
-      // P^T and dS^T, elementwise (query columns >= Sq have P = 0 through their +inf statistic; the causal mask
-      // only where the block straddles the diagonal).
-      const bool need_mask = CAUSAL && m0 < n0c + 63;
+      // P^T, elementwise (query columns >= Sq have P = 0 through their +inf statistic; the causal mask only where
+      // the block straddles the diagonal). With dQ in this pass, keys >= Skv must have P = 0 too: their zero-filled
+      // K rows give S^T = 0, and exp2(-lse) of a row whose scores are all very negative is inf, which times K's
+      // zeros is NaN in dQ.
+      const bool key_tail = DQ_ATOMIC && n0c + 64 > Skv;
+      const bool need_mask = (CAUSAL && m0 < n0c + 63) || key_tail;
+      wgmma_wait<1>();  // S^T is complete; dP^T may still run
+      wgmma_reg_fence(s_acc);
 #pragma unroll
       for (int j = 0; j < BM / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int c = 8 * j + col_lane + e;
           const float m = stat_buf[c];
-          const float dl = stat_buf[BM + c];
+          // The last key query column c sees: causal (top-left) m0 + c, with dQ in the pass also below Skv.
+          const int last_key = DQ_ATOMIC ? (CAUSAL ? min(m0 + c, Skv - 1) : Skv - 1) : m0 + c;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 4 * j + 2 * h + e;
             float pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m));
-            if (need_mask && key0 + 8 * h > m0 + c) pv = 0.0f;
+            if (need_mask && key0 + 8 * h > last_key) pv = 0.0f;
             s_acc[r] = pv;
-            dp_acc[r] = pv * (dp_acc[r] - dl);
           }
         }
       }
 #pragma unroll
       for (int j = 0; j < BM / 8; ++j) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          p[2 * j + h] = pack2(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]);
-          ds[2 * j + h] = pack2(dp_acc[4 * j + 2 * h], dp_acc[4 * j + 2 * h + 1]);
-        }
+        for (int h = 0; h < 2; ++h) p[2 * j + h] = pack2(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]);
       }
 
-      // dV += P^T dO and dK += dS^T Q: BM/16 k-steps over the queries; k-step kk takes query columns 16kk..16kk+15,
-      // i.e. fragments {x[4kk], x[4kk+1], x[4kk+2], x[4kk+3]}. B descriptor (MN-major): 16 query rows (16 x 128 B)
-      // per k-step, LBO = bytes between 64-column chunks of d (one box: BM rows x 128 B), SBO = 8 rows x 128 B.
-      wgmma_fence();  // P^T / dS^T fragments and the dK / dV accumulators were written by ordinary instructions
+      // dV += P^T dO and (below) dK += dS^T Q: BM/16 k-steps over the queries; k-step kk takes query columns
+      // 16kk..16kk+15, i.e. fragments {x[4kk], x[4kk+1], x[4kk+2], x[4kk+3]}. B descriptor (MN-major): 16 query rows
+      // (16 x 128 B) per k-step, LBO = bytes between 64-column chunks of d (one box: BM rows x 128 B), SBO = 8 rows
+      // x 128 B.
+      wgmma_fence();  // the P^T fragments were written by ordinary instructions
       mma_rs_frags<BM / 16, D>(dv_acc, p, sdo, BM * 128);
+      wgmma_commit();
+
+      // dS^T = P^T * (dP^T - delta), from the fp32 P^T still in s_acc.
+      wgmma_wait<1>();  // dP^T is complete; dV's product may still run
+      wgmma_reg_fence(dp_acc);
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float dl = stat_buf[BM + 8 * j + col_lane + e];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 4 * j + 2 * h + e;
+            dp_acc[r] = s_acc[r] * (dp_acc[r] - dl);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ds[2 * j + h] = pack2(dp_acc[4 * j + 2 * h], dp_acc[4 * j + 2 * h + 1]);
+      }
+
+      if constexpr (DQ_ATOMIC) {
+        // dS^T rows of this warpgroup into the step's buffer: 128B-swizzled (the 16-byte unit index of a row XOR the
+        // row mod 8, the pattern TMA writes and wgmma reads), which also keeps a warp's 32 stores on 32 banks.
+        const tw_u32 ds_row0 = sbase + DS_OFF + (step & 1) * DS_BYTES + (64 * c + warp * 16 + (lane >> 2)) * 128;
+#pragma unroll
+        for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = warp * 16 + (lane >> 2) + 8 * h;
+            st_shared_b32(ds_row0 + h * 8 * 128 + ((j ^ (r & 7)) * 16) + 2 * col_lane, ds[2 * j + h]);
+          }
+        }
+        fence_proxy_async_smem();  // generic-proxy stores before the dQ wgmma's async-proxy reads
+      }
+      wgmma_fence();  // the dS^T fragments were written by ordinary instructions
       mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
       wgmma_commit();
-      wgmma_wait<0>();
+      if constexpr (DQ_ATOMIC) {
+        // dQ(64 queries x DQ_N) = dS K over DQ_KEYS keys: A = dS^T (stored (key, query): MN-major A), B = K rows
+        // (stored (key, d): MN-major B). Issued behind dV / dK, after the barrier that makes the other consumer's dS^T
+        // rows visible (D = 128) or this warpgroup's own (D = 64).
+        if constexpr (DQ_SPLIT_COLUMNS) named_barrier_sync(3, 256);  // both consumers' dS^T rows are written
+        else named_barrier_sync(3 + c, 128);
+        const tw_u32 a_base = sbase + DS_OFF + (step & 1) * DS_BYTES + (DQ_SPLIT_COLUMNS ? 0 : c * 64 * 128);
+        const tw_u32 b_base = sbase + K_OFF + (DQ_SPLIT_COLUMNS ? c * BN * 128 : c * 64 * 128);
+        float dq_part[DQ_N / 2];
+        wgmma_fence();  // a fresh accumulator may sit in registers the elementwise code wrote
+#pragma unroll
+        for (int kk = 0; kk < DQ_KEYS / 16; ++kk) {
+          mma_ss<DQ_N, 1, 1>(dq_part, wgmma_desc_sw128(a_base + kk * 16 * 128, BN * 128, 1024),
+                             wgmma_desc_sw128(b_base + kk * 16 * 128, BN * 128, 1024), kk != 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_reg_fence(dq_part);
+        // scale * partial -> this warpgroup's staging boxes -> one TMA reduce-add per box into the workspace.
+        // Fragment (j, h, e) is row warp * 16 + lane / 4 + 8h, column 8j + col_lane + e: box j / 4, 16-byte unit
+        // 2 (j % 4) + (lane & 3) / 2 of its 128-byte row (XOR the row mod 8: the map's swizzle), 8 bytes in.
+        const tw_u32 stage = sbase + DQ_OFF + c * DQ_STAGE_BYTES;
+        named_barrier_sync(DQ_FREE_BAR + c, 160);  // the dQ writer's reduce of the previous step has read the boxes
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+          for (int j = 0; j < DQ_N / 8; ++j) {
+            const int unit = (2 * (j % 4) + ((lane & 3) >> 1)) ^ (r & 7);
+            st_shared_v2_f32(stage + (j / 4) * DQ_BOX_BYTES + r * 128 + unit * 16 + (lane & 1) * 8,
+                             dq_part[4 * j + 2 * h] * scale, dq_part[4 * j + 2 * h + 1] * scale);
+          }
+        }
+        fence_proxy_async_smem();  // generic-proxy stores before the TMA unit reads them
+        named_barrier_arrive(DQ_READY_BAR + c, 160);  // to the dQ writer (producer warp 1)
+      } else {
+        wgmma_wait<0>();
+      }
       wgmma_reg_fence(dv_acc);
       wgmma_reg_fence(dk_acc);
       wgmma_reg_fence(p);

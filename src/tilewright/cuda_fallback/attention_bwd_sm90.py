@@ -1,12 +1,13 @@
-"""Host side of the Hopper flash-attention backward's dK / dV kernel (``attention_bwd_sm90.cu``): constraints, launch.
+"""Host side of the Hopper flash-attention backward's kernels (``attention_bwd_sm90.cu``): constraints, launch.
 
-The kernel computes dK and dV of one key block per CTA from the forward's LSE and the Triton backward's delta
-(``rowsum(dO * O)``); ``triton_kernels/attention.attention_backward`` keeps the preprocess and the dQ kernel. It is
-**opt-in** (``TILEWRIGHT_CUDA_ATTN_BWD=1``) until it has been measured against the Triton dK / dV kernel on the device:
-the op layer uses it then for the calls :func:`constraints` accepts and Triton's kernel otherwise.
+The dK / dV kernel computes dK and dV of one key block per CTA (and, variant b, dQ's partial sums into an fp32
+workspace) from the forward's LSE and the Triton backward's delta (``rowsum(dO * O)``: its preprocess kernel); the dQ
+kernel is the deterministic alternative for dQ. The op layer
+uses it (:func:`enabled`) where it measured faster than Triton's backward and :func:`constraints` accepts the call,
+Triton's kernels otherwise; dQ comes from the same pass, the separate dQ kernel or Triton's (:func:`dq_mode`).
 
-Entry points: :func:`constraints` (why these tensors can or cannot take the kernel), :func:`enabled` (the opt-in
-switch), :func:`launch_dkdv` (into given dk / dv).
+Entry points: :func:`constraints` (why these tensors can or cannot take the kernel), :func:`enabled` (where the op
+layer uses it), :func:`launch_dkdv` (into given dk / dv, and dq's fp32 workspace), :func:`launch_dq`.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from .runtime import HALF_DTYPES, build, launch
 
 SOURCE = "attention_bwd_sm90.cu"
 KERNEL = "tw_attn_bwd_dkdv_sm90"
-KERNEL_DQ = "tw_attn_bwd_dq_sm90"  # the query-block half (same source and build): NOT yet run on a GPU
+KERNEL_DQ = "tw_attn_bwd_dq_sm90"  # the query-block half (same source and build): deterministic dQ
 DQ_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_DQ"
+DQ_MODES = ("atomic", "kernel", "triton")  # see dq_mode()
+DEFAULT_DQ_MODE = "atomic"
 DQ_THREADS = 256  # one producer warpgroup + one consumer warpgroup (64 query rows per CTA)
 DQ_BLOCK_N = 64  # keys per step
 HEAD_DIMS = (64, 128)  # dK + dV take D registers a thread in each consumer warpgroup
@@ -30,13 +33,13 @@ BLOCK_M = 64  # query rows per step
 STAGES = 2
 ENV = "TILEWRIGHT_CUDA_ATTN_BWD"
 VARIANT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_VARIANT"
-# Variant -> consumer warpgroups (64 keys each). "a" (one) is the schedule measured on the device; "b" (two, a
-# 128-key block sharing each Q / dO load, setmaxnreg 24 / 240) compiles spill-free but has NOT run on a GPU yet.
+# Variant -> consumer warpgroups (64 keys each). "a": one; "b": two over a 128-key block sharing each Q / dO load
+# (setmaxnreg 24 / 240), 1.05-1.2x "a" on H100 and the only one that takes dQ in the pass.
 VARIANTS = {"a": 1, "b": 2}
-DEFAULT_VARIANT = "a"
+DEFAULT_VARIANT = "b"
 # compiled by build-check (CPU CI): (variant, head dim, causal, fp16)
 BUILD_CHECK_BUILDS = (("a", 128, False, False), ("a", 128, True, False), ("a", 64, True, True),
-                      ("b", 128, True, False))
+                      ("b", 128, True, False), ("b+dq", 128, True, False), ("b+dq", 64, False, True))
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG")
 
@@ -51,17 +54,20 @@ def threads(variant: str) -> int:
     return 128 * (VARIANTS[variant] + 1)
 
 
-def smem_bytes(head_dim: int, variant: str = DEFAULT_VARIANT) -> int:
+def smem_bytes(head_dim: int, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False) -> int:
     """Dynamic shared memory: K + V blocks, STAGES x (Q + dO) blocks, each consumer's double-buffered row
-    statistics, the mbarriers and 1024 bytes of alignment slack."""
-    return 1024 + 2 * block_n(variant) * head_dim * 2 + 2 * STAGES * BLOCK_M * head_dim * 2 + \
-        VARIANTS[variant] * 2 * 2 * BLOCK_M * 4 + (1 + 2 * STAGES) * 8
+    statistics, with dQ in the pass two dS^T tiles and each consumer's fp32 64 x 64 dQ staging, the mbarriers and
+    1024 bytes of alignment slack."""
+    bn, nc = block_n(variant), VARIANTS[variant]
+    dq = 2 * bn * BLOCK_M * 2 + nc * 64 * 64 * 4 if dq_atomic else 0
+    return 1024 + 2 * bn * head_dim * 2 + 2 * STAGES * BLOCK_M * head_dim * 2 + nc * 2 * 2 * BLOCK_M * 4 + dq + \
+        (1 + 2 * STAGES) * 8
 
 
-def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT) -> dict:
+def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False) -> dict:
     """-D macros of one build."""
     return {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
-            "TW_CONSUMERS": VARIANTS[variant]}
+            "TW_CONSUMERS": VARIANTS[variant], "TW_DQ_ATOMIC": int(dq_atomic)}
 
 
 def pick_variant() -> str:
@@ -76,11 +82,20 @@ def build_check_builds() -> list:
     """``tilewright build-check`` rows: (label, defines, dynamic smem[, markers]); the two-consumer build must also
     contain USETMAXREG."""
     rows = []
-    for var, d, c, f in BUILD_CHECK_BUILDS:
-        label = f"dkdv {var} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
-        row = (label, defines(d, c, f, var), smem_bytes(d, var))
-        rows.append(row + (("USETMAXREG",),) if VARIANTS[var] == 2 else row)
+    for name, d, c, f in BUILD_CHECK_BUILDS:
+        var, dq_atomic = name.split("+")[0], name.endswith("+dq")
+        label = f"dkdv {name} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
+        row = (label, defines(d, c, f, var, dq_atomic), smem_bytes(d, var, dq_atomic))
+        markers = ("USETMAXREG",) if VARIANTS[var] == 2 else ()
+        markers += ("UTMAREDG",) if dq_atomic else ()  # dQ's TMA reduce-adds
+        rows.append(row + (markers,) if markers else row)
     return rows
+
+
+def dq_fits(dq, q) -> bool:
+    """Whether the dQ kernel can write ``dq``: shaped like q, same dtype, unit last stride, 4-byte aligned rows."""
+    return dq.shape == q.shape and dq.dtype == q.dtype and dq.stride(-1) == 1 and dq.data_ptr() % 4 == 0 and \
+        all(s % 2 == 0 for s in dq.stride()[:3])
 
 
 def dq_smem_bytes(head_dim: int) -> int:
@@ -88,14 +103,42 @@ def dq_smem_bytes(head_dim: int) -> int:
     return 1024 + 2 * BLOCK_M * head_dim * 2 + 2 * STAGES * DQ_BLOCK_N * head_dim * 2 + (1 + 2 * STAGES) * 8
 
 
-def dq_enabled() -> bool:
-    """Whether the op layer may use the dQ kernel: ``TILEWRIGHT_CUDA_ATTN_BWD_DQ=1`` (with the dK / dV switch)."""
-    return enabled() and os.environ.get(DQ_ENV) == "1"
+def dq_mode() -> str:
+    """How the op layer computes dQ next to the CUDA dK / dV kernel: ``TILEWRIGHT_CUDA_ATTN_BWD_DQ`` =
+    ``atomic`` (in the dK / dV pass, reductions into an fp32 workspace; variant b), ``kernel`` (the separate
+    deterministic dQ kernel) or ``triton`` (Triton's dQ kernel); default :data:`DEFAULT_DQ_MODE`. ``atomic`` becomes
+    ``kernel`` while ``torch.use_deterministic_algorithms(True)`` is on: the reductions' order varies run to run."""
+    mode = os.environ.get(DQ_ENV) or DEFAULT_DQ_MODE
+    if mode not in DQ_MODES:
+        raise ValueError(f"{DQ_ENV}: unknown mode {mode!r}; expected one of {list(DQ_MODES)}")
+    if mode == "atomic" and torch.are_deterministic_algorithms_enabled():
+        return "kernel"
+    return mode
 
 
-def enabled() -> bool:
-    """Whether the op layer may use the kernel: ``TILEWRIGHT_CUDA_ATTN_BWD=1`` (off by default until measured)."""
-    return os.environ.get(ENV) == "1"
+# Below this many CTAs (key blocks x kv heads x batch) the dK / dV grid leaves most of the 132 SMs idle; Triton's
+# backward (64-key blocks and a dQ grid over the query heads) spreads better: B1 16/4 512 hdim 128 causal, 16 CTAs,
+# ran 0.70x Triton's.
+MIN_CTAS = 128
+# dQ's partial sums from every key block of a head land on that head's Sq rows: with many more keys than queries
+# those reduce-adds contend (2 x 16 x 512:4096 hdim 128 ran 0.77x Triton's).
+MAX_KEYS_PER_QUERY = 2
+
+
+def enabled(head_dim: int, causal: bool, batch: int = 1, kv_heads: int = 1, sq: int = 1, skv: int = 1) -> bool:
+    """Whether the op layer uses the kernels for a call of this shape and mask (where :func:`constraints` takes
+    it): ``TILEWRIGHT_CUDA_ATTN_BWD=1`` always, ``=0`` never; unset, where the CUDA backward (variant b, dQ in the
+    pass) measured faster than Triton's whole backward on H100: head dim 128 (1.24-1.31x, causal or not, GQA) and
+    causal head dim 64 (1.27x), with at least :data:`MIN_CTAS` key-block CTAs and at most
+    :data:`MAX_KEYS_PER_QUERY` keys per query. Not non-causal head dim 64 (0.90x at 8 heads x 8192: the elementwise
+    work of a 64-wide head is as large as a 128-wide one's, its products half as large)."""
+    value = os.environ.get(ENV)
+    if value in ("0", "1"):
+        return value == "1"
+    if value:
+        raise ValueError(f"{ENV}: {value!r} is not 0 or 1")
+    ctas = -(-skv // block_n(DEFAULT_VARIANT)) * kv_heads * batch
+    return (head_dim == 128 or causal) and ctas >= MIN_CTAS and skv <= MAX_KEYS_PER_QUERY * sq
 
 
 def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = False, softcap: float = 0.0,
@@ -162,38 +205,86 @@ def _check_statistics(q, lse, delta, scale: float) -> None:
         raise ValueError(f"cuda attention backward: scale {scale} must be finite and > 0")
 
 
-def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str):
+def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
-    fn, maps = _function_and_maps(KERNEL, smem_bytes(D, variant), defines(D, causal, q.dtype == torch.float16, variant),
-                                  q, k, v, do, bn)
+    atomic = dq_accum is not None
+    fn, maps = _function_and_maps(KERNEL, smem_bytes(D, variant, atomic),
+                                  defines(D, causal, q.dtype == torch.float16, variant, atomic), q, k, v, do, bn)
+    if atomic:  # the fp32 workspace in 32-column (128-byte) by 64-row boxes, the kernel's staging layout
+        (dims, strides), _ = tma_dims_strides(dq_accum)
+        with torch.cuda.device(q.device):
+            tm_dq = launch.tag(launch.driver().encode_tiled("float32", dq_accum.data_ptr(), dims, strides,
+                                                            (32, 64, 1, 1), 128), "DQ_ACCUM")
+    else:
+        tm_dq = launch.TensorMap()  # unused by the build: an empty map fills the parameter
     grid = (-(-Skv // bn), Hkv, B)
-    args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
+    args = [*maps, tm_dq, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
             launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale)]
     return fn, grid, args
 
 
-def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None) -> None:
+def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None,
+                dq_accum: torch.Tensor | None = None, validate: bool = True) -> None:
     """dK and dV of ``softmax(scale q k^T [causal]) v`` into ``dk`` / ``dv`` (sm_90a kernel).
 
     lse: the forward's natural-log LSE, delta: ``rowsum(dO * O)``, both contiguous fp32 (B, Hq, Sq). Raises
     ValueError (naming the rule) for tensors :func:`constraints` rejects, and for a scale that is not finite and
-    positive. ``variant``: a | b (default :func:`pick_variant`)."""
-    ok, why = constraints(do, q, k, v, dk, dv)
-    if not ok:
-        raise ValueError(f"cuda attention backward: {why}")
-    _check_statistics(q, lse, delta, scale)
+    positive. ``variant``: a | b (default :func:`pick_variant`). ``dq_accum``: a zeroed contiguous fp32 (B, Hq, Sq, D)
+    workspace that also receives dQ (``scale * dS K``, added by TMA reduce-adds: not bitwise reproducible run to run);
+    two consumer warpgroups (variant b) only. ``validate=False``: the caller has checked the tensors against
+    :func:`constraints` for this signature (the op layer, once per signature) - nothing is checked again."""
+    if validate:
+        ok, why = constraints(do, q, k, v, dk, dv)
+        if not ok:
+            raise ValueError(f"cuda attention backward: {why}")
+        _check_statistics(q, lse, delta, scale)
     variant = variant or pick_variant()
     if variant not in VARIANTS:
         raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
+    if dq_accum is not None and validate:
+        if VARIANTS[variant] != 2:
+            raise ValueError(f"cuda attention backward: dq_accum needs variant 'b' (two consumers), not {variant!r}")
+        if dq_accum.shape != q.shape or dq_accum.dtype != torch.float32 or not dq_accum.is_contiguous() or \
+                dq_accum.device != q.device:
+            raise ValueError("cuda attention backward: dq_accum must be a contiguous float32 tensor shaped like q on "
+                             "q's device")
     key = (q.device.index, q.dtype, bool(causal), float(scale), variant,
-           *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr())
+           *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
+           None if dq_accum is None else dq_accum.data_ptr())
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
-                                                          float(scale), variant),
-                         q.device, threads(variant), smem_bytes(q.shape[-1], variant))
+                                                          float(scale), variant, dq_accum),
+                         q.device, threads(variant), smem_bytes(q.shape[-1], variant, dq_accum is not None))
+
+
+# The address roles of the bound launches (runtime.launch.BoundCudaLaunch), in the order their calls take them.
+DKDV_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DK", "DV")  # + "DQ_ACCUM" with dQ in the pass
+DQ_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DQ")
+
+
+def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None):
+    """The dK / dV kernel's launch for this call's signature with only the operands' addresses left open: a
+    :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then dq_accum's), or
+    None if it cannot be bound. The caller has checked the call (:func:`constraints`) and keys the result by the
+    signature (shapes, strides, dtypes, alignment), causal and scale: a call of another signature needs its own.
+    Why: a new address set re-prepares :func:`launch_dkdv`'s launch (five tensor maps encoded, ~10 us each), and
+    fresh activations bring new addresses every step."""
+    fn, grid, args = _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal), float(scale), variant, dq_accum)
+    roles = dict(zip(DKDV_ROLES, (do, q, k, v, lse, delta, dk, dv)))
+    if dq_accum is not None:
+        roles["DQ_ACCUM"] = dq_accum
+    return launch.bind_cuda(fn, grid, threads(variant), smem_bytes(q.shape[-1], variant, dq_accum is not None), args,
+                            roles, q.device)
+
+
+def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
+    """:func:`bind_dkdv` for the dQ kernel: called with the addresses of :data:`DQ_ROLES`."""
+    fn, grid, args = _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal), float(scale))
+    return launch.bind_cuda(fn, grid, DQ_THREADS, dq_smem_bytes(q.shape[-1]), args,
+                            dict(zip(DQ_ROLES, (do, q, k, v, lse, delta, dq))), q.device)
 
 
 _prepared_dq: dict = {}
@@ -211,17 +302,17 @@ def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
     return fn, grid, args
 
 
-def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float) -> None:
+def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate: bool = True) -> None:
     """dQ of ``softmax(scale q k^T [causal]) v`` into ``dq`` (sm_90a kernel; deterministic: each CTA owns its rows).
     Same inputs and rules as :func:`launch_dkdv`; dq is shaped like q (unit last stride, 4-byte aligned rows)."""
-    ok, why = constraints(do, q, k, v, k, v)  # dk / dv stand-ins: k and v have their shape and layout rules
-    if not ok:
-        raise ValueError(f"cuda attention backward: {why}")
-    if dq.shape != q.shape or dq.dtype != q.dtype or dq.stride(-1) != 1 or dq.data_ptr() % 4 or \
-            any(s % 2 for s in dq.stride()[:3]):
-        raise ValueError("cuda attention backward: dq must be shaped like q, same dtype, unit last stride, 4-byte "
-                         "aligned rows")
-    _check_statistics(q, lse, delta, scale)
+    if validate:
+        ok, why = constraints(do, q, k, v, k, v)  # dk / dv stand-ins: k and v have their shape and layout rules
+        if not ok:
+            raise ValueError(f"cuda attention backward: {why}")
+        if not dq_fits(dq, q):
+            raise ValueError("cuda attention backward: dq must be shaped like q, same dtype, unit last stride, 4-byte "
+                             "aligned rows")
+        _check_statistics(q, lse, delta, scale)
     key = (q.device.index, q.dtype, bool(causal), float(scale),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dq)), lse.data_ptr(), delta.data_ptr())
     launch.launch_cached(_prepared_dq, key, lambda: _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal),

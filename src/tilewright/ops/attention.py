@@ -32,6 +32,7 @@ Semantics (documented contract):
 from __future__ import annotations
 
 import math
+import os
 from numbers import Real
 from typing import Optional
 
@@ -172,39 +173,98 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     upper, offset, window_offset = _band(q.shape[2], k.shape[2], causal, bottom_right, window_left, window_right)
+    dkdv_launch, dq_launch = _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, upper, scale, offset, window_offset,
+                                            softcap, choice, backend)
     attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, dlse=dlse, causal_offset=offset,
-                       softcap=softcap, window_offset=window_offset,
-                       dkdv_launch=_cuda_dkdv(grad_out, q, k, v, lse, dk, dv, upper, scale, offset, window_offset,
-                                              softcap, choice),
-                       dq_launch=_cuda_dq(grad_out, q, k, v, lse, dq, dk, dv, upper, scale, offset, window_offset,
-                                          softcap, choice))
+                       softcap=softcap, window_offset=window_offset, dkdv_launch=dkdv_launch, dq_launch=dq_launch)
     return (dq.neg_() if flipped else dq), dk, dv
 
 
-def _cuda_dkdv(grad_out, q, k, v, lse, dk, dv, causal, scale, offset, window_offset, softcap, choice):
-    """The sm_90a dK / dV kernel as the Triton backward's ``dkdv_launch`` when it is switched on
-    (``TILEWRIGHT_CUDA_ATTN_BWD=1``: opt-in until measured) and takes the call; None (Triton's kernel) otherwise."""
-    if choice == "torch" or not q.is_cuda or not scale > 0:
-        return None
+# (signature, options, switches) of a backward call -> (variant, dQ mode) of the CUDA kernels, or None (Triton's):
+# the constraints, capability and environment checks run once per signature, not per call.
+_cuda_plans: dict = {}
+_CUDA_PLANS_MAX = 1024
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return t.shape, t.stride(), t.dtype, t.data_ptr() % 16
+
+
+def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
+                   backend=None):
+    """The sm_90a backward kernels as the Triton backward's ``(dkdv_launch, dq_launch)`` where they take the call
+    and :func:`attention_bwd_sm90.enabled` says they win (``TILEWRIGHT_CUDA_ATTN_BWD`` overrides); (None, None) -
+    Triton's kernels - otherwise, and always when the caller asked for ``backend="triton"``. dQ per
+    :func:`attention_bwd_sm90.dq_mode`: in the dK / dV pass (an fp32 workspace, converted into dq afterwards; the
+    launch of dq is then nothing), the separate dQ kernel, or Triton's."""
+    if choice == "torch" or backend == "triton" or not q.is_cuda or not scale > 0:
+        return None, None
     from ..cuda_fallback import attention_bwd_sm90 as cb
 
-    if not cb.enabled() or (capability(q.device) or (0,))[0] != 9:
-        return None
-    if not cb.constraints(grad_out, q, k, v, dk, dv, offset, window_offset is not None, softcap)[0]:
-        return None
-    return lambda delta: cb.launch_dkdv(grad_out, q, k, v, lse, delta, dk, dv, causal, scale)
+    key = (os.environ.get(cb.ENV), os.environ.get(cb.VARIANT_ENV), os.environ.get(cb.DQ_ENV),
+           torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale), offset, window_offset is None,
+           softcap, q.device.index, *(_layout(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)))
+    plan = _cuda_plans.get(key, False)
+    if plan is False:
+        plan = None
+        if (capability(q.device) or (0,))[0] == 9 and \
+                cb.constraints(grad_out, q, k, v, dk, dv, offset, window_offset is not None, softcap)[0] and \
+                cb.enabled(q.shape[-1], bool(causal), q.shape[0], k.shape[1], q.shape[2], k.shape[2]):
+            variant, mode = cb.pick_variant(), cb.dq_mode()
+            if mode == "atomic" and cb.VARIANTS[variant] != 2:
+                mode = "kernel"  # dQ in the pass takes two consumer warpgroups
+            if mode == "kernel" and not cb.dq_fits(dq, q):
+                mode = "triton"
+            plan = _CudaPlan(variant, mode)
+        if len(_cuda_plans) >= _CUDA_PLANS_MAX:
+            _cuda_plans.clear()
+        _cuda_plans[key] = plan
+    if plan is None:
+        return None, None
+    operands = (grad_out, q, k, v, lse)
+    if plan.mode == "atomic":
+        def dkdv_and_dq(delta):
+            acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+            plan.dkdv(cb, (*operands, delta, dk, dv), causal, scale, acc)
+            dq.copy_(acc)
+
+        return dkdv_and_dq, _dq_done
+    dkdv = lambda delta: plan.dkdv(cb, (*operands, delta, dk, dv), causal, scale)  # noqa: E731
+    if plan.mode == "kernel":
+        return dkdv, lambda delta: plan.dq(cb, (*operands, delta, dq), causal, scale)
+    return dkdv, None
 
 
-def _cuda_dq(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice):
-    """The sm_90a dQ kernel as the Triton backward's ``dq_launch``: with the dK / dV kernel's conditions and its own
-    switch (``TILEWRIGHT_CUDA_ATTN_BWD_DQ=1``; not yet run on a GPU); None (Triton's kernel) otherwise."""
-    if _cuda_dkdv(grad_out, q, k, v, lse, dk, dv, causal, scale, offset, window_offset, softcap, choice) is None:
-        return None
-    from ..cuda_fallback import attention_bwd_sm90 as cb
+class _CudaPlan:
+    """The CUDA backward of one call signature: the kernels' variant, the dQ mode, and their launches bound on
+    first use (runtime.launch.BoundCudaLaunch: later calls pass addresses only; a launch that cannot be bound goes
+    through the kernel module's launch each call)."""
 
-    if not cb.dq_enabled() or dq.stride(-1) != 1 or dq.data_ptr() % 4 or any(s % 2 for s in dq.stride()[:3]):
-        return None
-    return lambda delta: cb.launch_dq(grad_out, q, k, v, lse, delta, dq, causal, scale)
+    __slots__ = ("variant", "mode", "_dkdv", "_dq")
+
+    def __init__(self, variant: str, mode: str):
+        self.variant, self.mode = variant, mode
+        self._dkdv = self._dq = None
+
+    def dkdv(self, cb, tensors, causal, scale, dq_accum=None):
+        if self._dkdv is None:
+            self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum) or False
+        if self._dkdv:
+            self._dkdv(*(t.data_ptr() for t in tensors), *(() if dq_accum is None else (dq_accum.data_ptr(),)))
+        else:
+            cb.launch_dkdv(*tensors, causal, scale, self.variant, dq_accum=dq_accum, validate=False)
+
+    def dq(self, cb, tensors, causal, scale):
+        if self._dq is None:
+            self._dq = cb.bind_dq(*tensors, causal, scale) or False
+        if self._dq:
+            self._dq(*(t.data_ptr() for t in tensors))
+        else:
+            cb.launch_dq(*tensors, causal, scale, validate=False)
+
+
+def _dq_done(delta) -> None:
+    """dq_launch when the dK / dV pass wrote dq already."""
 
 
 @flash_attn_bwd_op.register_fake
@@ -400,7 +460,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         scale: score scale (default 1/sqrt(D)).
         return_lse: also return the natural-log LSE (B, Hq, Sq) in fp32 (-inf for a row with no visible key).
         backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16 with head dim 64/128/256
-            only - other head dims run in Triton; the backward runs in Triton).
+            only - other head dims run in Triton). The backward of a non-"triton" call on sm_90 runs the sm_90a
+            kernels where they take it and measured faster (head dim 128, causal head dim 64; top-left causal or
+            no mask, no soft cap or window), Triton's otherwise; ``TILEWRIGHT_CUDA_ATTN_BWD=0`` / ``1`` forces that
+            off / on. Its dQ is summed in a varying order (not bitwise reproducible) unless
+            ``torch.use_deterministic_algorithms(True)`` is on.
         causal_align: "top_left" (default, SDPA's convention) or "bottom_right" (flash-attn's for Sq != Skv: query
             i sees key j iff j <= i + Skv - Sq, so the last query sees every key - a chunk of new queries against a
             longer KV cache). With Sq > Skv the first Sq - Skv rows see no key: output 0, LSE -inf, zero gradients.

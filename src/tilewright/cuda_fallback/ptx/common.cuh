@@ -23,6 +23,16 @@ TW_DEVICE tw_u32 smem_u32(const void* p) {
   return r;
 }
 
+// Store 4 bytes at a 32-bit shared-window address (4-byte aligned).
+TW_DEVICE void st_shared_b32(tw_u32 addr, tw_u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// Store two fp32 values (8 bytes, 8-byte aligned) at a 32-bit shared-window address.
+TW_DEVICE void st_shared_v2_f32(tw_u32 addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
 // Pack two fp32 values into one bf16x2 register (round to nearest even); `lo` lands in the low half.
 TW_DEVICE tw_u32 pack_bf16x2(float lo, float hi) {
   tw_u32 r;

@@ -13,3 +13,4 @@ TW_DEVICE void st_global_v4_b32(void* ptr, tw_u32 a, tw_u32 b, tw_u32 c, tw_u32 
                "r"(d)
                : "memory");
 }
+

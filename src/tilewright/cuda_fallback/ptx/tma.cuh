@@ -96,6 +96,15 @@ TW_DEVICE void tma_store_4d(const TwTensorMap* map, tw_u32 src, int c0, int c1, 
                : "memory");
 }
 
+// Add smem `src` (fp32) element-wise into the box at (c0, c1, c2, c3) of the 4-D `map`; the L2 applies the adds, so
+// CTAs adding into the same box never wait on each other; elements outside the tensor are skipped. Joins the calling
+// thread's current bulk async-group (smem reusable after bulk_wait_group_read).
+TW_DEVICE void tma_reduce_add_4d(const TwTensorMap* map, tw_u32 src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+               ::"l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 // Close the calling thread's current bulk async-group (the TMA stores issued since the last commit).
 TW_DEVICE void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 

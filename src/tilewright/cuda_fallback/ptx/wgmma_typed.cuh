@@ -16,17 +16,18 @@ TW_DEVICE tw_u32 pack2(float lo, float hi) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// D(64 x N) (+)= A(64 x 16) B(16 x N), both from shared memory, both K-major (TRANS 0, 0). Templates on the width, so
-// `if constexpr` discards the wrappers of the other widths.
-template <int N>
+// D(64 x N) (+)= A(64 x 16) B(16 x N), both from shared memory; K-major by default (TRANS 0, 0), MN-major where
+// TRANS_A / TRANS_B is 1 (A stored (k, m), B stored (k, n): the backward's dQ = dS K reads dS^T and K so). Templates
+// on the width, so `if constexpr` discards the wrappers of the other widths.
+template <int N, int TRANS_A = 0, int TRANS_B = 0>
 TW_DEVICE void mma_ss(float (&d)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
   if constexpr (N == 128) {
-    if constexpr (TW_FP16) wgmma_m64n128k16_f16<0, 0>(d, da, db, scale_d);
-    else wgmma_m64n128k16_bf16<0, 0>(d, da, db, scale_d);
+    if constexpr (TW_FP16) wgmma_m64n128k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
+    else wgmma_m64n128k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
   } else {
     static_assert(N == 64, "SS widths 64 and 128");
-    if constexpr (TW_FP16) wgmma_m64n64k16_f16<0, 0>(d, da, db, scale_d);
-    else wgmma_m64n64k16_bf16<0, 0>(d, da, db, scale_d);
+    if constexpr (TW_FP16) wgmma_m64n64k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
+    else wgmma_m64n64k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
   }
 }
 
