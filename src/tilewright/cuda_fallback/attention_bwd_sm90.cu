@@ -136,8 +136,8 @@ TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group) {
 // tm_q / tm_do: maps over (D, Sq, Hq, B) with box (64, BM, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
 // (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dk, dv: (B, Hkv, Skv, D) with unit
 // last stride, element strides (b, h, s) given. tm_dq (TW_DQ_ATOMIC builds; unused otherwise): a map over the fp32
-// workspace (D, Sq, Hq, B), box (32, 64, 1, 1), 128B-swizzled, zeroed by the host; receives scale * dS K. group = Hq / Hkv. scale_log2 = scale * log2(e); dK is
-// scaled by `scale` at the end.
+// workspace (D, Sq, Hq, B), box (32, 64, 1, 1), 128B-swizzled, zeroed by the host; receives scale * dS K.
+// group = Hq / Hkv. scale_log2 = scale * log2(e); dK is scaled by `scale` at the end.
 extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,

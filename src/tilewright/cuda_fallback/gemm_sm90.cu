@@ -355,7 +355,8 @@ using namespace tw;
 // A: K-major -> map over (K, M) with box (64, BM); M-major -> map over (M, K) with box (64, 64), BM/64 boxes.
 // B: N-major -> map over (N, K) with box (64, 64), BN/64 boxes; K-major -> map over (K, N) with box (64, BN).
 // C: map over (N, M) with box (64, WM), 128B swizzle, BN/64 boxes per consumer tile.
-// bias: (N,) (read when TW_BIAS). res (read when TW_RES): element (r, n) at res[(r / res_period) * rs0 + (r % res_period) * rs1 + n * rs2], or null.
+// bias: (N,) (read when TW_BIAS). res (read when TW_RES): element (r, n) at
+// res[(r / res_period) * rs0 + (r % res_period) * rs1 + n * rs2], or null.
 // pair_tiles: 1 -> a CTA takes tiles in adjacent pairs (both consumers of a pingpong CTA work on neighbours).
 // TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
 extern "C" __global__ void __launch_bounds__(384, 1)
