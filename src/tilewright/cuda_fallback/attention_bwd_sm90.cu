@@ -1,4 +1,5 @@
-// Flash-attention BACKWARD, dK and dV, for Hopper (sm_90a): the key-block half of an FA3-style backward.
+// Flash-attention BACKWARD for Hopper (sm_90a): the key-block pass of an FA3-style backward (dK, dV and, in the
+// TW_DQ_ATOMIC builds, dQ's partial sums), and a deterministic query-block dQ kernel.
 //
 // One CTA = one BN-row key block of one (batch, kv head); grid (ceil(Skv / BN), Hkv, B). It walks every query block
 // (BM rows) of every query head of its GQA group that can see its keys and accumulates, in registers,
@@ -6,27 +7,32 @@
 // with P^T = exp2(S^T * scale_log2 - lse_log2) recomputed from S^T = K Q^T, and dS^T = P^T * (dP^T - delta),
 // dP^T = V dO^T. Computing the transposed products directly (keys as the wgmma M dimension) leaves P^T and dS^T
 // in the accumulator layout that the register-A operand of the next wgmma takes, so neither goes through shared
-// memory. delta = rowsum(dO * O) and dQ come from the Triton backward's preprocess and dQ kernels
+// memory for dK / dV. delta = rowsum(dO * O) comes from the Triton backward's preprocess kernel
 // (triton_kernels/attention.py); the LSE is the forward's (natural log, fp32 (B, Hq, Sq)).
 //
 //   WG0  producer: one thread issues TMA for K and V of this key block (once) and for Q and dO of each query block
-//        into a STAGES-deep ring (one full / empty mbarrier pair per stage).
-//   WG1.. consumers (TW_CONSUMERS = 1 or 2, 64 keys each): S^T and dP^T (SS wgmma, 64 x BM each), the elementwise
-//        P^T / dS^T in registers, then the two register-A wgmmas into dV and dK (64 x D each). Sequential per block.
-//        One consumer ("a") is the simplest schedule, the one measured on the device; two ("b") share each Q / dO
-//        load over a 128-key block and take the producer's registers (setmaxnreg 24 / 240); overlap comes next.
+//        into a STAGES-deep ring (one full / empty mbarrier pair per stage); with dQ in the pass, warp 1 is the dQ
+//        writer (TMA reduce-adds of the consumers' staged partials into an fp32 workspace).
+//   WG1.. consumers (TW_CONSUMERS = 1 or 2, 64 keys each): per query block, S^T then dP^T (SS wgmma, 64 x BM, two
+//        commit groups), P^T's exp2 while dP^T runs, dV += P^T dO issued, dS^T while it runs, dK += dS^T Q; with dQ
+//        in the pass, dS^T also goes to shared memory and dQ(64 x 64 columns a consumer) = dS K is staged for the
+//        writer. One consumer ("a") is the simplest schedule; two ("b", the default) share each Q / dO load over a
+//        128-key block and take the producer's registers (setmaxnreg 24 / 240).
 //
-// Registers (one consumer thread, hdim 128, BM 64): dK 64 + dV 64 + S^T 32 + dP^T 32 + packed P^T / dS^T 16 + 16.
+// Registers (one consumer thread, hdim 128, BM 64): dK 64 + dV 64 + S^T 32 + dP^T 32 + packed P^T / dS^T 16 + 16
+// (dQ's 32 take S^T's place once P^T is packed).
 // Masks: causal top-left (key j visible to query i iff j <= i; the host declines other alignments), the Sq tail
 // (query columns >= Sq get P = 0 through a +inf statistic: their Q / dO rows are TMA zero-fill, their LSE unread).
-// Keys >= Skv are zero-filled K / V rows; they only produce their own dK / dV rows, which the store masks.
+// Keys >= Skv are zero-filled K / V rows; they only produce their own dK / dV rows, which the store masks (and, with
+// dQ in the pass, get P = 0 so they add nothing to dQ).
 //
 // The second kernel of the file, tw_attn_bwd_dq_sm90, is the query-block half: one CTA per BM-row query block of
 // one (batch, query head) - the forward's structure with the backward's arithmetic. Q and dO stay resident, K and V
 // stream through the ring; S = Q K^T and dP = dO V^T (SS wgmma), P = exp2(S * scale_log2 - lse_log2) and
 // dS = P * (dP - delta) in registers (two rows a thread: their LSE and delta live in registers), then
 // dQ += dS K with dS as the register-A operand (K stored (key, d): MN-major B, as V is in the forward's P V). No
-// atomics: each CTA owns its dQ rows, so the result is deterministic.
+// atomics: each CTA owns its dQ rows, so the result is deterministic (the op uses it under
+// torch.use_deterministic_algorithms).
 #include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
 #include "ptx/math.cuh"
