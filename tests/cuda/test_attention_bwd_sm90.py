@@ -164,3 +164,43 @@ def test_the_op_layer_keeps_triton_off_the_gpu_and_for_a_non_positive_scale(monk
     assert ops_attention._cuda_backward(*args, "triton") == (None, None)
     assert ops_attention._cuda_backward(*args[:9], 0.0, *args[10:], "triton") == (None, None)
     assert ops_attention._cuda_backward(*args, "cuda", "triton") == (None, None)  # the caller asked for Triton
+
+
+def test_the_op_layer_plans_each_signature_once(monkeypatch):
+    """The op layer's decision on (fake) sm_90 CUDA tensors: dQ in the dK / dV pass by default, the dQ kernel under
+    torch.use_deterministic_algorithms or with one consumer, Triton's dQ for a dq the kernel cannot write, Triton's
+    whole backward for backend="triton" or a grid of too few CTAs; the constraints run once per signature."""
+    monkeypatch.setattr(ops_attention, "capability", lambda device: (9, 0))
+    monkeypatch.setattr(ops_attention, "_cuda_plans", {})
+    for name in (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV):
+        monkeypatch.delenv(name, raising=False)
+    checks = []
+    real = cb.constraints
+    monkeypatch.setattr(cb, "constraints", lambda *a, **kw: checks.append(1) or real(*a, **kw))
+    B, Hq, Hkv, S, D = 8, 16, 4, 2048, 128  # 16 x 4 x 8 = 512 CTAs
+    q, do, dq = (_t(B, Hq, S, D) for _ in range(3))
+    k, v, dk, dv = (_t(B, Hkv, S, D) for _ in range(4))
+    lse = torch.empty(B, Hq, S)
+
+    def plan(q=q, do=do, dq=dq, k=k, v=v, dk=dk, dv=dv, lse=lse, backend=None):
+        return ops_attention._cuda_backward(do, q, k, v, lse, dq, dk, dv, True, D ** -0.5, 0, None, 0.0, "cuda",
+                                            backend)
+
+    dkdv, dq_launch = plan()
+    assert callable(dkdv) and dq_launch is ops_attention._dq_done  # dQ written by the dK / dV pass
+    plan()
+    assert len(checks) == 1  # the same signature again: no second check
+    assert plan(backend="triton") == (None, None)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert plan()[1] not in (None, ops_attention._dq_done)  # the deterministic dQ kernel
+    finally:
+        torch.use_deterministic_algorithms(False)
+    monkeypatch.setenv(cb.VARIANT_ENV, "a")  # one consumer warpgroup: no dQ in the pass
+    assert plan()[1] not in (None, ops_attention._dq_done)
+    monkeypatch.setenv(cb.DQ_ENV, "kernel")
+    assert plan(dq=_t(B, Hq, S, 2 * D)[..., ::2])[1] is None  # a dq the dQ kernel cannot write: Triton's dQ
+    small = dict(q=_t(1, Hq, 512, D), do=_t(1, Hq, 512, D), dq=_t(1, Hq, 512, D), lse=torch.empty(1, Hq, 512),
+                 **{n: _t(1, Hkv, 512, D) for n in ("k", "v", "dk", "dv")})
+    monkeypatch.delenv(cb.VARIANT_ENV)
+    assert plan(**small) == (None, None)  # 4 x 4 x 1 = 16 CTAs: Triton's backward
