@@ -34,6 +34,11 @@ def test_argument_errors_exit_2_naming_the_flag(argv, message, capsys):
     assert e.value.code == 2 and message in err and argv[1] in err
 
 
+def test_build_check_unknown_kernel_names_it(capsys):
+    assert cli.main(["build-check", "--kernel", "nope.cu"]) == 2
+    assert "no kernel source ['nope.cu']" in _one_line(capsys.readouterr().err)
+
+
 def test_bench_unknown_suite_names_the_flag_and_the_suites(capsys):
     assert cli.main(["bench", "--op", "gemm", "--suite", "bogus"]) == 2
     err = _one_line(capsys.readouterr().err)

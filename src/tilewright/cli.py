@@ -433,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_info)
     p = sub.add_parser("build-check", help="compile every CUDA kernel for an arch and check its SASS")
     p.add_argument("--arch", default="sm_90a", choices=["sm_90a", "sm_100a", "sm_120a"])
+    p.add_argument("--kernel", action="append", metavar="SOURCE",
+                   help="check only this kernel source, e.g. attention_bwd_sm90.cu (repeatable; default: all)")
     p.set_defaults(fn=_build_check)
     from .tools.diag import KERNELS, WHAT
 

@@ -35,9 +35,12 @@ def test_build_check_sm90a_passes(cache):
 
 @needs_compiler
 def test_build_check_cli_exit_code(cache, capsys):
-    assert build_check.main_build_check(types.SimpleNamespace(arch=["sm_90a"])) == 0
+    # one kernel (the whole sm_90a set is test_build_check_sm90a_passes'): its rows only, the others not listed
+    assert build_check.main_build_check(types.SimpleNamespace(arch=["sm_90a"], kernel=["gemm_sm90.cu"])) == 0
     out = capsys.readouterr().out
-    assert "sm_90a: ok" in out and "HGMMA" in out
+    assert "sm_90a: ok" in out and "HGMMA" in out and "gemm_sm90.cu" in out and "attention_sm90.cu" not in out
+    assert build_check.main_build_check(types.SimpleNamespace(arch=["sm_90a"], kernel=["nope.cu"])) == 2
+    assert "no kernel source ['nope.cu']" in capsys.readouterr().err
 
 
 def test_build_check_other_arch_is_skipped_not_failed():

@@ -141,16 +141,22 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main_build_check(args) -> int:
-    """CLI body: ``args.arch`` is one arch or a list (e.g. ``["sm_90a", "sm_100a"]``); prints a table per arch and
-    returns the exit code (0 when every build passed)."""
+    """CLI body: ``args.arch`` is one arch or a list (e.g. ``["sm_90a", "sm_100a"]``), ``args.kernel`` (optional) the
+    kernel sources to check (default: all); prints a table per arch and returns the exit code (0 when every build
+    passed, 2 for a kernel name that is not a source)."""
     archs = getattr(args, "arch", None) or ["sm_90a"]
     if isinstance(archs, str):
         archs = [archs]
+    only = tuple(getattr(args, "kernel", None) or ()) or None
     tc = build.toolchain()
     print(f"toolchain: {tc or 'none found'}; cache: {build.cache_dir()}")
     all_ok = True
     for arch in archs:
-        rows, ok = build_check(arch)
+        try:
+            rows, ok = build_check(arch, only=only)
+        except ValueError as e:
+            print(f"build-check: {e}", file=sys.stderr)
+            return 2
         print(f"\n== {arch}: {'ok' if ok else 'FAILED'}")
         print(format_table(rows))
         all_ok = all_ok and ok
