@@ -36,11 +36,12 @@ def is_recording() -> bool:
 
 def tensor_signature(t):
     """What a recorded (bound) launch depends on in one tensor argument besides its address (None stays None):
-    shape, strides, dtype, device, and the 16 / 128-byte alignment Triton specializes on and TMA needs."""
+    shape, strides, dtype, device, and the alignment: the address mod 16 (TMA needs 16-byte bases, Triton specializes
+    on them, the CUDA kernels' paired stores need 4-byte ones) and whether it is 128-byte aligned."""
     if t is None:
         return None
     ptr = t.data_ptr()
-    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16 == 0, ptr % 128 == 0)
+    return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16, ptr % 128 == 0)
 
 
 def record(bound, roles: dict) -> None:

@@ -32,6 +32,7 @@ import torch
 
 from . import backends
 from ._env import capability, read_env
+from ._record import tensor_signature
 from .backends import BACKENDS, Backend
 
 _local = threading.local()
@@ -191,10 +192,8 @@ def _environment() -> tuple[tuple[str, ...], tuple[bytes, ...]]:
 
 
 def _tensor_signature(t):
-    if not isinstance(t, torch.Tensor):
-        return t
-    ptr = t.data_ptr()  # TMA needs 16-byte aligned bases; the kernels' fast paths look at 128-byte alignment
-    return (t.shape, t.stride(), t.dtype, t.device, ptr % 16 == 0, ptr % 128 == 0)
+    """A decision-key entry: a tensor's :func:`_record.tensor_signature`, anything else as it is."""
+    return tensor_signature(t) if isinstance(t, torch.Tensor) else t
 
 
 def decide(op: str, *tensors, backend: str | None = None) -> Decision:

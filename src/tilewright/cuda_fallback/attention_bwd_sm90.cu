@@ -301,21 +301,9 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // S^T = K Q^T, then dP^T = V dO^T: D/16 k-steps each over the head dim, one commit group each, so that P^T's
       // exp2 runs while dP^T is still in the tensor cores, and dS^T while dV's product is.
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const tw_u32 chunk = (kk % 4) * 32;  // 16 head-dim columns (32 bytes) into their 128-byte chunk
-        const tw_u64 da = wgmma_desc_sw128(sbase + K_OFF + (kk / 4) * BN * 128 + kv_c + chunk, 16, 1024);
-        const tw_u64 db = wgmma_desc_sw128(sq + (kk / 4) * BM * 128 + chunk, 16, 1024);
-        mma_ss<BM>(s_acc, da, db, kk != 0);
-      }
+      mma_ss_head_dim<BM, D>(s_acc, sbase + K_OFF + kv_c, BN * 128, sq, BM * 128);
       wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const tw_u32 chunk = (kk % 4) * 32;
-        const tw_u64 da = wgmma_desc_sw128(sbase + V_OFF + (kk / 4) * BN * 128 + kv_c + chunk, 16, 1024);
-        const tw_u64 db = wgmma_desc_sw128(sdo + (kk / 4) * BM * 128 + chunk, 16, 1024);
-        mma_ss<BM>(dp_acc, da, db, kk != 0);
-      }
+      mma_ss_head_dim<BM, D>(dp_acc, sbase + V_OFF + kv_c, BN * 128, sdo, BM * 128);
       wgmma_commit();
 
       float* stat_buf = stats + (step & 1) * 2 * BM;
@@ -583,18 +571,8 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       mbar_wait(full + 8 * s, phase);
       // S = Q K^T and dP = dO V^T: D/16 k-steps each over the head dim, one commit group for both.
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const tw_u32 chunk = (kk % 4) * 32;  // 16 head-dim columns (32 bytes) into their 128-byte chunk
-        mma_ss<BN>(s_acc, wgmma_desc_sw128(sbase + Q_OFF + (kk / 4) * BM * 128 + chunk, 16, 1024),
-                   wgmma_desc_sw128(sk + (kk / 4) * BN * 128 + chunk, 16, 1024), kk != 0);
-      }
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const tw_u32 chunk = (kk % 4) * 32;
-        mma_ss<BN>(dp_acc, wgmma_desc_sw128(sbase + DO_OFF + (kk / 4) * BM * 128 + chunk, 16, 1024),
-                   wgmma_desc_sw128(sv + (kk / 4) * BN * 128 + chunk, 16, 1024), kk != 0);
-      }
+      mma_ss_head_dim<BN, D>(s_acc, sbase + Q_OFF, BM * 128, sk, BN * 128);
+      mma_ss_head_dim<BN, D>(dp_acc, sbase + DO_OFF, BM * 128, sv, BN * 128);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_reg_fence(s_acc);

@@ -225,14 +225,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     };
 
     // Issue S = Q K^T for the K block at smem `sk` (D/16 k-steps; scale_d = 0 on the first overwrites S).
-    auto issue_qk = [&](tw_u32 sk) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const tw_u64 da = wgmma_desc_sw128(sq_c + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024);
-        const tw_u64 db = wgmma_desc_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024);
-        mma_ss<BN>(s_acc, da, db, kk != 0);
-      }
-    };
+    auto issue_qk = [&](tw_u32 sk) { mma_ss_head_dim<BN, D>(s_acc, sq_c, BM * 128, sk, BN * 128); };
     // Issue O += P V for the V block at smem `sv`: BN/16 k-steps over keys; k-step kk takes P columns 16kk..16kk+15,
     // which are accumulator chunks 2kk and 2kk+1 -> A fragment {p[4kk], p[4kk+1], p[4kk+2], p[4kk+3]} (rows g / g+8
     // of columns 2t.., then rows g / g+8 of columns 8+2t..). V descriptor: 16 key rows (16 * 128 B) per k-step,

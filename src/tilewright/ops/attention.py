@@ -40,6 +40,7 @@ import torch
 
 from .. import router
 from .._env import capability
+from .._record import tensor_signature
 from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
@@ -186,10 +187,6 @@ _cuda_plans: dict = {}
 _CUDA_PLANS_MAX = 1024
 
 
-def _layout(t: torch.Tensor) -> tuple:
-    return t.shape, t.stride(), t.dtype, t.data_ptr() % 16
-
-
 def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
                    backend=None):
     """The sm_90a backward kernels as the Triton backward's ``(dkdv_launch, dq_launch)`` where they take the call
@@ -203,7 +200,7 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
 
     key = (os.environ.get(cb.ENV), os.environ.get(cb.VARIANT_ENV), os.environ.get(cb.DQ_ENV),
            torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale), offset, window_offset is None,
-           softcap, q.device.index, *(_layout(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)))
+           softcap, *(tensor_signature(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)))
     plan = _cuda_plans.get(key, False)
     if plan is False:
         plan = None
@@ -215,7 +212,7 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
                 mode = "kernel"  # dQ in the pass takes two consumer warpgroups
             if mode == "kernel" and not cb.dq_fits(dq, q):
                 mode = "triton"
-            plan = _CudaPlan(variant, mode)
+            plan = _CudaPlan(cb, variant, mode)
         if len(_cuda_plans) >= _CUDA_PLANS_MAX:
             _cuda_plans.clear()
         _cuda_plans[key] = plan
@@ -225,13 +222,13 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
     if plan.mode == "atomic":
         def dkdv_and_dq(delta):
             acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
-            plan.dkdv(cb, (*operands, delta, dk, dv), causal, scale, acc)
+            plan.dkdv((*operands, delta, dk, dv), causal, scale, acc)
             dq.copy_(acc)
 
         return dkdv_and_dq, _dq_done
-    dkdv = lambda delta: plan.dkdv(cb, (*operands, delta, dk, dv), causal, scale)  # noqa: E731
+    dkdv = lambda delta: plan.dkdv((*operands, delta, dk, dv), causal, scale)  # noqa: E731
     if plan.mode == "kernel":
-        return dkdv, lambda delta: plan.dq(cb, (*operands, delta, dq), causal, scale)
+        return dkdv, lambda delta: plan.dq((*operands, delta, dq), causal, scale)
     return dkdv, None
 
 
@@ -240,13 +237,14 @@ class _CudaPlan:
     first use (runtime.launch.BoundCudaLaunch: later calls pass addresses only; a launch that cannot be bound goes
     through the kernel module's launch each call)."""
 
-    __slots__ = ("variant", "mode", "_dkdv", "_dq")
+    __slots__ = ("_cb", "variant", "mode", "_dkdv", "_dq")
 
-    def __init__(self, variant: str, mode: str):
-        self.variant, self.mode = variant, mode
+    def __init__(self, cb, variant: str, mode: str):
+        self._cb, self.variant, self.mode = cb, variant, mode  # cb: the kernels' host module, attention_bwd_sm90
         self._dkdv = self._dq = None
 
-    def dkdv(self, cb, tensors, causal, scale, dq_accum=None):
+    def dkdv(self, tensors, causal, scale, dq_accum=None):
+        cb = self._cb
         if self._dkdv is None:
             self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum) or False
         if self._dkdv:
@@ -254,7 +252,8 @@ class _CudaPlan:
         else:
             cb.launch_dkdv(*tensors, causal, scale, self.variant, dq_accum=dq_accum, validate=False)
 
-    def dq(self, cb, tensors, causal, scale):
+    def dq(self, tensors, causal, scale):
+        cb = self._cb
         if self._dq is None:
             self._dq = cb.bind_dq(*tensors, causal, scale) or False
         if self._dq:

@@ -31,6 +31,20 @@ TW_DEVICE void mma_ss(float (&d)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
   }
 }
 
+// D(64 x N) = A(64 x DIM) B(N x DIM)^T over a head dim of DIM, both operands K-major in shared memory as DIM / 64
+// chunks of 64 columns (rows of 128 bytes, 128B-swizzled, one TMA box each): A's chunk j at a + j * a_chunk, B's at
+// b + j * b_chunk. A k-step (16 columns) starts 32 bytes further into its chunk; the first overwrites D. The
+// attention kernels' S = Q K^T (forward, dQ) and S^T = K Q^T, dP^T = V dO^T (dK / dV).
+template <int N, int DIM>
+TW_DEVICE void mma_ss_head_dim(float (&d)[N / 2], tw_u32 a, tw_u32 a_chunk, tw_u32 b, tw_u32 b_chunk) {
+#pragma unroll
+  for (int kk = 0; kk < DIM / 16; ++kk) {
+    const tw_u32 in_chunk = (kk % 4) * 32;
+    mma_ss<N>(d, wgmma_desc_sw128(a + ((kk / 4) * a_chunk + in_chunk), 16, 1024),
+              wgmma_desc_sw128(b + ((kk / 4) * b_chunk + in_chunk), 16, 1024), kk != 0);
+  }
+}
+
 // D(64 x N) += A(64 x 16, registers) B(16 x N, shared memory) with B stored N-contiguous ((k, n) row-major: MN-major
 // for a B operand), hence TRANS_B = 1 - V in the forward's P V, dO and Q in the backward's dV / dK.
 template <int N>
