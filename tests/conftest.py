@@ -1,6 +1,8 @@
 """Test tiers by marker, not by folder: `interpreter` tests run Triton kernels on the CPU; `gpu` tests need CUDA (run on
 the device) and skip without it. Files mirror the source: tests/test_<op>.py, tests/cuda/test_<family>.py.
 
+The ATen route of small eager calls (ops/_aten.py) is off in tests unless set (below).
+
 Two opt-in modes of the GPU tier (scripts/gpu_verify.sh turns both on): ``--stress`` runs the 10,000-launch checks
 (randomized and repeated launches: the persistent-kernel bug class that is fine once and wrong after many runs), and
 ``--sanitizer`` runs small launches under compute-sanitizer in a subprocess. Without the option those tests skip and
@@ -14,6 +16,9 @@ import shutil
 
 if "TRITON_INTERPRET" not in os.environ:
     os.environ["TRITON_INTERPRET"] = "0" if shutil.which("nvidia-smi") else "1"
+# Small eager calls on CUDA tensors go to ATen's ops by default (ops/_aten.py); the tests are of tilewright's kernels
+# at small shapes, so the route is off unless a test turns it on (tests/test_aten_route.py does).
+os.environ.setdefault("TILEWRIGHT_ATEN_BELOW", "0")
 
 import dataclasses  # noqa: E402
 import subprocess  # noqa: E402

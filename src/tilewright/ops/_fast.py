@@ -29,6 +29,7 @@ import torch
 from .. import backends, router
 from .._env import interpreting, read_env
 from ..autotune import cache
+from . import _aten
 from .._record import is_recording, record, recording, tensor_signature
 from ._eager import _PLAIN, traced
 
@@ -74,12 +75,12 @@ sig = tensor_signature  # what a replay depends on in one tensor argument (None 
 
 def state() -> tuple:
     """Process state every op's full path reads besides its arguments: the router's and the records' environment
-    switches, TILEWRIGHT_AUTOTUNE, the tuning cache generation, the router's epoch (``router.invalidate()`` bumps it),
-    the backends' readiness epoch (a CUDA family disabled after a failed launch stops replaying), a forced backend
-    (``use_backend``), the current device."""
+    switches, TILEWRIGHT_AUTOTUNE, the ATen route's limit (ops/_aten.py), the tuning cache generation, the router's
+    epoch (``router.invalidate()`` bumps it), the backends' readiness epoch (a CUDA family disabled after a failed
+    launch stops replaying), a forced backend (``use_backend``), the current device."""
     global _env_names
     if _env_names is None:
-        names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE")
+        names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE", _aten.ENV)
         _env_names = (names, tuple(n.encode() for n in names))
     return (read_env(*_env_names), cache.generation, router.epoch, backends.readiness_epoch,
             getattr(router._local, "backend", None), torch._C._cuda_getDevice())

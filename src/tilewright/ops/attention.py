@@ -45,7 +45,7 @@ from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
 from ._checks import check_backend, check_choice, check_same_device, check_same_dtype, check_tensor
-from . import _fast
+from . import _aten, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 
 HEAD_DIMS_TEXT = (f"head dims that are multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} "
@@ -486,6 +486,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         key = _replay_key(q, k, v, causal, scale, backend, causal_align, softcap)
     if key is not None:
         replay = _replays.get(key)
+        if type(replay) is _aten.AtenAttention:
+            if not return_lse:
+                return replay(q, k, v)
+            key = replay = None  # SDPA has no LSE output: the kernels, without replacing the ATen route
         if replay is not None:
             out, lse = _replayed(replay, q, k, v, causal, scale, backend, causal_align == "bottom_right",
                                  float(softcap or 0.0))
@@ -503,6 +507,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             out, lse = _replayed(replay, q, k, v, causal, scale, backend, causal_align == "bottom_right", softcap,
                                  window)
             return (out, lse) if return_lse else out
+    if key is not None and not return_lse:
+        # a small eager call: SDPA, decided once per signature (ops/_aten.py)
+        aten = _aten.attention(q, k, v, bool(causal), scale, backend, bottom_right=causal_align == "bottom_right",
+                               softcap=softcap, window=window)
+        if aten is not None:
+            _fast.store(_replays, key, aten)
+            return aten(q, k, v)
     out, lse = _forward(key, q, k, v, bool(causal), scale, backend, causal_align == "bottom_right", softcap, window)
     return (out, lse) if return_lse else out
 
@@ -523,6 +534,8 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         replay_key = _replay_key(query, key, value, is_causal, scale, None, "sdpa", enable_gqa)
         if replay_key is not None:
             replay = _replays.get(replay_key)
+            if type(replay) is _aten.AtenAttention:
+                return replay(query, key, value)
             if replay is not None:
                 return _replayed(replay, query, key, value, is_causal, scale, None)[0]
     if attn_mask is not None:
@@ -549,5 +562,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                          "for grouped-query attention")
     _check(query, key, value, names)
     scale = _check_scale(scale, query.shape[-1])
+    if replay_key is not None:
+        aten = _aten.attention(query, key, value, bool(is_causal), scale, None)
+        if aten is not None:
+            _fast.store(_replays, replay_key, aten)
+            return aten(query, key, value)
     out, _ = _forward(replay_key, query, key, value, bool(is_causal), scale, None)
     return out.squeeze(0) if squeeze else out

@@ -23,7 +23,7 @@ from .._record import record
 from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
                       check_same_dtype, check_tensor, contiguous_vector, dense_grad)
-from . import _fast
+from . import _aten, _fast
 from ._eager import _PLAIN, call_checked, call_op, register_fast_dispatch, traced
 
 
@@ -267,12 +267,15 @@ def _replay_key(a, b, bias, residual, activation, out_dtype, backend, entry: str
 
 
 def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text, key=(),
-          replay=None):
+          replay=None, weight=None):
     """matmul/linear after argument parsing; ``key``/``replay``: the caller's replay key and its hit, if it looked
-    them up itself (linear keys on the weight, saving the transpose on a hit)."""
+    them up itself (linear keys on the weight, saving the transpose on a hit); ``weight``: linear's (N, K) weight
+    (``b`` is its transpose), None for matmul."""
     if key == ():
         key = _replay_key(a, b, bias, residual, activation, out_dtype, backend)
         replay = None if key is None else _replays.get(key)
+        if type(replay) is _aten.AtenGemm:
+            return replay(a, b, bias, residual)
     needs_grad = key[-2] if key is not None else None
     if replay is not None and not needs_grad:
         return replay(a.device, a, b, bias, residual)[0]
@@ -282,6 +285,13 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     out_shape = (*a.shape[:-1], N)
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
     res3 = None if residual is None else _residual_3d(residual, out_shape)
+    if key is not None and replay is None:
+        # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
+        aten = _aten.gemm(weight is not None, a, b if weight is None else weight, bias, residual, activation,
+                          out_dtype, backend, needs_grad)
+        if aten is not None:
+            _fast.store(_replays, key, aten)
+            return aten(a, b if weight is None else weight, bias, residual)
     if needs_grad is None:
         needs_grad = _needs_grad(a, b, bias, residual)
     save_preact = activation is not None and needs_grad
@@ -361,11 +371,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     # the replay key holds the weight, not its transpose (same address, strides swapped): a hit skips the .t()
     key = _replay_key(x, weight, bias, residual, activation, None, backend, "linear")
     replay = None if key is None else _replays.get(key)
-    if replay is not None and not key[-2]:
-        return replay(x.device, x, weight, bias, residual)[0]
+    if replay is not None:
+        if type(replay) is _aten.AtenGemm:
+            return replay(x, weight, bias, residual)
+        if not key[-2]:
+            return replay(x.device, x, weight, bias, residual)[0]
     if isinstance(weight, torch.Tensor) and weight.dim() == 2:
         b = weight.t()
     else:
         check_tensor("weight", weight, dims=(2,))
         b = weight
-    return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)", key, replay)
+    return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)", key, replay, weight)

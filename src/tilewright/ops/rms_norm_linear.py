@@ -28,7 +28,7 @@ from .. import router
 from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
                       contiguous_vector, dense_grad)
-from . import _fast
+from . import _aten, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import plain_gemm
 
@@ -194,14 +194,17 @@ _replays = _fast.new_cache()
 
 
 def _replay_key(x, norm_weight, weight, bias, eps, backend):
-    """The eager replay key of a call (ops/_fast.py), or None when it may not replay. Autograd recording is not in
-    it: the forward launch is the same (it always stores the rstd the backward reads)."""
+    """The eager replay key of a call (ops/_fast.py), or None when it may not replay. Whether autograd records is
+    its second-to-last entry: the forward launch is the same either way (it always stores the rstd the backward
+    reads), but the ATen route (ops/_aten.py) is taken only by calls that record."""
     if not (type(eps) is float and type(backend) in (str, type(None))):
         return None
     if not _fast.eligible(x, norm_weight, weight, bias):
         return None
     sig = _fast.sig
-    return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend, _fast.state())
+    records = torch.is_grad_enabled() and (x.requires_grad or norm_weight.requires_grad or weight.requires_grad
+                                           or (bias is not None and bias.requires_grad))
+    return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend, records, _fast.state())
 
 
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
@@ -230,9 +233,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     key = _replay_key(x, norm_weight, weight, bias, eps, backend)
     if key is not None:
         replay = _replays.get(key)
+        if type(replay) is _aten.AtenRmsNormLinear:
+            return replay(x, norm_weight, weight, bias)
         if replay is not None:
-            if torch.is_grad_enabled() and (x.requires_grad or norm_weight.requires_grad or weight.requires_grad
-                                            or (bias is not None and bias.requires_grad)):
+            if key[-2]:  # autograd records
                 x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
                 y = call_checked(rms_norm_linear_op, replay.impl(4), True, x2, norm_weight, weight, bias, eps,
                                  backend)[0]
@@ -259,6 +263,12 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         if bias.shape[0] != N:
             raise ValueError(f"bias: expected shape ({N},) with N = weight.shape[0], got {tuple(bias.shape)}")
     eps = _check_eps(eps)
+    if key is not None:
+        # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
+        aten = _aten.rms_norm_linear(x, weight, eps, backend, key[-2])
+        if aten is not None:
+            _fast.store(_replays, key, aten)
+            return aten(x, norm_weight, weight, bias)
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
 
     def call():

@@ -1,0 +1,170 @@
+"""Host-bound calls served by ATen's own ops: small eager calls go to cuBLAS / SDPA / torch's RMSNorm, fused where one
+ATen call can fuse them.
+
+Why: below a few tens of GFLOP a call's GPU work is shorter than its host work, and then the host is the step's
+clock. A tilewright op is a Python function with a Python autograd node; the ATen op it stands for is C++ on both
+sides. Measured on the H100 host (perf/LOG.md, session 12): the Llama layer at B 1 x S 512 (every GEMM 6-24 GFLOP,
+attention 1 GFLOP) spent 1.35-1.64 ms of host in its forward with autograd recording and 2.9-3.5 ms in
+``backward()``, against torch's 0.88-1.21 and 1.84-1.92 ms for the same layer: GPU time was never the limit (the
+synced step took host time + 1-2%). Kernel speed cannot win there; launching less can.
+
+What runs instead (eager calls on CUDA tensors whose work is under :func:`limit` FLOPs, nothing forced; the GEMM
+family only when autograd records):
+
+* ``linear`` / ``matmul``: ``F.linear`` / ``torch.matmul``; a residual with no activation becomes the ``C`` operand
+  of one ``torch.addmm`` (beta = 1: cuBLAS adds it to the fp32 product before the one rounding, as the fused kernel
+  does) - one op and one autograd node where torch's ``F.linear(x, w) + r`` makes two. With an activation:
+  ``F.linear``, the activation, the add.
+* ``rms_norm_linear``: ``F.linear(F.rms_norm(x, ...), weight, bias)``.
+* ``flash_attention`` / ``scaled_dot_product_attention`` without soft-capping, a window, bottom-right alignment
+  (when Sq != Skv), a different value head dim or the LSE output: ``F.scaled_dot_product_attention``.
+
+Autograd records ATen's own C++ nodes. Why the GEMM family keeps its kernels when autograd does not record
+(measured, H100 host, same process): without a graph to record, a replayed call is one launch - cheaper on the host
+than ``rms_norm`` + ``linear``, or than ``addmm`` with a full C, which ATen copies into the output before the GEMM -
+and the Llama layer's B 1 x S 512 inference forward ran 0.507 ms on the kernels, 0.684 ms on the route (torch 0.529).
+Attention takes the route either way: one op each, and SDPA was faster on small problems (the ViT-L block's B 1 x
+S 512 inference forward, attention 1 GFLOP at head dim 64: 1.06x torch on the route, 0.72x on the kernels).
+
+Nothing changes for a call over the limit, a traced call (torch.compile keeps the custom ops), a forced backend
+(``backend=``, ``use_backend``, ``TILEWRIGHT_BACKEND``) or an input ATen would promote (a residual of another dtype,
+an ``out_dtype``). The decision is made once per call signature and kept in the op's replay cache under the same key
+(ops/_fast.py), so a hit costs what a replay's lookup costs. Inputs are checked by the op's own checks on that first
+call, as on the kernels' path: a bad argument raises the same error naming it.
+
+``TILEWRIGHT_ATEN_BELOW``: the limit in FLOPs (default 2^35, ~50 us of tensor-core work on an H100, where any kernel
+gap to cuBLAS - a few percent - is far below the ~50 us of host per call the ATen route saves); ``0`` turns the route
+off (the test suite does, so its kernel tests reach the kernels).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+from .. import router
+
+ENV = "TILEWRIGHT_ATEN_BELOW"
+DEFAULT_LIMIT = 2.0 ** 35
+
+_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def limit() -> float:
+    """FLOPs below which a call goes to ATen (``TILEWRIGHT_ATEN_BELOW``; 0 or less: never). Read on a replay-cache
+    miss only: the variable is part of every replay key (ops/_fast.state)."""
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return DEFAULT_LIMIT
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV}: expected a number of FLOPs (e.g. 3.4e10, or 0 to turn the route off), got "
+                         f"{raw!r}") from None
+
+
+def _takes(backend, flops: float) -> bool:
+    return backend is None and router._forced()[0] is None and flops < limit()
+
+
+class AtenGemm:
+    """``linear`` / ``matmul`` of one signature through ATen; called with the public function's tensors (``b`` in
+    the caller's layout: the (N, K) weight for ``linear``, (K, N) for ``matmul``)."""
+
+    __slots__ = ("_activation", "_addmm_residual", "_is_linear", "_out_shape")
+
+    def __init__(self, is_linear: bool, activation, addmm_residual: bool, out_shape: tuple):
+        self._is_linear = is_linear
+        self._activation = None if activation is None else _ACTIVATIONS[activation]
+        self._addmm_residual = addmm_residual  # residual as addmm's C (no activation, broadcastable to (M, N))
+        self._out_shape = out_shape
+
+    def __call__(self, a, b, bias, residual):
+        if self._addmm_residual:
+            w = b.t() if self._is_linear else b
+            c = residual if residual.dim() <= 2 else residual.view(-1, residual.shape[-1])
+            y = torch.addmm(c, a.reshape(-1, a.shape[-1]), w).view(self._out_shape)
+            return y if bias is None else y + bias
+        if self._is_linear:
+            z = F.linear(a, b, bias)
+        else:
+            z = torch.matmul(a, b) if bias is None else torch.matmul(a, b) + bias
+        if self._activation is not None:
+            z = self._activation(z)
+        return z if residual is None else z + residual
+
+
+def gemm(is_linear: bool, a, b, bias, residual, activation, out_dtype, backend,
+         records_grad: bool) -> AtenGemm | None:
+    """The ATen route of a checked ``linear`` (``b``: the (N, K) weight) / ``matmul`` call, or None when the call
+    stays on tilewright's kernels: always when autograd does not record (see the module's docstring)."""
+    N = b.shape[0] if is_linear else b.shape[1]
+    K = a.shape[-1]
+    M = math.prod(a.shape[:-1])
+    if not records_grad or not _takes(backend, 2.0 * M * N * K):
+        return None
+    if out_dtype not in (None, a.dtype) or (residual is not None and residual.dtype != a.dtype):
+        return None  # ATen would promote where the op rounds to a's dtype
+    out_shape = (*a.shape[:-1], N)
+    # the residual as addmm's C: a row it broadcasts over the M rows - (N,), (1, N) - or a full (M, N) matrix, in 2-D
+    # form or as the whole output's shape (reshaped to 2-D at no cost when contiguous); other broadcasts (a pos_embed
+    # over a batch) take the add after the GEMM
+    addmm_residual = residual is not None and activation is None and M > 0 and (
+        residual.dim() == 1 or (residual.dim() == 2 and residual.shape[0] in (1, M))
+        or (tuple(residual.shape) == out_shape and residual.is_contiguous()))
+    return AtenGemm(is_linear, activation, addmm_residual, out_shape)
+
+
+class AtenRmsNormLinear:
+    """``rms_norm_linear`` of one signature through ATen."""
+
+    __slots__ = ("_eps",)
+
+    def __init__(self, eps: float):
+        self._eps = eps
+
+    def __call__(self, x, norm_weight, weight, bias):
+        return F.linear(F.rms_norm(x, (x.shape[-1],), norm_weight, self._eps), weight, bias)
+
+
+def rms_norm_linear(x, weight, eps: float, backend, records_grad: bool) -> AtenRmsNormLinear | None:
+    """The ATen route of a checked ``rms_norm_linear`` call, or None (always when autograd does not record)."""
+    flops = 2.0 * math.prod(x.shape[:-1]) * x.shape[-1] * weight.shape[0]
+    return AtenRmsNormLinear(eps) if records_grad and _takes(backend, flops) else None
+
+
+class AtenAttention:
+    """Attention of one signature through ``F.scaled_dot_product_attention`` (its backend choice: cuDNN or
+    FlashAttention-2 for these shapes)."""
+
+    __slots__ = ("_causal", "_gqa", "_scale")
+
+    def __init__(self, causal: bool, scale: float | None, gqa: bool):
+        self._causal, self._scale, self._gqa = causal, scale, gqa
+
+    def __call__(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self._causal, scale=self._scale,
+                                              enable_gqa=self._gqa)
+
+
+def attention(q, k, v, causal: bool, scale: float | None, backend, *, bottom_right: bool = False,
+              softcap: float = 0.0, window=(-1, -1)) -> AtenAttention | None:
+    """The ATen route of a checked 4-D attention call, or None: the options SDPA has (a causal mask aligned top-left
+    - or either way when Sq == Skv -, a scale, grouped K/V) and one head dim for q, k and v."""
+    B, Hq, Sq, D = q.shape
+    Skv = k.shape[2]
+    if softcap or tuple(window) != (-1, -1) or v.shape[-1] != D or (causal and bottom_right and Sq != Skv):
+        return None
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    flops = 4.0 * B * Hq * Sq * Skv * D * (0.5 if causal else 1.0)
+    if not _takes(backend, flops):
+        return None
+    return AtenAttention(bool(causal), scale, Hq != k.shape[1])

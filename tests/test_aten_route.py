@@ -1,0 +1,264 @@
+"""The ATen route of small eager calls (ops/_aten.py): which calls take it, that they compute what the ATen ops they
+stand for compute (values and gradients), and that nothing else does.
+
+CPU tier: the route needs a replay key, i.e. an eligible CUDA call; the tests make CPU tensors eligible (and the
+current device 0) so the decision, the cache and the ATen formulas run here. The GPU tests at the end run the real
+thing on CUDA tensors.
+"""
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilewright
+from tilewright import router
+from tilewright.ops import _aten, _fast
+
+# (the package exports functions of the modules' names)
+attention_ops = importlib.import_module("tilewright.ops.attention")
+gemm_ops = importlib.import_module("tilewright.ops.gemm")
+rms_ops = importlib.import_module("tilewright.ops.rms_norm_linear")
+
+
+@pytest.fixture
+def route(monkeypatch):
+    """The route on (default limit) for CPU tensors; replay caches empty before and after."""
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    monkeypatch.setattr(_fast, "eligible", lambda *tensors: True)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    _fast.invalidate()
+    yield monkeypatch
+    _fast.invalidate()
+
+
+def _no_kernels(monkeypatch):
+    """Make every kernel launch of the ops fail loudly: a call that takes the ATen route never reaches one."""
+    def boom(*args, **kwargs):
+        raise AssertionError("a tilewright kernel was launched on the ATen route")
+
+    import tilewright.triton_kernels.attention as ta
+    import tilewright.triton_kernels.gemm as tg
+
+    monkeypatch.setattr(tg, "launch_gemm", boom)
+    monkeypatch.setattr(ta, "attention_forward", boom)
+    monkeypatch.setattr(router, "decide", boom)
+
+
+def _entries(cache) -> list:
+    return [type(v).__name__ for v in cache.values()]
+
+
+def _grads(fn, *tensors):
+    tensors = [t.detach().clone().requires_grad_(True) for t in tensors]
+    out = fn(*tensors)
+    out.backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(out.dtype))
+    return out.detach(), [t.grad for t in tensors]
+
+
+@pytest.mark.parametrize("case", ["plain", "bias", "residual_full", "residual_row", "pos_embed", "bias_residual",
+                                  "gelu_residual"])
+def test_linear_takes_aten_and_matches_it(route, case):
+    _no_kernels(route)
+    B, S, K, N = 2, 5, 12, 7
+    x, w, b = torch.randn(B, S, K), torch.randn(N, K), torch.randn(N)
+    r = {"residual_full": torch.randn(B, S, N), "residual_row": torch.randn(N), "pos_embed": torch.randn(S, N),
+         "bias_residual": torch.randn(B, S, N), "gelu_residual": torch.randn(B, S, N)}.get(case)
+    bias = b if case in ("bias", "bias_residual", "gelu_residual") else None
+    act = "gelu" if case == "gelu_residual" else None
+
+    def ours(x, w, *rest):
+        return tilewright.linear(x, w, *( [rest[0]] if bias is not None else [None]),
+                                 residual=rest[-1] if r is not None else None, activation=act)
+
+    def ref(x, w, *rest):
+        z = F.linear(x, w, rest[0] if bias is not None else None)
+        z = F.gelu(z) if act else z
+        return z + rest[-1] if r is not None else z
+
+    args = [x, w] + ([bias] if bias is not None else []) + ([r] if r is not None else [])
+    for _ in range(2):  # the first call decides and stores, the second is a cache hit
+        out, grads = _grads(ours, *args)
+        ref_out, ref_grads = _grads(ref, *args)
+        torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+        for g, rg in zip(grads, ref_grads):
+            torch.testing.assert_close(g, rg, rtol=1e-5, atol=1e-5)
+    assert "AtenGemm" in _entries(gemm_ops._replays)
+
+
+def test_full_residual_is_one_addmm(route):
+    """No activation and a residual of the output's shape: one addmm (the residual as its C), bit for bit."""
+    x, w, r = torch.randn(3, 4, 16), torch.randn(8, 16, requires_grad=True), torch.randn(3, 4, 8)
+    expected = torch.addmm(r.view(12, 8), x.view(12, 16), w.t()).view(3, 4, 8)
+    calls = []
+    real = torch.addmm
+    route.setattr(torch, "addmm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got = tilewright.linear(x, w, residual=r)
+    assert calls == [1] and torch.equal(got, expected.detach())
+
+
+def test_matmul_takes_aten(route):
+    _no_kernels(route)
+    a, b, r = torch.randn(6, 10, requires_grad=True), torch.randn(10, 4), torch.randn(6, 4)
+    torch.testing.assert_close(tilewright.matmul(a, b, residual=r), a @ b + r)
+    torch.testing.assert_close(tilewright.matmul(a, b, activation="silu"), F.silu(a @ b))
+    assert set(_entries(gemm_ops._replays)) == {"AtenGemm"}
+
+
+@pytest.mark.parametrize("what", ["backend_argument", "use_backend", "over_limit", "off", "residual_dtype",
+                                  "out_dtype", "no_grad"])
+def test_gemm_stays_on_the_kernels(route, what):
+    """Each condition keeps the call off the route: the router is reached (here: made to refuse, which proves it)."""
+    x, w = torch.randn(4, 8), torch.randn(6, 8, requires_grad=what != "no_grad")
+    kwargs = {}
+    if what == "backend_argument":
+        kwargs["backend"] = "triton"
+    elif what == "over_limit":
+        route.setenv(_aten.ENV, "100")  # 2 * 4 * 6 * 8 = 384 FLOPs
+    elif what == "off":
+        route.setenv(_aten.ENV, "0")
+    elif what == "residual_dtype":
+        kwargs["residual"] = torch.randn(4, 6, dtype=torch.float16)
+
+    class Reached(Exception):
+        pass
+
+    def reached(*a, **k):
+        raise Reached
+
+    route.setattr(router, "decide", reached)
+    with pytest.raises(Reached):
+        if what == "use_backend":
+            with tilewright.use_backend("triton"):
+                tilewright.linear(x, w)
+        elif what == "out_dtype":
+            tilewright.matmul(x, w.t(), out_dtype=torch.float16)
+        else:
+            tilewright.linear(x, w, **kwargs)
+    assert "AtenGemm" not in _entries(gemm_ops._replays)
+
+
+def test_the_limit_is_part_of_the_key(route):
+    x, w = torch.randn(4, 8), torch.randn(6, 8, requires_grad=True)
+    tilewright.linear(x, w)
+    assert _entries(gemm_ops._replays) == ["AtenGemm"]
+    route.setenv(_aten.ENV, "0")
+
+    class Reached(Exception):
+        pass
+
+    route.setattr(router, "decide", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    with pytest.raises(Reached):  # a new key: decided again, now for the kernels
+        tilewright.linear(x, w)
+
+
+def test_a_bad_limit_names_the_variable(route):
+    route.setenv(_aten.ENV, "fast")
+    with pytest.raises(ValueError, match="TILEWRIGHT_ATEN_BELOW"):
+        tilewright.linear(torch.randn(4, 8), torch.randn(6, 8, requires_grad=True))
+
+
+def test_bad_input_still_raises_on_the_route(route):
+    with pytest.raises(ValueError, match="weight"):
+        tilewright.linear(torch.randn(4, 8), torch.randn(6, 9))
+    with pytest.raises(ValueError, match="residual"):
+        tilewright.linear(torch.randn(4, 8), torch.randn(6, 8), residual=torch.randn(5, 6))
+
+
+def test_rms_norm_linear_takes_aten(route):
+    _no_kernels(route)
+    x, g, w, b = torch.randn(2, 3, 16), torch.rand(16) + 0.5, torch.randn(8, 16), torch.randn(8)
+
+    def ref(x, g, w, b):
+        return F.linear(F.rms_norm(x, (16,), g, 1e-5), w, b)
+
+    def ours(x, g, w, b):
+        return tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
+
+    for _ in range(2):
+        out, grads = _grads(ours, x, g, w, b)
+        ref_out, ref_grads = _grads(ref, x, g, w, b)
+        torch.testing.assert_close(out, ref_out)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want)
+    assert set(_entries(rms_ops._replays)) == {"AtenRmsNormLinear"}
+    with torch.no_grad(), pytest.raises(AssertionError, match="kernel"):  # inference: the fused kernel's path
+        tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
+
+
+def test_attention_takes_sdpa(route):
+    _no_kernels(route)
+    q = torch.randn(1, 4, 9, 16, dtype=torch.float16)
+    k, v = torch.randn(1, 2, 9, 16, dtype=torch.float16), torch.randn(1, 2, 9, 16, dtype=torch.float16)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    for _ in range(2):
+        torch.testing.assert_close(tilewright.flash_attention(q, k, v, causal=True), want)
+    torch.testing.assert_close(tilewright.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                               want)
+    assert set(_entries(attention_ops._replays)) == {"AtenAttention"}
+
+
+@pytest.mark.parametrize("option", ["softcap", "window", "bottom_right", "value_dim", "fp32"])
+def test_attention_options_sdpa_lacks_stay_on_the_kernels(route, option):
+    q, k, v = (torch.randn(1, 2, 8, 16, dtype=torch.float16) for _ in range(3))
+    kwargs = {"causal": True}
+    if option == "softcap":
+        kwargs["softcap"] = 5.0
+    elif option == "window":
+        kwargs["window"] = (3, 0)
+    elif option == "bottom_right":
+        k, v = (torch.randn(1, 2, 12, 16, dtype=torch.float16) for _ in range(2))
+        kwargs["causal_align"] = "bottom_right"
+    elif option == "value_dim":
+        v = torch.randn(1, 2, 8, 24, dtype=torch.float16)
+    else:
+        q, k, v = q.float(), k.float(), v.float()
+    assert _aten.attention(q, k, v, True, 0.25, None, bottom_right=option == "bottom_right",
+                           softcap=kwargs.get("softcap", 0.0), window=kwargs.get("window", (-1, -1))) is None
+
+
+def test_attention_lse_request_uses_the_kernels_and_keeps_the_route(route, monkeypatch):
+    q, k, v = (torch.randn(1, 2, 8, 16, dtype=torch.float16) for _ in range(3))
+    tilewright.flash_attention(q, k, v)
+    assert _entries(attention_ops._replays) == ["AtenAttention"]
+    seen = []
+    monkeypatch.setattr(attention_ops, "_forward", lambda key, *a, **kw: seen.append(key) or (q, q[..., 0]))
+    out, lse = tilewright.flash_attention(q, k, v, return_lse=True)
+    assert seen == [None]  # the kernels, under no key: the route's entry stays for the calls without the LSE
+    assert _entries(attention_ops._replays) == ["AtenAttention"]
+
+
+# ------------------------------------------------------------------------------------------------------- GPU tier
+@pytest.mark.gpu
+def test_gpu_small_calls_are_aten_bit_for_bit(monkeypatch):
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    _fast.invalidate()
+    dev, dt = "cuda", torch.bfloat16
+    x = torch.randn(2, 256, 512, device=dev, dtype=dt, requires_grad=True)
+    w = (torch.randn(384, 512, device=dev, dtype=dt) / 512 ** 0.5).requires_grad_(True)
+    r = torch.randn(2, 256, 384, device=dev, dtype=dt, requires_grad=True)
+    dy = torch.randn(2, 256, 384, device=dev, dtype=dt)
+    for _ in range(2):
+        got = tilewright.linear(x, w, residual=r)
+        gx, gw, gr = torch.autograd.grad(got, (x, w, r), dy)
+        want = torch.addmm(r.view(512, 384), x.view(512, 512), w.t()).view(2, 256, 384)
+        wx, ww, wr = torch.autograd.grad(want, (x, w, r), dy)
+        assert torch.equal(got, want) and torch.equal(gx, wx) and torch.equal(gw, ww) and torch.equal(gr, wr)
+    q = torch.randn(1, 16, 512, 128, device=dev, dtype=dt)
+    k, v = (torch.randn(1, 4, 512, 128, device=dev, dtype=dt) for _ in range(2))
+    assert torch.equal(tilewright.flash_attention(q, k, v, causal=True),
+                       F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+    assert "AtenGemm" in _entries(gemm_ops._replays) and "AtenAttention" in _entries(attention_ops._replays)
+    _fast.invalidate()
+
+
+@pytest.mark.gpu
+def test_gpu_large_calls_keep_the_kernels(monkeypatch):
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    _fast.invalidate()
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
+    got = tilewright.matmul(a, b, activation="gelu")  # 2^37 FLOPs: over the limit
+    torch.testing.assert_close(got, F.gelu((a.float() @ b.float())).to(got.dtype), rtol=2e-2, atol=2e-2)
+    assert "AtenGemm" not in _entries(gemm_ops._replays)
+    _fast.invalidate()
