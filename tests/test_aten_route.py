@@ -262,3 +262,66 @@ def test_gpu_large_calls_keep_the_kernels(monkeypatch):
     torch.testing.assert_close(got, F.gelu((a.float() @ b.float())).to(got.dtype), rtol=2e-2, atol=2e-2)
     assert "AtenGemm" not in _entries(gemm_ops._replays)
     _fast.invalidate()
+
+
+# ------------------------------------------------------------------------------------------- torch.compile traces
+def _graph_targets(fn, *args):
+    """The call targets of the FX graph(s) dynamo makes of ``fn(*args)``, and its result."""
+    targets = []
+
+    def backend(gm, example_inputs):
+        targets.append("<graph>")
+        targets.extend(str(node.target) for node in gm.graph.nodes if node.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=backend, dynamic=False)(*args)
+    torch._dynamo.reset()
+    return targets, out
+
+
+@pytest.fixture
+def compile_route(monkeypatch):
+    """The compiled route for CPU tensors (it takes CUDA ones only)."""
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    monkeypatch.setattr(_aten, "compiling", lambda t: torch.compiler.is_compiling())
+    return monkeypatch
+
+
+def test_compiled_small_calls_trace_to_aten_ops(compile_route):
+    x, g, w, r = torch.randn(2, 8, 16), torch.rand(16) + 0.5, torch.randn(16, 16), torch.randn(2, 8, 16)
+    q = torch.randn(1, 4, 8, 16, dtype=torch.float16)
+    kv = torch.randn(1, 2, 8, 16, dtype=torch.float16)
+
+    def block(x, g, w, r, q, kv):
+        h = tilewright.rms_norm_linear(x, g, w, eps=1e-5)
+        y = tilewright.linear(h, w, residual=r)
+        a = tilewright.flash_attention(q, kv, kv, causal=True)
+        return y, a
+
+    targets, (y, a) = _graph_targets(block, x, g, w, r, q, kv)
+    assert targets.count("<graph>") == 1, targets  # no graph break on the way
+    assert not any("tilewright" in t for t in targets), targets
+    assert any("addmm" in t for t in targets) and any("scaled_dot_product_attention" in t for t in targets)
+    want_y = torch.addmm(r.view(16, 16), F.linear(F.rms_norm(x, (16,), g, 1e-5), w).view(16, 16), w.t())
+    torch.testing.assert_close(y, want_y.view(2, 8, 16))
+    torch.testing.assert_close(a, F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True))
+
+
+@pytest.mark.parametrize("how", ["over_limit", "forced", "backend_argument"])
+def test_compiled_calls_keep_the_custom_op(compile_route, how):
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    if how == "over_limit":
+        compile_route.setenv(_aten.ENV, "64")
+    kwargs = {"backend": "torch"} if how == "backend_argument" else {}
+
+    def fn(x, w):
+        return tilewright.linear(x, w, **kwargs)
+
+    if how == "forced":
+        with tilewright.use_backend("torch"):
+            targets, out = _graph_targets(fn, x, w)
+    else:
+        targets, out = _graph_targets(fn, x, w)
+    assert any("tilewright" in t for t in targets), targets
+    torch.testing.assert_close(out, F.linear(x, w))

@@ -26,10 +26,13 @@ and the Llama layer's B 1 x S 512 inference forward ran 0.507 ms on the kernels,
 Attention takes the route either way: one op each, and SDPA was faster on small problems (the ViT-L block's B 1 x
 S 512 inference forward, attention 1 GFLOP at head dim 64: 1.06x torch on the route, 0.72x on the kernels).
 
-Nothing changes for a call over the limit, a traced call (torch.compile keeps the custom ops), a forced backend
-(``backend=``, ``use_backend``, ``TILEWRIGHT_BACKEND``) or an input ATen would promote (a residual of another dtype,
-an ``out_dtype``). The decision is made once per call signature and kept in the op's replay cache under the same key
-(ops/_fast.py), so a hit costs what a replay's lookup costs. Inputs are checked by the op's own checks on that first
+A call traced by torch.compile / export (static shapes) follows the same rule with and without autograd
+(:func:`compiling`): the graph then holds ATen's ops, which inductor fuses with their neighbours.
+
+Nothing changes for a call over the limit, another traced call (FakeTensor or dispatch modes, functorch), a forced
+backend (``backend=``, ``use_backend``, ``TILEWRIGHT_BACKEND``) or an input ATen would promote (a residual of another
+dtype, an ``out_dtype``). An eager decision is made once per call signature and kept in the op's replay cache under
+the same key (ops/_fast.py), so a hit costs what a replay's lookup costs. Inputs are checked by the op's own checks on that first
 call, as on the kernels' path: a bad argument raises the same error naming it.
 
 ``TILEWRIGHT_ATEN_BELOW``: the limit in FLOPs (default 2^35, ~50 us of tensor-core work on an H100, where any kernel
@@ -70,8 +73,30 @@ def limit() -> float:
                          f"{raw!r}") from None
 
 
-def _takes(backend, flops: float) -> bool:
-    return backend is None and router._forced()[0] is None and flops < limit()
+def _limit_unless_forced() -> float:
+    """:func:`limit`, or 0 while a backend is forced (``use_backend``, ``TILEWRIGHT_BACKEND``). Under torch.compile
+    dynamo calls this at trace time and keeps the result as a constant: the environment and the thread-local forced
+    backend are Python state a graph cannot hold (a compiled graph keeps the route it was traced with)."""
+    return 0.0 if router._forced()[0] is not None else limit()
+
+
+# What ``torch.compiler.assume_constant_result`` does, without it: that function imports torch._dynamo, 1.7-1.9 s on
+# the dev box, which ``import tilewright`` must not pay for users who never compile.
+_limit_unless_forced._dynamo_marked_constant = True
+
+
+def _takes(backend, flops) -> bool:
+    if backend is not None or not isinstance(flops, (int, float)):  # (a symbolic shape under dynamic compile: no)
+        return False
+    return flops < _limit_unless_forced()
+
+
+def compiling(t: torch.Tensor) -> bool:
+    """Whether a call on ``t`` is being traced by torch.compile / export on a CUDA device: the compiled graph then
+    gets ATen's ops for a small problem (same rule and limit as eager calls, both with and without autograd - inductor
+    fuses the elementwise ATen ops with their neighbours, and a custom op costs a dispatch per call in the compiled
+    graph too)."""
+    return torch.compiler.is_compiling() and t.device.type == "cuda"
 
 
 class AtenGemm:
@@ -108,7 +133,7 @@ def gemm(is_linear: bool, a, b, bias, residual, activation, out_dtype, backend,
     N = b.shape[0] if is_linear else b.shape[1]
     K = a.shape[-1]
     M = math.prod(a.shape[:-1])
-    if not records_grad or not _takes(backend, 2.0 * M * N * K):
+    if not records_grad or not _takes(backend, 2 * M * N * K):
         return None
     if out_dtype not in (None, a.dtype) or (residual is not None and residual.dtype != a.dtype):
         return None  # ATen would promote where the op rounds to a's dtype
@@ -136,7 +161,7 @@ class AtenRmsNormLinear:
 
 def rms_norm_linear(x, weight, eps: float, backend, records_grad: bool) -> AtenRmsNormLinear | None:
     """The ATen route of a checked ``rms_norm_linear`` call, or None (always when autograd does not record)."""
-    flops = 2.0 * math.prod(x.shape[:-1]) * x.shape[-1] * weight.shape[0]
+    flops = 2 * math.prod(x.shape[:-1]) * x.shape[-1] * weight.shape[0]
     return AtenRmsNormLinear(eps) if records_grad and _takes(backend, flops) else None
 
 
@@ -164,7 +189,7 @@ def attention(q, k, v, causal: bool, scale: float | None, backend, *, bottom_rig
         return None
     if q.dtype not in (torch.float16, torch.bfloat16):
         return None
-    flops = 4.0 * B * Hq * Sq * Skv * D * (0.5 if causal else 1.0)
+    flops = 4 * B * Hq * Sq * Skv * D // (2 if causal else 1)
     if not _takes(backend, flops):
         return None
     return AtenAttention(bool(causal), scale, Hq != k.shape[1])

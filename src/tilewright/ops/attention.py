@@ -507,12 +507,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             out, lse = _replayed(replay, q, k, v, causal, scale, backend, causal_align == "bottom_right", softcap,
                                  window)
             return (out, lse) if return_lse else out
-    if key is not None and not return_lse:
-        # a small eager call: SDPA, decided once per signature (ops/_aten.py)
+    if not return_lse and (key is not None or _aten.compiling(q)):
+        # a small eager call (decided once per signature) or one torch.compile traces: SDPA (ops/_aten.py)
         aten = _aten.attention(q, k, v, bool(causal), scale, backend, bottom_right=causal_align == "bottom_right",
                                softcap=softcap, window=window)
         if aten is not None:
-            _fast.store(_replays, key, aten)
+            if key is not None:
+                _fast.store(_replays, key, aten)
             return aten(q, k, v)
     out, lse = _forward(key, q, k, v, bool(causal), scale, backend, causal_align == "bottom_right", softcap, window)
     return (out, lse) if return_lse else out
@@ -562,10 +563,12 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                          "for grouped-query attention")
     _check(query, key, value, names)
     scale = _check_scale(scale, query.shape[-1])
-    if replay_key is not None:
+    if replay_key is not None or _aten.compiling(query):
         aten = _aten.attention(query, key, value, bool(is_causal), scale, None)
         if aten is not None:
-            _fast.store(_replays, replay_key, aten)
-            return aten(query, key, value)
+            if replay_key is not None:
+                _fast.store(_replays, replay_key, aten)
+            out = aten(query, key, value)
+            return out.squeeze(0) if squeeze else out
     out, _ = _forward(replay_key, query, key, value, bool(is_causal), scale, None)
     return out.squeeze(0) if squeeze else out

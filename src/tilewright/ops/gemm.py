@@ -292,6 +292,12 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
         if aten is not None:
             _fast.store(_replays, key, aten)
             return aten(a, b if weight is None else weight, bias, residual)
+    elif key is None and _aten.compiling(a):
+        # a small call traced by torch.compile: ATen's ops in the graph
+        aten = _aten.gemm(weight is not None, a, b if weight is None else weight, bias, residual, activation,
+                          out_dtype, backend, True)
+        if aten is not None:
+            return aten(a, b if weight is None else weight, bias, residual)
     if needs_grad is None:
         needs_grad = _needs_grad(a, b, bias, residual)
     save_preact = activation is not None and needs_grad

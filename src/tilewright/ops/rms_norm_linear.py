@@ -269,6 +269,11 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         if aten is not None:
             _fast.store(_replays, key, aten)
             return aten(x, norm_weight, weight, bias)
+    elif _aten.compiling(x):
+        # a small call traced by torch.compile: ATen's ops in the graph
+        aten = _aten.rms_norm_linear(x, weight, eps, backend, True)
+        if aten is not None:
+            return aten(x, norm_weight, weight, bias)
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
 
     def call():
