@@ -104,8 +104,13 @@ def test_constraints_name_what_they_refuse():
     q, do = _t(2, 8, 100, 128), _t(2, 8, 100, 128)
     k, v, dk, dv = (_t(2, 2, 130, 128) for _ in range(4))
     assert cb.constraints(do, q, k, v, dk, dv) == (True, "bf16/fp16, head dim 128, TMA-aligned")
-    assert "head dim 96" in cb.constraints(_t(2, 8, 100, 96), _t(2, 8, 100, 96), *(_t(2, 2, 130, 96)
-                                                                                   for _ in range(4)))[1]
+    # head dims padded onto the 128 build: multiples of 8 from 72 to 120; not 56, 100, 136 or 256
+    assert cb.constraints(_t(2, 8, 100, 96), _t(2, 8, 100, 96), *(_t(2, 2, 130, 96) for _ in range(4))) == \
+        (True, "bf16/fp16, head dim 96 on the 128 build, TMA-aligned")
+    for d in (56, 100, 136, 256):
+        assert f"head dim {d}" in cb.constraints(_t(2, 8, 100, d), _t(2, 8, 100, d),
+                                                 *(_t(2, 2, 130, d) for _ in range(4)))[1]
+    assert [cb.kernel_head_dim(d) for d in (64, 72, 120, 128, 136, 48)] == [64, 128, 128, 128, None, None]
     assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, causal_offset=30)[1]
     assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, window=True)[1]
     assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, softcap=30.0)[1]
@@ -117,12 +122,14 @@ def test_constraints_name_what_they_refuse():
 
 
 def test_the_switches(monkeypatch):
-    """Unset, the kernels run where they measured faster than Triton's backward (head dim 128, causal head dim 64);
+    """Unset, the kernels run where they measured faster than Triton's backward (head dims 72-128, causal 64);
     TILEWRIGHT_CUDA_ATTN_BWD=1 / 0 force them on / off; a bad value raises naming the variable."""
     monkeypatch.delenv(cb.ENV, raising=False)
     llama = dict(batch=8, kv_heads=4, sq=2048, skv=2048)  # 16 x 4 x 8 = 512 CTAs of 128 keys
     assert cb.enabled(128, False, **llama) and cb.enabled(128, True, **llama) and cb.enabled(64, True, **llama)
     assert not cb.enabled(64, False, **llama)
+    assert cb.enabled(96, True, **llama) and cb.enabled(112, False, **llama)  # padded onto the 128 build
+    assert cb.enabled(96, True, batch=1, kv_heads=4, sq=3000, skv=3000)  # 24 key blocks x 4 heads: 96 CTAs
     assert not cb.enabled(128, True, batch=1, kv_heads=4, sq=512, skv=512)  # 16 CTAs: most SMs idle
     assert not cb.enabled(128, False, batch=2, kv_heads=16, sq=512, skv=4096)  # 8 keys a query: dQ adds contend
     assert cb.enabled(128, False, batch=2, kv_heads=16, sq=2048, skv=4096)

@@ -54,6 +54,8 @@ CASES = [  # (B, Hq, Hkv, Sq, Skv, D, causal)
     (1, 4, 2, 200, 200, 128, True), (2, 2, 1, 65, 300, 128, False), (1, 2, 2, 300, 130, 64, False),
     (1, 1, 1, 7, 7, 128, True), (2, 8, 2, 512, 512, 128, True), (1, 4, 4, 1000, 1000, 64, True),
     (1, 2, 1, 129, 257, 128, True), (1, 2, 2, 64, 64, 64, False),
+    # head dims padded onto the 128 build: zero-filled columns past D, stores and dQ's reduce-adds clipped there
+    (1, 4, 2, 300, 300, 96, True), (2, 2, 2, 130, 200, 72, False), (1, 2, 1, 257, 129, 120, True),
 ]
 
 
@@ -249,3 +251,27 @@ def test_the_default_choice(monkeypatch, B, H, D, causal, backend, expect):
     ref = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), causal, D ** -0.5)
     for got, r, t in zip((q.grad, k.grad, v.grad), ref, _torch_grads(q, k, v, do, causal)):
         assert _err(got, r) <= 2 * _err(t, r) + 1e-3
+
+
+@pytest.mark.parametrize("D", (72, 96, 120))
+def test_padded_head_dims_write_nothing_past_the_head_dim(D):
+    """A head dim padded onto the 128 build: dk / dv / dq are views into 128-column buffers filled with a sentinel;
+    the kernels must leave every column past D untouched (their stores and dQ's reduce-adds are clipped there) and
+    get the gradients right."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    q, k, v, do, lse, delta, scale = _problem(1, 4, 2, 200, 150, D, True, torch.bfloat16, seed=4)
+    wide_k, wide_v, wide_q = (torch.full((*t.shape[:-1], 128), 7.0, device=DEV, dtype=t.dtype) for t in (k, v, q))
+    dk, dv, dq = wide_k[..., :D], wide_v[..., :D], wide_q[..., :D]
+    acc = torch.zeros(q.shape, device=DEV, dtype=torch.float32)
+    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, scale, "b", dq_accum=acc)
+    cb.launch_dq(do, q, k, v, lse, delta, dq, True, scale)
+    torch.cuda.synchronize()
+    for name, wide in (("dk", wide_k), ("dv", wide_v), ("dq", wide_q)):
+        assert (wide[..., D:] == 7.0).all(), f"{name}: columns past head dim {D} were written"
+    ref = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), True, scale)
+    peer = _torch_grads(q, k, v, do, True)
+    for name, got, r, t in zip(("dq", "dk", "dv", "dq (in the pass)"), (dq, dk, dv, acc), (*ref, ref[0]),
+                               (*peer, peer[0])):
+        bound = 2 * _err(t, r) + 1e-3
+        assert _err(got, r) <= bound, f"{name}: error {_err(got, r):.3g} > 2x torch's {bound:.3g}"

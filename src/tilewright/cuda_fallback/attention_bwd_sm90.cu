@@ -143,7 +143,10 @@ TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group) {
 // (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dk, dv: (B, Hkv, Skv, D) with unit
 // last stride, element strides (b, h, s) given. tm_dq (TW_DQ_ATOMIC builds; unused otherwise): a map over the fp32
 // workspace (D, Sq, Hq, B), box (32, 64, 1, 1), 128B-swizzled, zeroed by the host; receives scale * dS K.
-// group = Hq / Hkv. scale_log2 = scale * log2(e); dK is scaled by `scale` at the end.
+// group = Hq / Hkv. scale_log2 = scale * log2(e); dK is scaled by `scale` at the end. head_dim: the tensors' own head
+// dim, D (the build) or a multiple of 8 below it: the maps' true width makes TMA zero-fill the columns past it (they
+// add nothing to S or dP^T and give zero columns of dK, dV and dQ), the reduce-adds into the workspace clip them, and
+// the dK / dV stores skip them.
 extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
@@ -151,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
                           const float* __restrict__ delta, unsigned short* __restrict__ dk,
                           unsigned short* __restrict__ dv, long long dk_sb,
                           long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
-                          int Sq, int Skv, int Hq, int group, float scale_log2, float scale) {
+                          int Sq, int Skv, int Hq, int group, float scale_log2, float scale, int head_dim) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace twb;
   extern __shared__ unsigned char smem_raw[];
@@ -442,8 +445,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       if (key < Skv) {
         const long long dk_at = (long long)b * dk_sb + (long long)hkv * dk_sh + (long long)key * dk_ss;
         const long long dv_at = (long long)b * dv_sb + (long long)hkv * dv_sh + (long long)key * dv_ss;
-        store_row_pairs<D, true>(dk + dk_at, dk_acc, h, col_lane, scale);
-        store_row_pairs<D, false>(dv + dv_at, dv_acc, h, col_lane, 1.0f);
+        store_row_pairs<D, true>(dk + dk_at, dk_acc, h, col_lane, scale, head_dim);
+        store_row_pairs<D, false>(dv + dv_at, dv_acc, h, col_lane, 1.0f, head_dim);
       }
     }
   }
@@ -477,12 +480,13 @@ static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 p
 // tm_q / tm_do: maps over (D, Sq, Hq, B) with box (64, BM, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
 // (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dq: (B, Hq, Sq, D) with unit last
 // stride, element strides (b, h, s). group = Hq / Hkv (query head h reads kv head h / group). dQ is scaled by `scale`.
+// head_dim: the tensors' own head dim, as in tw_attn_bwd_dkdv_sm90 (columns past it are zero-filled and not stored).
 extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
     tw_attn_bwd_dq_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                         const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
                         const float* __restrict__ lse, const float* __restrict__ delta,
                         unsigned short* __restrict__ dq, long long dq_sb, long long dq_sh, long long dq_ss, int Sq,
-                        int Skv, int Hq, int group, float scale_log2, float scale) {
+                        int Skv, int Hq, int group, float scale_log2, float scale, int head_dim) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace twq;
   extern __shared__ unsigned char smem_raw[];
@@ -618,7 +622,7 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       const int row = row0 + 8 * h;
       if (row < Sq) {
         const long long dq_at = (long long)b * dq_sb + (long long)hq * dq_sh + (long long)row * dq_ss;
-        store_row_pairs<D, true>(dq + dq_at, dq_acc, h, col_lane, scale);
+        store_row_pairs<D, true>(dq + dq_at, dq_acc, h, col_lane, scale, head_dim);
       }
     }
   }

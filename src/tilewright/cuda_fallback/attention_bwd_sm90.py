@@ -17,7 +17,7 @@ import os
 import torch
 
 from .._env import SMEM_OPTIN_BYTES
-from .attention_sm90 import LOG2E, tma_dims_strides
+from .attention_sm90 import LOG2E, build_head_dim, tma_dims_strides
 from .runtime import HALF_DTYPES, build, launch
 
 SOURCE = "attention_bwd_sm90.cu"
@@ -28,7 +28,10 @@ DQ_MODES = ("atomic", "kernel", "triton")  # see dq_mode()
 DEFAULT_DQ_MODE = "atomic"
 DQ_THREADS = 256  # one producer warpgroup + one consumer warpgroup (64 query rows per CTA)
 DQ_BLOCK_N = 64  # keys per step
-HEAD_DIMS = (64, 128)  # dK + dV take D registers a thread in each consumer warpgroup
+# The builds (TW_HDIM): dK + dV take D registers a thread in each consumer warpgroup. Other head dims - multiples of 8
+# from 72 to 128 - run on the 128 build (the forward's build_head_dim rule): their maps keep the true width, so TMA
+# zero-fills the columns past it, and the stores skip them (the kernels' head_dim argument).
+HEAD_DIMS = (64, 128)
 BLOCK_M = 64  # query rows per step
 STAGES = 2
 ENV = "TILEWRIGHT_CUDA_ATTN_BWD"
@@ -118,8 +121,8 @@ def dq_mode() -> str:
 
 # Below this many CTAs (key blocks x kv heads x batch) the dK / dV grid leaves most of the 132 SMs idle; Triton's
 # backward (64-key blocks and a dQ grid over the query heads) spreads better: B1 16/4 512 hdim 128 causal, 16 CTAs,
-# ran 0.70x Triton's.
-MIN_CTAS = 128
+# ran 0.70x Triton's; B1 28/4 3000 hdim 96 causal, 96 CTAs, ran 1.17x Triton's (H100).
+MIN_CTAS = 96
 # dQ's partial sums from every key block of a head land on that head's Sq rows: with many more keys than queries
 # those reduce-adds contend (2 x 16 x 512:4096 hdim 128 ran 0.77x Triton's).
 MAX_KEYS_PER_QUERY = 2
@@ -130,15 +133,17 @@ def enabled(head_dim: int, causal: bool, batch: int = 1, kv_heads: int = 1, sq: 
     it): ``TILEWRIGHT_CUDA_ATTN_BWD=1`` always, ``=0`` never; unset, where the CUDA backward (variant b, dQ in the
     pass) measured faster than Triton's whole backward on H100: head dim 128 (1.24-1.31x, causal or not, GQA) and
     causal head dim 64 (1.27x), with at least :data:`MIN_CTAS` key-block CTAs and at most
-    :data:`MAX_KEYS_PER_QUERY` keys per query. Not non-causal head dim 64 (0.90x at 8 heads x 8192: the elementwise
-    work of a 64-wide head is as large as a 128-wide one's, its products half as large)."""
+    :data:`MAX_KEYS_PER_QUERY` keys per query; head dims padded onto the 128 build (multiples of 8 from 72 to 120:
+    1.17-1.36x at 80, 96 and 112, causal or not, GQA). Not non-causal head dim 64 (0.90x at 8 heads x 8192: the
+    elementwise work of a 64-wide head is as large as a 128-wide one's, its products half as large)."""
     value = os.environ.get(ENV)
     if value in ("0", "1"):
         return value == "1"
     if value:
         raise ValueError(f"{ENV}: {value!r} is not 0 or 1")
     ctas = -(-skv // block_n(DEFAULT_VARIANT)) * kv_heads * batch
-    return (head_dim == 128 or causal) and ctas >= MIN_CTAS and skv <= MAX_KEYS_PER_QUERY * sq
+    measured = 64 < head_dim <= 128 or (head_dim == 64 and causal)
+    return measured and ctas >= MIN_CTAS and skv <= MAX_KEYS_PER_QUERY * sq
 
 
 def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = False, softcap: float = 0.0,
@@ -153,8 +158,9 @@ def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = Fals
     if q.dim() != 4 or any(t.dim() != 4 for t in (do, k, v, dk, dv)):
         return False, "4-D (B, H, S, D) tensors only"
     B, Hq, Sq, D = q.shape
-    if D not in HEAD_DIMS or k.shape[-1] != D or v.shape[-1] != D or do.shape != q.shape:
-        return False, f"head dim {D} (the CUDA dK / dV kernel takes {HEAD_DIMS}, equal for q, k, v and dO)"
+    if kernel_head_dim(D) is None or k.shape[-1] != D or v.shape[-1] != D or do.shape != q.shape:
+        return False, (f"head dim {D} (the CUDA dK / dV kernel takes 64 and multiples of 8 from 72 to 128, equal for "
+                       "q, k, v and dO)")
     if k.shape != v.shape or dk.shape != k.shape or dv.shape != v.shape or k.shape[0] != B:
         return False, "k, v, dk, dv must share one (B, Hkv, Skv, D) shape"
     Hkv, Skv = k.shape[1], k.shape[2]
@@ -171,9 +177,17 @@ def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = Fals
     for t, name in ((dk, "dk"), (dv, "dv")):
         if t.stride(-1) != 1 or t.data_ptr() % 4 or any(s % 2 for s in t.stride()[:3]):
             return False, f"{name}: unit last stride and 4-byte aligned rows needed (paired stores)"
-    if max(smem_bytes(D, var) for var in VARIANTS) > SMEM_OPTIN_BYTES:  # pragma: no cover - every build fits
+    if max(smem_bytes(kernel_head_dim(D), var) for var in VARIANTS) > SMEM_OPTIN_BYTES:  # pragma: no cover
         return False, f"head dim {D} needs more shared memory than sm_90 has"
-    return True, f"bf16/fp16, head dim {D}, TMA-aligned"
+    padded = "" if D in HEAD_DIMS else f" on the {kernel_head_dim(D)} build"
+    return True, f"bf16/fp16, head dim {D}{padded}, TMA-aligned"
+
+
+def kernel_head_dim(head_dim: int) -> int | None:
+    """The build (TW_HDIM) a head dim runs on, or None: 64 and 128 as they are, a multiple of 8 from 72 to 127 on the
+    128 build; nothing above 128 (dK + dV of a 256-wide head do not fit a consumer's registers)."""
+    build = build_head_dim(head_dim)
+    return build if build in HEAD_DIMS else None
 
 
 _prepared: dict = {}  # launch-ready (function, grid, arguments) per call signature and pointers: launch_cached
@@ -210,8 +224,9 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
     atomic = dq_accum is not None
-    fn, maps = _function_and_maps(KERNEL, smem_bytes(D, variant, atomic),
-                                  defines(D, causal, q.dtype == torch.float16, variant, atomic), q, k, v, do, bn)
+    build = kernel_head_dim(D)
+    fn, maps = _function_and_maps(KERNEL, smem_bytes(build, variant, atomic),
+                                  defines(build, causal, q.dtype == torch.float16, variant, atomic), q, k, v, do, bn)
     if atomic:  # the fp32 workspace in 32-column (128-byte) by 64-row boxes, the kernel's staging layout
         (dims, strides), _ = tma_dims_strides(dq_accum)
         with torch.cuda.device(q.device):
@@ -223,7 +238,8 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
     args = [*maps, tm_dq, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
             launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
-            ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale)]
+            ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
+            ctypes.c_int32(D)]
     return fn, grid, args
 
 
@@ -257,7 +273,8 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
            None if dq_accum is None else dq_accum.data_ptr())
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
                                                           float(scale), variant, dq_accum),
-                         q.device, threads(variant), smem_bytes(q.shape[-1], variant, dq_accum is not None))
+                         q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,
+                                                                dq_accum is not None))
 
 
 # The address roles of the bound launches (runtime.launch.BoundCudaLaunch), in the order their calls take them.
@@ -276,14 +293,15 @@ def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varia
     roles = dict(zip(DKDV_ROLES, (do, q, k, v, lse, delta, dk, dv)))
     if dq_accum is not None:
         roles["DQ_ACCUM"] = dq_accum
-    return launch.bind_cuda(fn, grid, threads(variant), smem_bytes(q.shape[-1], variant, dq_accum is not None), args,
-                            roles, q.device)
+    return launch.bind_cuda(fn, grid, threads(variant),
+                            smem_bytes(kernel_head_dim(q.shape[-1]), variant, dq_accum is not None), args, roles,
+                            q.device)
 
 
 def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
     """:func:`bind_dkdv` for the dQ kernel: called with the addresses of :data:`DQ_ROLES`."""
     fn, grid, args = _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal), float(scale))
-    return launch.bind_cuda(fn, grid, DQ_THREADS, dq_smem_bytes(q.shape[-1]), args,
+    return launch.bind_cuda(fn, grid, DQ_THREADS, dq_smem_bytes(kernel_head_dim(q.shape[-1])), args,
                             dict(zip(DQ_ROLES, (do, q, k, v, lse, delta, dq))), q.device)
 
 
@@ -293,12 +311,14 @@ _prepared_dq: dict = {}
 def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
-    fn, maps = _function_and_maps(KERNEL_DQ, dq_smem_bytes(D), defines(D, causal, q.dtype == torch.float16), q, k,
-                                  v, do, DQ_BLOCK_N)
+    build = kernel_head_dim(D)
+    fn, maps = _function_and_maps(KERNEL_DQ, dq_smem_bytes(build), defines(build, causal, q.dtype == torch.float16),
+                                  q, k, v, do, DQ_BLOCK_N)
     grid = (-(-Sq // BLOCK_M), Hq, B)
     args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DQ", dq),
             *(ctypes.c_int64(s) for s in dq.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
-            ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale)]
+            ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
+            ctypes.c_int32(D)]
     return fn, grid, args
 
 
@@ -317,4 +337,4 @@ def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate:
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dq)), lse.data_ptr(), delta.data_ptr())
     launch.launch_cached(_prepared_dq, key, lambda: _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal),
                                                                 float(scale)),
-                         q.device, DQ_THREADS, dq_smem_bytes(q.shape[-1]))
+                         q.device, DQ_THREADS, dq_smem_bytes(kernel_head_dim(q.shape[-1])))

@@ -458,9 +458,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             j iff j <= i.
         scale: score scale (default 1/sqrt(D)).
         return_lse: also return the natural-log LSE (B, Hq, Sq) in fp32 (-inf for a row with no visible key).
-        backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16 with head dim 64/128/256
-            only - other head dims run in Triton). The backward of a non-"triton" call on sm_90 runs the sm_90a
-            kernels where they take it and measured faster (head dim 128, causal head dim 64; top-left causal or
+        backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16; head dims other than
+            64 / 128 / 256 run zero-padded on the next build up, in shared memory only). The backward of a non-"triton" call on sm_90 runs the sm_90a
+            kernels where they take it and measured faster (head dims 72-128, causal head dim 64; top-left causal or
             no mask, no soft cap or window), Triton's otherwise; ``TILEWRIGHT_CUDA_ATTN_BWD=0`` / ``1`` forces that
             off / on. Its dQ is summed in a varying order (not bitwise reproducible) unless
             ``torch.use_deterministic_algorithms(True)`` is on.

@@ -37,12 +37,15 @@ struct StageRing {
 
 // Row h (0: lane/4, 1: lane/4 + 8 of the warp's 16-row slice) of an m64nN fp32 accumulator (times `scale` when
 // SCALED) stored as 16-bit pairs at row_ptr: fragment element (j, h, e) is column 8j + col_lane + e, two adjacent
-// columns one 32-bit store (row_ptr 4-byte aligned).
+// columns one 32-bit store (row_ptr 4-byte aligned). Only columns < cols are stored: a head dim padded up to the
+// build's N (a multiple of 8, so a pair is wholly in or out) has no memory past its last column.
 template <int N, bool SCALED>
-TW_DEVICE void store_row_pairs(unsigned short* row_ptr, const float (&acc)[N / 2], int h, int col_lane, float scale) {
+TW_DEVICE void store_row_pairs(unsigned short* row_ptr, const float (&acc)[N / 2], int h, int col_lane, float scale,
+                               int cols) {
 #pragma unroll
   for (int j = 0; j < N / 8; ++j) {
     const float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
-    *reinterpret_cast<tw_u32*>(row_ptr + 8 * j + col_lane) = SCALED ? pack2(lo * scale, hi * scale) : pack2(lo, hi);
+    if (8 * j + col_lane < cols)
+      *reinterpret_cast<tw_u32*>(row_ptr + 8 * j + col_lane) = SCALED ? pack2(lo * scale, hi * scale) : pack2(lo, hi);
   }
 }
