@@ -198,7 +198,7 @@ def test_attention_takes_sdpa(route):
     assert set(_entries(attention_ops._replays)) == {"AtenAttention"}
 
 
-@pytest.mark.parametrize("option", ["softcap", "window", "bottom_right", "value_dim", "fp32"])
+@pytest.mark.parametrize("option", ["softcap", "window", "bottom_right", "value_dim", "fp32", "no_keys"])
 def test_attention_options_sdpa_lacks_stay_on_the_kernels(route, option):
     q, k, v = (torch.randn(1, 2, 8, 16, dtype=torch.float16) for _ in range(3))
     kwargs = {"causal": True}
@@ -211,6 +211,8 @@ def test_attention_options_sdpa_lacks_stay_on_the_kernels(route, option):
         kwargs["causal_align"] = "bottom_right"
     elif option == "value_dim":
         v = torch.randn(1, 2, 8, 24, dtype=torch.float16)
+    elif option == "no_keys":
+        k, v = (torch.randn(1, 2, 0, 16, dtype=torch.float16) for _ in range(2))
     else:
         q, k, v = q.float(), k.float(), v.float()
     assert _aten.attention(q, k, v, True, 0.25, None, bottom_right=option == "bottom_right",

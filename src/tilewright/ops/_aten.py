@@ -187,8 +187,8 @@ def attention(q, k, v, causal: bool, scale: float | None, backend, *, bottom_rig
     Skv = k.shape[2]
     if softcap or tuple(window) != (-1, -1) or v.shape[-1] != D or (causal and bottom_right and Sq != Skv):
         return None
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return None
+    if q.dtype not in (torch.float16, torch.bfloat16) or not (Sq and Skv and B and Hq):
+        return None  # (no keys: tilewright returns zeros, SDPA's softmax over nothing would not)
     flops = 4 * B * Hq * Sq * Skv * D // (2 if causal else 1)
     if not _takes(backend, flops):
         return None
