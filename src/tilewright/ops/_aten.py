@@ -11,18 +11,15 @@ synced step took host time + 1-2%). Kernel speed cannot win there; launching les
 What runs instead (eager calls on CUDA tensors whose work is under :func:`limit` FLOPs, nothing forced; the GEMM
 family only when autograd records):
 
-* ``linear`` / ``matmul``: ``F.linear`` / ``torch.matmul``; a residual with no activation becomes the ``C`` operand
-  of one ``torch.addmm`` (beta = 1: cuBLAS adds it to the fp32 product before the one rounding, as the fused kernel
-  does) - one op and one autograd node where torch's ``F.linear(x, w) + r`` makes two. With an activation:
-  ``F.linear``, the activation, the add.
+* ``linear`` / ``matmul``: ``F.linear`` / ``torch.matmul`` (a bias through addmm's), then the activation and the
+  residual add: the ops torch's own unfused code runs, with its numerics.
 * ``rms_norm_linear``: ``F.linear(F.rms_norm(x, ...), weight, bias)``.
 * ``flash_attention`` / ``scaled_dot_product_attention`` without soft-capping, a window, bottom-right alignment
   (when Sq != Skv), a different value head dim or the LSE output: ``F.scaled_dot_product_attention``.
 
 Autograd records ATen's own C++ nodes. Why the GEMM family keeps its kernels when autograd does not record
 (measured, H100 host, same process): without a graph to record, a replayed call is one launch - cheaper on the host
-than ``rms_norm`` + ``linear``, or than ``addmm`` with a full C, which ATen copies into the output before the GEMM -
-and the Llama layer's B 1 x S 512 inference forward ran 0.507 ms on the kernels, 0.684 ms on the route (torch 0.529).
+than ``rms_norm`` + ``linear`` or ``linear`` + ``add`` - and the Llama layer's B 1 x S 512 inference forward ran 0.507 ms on the kernels, 0.684 ms on the route (torch 0.529).
 Attention takes the route either way: one op each, and SDPA was faster on small problems (the ViT-L block's B 1 x
 S 512 inference forward, attention 1 GFLOP at head dim 64: 1.06x torch on the route, 0.72x on the kernels).
 
@@ -103,22 +100,20 @@ class AtenGemm:
     """``linear`` / ``matmul`` of one signature through ATen; called with the public function's tensors (``b`` in
     the caller's layout: the (N, K) weight for ``linear``, (K, N) for ``matmul``)."""
 
-    __slots__ = ("_activation", "_addmm_residual", "_is_linear", "_out_shape")
+    __slots__ = ("_activation", "_is_linear")
 
-    def __init__(self, is_linear: bool, activation, addmm_residual: bool, out_shape: tuple):
+    def __init__(self, is_linear: bool, activation):
         self._is_linear = is_linear
         self._activation = None if activation is None else _ACTIVATIONS[activation]
-        self._addmm_residual = addmm_residual  # residual as addmm's C (no activation, broadcastable to (M, N))
-        self._out_shape = out_shape
 
     def __call__(self, a, b, bias, residual):
-        if self._addmm_residual:
-            w = b.t() if self._is_linear else b
-            c = residual if residual.dim() <= 2 else residual.view(-1, residual.shape[-1])
-            y = torch.addmm(c, a.reshape(-1, a.shape[-1]), w).view(self._out_shape)
-            return y if bias is None else y + bias
+        # One Python call per ATen op: under autograd every call here - a view or a transpose too - costs a node
+        # and 5-7 us of host (dev box). So the residual is one add rather than addmm's C operand, which would take
+        # a transpose and 2-3 views around a 3-D input (measured 46 us against F.linear + add's 18 on the dev box).
         if self._is_linear:
             z = F.linear(a, b, bias)
+        elif bias is not None and a.dim() == 2:
+            z = torch.addmm(bias, a, b)
         else:
             z = torch.matmul(a, b) if bias is None else torch.matmul(a, b) + bias
         if self._activation is not None:
@@ -137,14 +132,7 @@ def gemm(is_linear: bool, a, b, bias, residual, activation, out_dtype, backend,
         return None
     if out_dtype not in (None, a.dtype) or (residual is not None and residual.dtype != a.dtype):
         return None  # ATen would promote where the op rounds to a's dtype
-    out_shape = (*a.shape[:-1], N)
-    # the residual as addmm's C: a row it broadcasts over the M rows - (N,), (1, N) - or a full (M, N) matrix, in 2-D
-    # form or as the whole output's shape (reshaped to 2-D at no cost when contiguous); other broadcasts (a pos_embed
-    # over a batch) take the add after the GEMM
-    addmm_residual = residual is not None and activation is None and M > 0 and (
-        residual.dim() == 1 or (residual.dim() == 2 and residual.shape[0] in (1, M))
-        or (tuple(residual.shape) == out_shape and residual.is_contiguous()))
-    return AtenGemm(is_linear, activation, addmm_residual, out_shape)
+    return AtenGemm(is_linear, activation)
 
 
 class AtenRmsNormLinear:
