@@ -133,6 +133,34 @@ def test_gemm_stays_on_the_kernels(route, what):
     assert "AtenGemm" not in _entries(gemm_ops._replays)
 
 
+@pytest.mark.parametrize("choice", ["torch", "triton"])
+def test_inference_gemm_the_router_gives_to_cublas_is_F_linear(route, choice):
+    """Without autograd a plain GEMM keeps the kernels' replay, unless the router's pick is cuBLAS anyway: then the
+    call is F.linear itself (the op's replay of cuBLAS cost twice torch's host time)."""
+    import types
+
+    class Reached(Exception):
+        pass
+
+    def decide(*a, **k):
+        if k.get("backend") is None and len(a) == 6 and a[4] is None and a[5] is None and choice == "torch":
+            return types.SimpleNamespace(backend="torch")
+        raise Reached
+
+    route.setattr(router, "decide", decide)
+    x, w, b = torch.randn(2, 4, 16), torch.randn(8, 16), torch.randn(8)
+    if choice == "torch":
+        assert torch.equal(tilewright.linear(x, w, b), F.linear(x, w, b))
+        assert _entries(gemm_ops._replays) == ["AtenGemm"]
+        route.setenv(_aten.ENV, "0")  # the route's switch covers this too: the op's own cuBLAS call
+        assert torch.equal(tilewright.linear(x, w, b), F.linear(x, w, b))
+        assert _entries(gemm_ops._replays) == ["AtenGemm"]  # (the first key's; none for the second)
+    else:
+        with pytest.raises(Reached):
+            tilewright.linear(x, w, b)
+        assert "AtenGemm" not in _entries(gemm_ops._replays)
+
+
 def test_the_limit_is_part_of_the_key(route):
     x, w = torch.randn(4, 8), torch.randn(6, 8, requires_grad=True)
     tilewright.linear(x, w)

@@ -20,6 +20,9 @@ family only when autograd records):
 Autograd records ATen's own C++ nodes. Why the GEMM family keeps its kernels when autograd does not record
 (measured, H100 host, same process): without a graph to record, a replayed call is one launch - cheaper on the host
 than ``rms_norm`` + ``linear`` or ``linear`` + ``add`` - and the Llama layer's B 1 x S 512 inference forward ran 0.507 ms on the kernels, 0.684 ms on the route (torch 0.529).
+One exception: a plain GEMM (no activation, residual or other out dtype) that the router gives to cuBLAS anyway
+(cublas_routes.py) runs as ``F.linear`` / ``matmul`` with or without autograd - the op's replay of that cuBLAS call
+(views at the recorded layout, ``mm`` with ``out=``) measured twice torch's host time (42-46 vs 21 us, H100 host).
 Attention takes the route either way: one op each, and SDPA was faster on small problems (the ViT-L block's B 1 x
 S 512 inference forward, attention 1 GFLOP at head dim 64: 1.06x torch on the route, 0.72x on the kernels).
 

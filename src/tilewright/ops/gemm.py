@@ -289,6 +289,12 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
         aten = _aten.gemm(weight is not None, a, b if weight is None else weight, bias, residual, activation,
                           out_dtype, backend, needs_grad)
+        if aten is None and not needs_grad and activation is None and residual is None and \
+                out_dtype in (None, a.dtype) and _aten.limit() > 0 and \
+                router.decide("gemm", a2, b, contiguous_vector(bias), None, None, backend=backend).backend == "torch":
+            # a plain GEMM the router gives to cuBLAS (cublas_routes.py): F.linear / matmul themselves, whose host
+            # cost is torch's - the op's replay of it (views of the recorded layout, mm with out=) measured 2x that
+            aten = _aten.AtenGemm(weight is not None, None)
         if aten is not None:
             _fast.store(_replays, key, aten)
             return aten(a, b if weight is None else weight, bias, residual)
