@@ -19,7 +19,8 @@ family only when autograd records):
 
 Autograd records ATen's own C++ nodes. Why the GEMM family keeps its kernels when autograd does not record
 (measured, H100 host, same process): without a graph to record, a replayed call is one launch - cheaper on the host
-than ``rms_norm`` + ``linear`` or ``linear`` + ``add`` - and the Llama layer's B 1 x S 512 inference forward ran 0.507 ms on the kernels, 0.684 ms on the route (torch 0.529).
+than ``rms_norm`` + ``linear`` or ``linear`` + ``add`` - and the Llama layer's B 1 x S 512 inference forward ran
+0.507 ms on the kernels, 0.684 ms on the route (torch 0.529).
 One exception: a plain GEMM (no activation, residual or other out dtype) that the router gives to cuBLAS anyway
 (cublas_routes.py) runs as ``F.linear`` / ``matmul`` with or without autograd - the op's replay of that cuBLAS call
 (views at the recorded layout, ``mm`` with ``out=``) measured twice torch's host time (42-46 vs 21 us, H100 host).
@@ -32,8 +33,8 @@ A call traced by torch.compile / export (static shapes) follows the same rule wi
 Nothing changes for a call over the limit, another traced call (FakeTensor or dispatch modes, functorch), a forced
 backend (``backend=``, ``use_backend``, ``TILEWRIGHT_BACKEND``) or an input ATen would promote (a residual of another
 dtype, an ``out_dtype``). An eager decision is made once per call signature and kept in the op's replay cache under
-the same key (ops/_fast.py), so a hit costs what a replay's lookup costs. Inputs are checked by the op's own checks on that first
-call, as on the kernels' path: a bad argument raises the same error naming it.
+the same key (ops/_fast.py), so a hit costs what a replay's lookup costs. Inputs are checked by the op's own checks
+on that first call, as on the kernels' path: a bad argument raises the same error naming it.
 
 ``TILEWRIGHT_ATEN_BELOW``: the limit in FLOPs (default 2^35, ~50 us of tensor-core work on an H100, where any kernel
 gap to cuBLAS - a few percent - is far below the ~50 us of host per call the ATen route saves); ``0`` turns the route

@@ -459,11 +459,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         scale: score scale (default 1/sqrt(D)).
         return_lse: also return the natural-log LSE (B, Hq, Sq) in fp32 (-inf for a row with no visible key).
         backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16; head dims other than
-            64 / 128 / 256 run zero-padded on the next build up, in shared memory only). The backward of a non-"triton" call on sm_90 runs the sm_90a
-            kernels where they take it and measured faster (head dims 72-128, causal head dim 64; top-left causal or
-            no mask, no soft cap or window), Triton's otherwise; ``TILEWRIGHT_CUDA_ATTN_BWD=0`` / ``1`` forces that
-            off / on. Its dQ is summed in a varying order (not bitwise reproducible) unless
-            ``torch.use_deterministic_algorithms(True)`` is on.
+            64 / 128 / 256 run zero-padded on the next build up, in shared memory only). The backward of a
+            non-"triton" call on sm_90 runs the sm_90a kernels where they take it and measured faster (head dims
+            72-128, causal head dim 64; top-left causal or no mask, no soft cap or window), Triton's otherwise;
+            ``TILEWRIGHT_CUDA_ATTN_BWD=0`` / ``1`` forces that off / on. Its dQ is summed in a varying order (not
+            bitwise reproducible) unless ``torch.use_deterministic_algorithms(True)`` is on. With no backend given,
+            a small problem (under 2^35 FLOPs) without soft cap, window, LSE output, Dv != D or bottom-right
+            alignment of Sq != Skv runs ``F.scaled_dot_product_attention`` (ops/_aten.py: host-bound sizes;
+            ``TILEWRIGHT_ATEN_BELOW=0`` keeps it on the kernels).
         causal_align: "top_left" (default, SDPA's convention) or "bottom_right" (flash-attn's for Sq != Skv: query
             i sees key j iff j <= i + Skv - Sq, so the last query sees every key - a chunk of new queries against a
             longer KV cache). With Sq > Skv the first Sq - Skv rows see no key: output 0, LSE -inf, zero gradients.

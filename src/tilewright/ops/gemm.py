@@ -368,6 +368,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
         backend: None (router decides), "triton" or "torch".
     Returns:
         (..., M, N) tensor. Differentiable in a, b, bias and residual.
+
+    With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
+    traces - runs torch's own ops (``torch.matmul`` / ``F.linear``, the activation, the add; ops/_aten.py): at that
+    size the host is the limit and ATen's C++ autograd nodes cost less than tilewright's Python ones.
+    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the kernels.
     """
     return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)")
 

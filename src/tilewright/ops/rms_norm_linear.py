@@ -229,6 +229,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     bf16/fp16 as it is in the unfused pipeline. fp16: the product is formed as ``x * (norm_weight * 2^-e)`` with
     ``max|norm_weight| < 2^e`` and 2^e applied to the accumulator, so it cannot overflow fp16 (where an unscaled
     ``x * norm_weight`` past 65504 would give NaN rows). See docs/numerics_rmsnorm.md.
+
+    With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
+    traces - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics);
+    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the fused kernel.
     """
     key = _replay_key(x, norm_weight, weight, bias, eps, backend)
     if key is not None:
