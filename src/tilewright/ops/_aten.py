@@ -1,5 +1,5 @@
-"""Host-bound calls served by ATen's own ops: small eager calls go to cuBLAS / SDPA / torch's RMSNorm, fused where one
-ATen call can fuse them.
+"""Host-bound calls served by ATen's own ops: small calls go to cuBLAS, SDPA and torch's RMSNorm through the ATen ops
+torch's own unfused code runs.
 
 Why: below a few tens of GFLOP a call's GPU work is shorter than its host work, and then the host is the step's
 clock. A tilewright op is a Python function with a Python autograd node; the ATen op it stands for is C++ on both
@@ -20,7 +20,8 @@ family only when autograd records):
 Autograd records ATen's own C++ nodes. Why the GEMM family keeps its kernels when autograd does not record
 (measured, H100 host, same process): without a graph to record, a replayed call is one launch - cheaper on the host
 than ``rms_norm`` + ``linear`` or ``linear`` + ``add`` - and the Llama layer's B 1 x S 512 inference forward ran
-0.507 ms on the kernels, 0.684 ms on the route (torch 0.529).
+0.507 ms on the kernels, 0.684 ms on the route (torch 0.529; the route then used addmm with the residual as C, whose
+transpose and views cost more host than the add they saved: 46 vs 18 us a call, dev box - dropped).
 One exception: a plain GEMM (no activation, residual or other out dtype) that the router gives to cuBLAS anyway
 (cublas_routes.py) runs as ``F.linear`` / ``matmul`` with or without autograd - the op's replay of that cuBLAS call
 (views at the recorded layout, ``mm`` with ``out=``) measured twice torch's host time (42-46 vs 21 us, H100 host).
