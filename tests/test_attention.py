@@ -290,8 +290,13 @@ def test_bench_tiny_suite():
     df = bench.run("tiny", progress=lambda *a, **k: None)
     assert list(df.columns)[:len(COLUMNS)] == COLUMNS
     assert set(df["provider"]) == {"tilewright-triton", "torch-math"}
-    # two Sq == Skv shapes x (full, causal) + one Sq != Skv shape (full only), x 2 providers x (fwd, bwd)
-    assert df["median_ms"].gt(0).all() and len(df) == (2 * 2 + 1) * 2 * 2
+    # two Sq == Skv shapes x (full, causal) + one Sq != Skv shape (full only) + two option rows (window, softcap),
+    # x 2 providers x (fwd, bwd)
+    assert df["median_ms"].gt(0).all() and len(df) == (2 * 2 + 1 + 2) * 2 * 2
+    assert set(df[df.case.str.contains("window|softcap")].case) == {
+        f"{shape}|{mask}|{mode}" for shape, mask in (("1x2/1x64x32", "causal+window15:0"),
+                                                     ("1x1/1x32x32", "causal+softcap20")) for mode in ("fwd", "bwd")}
+    assert df.speedup.notna().all()  # every row has its peer (torch-math on CPU, the option rows' too)
     own_skv = set(df[df.case.str.startswith("1x2/2x48:80x32")].case)
     assert own_skv == {"1x2/2x48:80x32|full|fwd", "1x2/2x48:80x32|full|bwd"}
     flops = 4 * 1 * 2 * 128 ** 2 * 64

@@ -8,7 +8,10 @@ case = ``"<B>x<Hq>/<Hkv>x<S>x<D>|<causal|full>|<fwd|bwd>"``. Providers on GPU: `
 not compile). The peer for ``speedup`` is cuDNN. Suite ``tiny`` runs on CPU under the interpreter with providers
 tilewright + torch math (numbers say nothing about speed there).
 
-FLOPs = 4 * B * Hq * S^2 * D, x0.5 causal, x2.5 backward. The backward is timed as ``torch.autograd.grad`` of a
+Option rows (:data:`OPTION_SUITES`: sliding window, soft cap; case ``"<shape>|causal+window<l>:<r>|<mode>"`` /
+``"...|causal+softcap<c>|..."``) compare tilewright with FlexAttention given the same mask / score_mod, their peer.
+
+FLOPs = 4 * B * Hq * S^2 * D, x0.5 causal (a window: the pairs it leaves visible), x2.5 backward. The backward is timed as ``torch.autograd.grad`` of a
 forward output that was computed once (so it includes the preprocess, dK/dV and dQ kernels, nothing of the forward).
 """
 from __future__ import annotations
@@ -31,8 +34,20 @@ SUITES = {
                 (2, 16, 16, 8192, 128), (1, 16, 16, 16384, 128), (4, 32, 8, 4096, 128), (4, 16, 16, 4096, 256),
                 (1, 28, 4, 3000, 96), (2, 16, 16, 512, 128, 4096)],
     "tiny": [(1, 2, 2, 128, 64), (1, 2, 1, 96, 32), (1, 2, 2, 48, 32, 80)],
+    "options": [],  # the default suite's option rows alone (below)
 }
 PEER = "sdpa-cudnn"
+# Masks and options SDPA's backends cannot express (issue 15's rows), timed causal: (entry, option, value) with option
+# "window" ((left, right), Mistral-style: query i sees keys i - left .. i) or "softcap" (Gemma 2's logit cap). Their
+# providers are tilewright's (router's pick and forced Triton) and the peer FlexAttention, compiled with the same
+# block mask / score_mod (GPU), or the reference formula (CPU).
+OPTION_SUITES = {
+    "default": [((1, 16, 8, 16384, 128), "window", (4095, 0)), ((2, 16, 16, 8192, 128), "window", (1023, 0)),
+                ((2, 16, 16, 4096, 128), "softcap", 50.0), ((4, 16, 16, 2048, 256), "softcap", 50.0)],
+    "tiny": [((1, 2, 1, 64, 32), "window", (15, 0)), ((1, 1, 1, 32, 32), "softcap", 20.0)],
+}
+OPTION_SUITES["options"] = OPTION_SUITES["default"]
+OPTION_PEER = "flex"
 
 
 def shape_tag(B, Hq, Hkv, S, D, Skv=None) -> str:
@@ -41,15 +56,76 @@ def shape_tag(B, Hq, Hkv, S, D, Skv=None) -> str:
     return f"{B}x{Hq}/{Hkv}x{S}x{D}" if Skv is None or Skv == S else f"{B}x{Hq}/{Hkv}x{S}:{Skv}x{D}"
 
 
-def flops(B, Hq, S, D, causal: bool, mode: str, Skv=None) -> float:
+def flops(B, Hq, S, D, causal: bool, mode: str, Skv=None, window=None) -> float:
     """FLOPs of one call: 4 B Hq Sq Skv D for the forward, 2.5x that for mode "bwd" (5 matmuls against 2); causal
-    counts the visible half of the scores."""
+    counts the visible half of the scores; a causal ``window`` (left, 0) with Sq == Skv the (query, key) pairs it
+    leaves visible, sum over i of min(i, left) + 1."""
     f = 4.0 * B * Hq * S * (S if Skv is None else Skv) * D
     if causal:
         f *= 0.5
+    if window is not None and causal:
+        left = window[0]
+        visible = S * (left + 1) - left * (left + 1) // 2 if left < S else S * (S + 1) // 2
+        f = 4.0 * B * Hq * D * visible
     if mode == "bwd":
         f *= 2.5
     return f
+
+
+def option_tag(option: str, value) -> str:
+    """The mask part of an option row's case: ``causal+window4095:0`` or ``causal+softcap50``."""
+    if option == "window":
+        return f"causal+window{value[0]}:{value[1]}"
+    return f"causal+softcap{value:g}"
+
+
+def _option_providers(gpu: bool, with_flex: bool) -> dict:
+    """Providers of the option rows: ``fn(q, k, v, option, value)``."""
+    import tilewright
+
+    def kwargs(option, value):
+        return {"window": value} if option == "window" else {"softcap": value}
+
+    provs = {"tilewright-triton": lambda q, k, v, o, x: tilewright.flash_attention(q, k, v, causal=True,
+                                                                                    backend="triton", **kwargs(o, x))}
+    if not gpu:
+        from ..reference import attention_reference
+
+        def reference(q, k, v, option, value):
+            return attention_reference(q, k, v, True, **{"window": value} if option == "window" else
+                                       {"softcap": value})[0]
+        provs["torch-math"] = reference
+        return provs
+    provs["tilewright"] = lambda q, k, v, o, x: tilewright.flash_attention(q, k, v, causal=True, **kwargs(o, x))
+    if with_flex:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            compiled = torch.compile(flex_attention, dynamic=False)
+            masks = {}
+
+            def flex(q, k, v, option, value):
+                key = (q.shape[2], k.shape[2], option, value)
+                if key not in masks:
+                    if option == "window":
+                        left = value[0]
+
+                        def mask_mod(b, h, qi, kv):
+                            return (qi >= kv) & (qi - kv <= left)
+                    else:
+                        def mask_mod(b, h, qi, kv):
+                            return qi >= kv
+                    masks[key] = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device)
+                score_mod = None
+                if option == "softcap":
+                    def score_mod(score, b, h, qi, kv):
+                        return value * torch.tanh(score / value)
+                return compiled(q, k, v, score_mod=score_mod, block_mask=masks[key],
+                                enable_gqa=q.shape[1] != k.shape[1])
+            provs["flex"] = flex
+        except Exception as e:  # pragma: no cover - depends on the torch build
+            print(f"flex_attention unavailable: {type(e).__name__}: {e}")
+    return provs
 
 
 def _providers(gpu: bool, with_flex: bool):
@@ -137,6 +213,8 @@ def precompile(shapes, dtype=torch.bfloat16, workers: int | None = None, progres
 
     tasks = sorted({(*case, causal, str(dtype).split(".")[-1]) for case in map(_unpack, shapes)
                     for causal in _masks(case)})
+    if not tasks:
+        return
     workers = workers or min(len(tasks) * 3, os.cpu_count() or 4, 16)
     t0 = time.time()
     jobs = [(t, kern) for t in tasks for kern in ("fwd", "dkdv", "dq")]
@@ -218,17 +296,52 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
                                      provider=name, median_ms=ms, tflops=tf))
                     progress(f"  {case:40s} {name:18s} {ms:9.4f} ms {tf:8.1f} TFLOP/s")
                     if csv_path:
-                        _frame(rows, peer, env).to_csv(csv_path, index=False)
+                        _frame(rows, peer, env, OPTION_PEER if gpu else "torch-math").to_csv(csv_path, index=False)
         del q, k, v
         if gpu:
             torch.cuda.empty_cache()
-    return _frame(rows, peer, env)
+    option_peer = OPTION_PEER if gpu else "torch-math"
+    option_provs = _option_providers(gpu, with_flex and gpu)
+    if only:
+        option_provs = {k: v for k, v in option_provs.items() if k in only.split(",")}
+    for entry, option, value in OPTION_SUITES.get(suite, ()):
+        B, Hq, Hkv, S, D, Skv = _unpack(entry)
+        q, k, v = _make(B, Hq, Hkv, S, D, dtype, device, Skv)
+        tag = shape_tag(B, Hq, Hkv, S, D, Skv)
+        for name, fn in option_provs.items():
+            for mode in ("fwd", "bwd"):
+                case = f"{tag}|{option_tag(option, value)}|{mode}"
+                try:
+                    if mode == "fwd":
+                        fn(q, k, v, option, value)
+                        ms = time_ms(lambda: fn(q, k, v, option, value))
+                    else:
+                        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                        out = fn(qg, kg, vg, option, value)
+                        dout = torch.randn_like(out)
+                        ms = time_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
+                        del out
+                except Exception as e:
+                    progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+                    continue
+                window = value if option == "window" else None
+                tf = flops(B, Hq, S, D, True, mode, Skv, window) / (ms * 1e-3) / 1e12
+                rows.append(dict(op="attention", case=case, shape=tag, dtype=str(dtype).split(".")[-1],
+                                 provider=name, median_ms=ms, tflops=tf))
+                progress(f"  {case:40s} {name:18s} {ms:9.4f} ms {tf:8.1f} TFLOP/s")
+                if csv_path:
+                    _frame(rows, peer, env, option_peer).to_csv(csv_path, index=False)
+        del q, k, v
+        if gpu:
+            torch.cuda.empty_cache()
+    return _frame(rows, peer, env, option_peer)
 
 
-def _frame(rows, peer, env) -> pd.DataFrame:
+def _frame(rows, peer, env, option_peer=None) -> pd.DataFrame:
     pd = require_pandas("tilewright.bench.attention")
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("peer", "speedup")])
-    df = add_speedups(df, {c: peer for c in df["case"].unique()})
+    # an option row's peer is the one provider that expresses its mask (SDPA's backends cannot)
+    df = add_speedups(df, {c: (option_peer or peer) if "+" in c.split("|")[1] else peer for c in df["case"].unique()})
     for key in ("card", "torch", "triton", "cudnn"):
         if key in env:
             df[key] = env[key]
