@@ -11,8 +11,9 @@ tilewright + torch math (numbers say nothing about speed there).
 Option rows (:data:`OPTION_SUITES`: sliding window, soft cap; case ``"<shape>|causal+window<l>:<r>|<mode>"`` /
 ``"...|causal+softcap<c>|..."``) compare tilewright with FlexAttention given the same mask / score_mod, their peer.
 
-FLOPs = 4 * B * Hq * S^2 * D, x0.5 causal (a window: the pairs it leaves visible), x2.5 backward. The backward is timed as ``torch.autograd.grad`` of a
-forward output that was computed once (so it includes the preprocess, dK/dV and dQ kernels, nothing of the forward).
+FLOPs = 4 * B * Hq * S^2 * D, x0.5 causal (a window: the pairs it leaves visible), x2.5 backward. The backward is
+timed as ``torch.autograd.grad`` of a forward output that was computed once (so it includes the preprocess, dK/dV
+and dQ kernels, nothing of the forward).
 """
 from __future__ import annotations
 
@@ -281,7 +282,7 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
                             elif ref_out is not None and name in ("sdpa-flash", "torch-math"):
                                 err = (ref_out.float() - out.float()).abs().max().item()
                                 progress(f"  {case}: max |tilewright - {name}| = {err:.3e}")
-                            ms = time_ms(lambda: fn(q, k, v, causal))
+                            ms = time_ms(lambda q=q, k=k, v=v: fn(q, k, v, causal))
                         else:
                             qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
                             out = fn(qg, kg, vg, causal)
@@ -314,7 +315,7 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
                 try:
                     if mode == "fwd":
                         fn(q, k, v, option, value)
-                        ms = time_ms(lambda: fn(q, k, v, option, value))
+                        ms = time_ms(lambda q=q, k=k, v=v: fn(q, k, v, option, value))
                     else:
                         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
                         out = fn(qg, kg, vg, option, value)
