@@ -29,8 +29,7 @@ def read_env(names: tuple[str, ...], encoded: tuple[bytes, ...]) -> tuple:
     """The values of the environment variables ``names`` (``encoded``: the same names as bytes), None where unset;
     bytes on POSIX, str elsewhere (compare them only with each other, as a cache key does)."""
     if _environ_bytes is not None:
-        get = _environ_bytes.get
-        return tuple([get(n) for n in encoded])
+        return tuple(map(_environ_bytes.get, encoded))
     return tuple([os.environ.get(n) for n in names])
 
 

@@ -83,7 +83,7 @@ def state() -> tuple:
         names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE", _aten.ENV)
         _env_names = (names, tuple(n.encode() for n in names))
     return (read_env(*_env_names), cache.generation, router.epoch, backends.readiness_epoch,
-            getattr(router._local, "backend", None), torch._C._cuda_getDevice())
+            router._local.backend, torch._C._cuda_getDevice())
 
 
 class Replay:
