@@ -80,6 +80,39 @@ def option_tag(option: str, value) -> str:
     return f"causal+softcap{value:g}"
 
 
+def _flex_runner():
+    """``run(q, k, v, mask_key, mask_mod, score_mod=None)``: FlexAttention compiled once (static shapes), its block
+    mask built once per (Sq, Skv, mask_key) (``mask_key`` None: no mask); None where flex_attention is unavailable."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except Exception as e:  # pragma: no cover - depends on the torch build
+        print(f"flex_attention unavailable: {type(e).__name__}: {e}")
+        return None
+    compiled = torch.compile(flex_attention, dynamic=False)
+    masks = {}
+
+    def run(q, k, v, mask_key, mask_mod, score_mod=None):
+        block_mask = None
+        if mask_key is not None:
+            key = (q.shape[2], k.shape[2], mask_key)
+            if key not in masks:
+                masks[key] = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device)
+            block_mask = masks[key]
+        return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=q.shape[1] != k.shape[1])
+    return run
+
+
+def _time(fn, q, k, v, mode: str, *args) -> float:
+    """Median ms of ``fn(q, k, v, *args)`` (mode "fwd") or of the gradient of one such output (mode "bwd": the
+    backward alone, the forward computed once)."""
+    if mode == "fwd":
+        return time_ms(lambda: fn(q, k, v, *args))
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    out = fn(qg, kg, vg, *args)
+    dout = torch.randn_like(out)
+    return time_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
+
+
 def _option_providers(gpu: bool, with_flex: bool) -> dict:
     """Providers of the option rows: ``fn(q, k, v, option, value)``."""
     import tilewright
@@ -98,34 +131,15 @@ def _option_providers(gpu: bool, with_flex: bool) -> dict:
         provs["torch-math"] = reference
         return provs
     provs["tilewright"] = lambda q, k, v, o, x: tilewright.flash_attention(q, k, v, causal=True, **kwargs(o, x))
-    if with_flex:
-        try:
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-            compiled = torch.compile(flex_attention, dynamic=False)
-            masks = {}
-
-            def flex(q, k, v, option, value):
-                key = (q.shape[2], k.shape[2], option, value)
-                if key not in masks:
-                    if option == "window":
-                        left = value[0]
-
-                        def mask_mod(b, h, qi, kv):
-                            return (qi >= kv) & (qi - kv <= left)
-                    else:
-                        def mask_mod(b, h, qi, kv):
-                            return qi >= kv
-                    masks[key] = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2], device=q.device)
-                score_mod = None
-                if option == "softcap":
-                    def score_mod(score, b, h, qi, kv):
-                        return value * torch.tanh(score / value)
-                return compiled(q, k, v, score_mod=score_mod, block_mask=masks[key],
-                                enable_gqa=q.shape[1] != k.shape[1])
-            provs["flex"] = flex
-        except Exception as e:  # pragma: no cover - depends on the torch build
-            print(f"flex_attention unavailable: {type(e).__name__}: {e}")
+    run_flex = _flex_runner() if with_flex else None
+    if run_flex is not None:
+        def flex(q, k, v, option, value):
+            if option == "window":
+                left = value[0]
+                return run_flex(q, k, v, ("window", left), lambda b, h, qi, kv: (qi >= kv) & (qi - kv <= left))
+            return run_flex(q, k, v, ("causal",), lambda b, h, qi, kv: qi >= kv,
+                            lambda score, b, h, qi, kv: value * torch.tanh(score / value))
+        provs["flex"] = flex
     return provs
 
 
@@ -160,25 +174,13 @@ def _providers(gpu: bool, with_flex: bool):
         def ours_cuda(q, k, v, causal):
             return tilewright.flash_attention(q, k, v, causal=causal, backend="cuda")
         provs["tilewright-cuda"] = ours_cuda
-    if with_flex:
-        try:
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-            compiled = torch.compile(flex_attention, dynamic=False)
-            masks = {}
-
-            def flex(q, k, v, causal):
-                bm = None
-                if causal:
-                    key = (q.shape[2], k.shape[2])
-                    if key not in masks:
-                        masks[key] = create_block_mask(lambda b, h, qi, kv: qi >= kv, None, None, *key,
-                                                       device=q.device)
-                    bm = masks[key]
-                return compiled(q, k, v, block_mask=bm, enable_gqa=q.shape[1] != k.shape[1])
-            provs["flex"] = flex
-        except Exception as e:  # pragma: no cover - depends on the torch build
-            print(f"flex_attention unavailable: {type(e).__name__}: {e}")
+    run_flex = _flex_runner() if with_flex else None
+    if run_flex is not None:
+        def flex(q, k, v, causal):
+            if causal:
+                return run_flex(q, k, v, ("causal",), lambda b, h, qi, kv: qi >= kv)
+            return run_flex(q, k, v, None, None)
+        provs["flex"] = flex
     return provs
 
 
@@ -265,6 +267,16 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
         except Exception as e:  # compiling in this process later is slower, never wrong
             progress(f"precompile failed ({type(e).__name__}: {e}); compiling serially instead")
     rows = []
+    option_peer = OPTION_PEER if gpu else "torch-math"
+
+    def add_row(case, tag, name, ms, case_flops):
+        tf = case_flops / (ms * 1e-3) / 1e12
+        rows.append(dict(op="attention", case=case, shape=tag, dtype=str(dtype).split(".")[-1], provider=name,
+                         median_ms=ms, tflops=tf))
+        progress(f"  {case:40s} {name:18s} {ms:9.4f} ms {tf:8.1f} TFLOP/s")
+        if csv_path:
+            _frame(rows, peer, env, option_peer).to_csv(csv_path, index=False)
+
     for entry in SUITES[suite]:
         B, Hq, Hkv, S, D, Skv = _unpack(entry)
         q, k, v = _make(B, Hq, Hkv, S, D, dtype, device, Skv)
@@ -282,26 +294,14 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
                             elif ref_out is not None and name in ("sdpa-flash", "torch-math"):
                                 err = (ref_out.float() - out.float()).abs().max().item()
                                 progress(f"  {case}: max |tilewright - {name}| = {err:.3e}")
-                            ms = time_ms(lambda q=q, k=k, v=v: fn(q, k, v, causal))
-                        else:
-                            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-                            out = fn(qg, kg, vg, causal)
-                            dout = torch.randn_like(out)
-                            ms = time_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
-                            del out
+                        ms = _time(fn, q, k, v, mode, causal)
                     except Exception as e:
                         progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
                         continue
-                    tf = flops(B, Hq, S, D, causal, mode, Skv) / (ms * 1e-3) / 1e12
-                    rows.append(dict(op="attention", case=case, shape=tag, dtype=str(dtype).split(".")[-1],
-                                     provider=name, median_ms=ms, tflops=tf))
-                    progress(f"  {case:40s} {name:18s} {ms:9.4f} ms {tf:8.1f} TFLOP/s")
-                    if csv_path:
-                        _frame(rows, peer, env, OPTION_PEER if gpu else "torch-math").to_csv(csv_path, index=False)
+                    add_row(case, tag, name, ms, flops(B, Hq, S, D, causal, mode, Skv))
         del q, k, v
         if gpu:
             torch.cuda.empty_cache()
-    option_peer = OPTION_PEER if gpu else "torch-math"
     option_provs = _option_providers(gpu, with_flex and gpu)
     if only:
         option_provs = {k: v for k, v in option_provs.items() if k in only.split(",")}
@@ -313,25 +313,12 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
             for mode in ("fwd", "bwd"):
                 case = f"{tag}|{option_tag(option, value)}|{mode}"
                 try:
-                    if mode == "fwd":
-                        fn(q, k, v, option, value)
-                        ms = time_ms(lambda q=q, k=k, v=v: fn(q, k, v, option, value))
-                    else:
-                        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-                        out = fn(qg, kg, vg, option, value)
-                        dout = torch.randn_like(out)
-                        ms = time_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
-                        del out
+                    ms = _time(fn, q, k, v, mode, option, value)
                 except Exception as e:
                     progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
                     continue
-                window = value if option == "window" else None
-                tf = flops(B, Hq, S, D, True, mode, Skv, window) / (ms * 1e-3) / 1e12
-                rows.append(dict(op="attention", case=case, shape=tag, dtype=str(dtype).split(".")[-1],
-                                 provider=name, median_ms=ms, tflops=tf))
-                progress(f"  {case:40s} {name:18s} {ms:9.4f} ms {tf:8.1f} TFLOP/s")
-                if csv_path:
-                    _frame(rows, peer, env, option_peer).to_csv(csv_path, index=False)
+                add_row(case, tag, name, ms, flops(B, Hq, S, D, True, mode, Skv,
+                                                   value if option == "window" else None))
         del q, k, v
         if gpu:
             torch.cuda.empty_cache()

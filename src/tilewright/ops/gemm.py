@@ -285,10 +285,10 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     out_shape = (*a.shape[:-1], N)
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
     res3 = None if residual is None else _residual_3d(residual, out_shape)
+    b_given = b if weight is None else weight  # the caller's layout, as the ATen route takes it
     if key is not None and replay is None:
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
-        aten = _aten.gemm(weight is not None, a, b if weight is None else weight, bias, residual, activation,
-                          out_dtype, backend, needs_grad)
+        aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, needs_grad)
         if aten is None and not needs_grad and activation is None and residual is None and \
                 out_dtype in (None, a.dtype) and _aten.limit() > 0 and \
                 router.decide("gemm", a2, b, contiguous_vector(bias), None, None, backend=backend).backend == "torch":
@@ -297,13 +297,12 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
             aten = _aten.AtenGemm(weight is not None, None)
         if aten is not None:
             _fast.store(_replays, key, aten)
-            return aten(a, b if weight is None else weight, bias, residual)
+            return aten(a, b_given, bias, residual)
     elif key is None and _aten.compiling(a):
         # a small call traced by torch.compile: ATen's ops in the graph
-        aten = _aten.gemm(weight is not None, a, b if weight is None else weight, bias, residual, activation,
-                          out_dtype, backend, True)
+        aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, True)
         if aten is not None:
-            return aten(a, b if weight is None else weight, bias, residual)
+            return aten(a, b_given, bias, residual)
     if needs_grad is None:
         needs_grad = _needs_grad(a, b, bias, residual)
     save_preact = activation is not None and needs_grad
