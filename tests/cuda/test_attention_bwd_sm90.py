@@ -72,7 +72,10 @@ def test_build_check_lists_the_backward_builds():
     assert rows[3][0].startswith("dkdv b ") and rows[3][3] == ("USETMAXREG",)
     # dQ in the pass: two dS^T tiles (128 keys x 64 queries, 16-bit) and two fp32 64 x 64 dQ staging tiles more
     assert cb.smem_bytes(128, "b", True) == cb.smem_bytes(128, "b") + 2 * 128 * 64 * 2 + 2 * 64 * 64 * 4
-    assert rows[-1][0].startswith("dkdv b+dq") and rows[-1][3] == ("USETMAXREG", "UTMAREDG")
+    assert rows[5][0].startswith("dkdv b+dq") and rows[5][3] == ("USETMAXREG", "UTMAREDG")
+    assert rows[6][0].endswith(" window offset") and rows[6][1]["TW_UPPER_OFFSET"] == 1
+    assert rows[7][0].endswith(" window") and rows[7][1]["TW_WINDOW"] == 1 and "TW_WINDOW" not in rows[3][1]
+    assert rows[-1][0].endswith(" window softcap") and rows[-1][1]["TW_SOFTCAP"] == 1
 
 
 @needs_compiler
@@ -111,9 +114,7 @@ def test_constraints_name_what_they_refuse():
         assert f"head dim {d}" in cb.constraints(_t(2, 8, 100, d), _t(2, 8, 100, d),
                                                  *(_t(2, 2, 130, d) for _ in range(4)))[1]
     assert [cb.kernel_head_dim(d) for d in (64, 72, 120, 128, 136, 48)] == [64, 128, 128, 128, None, None]
-    assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, causal_offset=30)[1]
-    assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, window=True)[1]
-    assert "top-left causal" in cb.constraints(do, q, k, v, dk, dv, softcap=30.0)[1]
+
     assert "dtype" in cb.constraints(*(_t(2, 8, 100, 128, dtype=torch.float32) for _ in range(2)),
                                      *(_t(2, 2, 130, 128, dtype=torch.float32) for _ in range(4)))[1]
     assert "Hq not a multiple" in cb.constraints(_t(2, 3, 100, 128), _t(2, 3, 100, 128), k, v, dk, dv)[1]

@@ -162,11 +162,36 @@ def test_launch_arguments(fake_driver):
     assert args[4].value == lse.data_ptr()
     assert [a.value for a in args[5:9]] == [300, 130, 4, 2]
     assert args[9].value == pytest.approx(0.5 * ca.LOG2E)
+    assert [a.value for a in args[10:12]] == [0, -301]  # top-left causal, no lower edge
     ca.launch_attention(q, k, v, out, lse, causal=True, scale=0.5, variant="c")  # prepared: no new build / maps
     assert len(fake_driver.builds) == 1 and len(fake_driver.maps) == 4 and len(fake_driver.launches) == 2
+    # a band and a soft cap: the same build's offsets (clamped), and a build of its own for the cap
+    ca.launch_attention(q, k, v, out, lse, causal=True, scale=0.5, variant="c", causal_offset=-170,
+                        window_offset=-10 ** 9)
+    # a window's lower edge and an upper edge off 0 are builds of their own (the dense builds keep their code)
+    assert fake_driver.builds[-1][2] == {**fake_driver.builds[0][2], "TW_WINDOW": 1, "TW_UPPER_OFFSET": 1}
+    assert [a.value for a in fake_driver.launches[-1][4][10:12]] == [-170, -301]
+    ca.launch_attention(q, k, v, out, lse, causal=False, scale=0.5, variant="c", window_offset=-64, softcap=20.0)
+    assert fake_driver.builds[-1][2]["TW_SOFTCAP"] == 1 and fake_driver.builds[-1][2]["TW_CAUSAL"] == 0
+    args = fake_driver.launches[-1][4]
+    assert args[9].value == 1.0 and [a.value for a in args[10:12]] == [0, -64]
+    assert args[12].value == pytest.approx(0.5 / 20.0) and args[13].value == pytest.approx(20.0 * ca.LOG2E)
+    with pytest.raises(ValueError, match="softcap"):
+        ca.launch_attention(q, k, v, out, lse, softcap=float("inf"))
     ca.launch_attention(q, k, v, out, lse, causal=False, variant="a")
     assert fake_driver.launches[-1][1] == (5, 4, 2) and fake_driver.launches[-1][2] == (256, 1, 1)
     assert fake_driver.maps[-4][4] == (64, 64, 1, 1)  # variant a: 64-row Q tile
+
+
+@pytest.mark.parametrize("sq,skv,causal_offset,window_offset,expect", [
+    (300, 130, 0, None, (0, -301)),            # top-left causal
+    (300, 130, -170, None, (-170, -301)),      # bottom-right causal, Sq > Skv: rows 0-169 see no key
+    (100, 4096, 3996, 3996 - 256, (3996, 3740)),  # bottom-right with a left window of 256
+    (100, 200, 10 ** 9, -10 ** 9, (201, -101)),   # past either end: clamped, meaning unchanged
+    (100, 200, -10 ** 9, 10 ** 9, (-101, 201)),   # nothing visible either way
+])
+def test_band_offsets(sq, skv, causal_offset, window_offset, expect):
+    assert ca.band_offsets(sq, skv, causal_offset, window_offset) == expect
 
 
 @pytest.mark.parametrize("d,build", [(64, 64), (72, 128), (96, 128), (128, 128), (136, 256), (192, 256), (256, 256)])

@@ -40,7 +40,7 @@ SUITES = {
 PEER = "sdpa-cudnn"
 # Masks and options SDPA's backends cannot express (issue 15's rows), timed causal: (entry, option, value) with option
 # "window" ((left, right), Mistral-style: query i sees keys i - left .. i) or "softcap" (Gemma 2's logit cap). Their
-# providers are tilewright's (router's pick and forced Triton) and the peer FlexAttention, compiled with the same
+# providers are tilewright's (router's pick, forced Triton, forced CUDA) and the peer FlexAttention, compiled with the same
 # block mask / score_mod (GPU), or the reference formula (CPU).
 OPTION_SUITES = {
     "default": [((1, 16, 8, 16384, 128), "window", (4095, 0)), ((2, 16, 16, 8192, 128), "window", (1023, 0)),
@@ -131,6 +131,9 @@ def _option_providers(gpu: bool, with_flex: bool) -> dict:
         provs["torch-math"] = reference
         return provs
     provs["tilewright"] = lambda q, k, v, o, x: tilewright.flash_attention(q, k, v, causal=True, **kwargs(o, x))
+    # the sm_90a forward forced (its backward where the op layer enables it; the soft cap's is Triton's)
+    provs["tilewright-cuda"] = lambda q, k, v, o, x: tilewright.flash_attention(q, k, v, causal=True, backend="cuda",
+                                                                               **kwargs(o, x))
     run_flex = _flex_runner() if with_flex else None
     if run_flex is not None:
         def flex(q, k, v, option, value):

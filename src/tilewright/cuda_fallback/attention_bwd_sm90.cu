@@ -9,6 +9,10 @@
 // in the accumulator layout that the register-A operand of the next wgmma takes, so neither goes through shared
 // memory for dK / dV. delta = rowsum(dO * O) comes from the Triton backward's preprocess kernel
 // (triton_kernels/attention.py); the LSE is the forward's (natural log, fp32 (B, Hq, Sq)).
+// Soft cap (TW_SOFTCAP): the forward's scores were cap * tanh(scale * s / cap), so P^T = exp2(t * cap * log2 e - lse)
+// with t = tanh(scale * s / cap) recomputed, and dS^T takes the cap's derivative: dS^T = P^T (1 - t^2) (dP^T - delta)
+// (the factor scale stays in the final dK / dQ scaling). P^T (1 - t^2) replaces P^T in place once P^T is packed for
+// dV, so the cap costs a tanh and no registers.
 //
 //   WG0  producer: one thread issues TMA for K and V of this key block (once) and for Q and dO of each query block
 //        into a STAGES-deep ring (one full / empty mbarrier pair per stage); with dQ in the pass, warp 1 is the dQ
@@ -21,7 +25,9 @@
 //
 // Registers (one consumer thread, hdim 128, BM 64): dK 64 + dV 64 + S^T 32 + dP^T 32 + packed P^T / dS^T 16 + 16
 // (dQ's 32 take S^T's place once P^T is packed).
-// Masks: causal top-left (key j visible to query i iff j <= i; the host declines other alignments), the Sq tail
+// Masks: the forward's band (ptx/attention_tile.cuh, KeyBand: key j visible to query i iff j <= i + upper in TW_CAUSAL
+// builds and i + lower <= j in TW_WINDOW builds - top-left / bottom-right causal, sliding windows); a key block visits only the
+// query blocks that see one of its keys, and masks elements only where it straddles an edge. The Sq tail
 // (query columns >= Sq get P = 0 through a +inf statistic: their Q / dO rows are TMA zero-fill, their LSE unread).
 // Keys >= Skv are zero-filled K / V rows; they only produce their own dK / dV rows, which the store masks (and, with
 // dQ in the pass, get P = 0 so they add nothing to dQ).
@@ -51,6 +57,17 @@
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
 #endif
+#ifndef TW_WINDOW
+#define TW_WINDOW 0
+#endif
+// The upper edge at an offset other than 0 (bottom-right causal, a window's right side): without it the edge is the
+// constant 0 of top-left causal, and the dense builds keep the code they were measured with.
+#ifndef TW_UPPER_OFFSET
+#define TW_UPPER_OFFSET 0
+#endif
+#ifndef TW_SOFTCAP
+#define TW_SOFTCAP 0
+#endif
 // Consumer warpgroups, 64 keys each (1: the simplest schedule; 2: a 128-key block whose Q / dO loads both share, with
 // setmaxnreg giving the producer's registers to them).
 #ifndef TW_CONSUMERS
@@ -75,6 +92,9 @@ constexpr int BN = 64 * NC;  // keys per CTA: one m64 wgmma atom (its M) per con
 constexpr int BM = 64;  // query rows per step: the N of S^T / dP^T and the K of the dV / dK wgmmas
 constexpr int STAGES = TW_STAGES;
 constexpr bool CAUSAL = TW_CAUSAL != 0;
+constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
+constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
+constexpr bool SOFTCAP = TW_SOFTCAP != 0;
 constexpr int THREADS = 128 * (NC + 1);
 constexpr int DC = D / 64;                // 64-column (128-byte) chunks of a row: one TMA box / swizzle span each
 constexpr int KV_BYTES = BN * D * 2;      // the K (or V) block
@@ -122,18 +142,21 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NC <= 65536 || NC == 1
 // stored (query, d), MN-major for this B: mma_rs_mn<D> (ptx/wgmma_typed.cuh).
 
 // The (query head, query block) steps of this CTA's key block, which every role iterates: query blocks that see any
-// of its keys (causal top-left: rows from n0 on, block-aligned down) times the GQA group. Each role computes them
-// after its setmaxnreg from a fresh read of the block index: a value computed before the branch stays live across the
-// register reallocation, and ptxas spilled one there.
+// of its keys (rows n0 - upper (causal) to n0 + BN - 1 - lower of the band, block-aligned down) times the GQA group.
+// Each role computes them after its setmaxnreg from a fresh read of the block index: a value computed before the
+// branch stays live across the register reallocation, and ptxas spilled one there.
 struct KeyBlockSteps {
   int m_first, m_blocks, steps;
 };
 
-TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group) {
+TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group, KeyBand band) {
   int block;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));  // volatile: not merged with the other role's read
-  const int m_first = CAUSAL ? (block * BN / BM) * BM : 0;
-  const int m_blocks = m_first < Sq ? (Sq - m_first + BM - 1) / BM : 0;
+  const int n0 = block * BN;
+  const int rows_begin = CAUSAL ? max(0, n0 - band.upper) : 0;
+  const int rows_end = WINDOW ? min(Sq, n0 + BN - band.lower) : Sq;
+  const int m_first = (rows_begin / BM) * BM;
+  const int m_blocks = rows_end > rows_begin ? (rows_end - m_first + BM - 1) / BM : 0;
   return {m_first, m_blocks, m_blocks * group};
 }
 
@@ -146,7 +169,8 @@ TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group) {
 // group = Hq / Hkv. scale_log2 = scale * log2(e); dK is scaled by `scale` at the end. head_dim: the tensors' own head
 // dim, D (the build) or a multiple of 8 below it: the maps' true width makes TMA zero-fill the columns past it (they
 // add nothing to S or dP^T and give zero columns of dK, dV and dQ), the reduce-adds into the workspace clip them, and
-// the dK / dV stores skip them.
+// the dK / dV stores skip them. band_upper / band_lower: the forward's KeyBand (clamped by the host). softcap_pre =
+// scale / cap, softcap_post = cap * log2(e) (read by TW_SOFTCAP builds).
 extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
@@ -154,9 +178,11 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
                           const float* __restrict__ delta, unsigned short* __restrict__ dk,
                           unsigned short* __restrict__ dv, long long dk_sb,
                           long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
-                          int Sq, int Skv, int Hq, int group, float scale_log2, float scale, int head_dim) {
+                          int Sq, int Skv, int Hq, int group, float scale_log2, float scale, int head_dim,
+                          int band_upper, int band_lower, float softcap_pre, float softcap_post) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace twb;
+  const KeyBand band{UPPER_OFFSET ? band_upper : 0, band_lower};
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
   const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
@@ -185,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     // Give registers back to the consumers (dK + dV + S^T + dP^T live at once). With one consumer the per-thread cap
     // at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
     if constexpr (NC == 2) setmaxnreg_dec<PRODUCER_REGS>();
-    const KeyBlockSteps sched = key_block_steps(Sq, group);
+    const KeyBlockSteps sched = key_block_steps(Sq, group, band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     if (tid == 0) {
       tma_prefetch_desc(&tm_q);
@@ -223,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       }
       // (query head, query block) of each step as two counters: no division in 24 registers a thread.
       int hq = hkv * group, m0 = m_first;
+      const int m_stop = m_first + m_blocks * BM;
 #pragma unroll 1
       for (int left = steps; left > 0; --left) {
 #pragma unroll
@@ -241,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
           if (left > 1) named_barrier_arrive(DQ_FREE_BAR + c, 160);
         }
         m0 += BM;
-        if (m0 >= Sq) {
+        if (m0 >= m_stop) {
           m0 = m_first;
           ++hq;
         }
@@ -251,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
   } else {
     // ------------------------------------------------------------------ consumers
     if constexpr (NC == 2) setmaxnreg_inc<CONSUMER_REGS>();
-    const KeyBlockSteps sched = key_block_steps(Sq, group);
+    const KeyBlockSteps sched = key_block_steps(Sq, group, band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     const int c = NC == 1 ? 0 : wg - 1;  // a constant with one consumer: its code stays what it was measured as
     const int warp = tid / 32;
@@ -313,35 +340,60 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       stat_buf[tid] = stat;
       named_barrier_sync(1 + c, 128);  // this warpgroup's 128 threads
 
-      // P^T, elementwise (query columns >= Sq have P = 0 through their +inf statistic; the causal mask only where
-      // the block straddles the diagonal). With dQ in this pass, keys >= Skv must have P = 0 too: their zero-filled
-      // K rows give S^T = 0, and exp2(-lse) of a row whose scores are all very negative is inf, which times K's
-      // zeros is NaN in dQ.
+      // P^T, elementwise (query columns >= Sq have P = 0 through their +inf statistic; the band's mask only where
+      // the block straddles one of its edges). With dQ in this pass, keys >= Skv must have P = 0 too: their
+      // zero-filled K rows give S^T = 0, and exp2(-lse) of a row whose scores are all very negative is inf, which
+      // times K's zeros is NaN in dQ.
       const bool key_tail = DQ_ATOMIC && n0c + 64 > Skv;
-      const bool need_mask = (CAUSAL && m0 < n0c + 63) || key_tail;
+      const bool need_mask =
+          (CAUSAL && n0c + 63 > m0 + band.upper) || (WINDOW && n0c < m0 + BM - 1 + band.lower) || key_tail;
       wgmma_wait<1>();  // S^T is complete; dP^T may still run
       wgmma_reg_fence(s_acc);
 #pragma unroll
       for (int j = 0; j < BM / 8; ++j) {
+        float cap_grad[4];  // the soft cap's derivative, 1 - t^2, of this j's four fragments (TW_SOFTCAP)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int c = 8 * j + col_lane + e;
           const float m = stat_buf[c];
-          // The last key query column c sees: causal (top-left) m0 + c, with dQ in the pass also below Skv.
-          const int last_key = DQ_ATOMIC ? (CAUSAL ? min(m0 + c, Skv - 1) : Skv - 1) : m0 + c;
+          // The keys query column c sees: from m0 + c + lower to m0 + c + upper (causal; else every key), with dQ in
+          // the pass only those below Skv (keys >= Skv are not stored otherwise).
+          const int first_key = m0 + c + band.lower;
+          const int band_last = CAUSAL ? m0 + c + band.upper : Skv;
+          const int last_key = DQ_ATOMIC ? min(band_last, Skv - 1) : band_last;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 4 * j + 2 * h + e;
-            float pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m));
-            if (need_mask && key0 + 8 * h > last_key) pv = 0.0f;
+            const int key = key0 + 8 * h;
+            float pv;
+            if constexpr (SOFTCAP) {
+              const float t = tanh_approx(s_acc[r] * softcap_pre);
+              cap_grad[2 * h + e] = fmaf(-t, t, 1.0f);
+              pv = ex2_approx(fmaf(t, softcap_post, -m));
+            } else {
+              pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m));
+            }
+            if (need_mask && (key > last_key || (WINDOW && key < first_key))) pv = 0.0f;
             s_acc[r] = pv;
           }
         }
+        if constexpr (SOFTCAP) {
+          // P^T packed for dV, then P^T (1 - t^2) in its place for dS^T
+#pragma unroll
+          for (int h = 0; h < 2; ++h) p[2 * j + h] = pack2(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) s_acc[4 * j + 2 * h + e] *= cap_grad[2 * h + e];
+          }
+        }
       }
+      if constexpr (!SOFTCAP) {
 #pragma unroll
-      for (int j = 0; j < BM / 8; ++j) {
+        for (int j = 0; j < BM / 8; ++j) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) p[2 * j + h] = pack2(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]);
+          for (int h = 0; h < 2; ++h) p[2 * j + h] = pack2(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]);
+        }
       }
 
       // dV += P^T dO and (below) dK += dS^T Q: BM/16 k-steps over the queries; k-step kk takes query columns
@@ -352,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       mma_rs_frags<BM / 16, D>(dv_acc, p, sdo, BM * 128);
       wgmma_commit();
 
-      // dS^T = P^T * (dP^T - delta), from the fp32 P^T still in s_acc.
+      // dS^T = P^T * (dP^T - delta), from the fp32 P^T still in s_acc (P^T (1 - t^2) with the soft cap).
       wgmma_wait<1>();  // dP^T is complete; dV's product may still run
       wgmma_reg_fence(dp_acc);
 #pragma unroll
@@ -463,6 +515,9 @@ constexpr int BM = 64;  // query rows per CTA: the consumer warpgroup's M
 constexpr int BN = 64;  // keys per step: the N of S / dP and the K of dQ += dS K
 constexpr int STAGES = TW_STAGES;
 constexpr bool CAUSAL = TW_CAUSAL != 0;
+constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
+constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
+constexpr bool SOFTCAP = TW_SOFTCAP != 0;
 constexpr int THREADS = 256;
 constexpr int QD_BYTES = BM * D * 2;  // the Q (or dO) block
 constexpr int KV_BYTES = BN * D * 2;  // one K (or V) block
@@ -480,13 +535,16 @@ static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 p
 // tm_q / tm_do: maps over (D, Sq, Hq, B) with box (64, BM, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
 // (64, BN, 1, 1); all 128B-swizzled. lse, delta: contiguous fp32 (B, Hq, Sq). dq: (B, Hq, Sq, D) with unit last
 // stride, element strides (b, h, s). group = Hq / Hkv (query head h reads kv head h / group). dQ is scaled by `scale`.
-// head_dim: the tensors' own head dim, as in tw_attn_bwd_dkdv_sm90 (columns past it are zero-filled and not stored).
+// head_dim: the tensors' own head dim, as in tw_attn_bwd_dkdv_sm90 (columns past it are zero-filled and not stored);
+// band_upper / band_lower: the forward's KeyBand, whose key blocks alone a query tile visits; softcap_pre /
+// softcap_post as in tw_attn_bwd_dkdv_sm90.
 extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
     tw_attn_bwd_dq_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                         const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
                         const float* __restrict__ lse, const float* __restrict__ delta,
                         unsigned short* __restrict__ dq, long long dq_sb, long long dq_sh, long long dq_ss, int Sq,
-                        int Skv, int Hq, int group, float scale_log2, float scale, int head_dim) {
+                        int Skv, int Hq, int group, float scale_log2, float scale, int head_dim, int band_upper,
+                        int band_lower, float softcap_pre, float softcap_post) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace twq;
   extern __shared__ unsigned char smem_raw[];
@@ -501,8 +559,10 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / group;
-  const QueryTile tile = query_tile<BM, BN, CAUSAL>(Skv);  // longest causal tiles first
+  const KeyBand band{UPPER_OFFSET ? band_upper : 0, band_lower};
+  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(Skv, band);  // longest causal tiles first
   const int m0 = tile.m0;
+  const int kb0 = tile.kb0;
   const int nblk = tile.nblk;
 
   if (threadIdx.x == 0) {
@@ -534,8 +594,9 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
         mbar_arrive_expect_tx(full + 8 * s, 2 * KV_BYTES);
 #pragma unroll
         for (int j = 0; j < D / 64; ++j) {
-          tma_load_4d(sbase + K_OFF + s * KV_BYTES + j * BN * 128, &tm_k, full + 8 * s, 64 * j, kb * BN, hkv, b);
-          tma_load_4d(sbase + V_OFF + s * KV_BYTES + j * BN * 128, &tm_v, full + 8 * s, 64 * j, kb * BN, hkv, b);
+          const int k0 = (kb0 + kb) * BN;
+          tma_load_4d(sbase + K_OFF + s * KV_BYTES + j * BN * 128, &tm_k, full + 8 * s, 64 * j, k0, hkv, b);
+          tma_load_4d(sbase + V_OFF + s * KV_BYTES + j * BN * 128, &tm_v, full + 8 * s, 64 * j, k0, hkv, b);
         }
         ring.advance();
       }
@@ -569,7 +630,7 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
     for (int kb = 0; kb < nblk; ++kb) {
       const int s = ring.stage;
       const tw_u32 phase = ring.phase;
-      const int k0 = kb * BN;
+      const int k0 = (kb0 + kb) * BN;
       const tw_u32 sk = sbase + K_OFF + s * KV_BYTES;
       const tw_u32 sv = sbase + V_OFF + s * KV_BYTES;
       mbar_wait(full + 8 * s, phase);
@@ -582,8 +643,11 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       wgmma_reg_fence(s_acc);
       wgmma_reg_fence(dp_acc);
 
-      // P and dS, elementwise; masks only where the block reaches past the Skv tail or (causal) the diagonal.
-      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > m0 + warp * 16);
+      // P and dS, elementwise; masks only where the block reaches past the Skv tail or straddles an edge of the band
+      // for this warp's 16 rows.
+      const int warp_row = m0 + warp * 16;
+      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > warp_row + band.upper) ||
+                             (WINDOW && k0 < warp_row + 15 + band.lower);
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -592,8 +656,14 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
           for (int e = 0; e < 2; ++e) {
             const int r = 4 * j + 2 * h + e;
             const int col = k0 + 8 * j + col_lane + e;
-            float pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m_row[h]));
-            if (need_mask && (col >= Skv || (CAUSAL && col > row0 + 8 * h))) pv = 0.0f;
+            float pv;
+            if constexpr (SOFTCAP) {
+              const float t = tanh_approx(s_acc[r] * softcap_pre);
+              pv = ex2_approx(fmaf(t, softcap_post, -m_row[h])) * fmaf(-t, t, 1.0f);  // P (1 - t^2): dS's factor
+            } else {
+              pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m_row[h]));
+            }
+            if (need_mask && masked_out<CAUSAL, WINDOW>(row0 + 8 * h, col, Skv, band)) pv = 0.0f;
             dp_acc[r] = pv * (dp_acc[r] - d_row[h]);
           }
         }

@@ -17,7 +17,7 @@ import os
 import torch
 
 from .._env import SMEM_OPTIN_BYTES
-from .attention_sm90 import LOG2E, build_head_dim, tma_dims_strides
+from .attention_sm90 import LOG2E, band_offsets, build_head_dim, tma_dims_strides
 from .runtime import HALF_DTYPES, build, launch
 
 SOURCE = "attention_bwd_sm90.cu"
@@ -42,7 +42,10 @@ VARIANTS = {"a": 1, "b": 2}
 DEFAULT_VARIANT = "b"
 # compiled by build-check (CPU CI): (variant, head dim, causal, fp16)
 BUILD_CHECK_BUILDS = (("a", 128, False, False), ("a", 128, True, False), ("a", 64, True, True),
-                      ("b", 128, True, False), ("b+dq", 128, True, False), ("b+dq", 64, False, True))
+                      ("b", 128, True, False), ("b+dq", 128, True, False), ("b+dq", 64, False, True),
+                      ("b+dq", 128, True, False, True, False, True), ("b", 64, False, False, True),
+                      ("b+dq", 128, True, False, False, True), ("b", 64, True, False, True, True))
+# the last four: windowed, windowed, soft cap, both
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG")
 
@@ -67,10 +70,19 @@ def smem_bytes(head_dim: int, variant: str = DEFAULT_VARIANT, dq_atomic: bool = 
         (1 + 2 * STAGES) * 8
 
 
-def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False) -> dict:
-    """-D macros of one build."""
-    return {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
+def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False,
+            window: bool = False, softcap: bool = False, upper_offset: bool = False) -> dict:
+    """-D macros of one build (``causal``: the band's upper edge, ``upper_offset``: at an offset other than 0,
+    ``window``: its lower edge, ``softcap``: the logit cap's derivative)."""
+    defs = {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
             "TW_CONSUMERS": VARIANTS[variant], "TW_DQ_ATOMIC": int(dq_atomic)}
+    if window:  # only then: the dense builds keep their cache keys (and code)
+        defs["TW_WINDOW"] = 1
+    if softcap:
+        defs["TW_SOFTCAP"] = 1
+    if upper_offset:
+        defs["TW_UPPER_OFFSET"] = 1
+    return defs
 
 
 def pick_variant() -> str:
@@ -85,10 +97,12 @@ def build_check_builds() -> list:
     """``tilewright build-check`` rows: (label, defines, dynamic smem[, markers]); the two-consumer build must also
     contain USETMAXREG."""
     rows = []
-    for name, d, c, f in BUILD_CHECK_BUILDS:
+    for name, d, c, f, *options in BUILD_CHECK_BUILDS:
         var, dq_atomic = name.split("+")[0], name.endswith("+dq")
+        window, capped, offset = (list(options) + [False] * 3)[:3]
         label = f"dkdv {name} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
-        row = (label, defines(d, c, f, var, dq_atomic), smem_bytes(d, var, dq_atomic))
+        label += " window" * window + " softcap" * capped + " offset" * offset
+        row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset), smem_bytes(d, var, dq_atomic))
         markers = ("USETMAXREG",) if VARIANTS[var] == 2 else ()
         markers += ("UTMAREDG",) if dq_atomic else ()  # dQ's TMA reduce-adds
         rows.append(row + (markers,) if markers else row)
@@ -146,11 +160,11 @@ def enabled(head_dim: int, causal: bool, batch: int = 1, kv_heads: int = 1, sq: 
     return measured and ctas >= MIN_CTAS and skv <= MAX_KEYS_PER_QUERY * sq
 
 
-def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = False, softcap: float = 0.0,
-                ) -> tuple[bool, str]:
-    """Whether the kernel takes these tensors and options at all, and why not: bf16 / fp16 CUDA tensors, head dim
-    64 or 128 for q, k, v and dO alike, GQA, top-left causal or none (no offset, window or soft cap), 16-byte aligned
-    TMA strides for q, k, v, dO, and dk / dv with a unit last stride and 4-byte aligned rows."""
+def constraints(do, q, k, v, dk, dv) -> tuple[bool, str]:
+    """Whether the kernel takes these tensors at all, and why not: bf16 / fp16 CUDA tensors, head dim 64 or 128 for
+    q, k, v and dO alike, GQA, 16-byte aligned TMA strides for q, k, v, dO, and dk / dv with a unit last stride and
+    4-byte aligned rows. Every mask the op has (causal with either alignment, sliding windows) and the soft cap are
+    taken."""
     if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in (do, q, k, v, dk, dv)):
         return False, "CUDA tensors only"
     if q.dtype not in HALF_DTYPES or any(t.dtype != q.dtype for t in (do, k, v, dk, dv)):
@@ -168,8 +182,8 @@ def constraints(do, q, k, v, dk, dv, causal_offset: int = 0, window: bool = Fals
         return False, "empty problem or Hq not a multiple of Hkv"
     if B > 65535 or Hkv > 65535:
         return False, "more than 65535 batches or kv heads (grid limits)"
-    if causal_offset or window or softcap:
-        return False, "top-left causal or no mask only (no causal offset, window or soft cap)"
+    if Sq + Skv >= 1 << 30:
+        return False, "Sq + Skv >= 2^30 (the band's row + offset sums are 32-bit)"
     for t, name in ((q, "q"), (k, "k"), (v, "v"), (do, "grad_out")):
         lay, why = tma_dims_strides(t)
         if lay is None:
@@ -208,25 +222,34 @@ def _function_and_maps(kernel: str, smem: int, defs: dict, q, k, v, do, kv_rows:
     return fn, maps
 
 
-def _check_statistics(q, lse, delta, scale: float) -> None:
-    """The row statistics both kernels read (contiguous fp32 (B, Hq, Sq) LSE and delta) and a finite, positive
-    scale; ValueError naming what is wrong."""
+def _check_statistics(q, lse, delta, scale: float, softcap: float = 0.0) -> None:
+    """The row statistics both kernels read (contiguous fp32 (B, Hq, Sq) LSE and delta), a finite, positive scale
+    and a finite, non-negative soft cap; ValueError naming what is wrong."""
     B, Hq, Sq, _ = q.shape
     for t, name in ((lse, "lse"), (delta, "delta")):
         if t.shape != (B, Hq, Sq) or t.dtype != torch.float32 or not t.is_contiguous():
             raise ValueError(f"cuda attention backward: {name} must be a contiguous float32 (B, Hq, Sq) tensor")
     if not (scale > 0.0 and scale < float("inf")):
         raise ValueError(f"cuda attention backward: scale {scale} must be finite and > 0")
+    if not (softcap >= 0.0 and softcap < float("inf")):
+        raise ValueError(f"cuda attention backward: softcap {softcap} must be finite and >= 0 (0: none)")
 
 
-def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None):
+def _softcap_args(scale: float, softcap: float) -> list:
+    """The kernels' softcap_pre / softcap_post (scale / cap, cap * log2 e; unread without the cap)."""
+    return [ctypes.c_float(scale / softcap if softcap > 0 else 0.0), ctypes.c_float(softcap * LOG2E)]
+
+
+def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
+             band: tuple[int, int] = (0, None), softcap: float = 0.0):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
     atomic = dq_accum is not None
     build = kernel_head_dim(D)
     fn, maps = _function_and_maps(KERNEL, smem_bytes(build, variant, atomic),
-                                  defines(build, causal, q.dtype == torch.float16, variant, atomic), q, k, v, do, bn)
+                                  defines(build, causal, q.dtype == torch.float16, variant, atomic, band[1] is not None,
+                                          softcap > 0, causal and band[0] != 0), q, k, v, do, bn)
     if atomic:  # the fp32 workspace in 32-column (128-byte) by 64-row boxes, the kernel's staging layout
         (dims, strides), _ = tma_dims_strides(dq_accum)
         with torch.cuda.device(q.device):
@@ -239,13 +262,17 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
             launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
-            ctypes.c_int32(D)]
+            ctypes.c_int32(D), *(ctypes.c_int32(x) for x in band_offsets(Sq, Skv, *band)),
+            *_softcap_args(scale, softcap)]
     return fn, grid, args
 
 
 def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None,
-                dq_accum: torch.Tensor | None = None, validate: bool = True) -> None:
-    """dK and dV of ``softmax(scale q k^T [causal]) v`` into ``dk`` / ``dv`` (sm_90a kernel).
+                dq_accum: torch.Tensor | None = None, validate: bool = True, *, causal_offset: int = 0,
+                window_offset: int | None = None, softcap: float = 0.0) -> None:
+    """dK and dV of ``softmax(scale q k^T [mask]) v`` into ``dk`` / ``dv`` (sm_90a kernel); the mask is the
+    forward's band and ``softcap`` its logit cap (``causal``, ``causal_offset``, ``window_offset``, ``softcap``:
+    attention_sm90.launch_attention).
 
     lse: the forward's natural-log LSE, delta: ``rowsum(dO * O)``, both contiguous fp32 (B, Hq, Sq). Raises
     ValueError (naming the rule) for tensors :func:`constraints` rejects, and for a scale that is not finite and
@@ -257,7 +284,7 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
         ok, why = constraints(do, q, k, v, dk, dv)
         if not ok:
             raise ValueError(f"cuda attention backward: {why}")
-        _check_statistics(q, lse, delta, scale)
+        _check_statistics(q, lse, delta, scale, softcap)
     variant = variant or pick_variant()
     if variant not in VARIANTS:
         raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -268,11 +295,12 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
                 dq_accum.device != q.device:
             raise ValueError("cuda attention backward: dq_accum must be a contiguous float32 tensor shaped like q on "
                              "q's device")
-    key = (q.device.index, q.dtype, bool(causal), float(scale), variant,
+    band = (causal_offset if causal else 0, window_offset)
+    key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
            None if dq_accum is None else dq_accum.data_ptr())
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
-                                                          float(scale), variant, dq_accum),
+                                                          float(scale), variant, dq_accum, band, float(softcap)),
                          q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,
                                                                 dq_accum is not None))
 
@@ -282,14 +310,17 @@ DKDV_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DK", "DV")  # + "DQ_ACCUM" w
 DQ_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DQ")
 
 
-def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None):
+def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
+              band: tuple[int, int | None] = (0, None), softcap: float = 0.0):
     """The dK / dV kernel's launch for this call's signature with only the operands' addresses left open: a
     :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then dq_accum's), or
     None if it cannot be bound. The caller has checked the call (:func:`constraints`) and keys the result by the
-    signature (shapes, strides, dtypes, alignment), causal and scale: a call of another signature needs its own.
+    signature (shapes, strides, dtypes, alignment), causal, scale, ``band`` ((causal_offset, window_offset), as
+    :func:`launch_dkdv` takes them) and ``softcap``: a call of another signature needs its own.
     Why: a new address set re-prepares :func:`launch_dkdv`'s launch (five tensor maps encoded, ~10 us each), and
     fresh activations bring new addresses every step."""
-    fn, grid, args = _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal), float(scale), variant, dq_accum)
+    fn, grid, args = _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal), float(scale), variant, dq_accum, band,
+                              float(softcap))
     roles = dict(zip(DKDV_ROLES, (do, q, k, v, lse, delta, dk, dv)))
     if dq_accum is not None:
         roles["DQ_ACCUM"] = dq_accum
@@ -298,9 +329,10 @@ def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varia
                             q.device)
 
 
-def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
+def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: tuple[int, int | None] = (0, None),
+            softcap: float = 0.0):
     """:func:`bind_dkdv` for the dQ kernel: called with the addresses of :data:`DQ_ROLES`."""
-    fn, grid, args = _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal), float(scale))
+    fn, grid, args = _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal), float(scale), band, float(softcap))
     return launch.bind_cuda(fn, grid, DQ_THREADS, dq_smem_bytes(kernel_head_dim(q.shape[-1])), args,
                             dict(zip(DQ_ROLES, (do, q, k, v, lse, delta, dq))), q.device)
 
@@ -308,23 +340,29 @@ def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
 _prepared_dq: dict = {}
 
 
-def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float):
+def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: tuple[int, int | None] = (0, None),
+                softcap: float = 0.0):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     build = kernel_head_dim(D)
-    fn, maps = _function_and_maps(KERNEL_DQ, dq_smem_bytes(build), defines(build, causal, q.dtype == torch.float16),
+    fn, maps = _function_and_maps(KERNEL_DQ, dq_smem_bytes(build),
+                                  defines(build, causal, q.dtype == torch.float16, window=band[1] is not None,
+                                          softcap=softcap > 0, upper_offset=causal and band[0] != 0),
                                   q, k, v, do, DQ_BLOCK_N)
     grid = (-(-Sq // BLOCK_M), Hq, B)
     args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DQ", dq),
             *(ctypes.c_int64(s) for s in dq.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
-            ctypes.c_int32(D)]
+            ctypes.c_int32(D), *(ctypes.c_int32(x) for x in band_offsets(Sq, Skv, *band)),
+            *_softcap_args(scale, softcap)]
     return fn, grid, args
 
 
-def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate: bool = True) -> None:
-    """dQ of ``softmax(scale q k^T [causal]) v`` into ``dq`` (sm_90a kernel; deterministic: each CTA owns its rows).
-    Same inputs and rules as :func:`launch_dkdv`; dq is shaped like q (unit last stride, 4-byte aligned rows)."""
+def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate: bool = True, *,
+              causal_offset: int = 0, window_offset: int | None = None, softcap: float = 0.0) -> None:
+    """dQ of ``softmax(scale q k^T [mask]) v`` into ``dq`` (sm_90a kernel; deterministic: each CTA owns its rows).
+    Same inputs, mask and rules as :func:`launch_dkdv`; dq is shaped like q (unit last stride, 4-byte aligned
+    rows)."""
     if validate:
         ok, why = constraints(do, q, k, v, k, v)  # dk / dv stand-ins: k and v have their shape and layout rules
         if not ok:
@@ -332,9 +370,10 @@ def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate:
         if not dq_fits(dq, q):
             raise ValueError("cuda attention backward: dq must be shaped like q, same dtype, unit last stride, 4-byte "
                              "aligned rows")
-        _check_statistics(q, lse, delta, scale)
-    key = (q.device.index, q.dtype, bool(causal), float(scale),
+        _check_statistics(q, lse, delta, scale, softcap)
+    band = (causal_offset if causal else 0, window_offset)
+    key = (q.device.index, q.dtype, bool(causal), float(scale), band, float(softcap),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dq)), lse.data_ptr(), delta.data_ptr())
     launch.launch_cached(_prepared_dq, key, lambda: _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal),
-                                                                float(scale)),
+                                                                float(scale), band, float(softcap)),
                          q.device, DQ_THREADS, dq_smem_bytes(kernel_head_dim(q.shape[-1])))

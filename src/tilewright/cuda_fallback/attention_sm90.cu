@@ -1,5 +1,5 @@
-// Flash-attention FORWARD for Hopper (sm_90a), FA3-style: O = softmax(scale * Q K^T [causal]) V and the natural-log
-// LSE, in exactly the layout the Triton backward reads (triton_kernels/attention.py), so training runs this forward
+// Flash-attention FORWARD for Hopper (sm_90a), FA3-style: O = softmax(scale * Q K^T [band mask]) V and the
+// natural-log LSE, in exactly the layout the Triton backward reads (triton_kernels/attention.py), so training runs this forward
 // with the Triton backward.
 //
 // One CTA = one BM-row Q tile of one (batch, query head); grid (ceil(Sq / BM), Hq, B). Causal grids run the longest
@@ -22,9 +22,14 @@
 //   c with TW_BN=64 at hdim 128 ("c64" on the host): registers for the pinned wait, i.e. the full overlap in SASS
 //   TW_PINGPONG=0 with 2 consumers is valid too (both warpgroups free-running).
 // Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers),
-// TW_STAGES (K/V ring depth), TW_CAUSAL, TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the
+// TW_STAGES (K/V ring depth), TW_CAUSAL (the band's upper edge), TW_SOFTCAP (logit soft cap), TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the
 // softmax ahead of the PV wait in SASS), TW_PRODUCER_REGS / TW_CONSUMER_REGS.
 //
+// Masks: one band per call (ptx/attention_tile.cuh, KeyBand): key j is visible to row i iff j <= i + upper (TW_CAUSAL
+// builds) and i + lower <= j (TW_WINDOW builds) - top-left causal (upper 0), bottom-right causal (Skv - Sq) and
+// sliding windows (lower = the left edge) are runtime offsets of those builds. A tile visits only the key blocks its rows can see;
+// elements are masked only in blocks that straddle an edge or the Skv tail. Soft cap (TW_SOFTCAP, Gemma 2): scores
+// become cap * tanh(scale * s / cap) before the mask, one tanh.approx per score (the exp2's MUFU unit).
 // Tails: TMA zero-fills out-of-bounds rows (Sq and Skv tails; the 4-D (D, S, H, B) maps keep a tile inside its own
 // head), padded keys are masked to -inf per element, the O store clips rows >= Sq, LSE stores are row-masked.
 // All PTX lives in ptx/*.cuh.
@@ -59,6 +64,17 @@
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
 #endif
+#ifndef TW_SOFTCAP
+#define TW_SOFTCAP 0
+#endif
+#ifndef TW_WINDOW
+#define TW_WINDOW 0
+#endif
+// The upper edge at an offset other than 0 (bottom-right causal, a window's right side): without it the edge is the
+// constant 0 of top-left causal, and the dense builds keep the code they were measured with.
+#ifndef TW_UPPER_OFFSET
+#define TW_UPPER_OFFSET 0
+#endif
 // Keep the softmax of the overlap schedule ahead of the PV wait (see the loop); the host turns it on where ptxas has
 // the registers for it (hdim 64, or key block 64 at hdim 128).
 #ifndef TW_PIN_WAIT
@@ -82,6 +98,9 @@ constexpr int NC = TW_CONSUMERS;
 constexpr bool PINGPONG = TW_PINGPONG != 0 && NC == 2;
 constexpr bool OVERLAP = TW_OVERLAP != 0;
 constexpr bool CAUSAL = TW_CAUSAL != 0;
+constexpr bool SOFTCAP = TW_SOFTCAP != 0;
+constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
+constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
 constexpr bool PIN_WAIT = TW_PIN_WAIT != 0;
 constexpr int BM = 64 * NC;           // Q rows per CTA: one m64 wgmma atom per consumer warpgroup
 constexpr int THREADS = 128 * (NC + 1);
@@ -116,11 +135,13 @@ using namespace twa;
 
 // tm_q / tm_o: maps over (D, Sq, Hq, B) with box (64, BM | 64, 1, 1); tm_k / tm_v: over (D, Skv, Hkv, B) with box
 // (64, BN, 1, 1); all 128B-swizzled. lse: contiguous fp32 (B, Hq, Sq). group = Hq / Hkv (query head h reads kv head
-// h / group). scale_log2 = scale * log2(e).
+// h / group). scale_log2 = scale * log2(e) (1 with the soft cap: its post factor carries log2(e)). band_upper /
+// band_lower: the KeyBand. softcap_pre = scale / cap and softcap_post = cap * log2(e) (read by TW_SOFTCAP builds).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     tw_attn_fwd_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                      const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_o,
-                     float* __restrict__ lse, int Sq, int Skv, int Hq, int group, float scale_log2) {
+                     float* __restrict__ lse, int Sq, int Skv, int Hq, int group, float scale_log2, int band_upper,
+                     int band_lower, float softcap_pre, float softcap_post) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
@@ -137,9 +158,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / group;
-  // This CTA's query rows and key blocks (longest causal tiles first; ptx/attention_tile.cuh).
-  const QueryTile tile = query_tile<BM, BN, CAUSAL>(Skv);
+  // This CTA's query rows and the key blocks its band reaches (longest causal tiles first; ptx/attention_tile.cuh).
+  const KeyBand band{UPPER_OFFSET ? band_upper : 0, band_lower};
+  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(Skv, band);
   const int m0 = tile.m0;
+  const int kb0 = tile.kb0;
   const int nblk = tile.nblk;
 
   if (threadIdx.x == 0) {
@@ -176,11 +199,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         mbar_wait(empty_k + 8 * s, phase ^ 1);
         mbar_arrive_expect_tx(full_k + 8 * s, KV_BYTES);
 #pragma unroll
-        for (int j = 0; j < DC; ++j) tma_load_4d(sk + j * BN * 128, &tm_k, full_k + 8 * s, 64 * j, kb * BN, hkv, b);
+        for (int j = 0; j < DC; ++j)
+          tma_load_4d(sk + j * BN * 128, &tm_k, full_k + 8 * s, 64 * j, (kb0 + kb) * BN, hkv, b);
         mbar_wait(empty_v + 8 * s, phase ^ 1);
         mbar_arrive_expect_tx(full_v + 8 * s, KV_BYTES);
 #pragma unroll
-        for (int j = 0; j < DC; ++j) tma_load_4d(sv + j * BN * 128, &tm_v, full_v + 8 * s, 64 * j, kb * BN, hkv, b);
+        for (int j = 0; j < DC; ++j)
+          tma_load_4d(sv + j * BN * 128, &tm_v, full_v + 8 * s, 64 * j, (kb0 + kb) * BN, hkv, b);
         if (++s == STAGES) {
           s = 0;
           phase ^= 1;
@@ -210,8 +235,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // Pingpong: warpgroup 0 issues first. Warpgroup 1 pre-arrives on warpgroup 0's turn barrier; afterwards every
     // GEMM section of one warpgroup ends with an arrive on the other's barrier. Balance: each warpgroup has the same
     // number of sections S; WG0 syncs S times on TURN+0 and gets 1 + (S - 1) arrivals (WG1 skips the arrive after
-    // its last section); WG1 syncs S times on TURN+1 and gets S arrivals. No barrier is left half-arrived at exit.
-    if (PINGPONG && c == 1) named_barrier_arrive(TURN_BAR + 0, 256);
+    // its last section); WG1 syncs S times on TURN+1 and gets S arrivals. No barrier is left half-arrived at exit; a
+    // CTA with no key block (nblk = 0, the same for both warpgroups) has no sections and no pre-arrive.
+    if (PINGPONG && c == 1 && nblk > 0) named_barrier_arrive(TURN_BAR + 0, 256);
     const int sections = OVERLAP ? nblk + 1 : nblk;
     int section = 0;
     auto turn_begin = [&]() {
@@ -238,12 +264,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         mma_rs_mn<D>(o, a, db);
       }
     };
-    // Mask, new running max, exponentials in place and row sums of block kb; returns the O rescale factors.
+    // Soft cap (if any), mask, new running max, exponentials in place and row sums of block kb (counted from kb0);
+    // returns the O rescale factors.
     auto softmax = [&](int kb, float (&alpha)[2]) {
-      const int k0 = kb * BN;
-      // Per-element masking only where needed: the Skv tail block, and (causal) blocks reaching past the
-      // warpgroup's first row. Uniform per warpgroup, so no divergence.
-      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > row_base);
+      const int k0 = (kb0 + kb) * BN;
+      if constexpr (SOFTCAP) {
+        // cap * tanh(scale * s / cap) in base-2 units (softcap_post carries log2 e; scale_log2 is 1); before the mask,
+        // which then writes -inf over the capped value
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) s_acc[i] = tanh_approx(s_acc[i] * softcap_pre) * softcap_post;
+      }
+      // Per-element masking only where needed: the Skv tail block, and blocks that reach past the band's upper edge
+      // of the warpgroup's first row or below the lower edge of its last row. Uniform per warpgroup, so no
+      // divergence.
+      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > row_base + band.upper) ||
+                             (WINDOW && k0 < row_base + 63 + band.lower);
       if (need_mask) {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
@@ -253,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int e = 0; e < 2; ++e) {
               const int col = k0 + 8 * j + col_lane + e;
               const int row = row0 + 8 * h;
-              if (col >= Skv || (CAUSAL && col > row)) s_acc[4 * j + 2 * h + e] = TW_NEG_INF;
+              if (masked_out<CAUSAL, WINDOW>(row, col, Skv, band)) s_acc[4 * j + 2 * h + e] = TW_NEG_INF;
             }
           }
         }
@@ -307,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     mbar_wait(bar_q, 0);  // single use per CTA: phase 0
 
-    if constexpr (OVERLAP) {
+    if (OVERLAP && nblk > 0) {
       // ---- (c) intra-warpgroup overlap: section j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} together ----
       float alpha[2];
       mbar_wait(full_k, 0);  // block 0 is stage 0, phase 0
@@ -364,7 +399,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       wgmma_reg_fence(o);
       wgmma_reg_fence(p);
       release(empty_v + 8 * sl);
-    } else {
+    } else if (!OVERLAP) {
       // ---- (a)/(b): S_j, softmax, P_j V_j in sequence; pingpong orders only the QK^T sections ----
       int s = 0;
       tw_u32 ph = 0;
@@ -402,8 +437,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float l = quad_sum(l_run[h]);
-      // l == 0: every visible score is -inf (the host declines Skv == 0 and the causal mask is top-left, so only
-      // an infinite input does it): O = 0, as SDPA's fused kernels give. A NaN score makes l NaN: O is NaN, not 0.
+      // l == 0: the row sees no key (its band is empty, or every visible score is -inf): O = 0 and LSE -inf, as SDPA's
+      // fused kernels and the reference give. A NaN score makes l NaN: O is NaN, not 0.
       inv[h] = l == 0.0f ? 0.0f : 1.0f / l;
       const int row = row0 + 8 * h;
       if ((lane & 3) == 0 && row < Sq) {

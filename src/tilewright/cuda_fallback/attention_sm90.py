@@ -72,11 +72,22 @@ class Variant:
         return 1024 + self.bm * head_dim * 2 + 2 * self.stages * self.bn(head_dim) * head_dim * 2 + \
             (1 + 4 * self.stages) * 8
 
-    def defines(self, head_dim: int, causal: bool, fp16: bool) -> dict:
-        """-D macros of one build of this variant."""
-        return {"TW_HDIM": head_dim, "TW_BN": self.bn(head_dim), "TW_STAGES": self.stages,
+    def defines(self, head_dim: int, causal: bool, fp16: bool, softcap: bool = False, window: bool = False,
+                upper_offset: bool = False) -> dict:
+        """-D macros of one build of this variant (``causal``: the band's upper edge, ``upper_offset``: at an offset
+        other than 0; ``window``: its lower edge; ``softcap``: the logit cap)."""
+        defs = {"TW_HDIM": head_dim, "TW_BN": self.bn(head_dim), "TW_STAGES": self.stages,
                 "TW_CONSUMERS": self.consumers, "TW_PINGPONG": int(self.pingpong), "TW_OVERLAP": int(self.overlap),
-                "TW_CAUSAL": int(causal), "TW_FP16": int(fp16), "TW_PIN_WAIT": int(self.pin_wait(head_dim))}
+                "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
+                # the soft cap's tanh adds live registers: with the pinned wait the hdim-64 build spilled
+                "TW_PIN_WAIT": int(self.pin_wait(head_dim) and not softcap)}
+        if softcap:  # only then: the builds without them keep their cache keys
+            defs["TW_SOFTCAP"] = 1
+        if window:
+            defs["TW_WINDOW"] = 1
+        if upper_offset:
+            defs["TW_UPPER_OFFSET"] = 1
+        return defs
 
 
 def build_head_dim(head_dim: int) -> int | None:
@@ -106,7 +117,9 @@ DEFAULT_VARIANT = "c"
 # compiled by build-check (CPU CI): every schedule at hdim 128, plus the full one at the other head dims / causal / fp16
 BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
                       ("c", 128, True, False), ("c", 64, True, True), ("c", 256, False, False),
-                      ("c", 256, True, False), ("c64", 128, True, False))
+                      ("c", 256, True, False), ("c64", 128, True, False), ("c", 128, True, False, True),
+                      ("c", 256, True, False, True), ("c", 128, True, False, False, True, True),
+                      ("c", 64, False, False, True, True))  # the last four: soft cap, band edges, both
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
@@ -225,6 +238,8 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None)
         return False, "empty problem (Sq, Skv, B or H is 0)"
     if B > 65535 or Hq > 65535:
         return False, "more than 65535 batches or heads (grid limits)"
+    if Sq + Skv >= 1 << 30:
+        return False, "Sq + Skv >= 2^30 (the band's row + offset sums are 32-bit)"
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         lay, why = tma_dims_strides(t)
         if lay is None:
@@ -235,16 +250,30 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None)
 
 
 # ------------------------------------------------------------------------------------------------ launch
+def band_offsets(Sq: int, Skv: int, causal_offset: int = 0, window_offset: int | None = None) -> tuple[int, int]:
+    """The kernels' KeyBand (ptx/attention_tile.cuh) as (upper, lower): key j is visible to query i iff
+    ``i + lower <= j`` and, in builds with the upper edge (causal), ``j <= i + upper``. ``causal_offset``: the upper
+    edge (0 top-left causal, Skv - Sq bottom-right, plus a window's right side); ``window_offset``: the lower edge
+    (a window's left side; None: none). Clamped into [-(Sq + 1), Skv + 1], where every value outside means the same
+    (all keys, or none), so that no row + offset sum in the kernels overflows."""
+    lo, hi = -(Sq + 1), Skv + 1
+    upper = min(max(int(causal_offset), lo), hi)
+    lower = lo if window_offset is None else min(max(int(window_offset), lo), hi)
+    return upper, lower
+
+
 _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per (pointers, shapes, strides, variant, causal,
 #                       scale): runtime.launch.launch_cached
 
 
-def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant):
+def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: tuple[int, int], softcap: float,
+             window: bool):
     B, Hq, Sq, D = q.shape
     D = build_head_dim(D)  # the build; the maps keep the tensors' own head dim (tma_dims_strides)
     Hkv, Skv = k.shape[1], k.shape[2]
     dt = launch.tma_dtype(q.dtype)
-    bld = build.compile_source(SOURCE, "sm_90a", var.defines(D, causal, q.dtype == torch.float16))
+    bld = build.compile_source(SOURCE, "sm_90a", var.defines(D, causal, q.dtype == torch.float16, softcap > 0, window,
+                                                             causal and band[0] != 0))
     drv = launch.driver()
     bn = var.bn(D)
     maps = []
@@ -254,8 +283,12 @@ def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant):
             (dims, strides), _ = tma_dims_strides(t)
             maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
     grid = (-(-Sq // var.bm), Hq, B)
+    # with the soft cap, scores become cap * tanh(s * scale / cap) * log2(e) before the softmax's exp2: scale_log2 1
+    capped = softcap > 0
     args = [*maps, launch.pointer("LSE", lse), ctypes.c_int32(Sq), ctypes.c_int32(Skv), ctypes.c_int32(Hq),
-            ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E)]
+            ctypes.c_int32(Hq // Hkv), ctypes.c_float(1.0 if capped else scale * LOG2E), ctypes.c_int32(band[0]),
+            ctypes.c_int32(band[1]), ctypes.c_float(scale / softcap if capped else 0.0),
+            ctypes.c_float(softcap * LOG2E)]
     return fn, grid, args
 
 
@@ -275,60 +308,85 @@ def check_launch(q, k, v, out, lse) -> None:
 
 
 def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | None = None,
-                     variant: Variant | str | None = None) -> None:
-    """Write softmax(scale q k^T [causal]) v into ``out`` and its natural-log LSE into ``lse`` (sm_90a kernel).
+                     variant: Variant | str | None = None, *, causal_offset: int = 0,
+                     window_offset: int | None = None, softcap: float = 0.0) -> None:
+    """Write softmax(scale q k^T [mask]) v into ``out`` and its natural-log LSE into ``lse`` (sm_90a kernel).
 
     q: (B, Hq, Sq, D); k, v: (B, Hkv, Skv, D), Hq % Hkv == 0; build_head_dim(D) not None; any strides that are
-    multiples of 16 bytes with a unit last dim; out like q; lse contiguous fp32 (B, Hq, Sq). causal is top-left
-    aligned (SDPA)."""
+    multiples of 16 bytes with a unit last dim; out like q; lse contiguous fp32 (B, Hq, Sq). The mask is a band, as
+    the Triton forward's: with ``causal`` query i sees key j only if ``j <= i + causal_offset`` (0: top-left, SDPA's
+    alignment; Skv - Sq: bottom-right; a window's right side adds to it), and with ``window_offset`` not None only if
+    ``j >= i + window_offset`` too. A row that sees no key gets out 0 and LSE -inf. ``softcap`` > 0: scores
+    ``softcap * tanh(scale q k^T / softcap)``."""
     check_launch(q, k, v, out, lse)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if not (scale > 0.0 and math.isfinite(scale)):
         # the kernel masks with -inf before scaling (scale * log2 e folded into one multiply): it needs scale > 0
         raise ValueError(f"cuda attention: scale {scale} must be finite and > 0 (Triton serves other scales)")
+    softcap = float(softcap)
+    if not (softcap >= 0.0 and math.isfinite(softcap)):
+        raise ValueError(f"cuda attention: softcap {softcap} must be finite and >= 0 (0: none)")
     var = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant())
-    key = (q.device.index, q.dtype, var, bool(causal), scale,
+    band = band_offsets(q.shape[2], k.shape[2], causal_offset if causal else 0, window_offset)
+    window = window_offset is not None
+    key = (q.device.index, q.dtype, var, bool(causal), scale, band, softcap, window,
            *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr())
-    launch.launch_cached(_prepared, key, lambda: _prepare(q, k, v, out, lse, bool(causal), scale, var), q.device,
+    launch.launch_cached(_prepared, key, lambda: _prepare(q, k, v, out, lse, bool(causal), scale, var, band, softcap,
+                                                          window),
+                         q.device,
                          var.threads, var.smem_bytes(build_head_dim(q.shape[-1])),
                          {"Q": q, "K": k, "V": v, "O": out, "LSE": lse})
 
 
-def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, variant=None):
-    """(out, lse) on new tensors: out (B, Hq, Sq, D) contiguous, lse fp32 (B, Hq, Sq)."""
+def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, variant=None, **options):
+    """(out, lse) on new tensors: out (B, Hq, Sq, D) contiguous, lse fp32 (B, Hq, Sq); ``options``: the mask and cap
+    keywords of :func:`launch_attention`."""
     B, Hq, Sq, _ = q.shape
     out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
-    launch_attention(q, k, v, out, lse, causal, scale, variant)
+    launch_attention(q, k, v, out, lse, causal, scale, variant, **options)
     return out, lse
 
 
 # ------------------------------------------------------------------------------------------------ self-check
 # (B, Hq, Hkv, Sq, Skv): GQA, tails in both lengths (not block multiples), Sq != Skv both ways, one block only
 SELF_CHECK_SHAPES = ((1, 4, 2, 200, 200), (2, 2, 1, 65, 300), (1, 2, 2, 300, 130), (1, 1, 1, 7, 7))
+# (B, Hq, Hkv, Sq, Skv, bottom-right causal, window (left, right)): the band's other edges through the same build -
+# rows that see no key (bottom-right, Sq > Skv), a left edge that skips key blocks, a right edge without causal
+SELF_CHECK_BANDS = ((1, 2, 1, 300, 200, True, None), (1, 2, 2, 400, 400, False, (100, 0)),
+                    (1, 2, 1, 300, 260, False, (70, 30)))
 
 
 def self_check(device, var: Variant, head_dim: int, dtype) -> tuple[bool, str]:
-    """Small problems (both causal modes, GQA, ragged lengths) against the fp32 reference: out and LSE."""
+    """Small problems (both causal modes, GQA, ragged lengths, the band's edges) against the fp32 reference: out and
+    LSE (a row that sees no key: out 0, LSE -inf in both)."""
     from ..reference import attention_reference
 
     g = torch.Generator(device="cpu").manual_seed(7)
 
-    def measure(B, Hq, Hkv, Sq, Skv, causal):
+    def measure(B, Hq, Hkv, Sq, Skv, causal, bottom_right=False, window=None):
         q = torch.randn(B, Hq, Sq, head_dim, generator=g).to(device=device, dtype=dtype)
         k = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
         v = torch.randn(B, Hkv, Skv, head_dim, generator=g).to(device=device, dtype=dtype)
         out = torch.full_like(q, float("nan"))
         lse = torch.full((B, Hq, Sq), float("nan"), device=device)
-        launch_attention(q, k, v, out, lse, causal, None, var)
-        ro, rl = attention_reference(q.float(), k.float(), v.float(), causal)
+        shift = Skv - Sq if bottom_right else 0
+        upper = causal or (window is not None and window[1] is not None)
+        launch_attention(q, k, v, out, lse, upper, None, var,
+                         causal_offset=shift + (0 if causal or window is None else window[1]),
+                         window_offset=None if window is None or window[0] is None else shift - window[0])
+        ro, rl = attention_reference(q.float(), k.float(), v.float(), causal, None, bottom_right, 0.0, window)
         synchronize(device)
         return {"out relative error": (relative_error(out, ro), 2e-2),
-                "max |LSE error|": ((lse - rl).abs().max().item(), 2e-2)}
+                "max |LSE error|": ((lse - rl).nan_to_num(posinf=1e9, neginf=-1e9).abs().max().item()
+                                    if torch.equal(torch.isinf(lse), torch.isinf(rl)) else float("inf"), 2e-2)}
 
-    cases = ((f"hdim {head_dim} causal={causal} (B={B}, Hq={Hq}, Hkv={Hkv}, Sq={Sq}, Skv={Skv})",
+    cases = [(f"hdim {head_dim} causal={causal} (B={B}, Hq={Hq}, Hkv={Hkv}, Sq={Sq}, Skv={Skv})",
               lambda c=(B, Hq, Hkv, Sq, Skv, causal): measure(*c))
-             for (B, Hq, Hkv, Sq, Skv) in SELF_CHECK_SHAPES for causal in (False, True))
+             for (B, Hq, Hkv, Sq, Skv) in SELF_CHECK_SHAPES for causal in (False, True)]
+    cases += [(f"hdim {head_dim} bottom_right={br} window={w} (B={B}, Hq={Hq}, Hkv={Hkv}, Sq={Sq}, Skv={Skv})",
+               lambda c=(B, Hq, Hkv, Sq, Skv, br, br, w): measure(*c))
+              for (B, Hq, Hkv, Sq, Skv, br, w) in SELF_CHECK_BANDS]
     return run_self_check(var.name, cases)
 
 
@@ -346,20 +404,23 @@ def ready(q, k, v) -> tuple[bool, str]:
                        lambda: self_check(q.device, var, q.shape[-1], q.dtype))
 
 
-def try_launch(q, k, v, out, lse, causal: bool, scale: float) -> bool:
-    """Launch for the op layer; False (Triton then runs) when the kernel declines these tensors (the family stays on)
-    or fails (then disabled with one warning) - never raises."""
-    return GUARD.run(launch_attention, q, k, v, out, lse, causal, scale)
+def try_launch(q, k, v, out, lse, causal: bool, scale: float, **options) -> bool:
+    """Launch for the op layer (``options``: the mask and cap keywords of :func:`launch_attention`); False (Triton
+    then runs) when the kernel declines these tensors (the family stays on) or fails (then disabled with one
+    warning) - never raises."""
+    return GUARD.run(launch_attention, q, k, v, out, lse, causal, scale, **options)
 
 
 def build_check_builds() -> list:
     """``tilewright build-check`` rows: (label, defines, dynamic smem) of BUILD_CHECK_BUILDS. Variant "a" (one
     consumer, no setmaxnreg by design) is compiled by the CPU tests instead, since the table requires USETMAXREG."""
     out = []
-    for name, hdim, causal, fp16 in BUILD_CHECK_BUILDS:
+    for name, hdim, causal, fp16, *options in BUILD_CHECK_BUILDS:
         v = VARIANTS[name]
+        capped, window, offset = (list(options) + [False] * 3)[:3]
         label = f"{name} hdim{hdim} {'causal' if causal else 'full'} {'fp16' if fp16 else 'bf16'}"
-        out.append((label, v.defines(hdim, causal, fp16), v.smem_bytes(hdim)))
+        label += " softcap" * capped + " window" * window + " offset" * offset
+        out.append((label, v.defines(hdim, causal, fp16, capped, window, offset), v.smem_bytes(hdim)))
     return out
 
 

@@ -104,7 +104,6 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend,
     """The forward op's full path: unit-last copies, router, launch."""
     B, Hq, Sq, _ = q.shape
     upper, offset, window_offset = _band(Sq, k.shape[2], causal, bottom_right, window_left, window_right)
-    windowed = window_offset is not None or (upper and not causal)
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)  # the kernels assume a unit stride along D
     q, scale, _ = _nonnegative_scale(q, scale)
     out = _out_like(q, v.shape[-1])
@@ -118,19 +117,16 @@ def _flash_attn_fwd_full(q, k, v, causal, bottom_right, scale, softcap, backend,
         lse.copy_(l32)
         return out, lse
     value_dim = v.shape[-1] != q.shape[-1]
-    if choice == "cuda" and (offset or softcap or windowed or value_dim):
-        # the sm_90a forward masks top-left causal only, has no soft cap and one head dim: the rest runs in Triton
+    if choice == "cuda" and value_dim:
+        # the sm_90a forward has one head dim for q, k and v: a value head dim of its own runs in Triton
         if decision.forced:
-            what = ("value head dim must equal the query's" if value_dim else
-                    "mask is top-left causal only (no sliding window)" if windowed else
-                    "causal mask is top-left only (causal_align='bottom_right' with Sq != Skv)" if offset else
-                    "scores have no soft cap (softcap=)")
-            raise ValueError(f"flash_attention: backend 'cuda' was forced but the CUDA forward's {what}; use "
-                             "backend='triton' or let the router choose")
+            raise ValueError("flash_attention: backend 'cuda' was forced but the CUDA forward's value head dim must "
+                             "equal the query's; use backend='triton' or let the router choose")
     elif choice == "cuda":
-        # sm_90a forward (same out / LSE layout as Triton's, so the backward below stays Triton's); it declines
-        # (False) on a launch failure and Triton serves the call.
-        if decision.launch(q, k, v, out, lse, causal, scale):
+        # sm_90a forward, with the same band and soft cap as Triton's (same out / LSE layout, so either backward
+        # follows it); it declines (False) on a launch failure and Triton serves the call.
+        if decision.launch(q, k, v, out, lse, upper, scale, causal_offset=offset, window_offset=window_offset,
+                           softcap=softcap):
             return out, lse
         if decision.forced:
             raise ValueError("flash_attention: backend 'cuda' was forced but the CUDA forward cannot run this call "
@@ -199,20 +195,20 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
     from ..cuda_fallback import attention_bwd_sm90 as cb
 
     key = (os.environ.get(cb.ENV), os.environ.get(cb.VARIANT_ENV), os.environ.get(cb.DQ_ENV),
-           torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale), offset, window_offset is None,
+           torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale), offset, window_offset,
            softcap, *(tensor_signature(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)))
     plan = _cuda_plans.get(key, False)
     if plan is False:
         plan = None
         if (capability(q.device) or (0,))[0] == 9 and \
-                cb.constraints(grad_out, q, k, v, dk, dv, offset, window_offset is not None, softcap)[0] and \
+                cb.constraints(grad_out, q, k, v, dk, dv)[0] and \
                 cb.enabled(q.shape[-1], bool(causal), q.shape[0], k.shape[1], q.shape[2], k.shape[2]):
             variant, mode = cb.pick_variant(), cb.dq_mode()
             if mode == "atomic" and cb.VARIANTS[variant] != 2:
                 mode = "kernel"  # dQ in the pass takes two consumer warpgroups
             if mode == "kernel" and not cb.dq_fits(dq, q):
                 mode = "triton"
-            plan = _CudaPlan(cb, variant, mode)
+            plan = _CudaPlan(cb, variant, mode, (offset, window_offset), softcap)
         if len(_cuda_plans) >= _CUDA_PLANS_MAX:
             _cuda_plans.clear()
         _cuda_plans[key] = plan
@@ -237,29 +233,33 @@ class _CudaPlan:
     first use (runtime.launch.BoundCudaLaunch: later calls pass addresses only; a launch that cannot be bound goes
     through the kernel module's launch each call)."""
 
-    __slots__ = ("_cb", "variant", "mode", "_dkdv", "_dq")
+    __slots__ = ("_cb", "variant", "mode", "band", "softcap", "_dkdv", "_dq")
 
-    def __init__(self, cb, variant: str, mode: str):
+    def __init__(self, cb, variant: str, mode: str, band: tuple, softcap: float):
         self._cb, self.variant, self.mode = cb, variant, mode  # cb: the kernels' host module, attention_bwd_sm90
+        self.band = band  # (causal_offset, window_offset): the mask's edges, as the Triton kernels take them
+        self.softcap = softcap
         self._dkdv = self._dq = None
 
     def dkdv(self, tensors, causal, scale, dq_accum=None):
         cb = self._cb
         if self._dkdv is None:
-            self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum) or False
+            self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum, self.band, self.softcap) or False
         if self._dkdv:
             self._dkdv(*(t.data_ptr() for t in tensors), *(() if dq_accum is None else (dq_accum.data_ptr(),)))
         else:
-            cb.launch_dkdv(*tensors, causal, scale, self.variant, dq_accum=dq_accum, validate=False)
+            cb.launch_dkdv(*tensors, causal, scale, self.variant, dq_accum=dq_accum, validate=False,
+                           causal_offset=self.band[0], window_offset=self.band[1], softcap=self.softcap)
 
     def dq(self, tensors, causal, scale):
         cb = self._cb
         if self._dq is None:
-            self._dq = cb.bind_dq(*tensors, causal, scale) or False
+            self._dq = cb.bind_dq(*tensors, causal, scale, self.band, self.softcap) or False
         if self._dq:
             self._dq(*(t.data_ptr() for t in tensors))
         else:
-            cb.launch_dq(*tensors, causal, scale, validate=False)
+            cb.launch_dq(*tensors, causal, scale, validate=False, causal_offset=self.band[0],
+                         window_offset=self.band[1], softcap=self.softcap)
 
 
 def _dq_done(delta) -> None:

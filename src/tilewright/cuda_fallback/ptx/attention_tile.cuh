@@ -4,21 +4,41 @@
 #include "common.cuh"
 #include "wgmma_typed.cuh"
 
-// The BM-row query tile of a CTA that walks key blocks (the forward, the backward's dQ), and how many BN-key blocks it
-// visits. Causal grids run the longest tiles (last rows) first, so the short ones fill the tail of the wave; causal
-// is top-left aligned (key j visible to row i iff j <= i), so the keys end at row m0 + BM - 1. nblk >= 1 when
-// Skv >= 1 (the hosts reject Skv == 0); every role of the CTA iterates exactly nblk.
+// The band of keys a query row sees (the mask of causal, bottom-right causal and sliding-window attention): key j is
+// visible to row i iff j <= i + upper (in builds with the upper edge, CAUSAL) and i + lower <= j (in builds with the
+// lower edge, WINDOW: the dense builds keep the code they were measured with). upper = 0 is top-left causal,
+// Skv - Sq bottom-right, plus a window's right side; lower is a window's left edge. The host clamps both into [-(Sq + 1), Skv + 1], so
+// no sum of a row or key index and an offset overflows; lower = -(Sq + 1) (no left edge) never masks a key.
+struct KeyBand {
+  int upper;
+  int lower;
+};
+
+// Whether key col is outside row's band (or past the Skv tail).
+template <bool CAUSAL, bool WINDOW>
+TW_DEVICE bool masked_out(int row, int col, int Skv, KeyBand band) {
+  return col >= Skv || (CAUSAL && col > row + band.upper) || (WINDOW && col < row + band.lower);
+}
+
+// The BM-row query tile of a CTA that walks key blocks (the forward, the backward's dQ): its first row, its first
+// BN-key block and how many blocks it visits - those holding a key that some row of the tile sees, so blocks wholly
+// outside the band cost nothing. Causal grids run the longest tiles (last rows) first, so the short ones fill the
+// tail of the wave. nblk may be 0 (every row of the tile sees no key: bottom-right causal with Sq > Skv, a window
+// past the keys); every role of the CTA iterates exactly nblk.
 struct QueryTile {
   int m0;
+  int kb0;
   int nblk;
 };
 
-template <int BM, int BN, bool CAUSAL>
-TW_DEVICE QueryTile query_tile(int Skv) {
+template <int BM, int BN, bool CAUSAL, bool WINDOW>
+TW_DEVICE QueryTile query_tile(int Skv, KeyBand band) {
   const int m_tile = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int m0 = m_tile * BM;
-  const int kv_end = CAUSAL ? min(Skv, m0 + BM) : Skv;
-  return {m0, (kv_end + BN - 1) / BN};
+  const int kv_begin = WINDOW ? max(0, m0 + band.lower) : 0;            // the tile's first row's lowest key
+  const int kv_end = CAUSAL ? min(Skv, m0 + BM + band.upper) : Skv;     // one past its last row's highest key
+  const int kb0 = kv_begin / BN;
+  return {m0, kb0, kv_end > kv_begin ? (kv_end + BN - 1) / BN - kb0 : 0};
 }
 
 // Position in a STAGES-deep ring of full / empty mbarrier pairs: the stage, and the parity its full barrier completes

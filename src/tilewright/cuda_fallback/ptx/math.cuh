@@ -12,6 +12,14 @@ TW_DEVICE float ex2_approx(float x) {
   return r;
 }
 
+// tanh(x) on the MUFU unit (tanh.approx, sm_75+; relative error ~2^-11): the logit soft cap, cap * tanh(s / cap),
+// whose result is rounded to 16 bits as P anyway.
+TW_DEVICE float tanh_approx(float x) {
+  float r;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // max(a, b) that returns NaN when either is NaN (max.NaN, sm_80+; one FMNMX like fmaxf). fmaxf drops a NaN, so a
 // softmax row max through it hides a NaN score: with a +inf score beside it the row's logsumexp came out +inf where
 // torch's is NaN (GPU fuzz).
