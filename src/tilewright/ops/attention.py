@@ -14,12 +14,13 @@ Semantics (documented contract):
   ``supported_head_dim``); any other D (not a multiple of 8, below 8 or above 256) raises a ValueError naming q.
   The Triton kernels pad D inside the kernel to a power-of-two tile of at least 16 columns (96 -> 128, 40 -> 64,
   8 -> 16; masked loads / TMA zero-fill, no padded copy of q/k/v), so a D between powers of two costs the MMA
-  work of the padded width. The sm_90a CUDA forward (backend="cuda") has builds for 64, 128 and 256 only; the
-  router sends every other D to Triton, and forcing "cuda" with one is a ValueError.
+  work of the padded width. The sm_90a CUDA forward (backend="cuda") has builds for 64, 128 and 256; a multiple of 8
+  from 72 to 256 runs on the next build up (zero-filled in shared memory); D < 64 runs in Triton.
 * causal=True is top-left aligned exactly like ``F.scaled_dot_product_attention(is_causal=True)``: query i sees key
   j iff j <= i, also when Sq != Skv. ``flash_attention(..., causal_align="bottom_right")`` shifts the diagonal to
-  flash-attn's convention, j <= i + Skv - Sq (new queries against a longer KV cache, chunked prefill); the Triton
-  kernels take the shift as a runtime offset (whole blocks left of it stay unmasked), the CUDA forward does not.
+  flash-attn's convention, j <= i + Skv - Sq (new queries against a longer KV cache, chunked prefill); every kernel
+  (Triton and sm_90a, forward and backward) takes the shift as a runtime offset of its band mask: whole blocks inside
+  the band stay unmasked, blocks outside it are skipped.
 * a row with no visible key (Skv == 0, or bottom-right with Sq > Skv) gives output 0 and LSE -inf, and zero
   gradients; so does a row whose visible scores are all -inf (an infinite input), as SDPA's fused kernels give (the
   math formula's softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
@@ -461,7 +462,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         backend: None (router), "triton", "torch" or "cuda" (sm_90a forward for bf16/fp16; head dims other than
             64 / 128 / 256 run zero-padded on the next build up, in shared memory only). The backward of a
             non-"triton" call on sm_90 runs the sm_90a kernels where they take it and measured faster (head dims
-            72-128, causal head dim 64; top-left causal or no mask, no soft cap or window), Triton's otherwise;
+            72-128, causal head dim 64; any mask, alignment, window or soft cap), Triton's otherwise;
             ``TILEWRIGHT_CUDA_ATTN_BWD=0`` / ``1`` forces that off / on. Its dQ is summed in a varying order (not
             bitwise reproducible) unless ``torch.use_deterministic_algorithms(True)`` is on. With no backend given,
             a small problem (under 2^35 FLOPs) without soft cap, window, LSE output, Dv != D or bottom-right
@@ -470,17 +471,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         causal_align: "top_left" (default, SDPA's convention) or "bottom_right" (flash-attn's for Sq != Skv: query
             i sees key j iff j <= i + Skv - Sq, so the last query sees every key - a chunk of new queries against a
             longer KV cache). With Sq > Skv the first Sq - Skv rows see no key: output 0, LSE -inf, zero gradients.
-            Ignored without ``causal``. The CUDA forward is top-left only; the router runs a shifted diagonal in
-            Triton.
+            Ignored without ``causal``.
         softcap: logit soft-capping (Gemma 2): scores become ``softcap * tanh(scale * q k^T / softcap)`` before the
-            causal mask, forward and backward. None or 0: off; otherwise a positive finite number. Runs in Triton
-            (the CUDA forward has no cap).
+            causal mask, forward and backward. None or 0: off; otherwise a positive finite number. The sm_90a
+            kernels compute it with the MUFU tanh (relative error ~2^-11, below bf16's rounding of P).
         window: sliding-window (local) attention, ``(left, right)``: query i, at key position p (i, or
             i + Skv - Sq with ``causal_align="bottom_right"``, which aligns the window as it aligns the mask), sees
             keys p - left .. p + right; a side of None is unbounded. Mistral's window of W tokens is
             ``causal=True, window=(W - 1, 0)``; with ``causal`` the right side must be 0 or None. Key blocks
             outside the window are skipped, not masked, so the cost falls with the window. A row that sees no key
-            gives output 0, LSE -inf and zero gradients. Runs in Triton.
+            gives output 0, LSE -inf and zero gradients.
     Returns:
         out (B, Hq, Sq, Dv) in q's dim order, or (out, lse).
     """
