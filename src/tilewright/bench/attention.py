@@ -40,8 +40,8 @@ SUITES = {
 PEER = "sdpa-cudnn"
 # Masks and options SDPA's backends cannot express (issue 15's rows), timed causal: (entry, option, value) with option
 # "window" ((left, right), Mistral-style: query i sees keys i - left .. i) or "softcap" (Gemma 2's logit cap). Their
-# providers are tilewright's (router's pick, forced Triton, forced CUDA) and the peer FlexAttention, compiled with the same
-# block mask / score_mod (GPU), or the reference formula (CPU).
+# providers are tilewright's (router's pick, forced Triton, forced CUDA) and the peer FlexAttention, compiled with
+# the same block mask / score_mod (GPU), or the reference formula (CPU).
 OPTION_SUITES = {
     "default": [((1, 16, 8, 16384, 128), "window", (4095, 0)), ((2, 16, 16, 8192, 128), "window", (1023, 0)),
                 ((2, 16, 16, 4096, 128), "softcap", 50.0), ((4, 16, 16, 2048, 256), "softcap", 50.0)],
