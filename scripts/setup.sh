@@ -15,7 +15,7 @@ else
     echo "setup: creating .venv with the CPU stack (torch 2.13.0 CPU, triton 3.6.0, numpy<2.4)" >&2
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python -c "import torch, triton, numpy, pandas, pytest, matplotlib, tilewright" 2>/dev/null; then
+  if ! .venv/bin/python -c "import torch, triton, numpy, pandas, pytest, xdist, matplotlib, tilewright" 2>/dev/null; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q "torch==2.13.0" "triton==3.6.0" "numpy<2.4" nvidia-cuda-nvrtc
     # numpy pinned again: the extras' pandas must not lift it past what the interpreter runs on

@@ -75,6 +75,13 @@
 #ifndef TW_UPPER_OFFSET
 #define TW_UPPER_OFFSET 0
 #endif
+// Every TW_EXP_FMA-th 8-column chunk of S takes its exponentials on the FMA pipe (ex2_fma) instead of MUFU (0: none).
+// At head dim 64 a 128-key block costs the two consumers ~940 tensor-core clocks and 1024 MUFU clocks (16 ex2 a
+// clock per SM): the exponentials, not the products, set the pace; moving a share of them to the FMA pipe (idle
+// enough: ~640 clocks of the softmax's other work) balances the two.
+#ifndef TW_EXP_FMA
+#define TW_EXP_FMA 0
+#endif
 // Keep the softmax of the overlap schedule ahead of the PV wait (see the loop); the host turns it on where ptxas has
 // the registers for it (hdim 64, or key block 64 at hdim 128).
 #ifndef TW_PIN_WAIT
@@ -310,7 +317,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float x = ex2_approx(fmaf(s_acc[4 * j + 2 * h + e], scale_log2, -m_use));
+            const float arg = fmaf(s_acc[4 * j + 2 * h + e], scale_log2, -m_use);
+            const float x = TW_EXP_FMA > 0 && j % TW_EXP_FMA == TW_EXP_FMA - 1 ? ex2_fma(arg) : ex2_approx(arg);
             s_acc[4 * j + 2 * h + e] = x;
             sum += x;
           }

@@ -46,6 +46,7 @@ class Variant:
     overlap: bool
     stages: int = 2
     block_n: int | None = None  # key block; None: 128, or 64 at head dim 256
+    exp_fma: int | None = None  # every exp_fma-th 8-column chunk's exponentials on the FMA pipe; None: EXP_FMA_DEFAULT
 
     @property
     def bm(self) -> int:
@@ -87,7 +88,17 @@ class Variant:
             defs["TW_WINDOW"] = 1
         if upper_offset:
             defs["TW_UPPER_OFFSET"] = 1
+        exp_fma = self.exp_fma if self.exp_fma is not None else EXP_FMA_DEFAULT.get(head_dim, 0)
+        if exp_fma:
+            defs["TW_EXP_FMA"] = exp_fma
         return defs
+
+
+# Head dim -> every how many 8-column chunks of S take their exponentials on the FMA pipe (TW_EXP_FMA; see the .cu).
+# Empty: measured on H100 (perf/results/h100/attention/exp_fma_2026-11-27_1400.txt) every fourth chunk ran the
+# non-causal hdim-64 row 3% faster (0.657 vs 0.678 ms, within the run-to-run spread of other rows) and the causal
+# rows 1-3% slower (their diagonal masking uses the same pipes); every second or eighth chunk lost everywhere.
+EXP_FMA_DEFAULT: dict = {}
 
 
 def build_head_dim(head_dim: int) -> int | None:
