@@ -80,6 +80,7 @@
 #define TW_DQ_ATOMIC 0
 #endif
 
+
 namespace twb {
 
 constexpr int D = TW_HDIM;
@@ -301,6 +302,39 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_u32 p[BM / 4];      // P^T as 16-bit pairs: p[2j + h] = key row h, query columns 8j + col_lane + {0, 1}
     tw_u32 ds[BM / 4];
 
+    float dq_part[DQ_N / 2];  // dS K of one step (dQ in the pass)
+    // scale * dq_part -> this warpgroup's staging boxes -> one TMA reduce-add per box into the workspace (by the dQ
+    // writer warp). Fragment (j, h, e) is row warp * 16 + lane / 4 + 8h, column 8j + col_lane + e: box j / 4, 16-byte
+    // unit 2 (j % 4) + (lane & 3) / 2 of its 128-byte row (XOR the row mod 8: the map's swizzle), 8 bytes in.
+    // dQ(64 queries x DQ_N) = dS K over DQ_KEYS keys of the step whose dS^T sits in buffer `buf`: A = dS^T (stored
+    // (key, query): MN-major A), B = K rows (stored (key, d): MN-major B); both consumers' dS^T rows (D = 128) or this
+    // warpgroup's own (D = 64) must be written (barrier 3) before it is issued.
+    auto issue_dq = [&](int buf) {
+      const tw_u32 a_base = sbase + DS_OFF + buf * DS_BYTES + (DQ_SPLIT_COLUMNS ? 0 : c * 64 * 128);
+      const tw_u32 b_base = sbase + K_OFF + (DQ_SPLIT_COLUMNS ? c * BN * 128 : c * 64 * 128);
+#pragma unroll
+      for (int kk = 0; kk < DQ_KEYS / 16; ++kk) {
+        mma_ss<DQ_N, 1, 1>(dq_part, wgmma_desc_sw128(a_base + kk * 16 * 128, BN * 128, 1024),
+                           wgmma_desc_sw128(b_base + kk * 16 * 128, BN * 128, 1024), kk != 0);
+      }
+    };
+    auto stage_dq = [&]() {
+      const tw_u32 stage = sbase + DQ_OFF + c * DQ_STAGE_BYTES;
+      named_barrier_sync(DQ_FREE_BAR + c, 160);  // the dQ writer's reduce of the previous step has read the boxes
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+        for (int j = 0; j < DQ_N / 8; ++j) {
+          const int unit = (2 * (j % 4) + ((lane & 3) >> 1)) ^ (r & 7);
+          st_shared_v2_f32(stage + (j / 4) * DQ_BOX_BYTES + r * 128 + unit * 16 + (lane & 1) * 8,
+                           dq_part[4 * j + 2 * h] * scale, dq_part[4 * j + 2 * h + 1] * scale);
+        }
+      }
+      fence_proxy_async_smem();  // generic-proxy stores before the TMA unit reads them
+      named_barrier_arrive(DQ_READY_BAR + c, 160);  // to the dQ writer (producer warp 1)
+    };
+
     mbar_wait(bar_kv, 0);  // single use per CTA: phase 0
     float* stats = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF + c * STAT_BYTES);
     StageRing<STAGES> ring;  // ptx/attention_tile.cuh
@@ -443,40 +477,16 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
       wgmma_commit();
       if constexpr (DQ_ATOMIC) {
-        // dQ(64 queries x DQ_N) = dS K over DQ_KEYS keys: A = dS^T (stored (key, query): MN-major A), B = K rows
-        // (stored (key, d): MN-major B). Issued behind dV / dK, after the barrier that makes the other consumer's dS^T
-        // rows visible (D = 128) or this warpgroup's own (D = 64).
+        // dQ = dS K, issued behind dV / dK, after the barrier that makes the other consumer's dS^T rows visible
+        // (D = 128) or this warpgroup's own (D = 64).
         if constexpr (DQ_SPLIT_COLUMNS) named_barrier_sync(3, 256);  // both consumers' dS^T rows are written
         else named_barrier_sync(3 + c, 128);
-        const tw_u32 a_base = sbase + DS_OFF + (step & 1) * DS_BYTES + (DQ_SPLIT_COLUMNS ? 0 : c * 64 * 128);
-        const tw_u32 b_base = sbase + K_OFF + (DQ_SPLIT_COLUMNS ? c * BN * 128 : c * 64 * 128);
-        float dq_part[DQ_N / 2];
         wgmma_fence();  // a fresh accumulator may sit in registers the elementwise code wrote
-#pragma unroll
-        for (int kk = 0; kk < DQ_KEYS / 16; ++kk) {
-          mma_ss<DQ_N, 1, 1>(dq_part, wgmma_desc_sw128(a_base + kk * 16 * 128, BN * 128, 1024),
-                             wgmma_desc_sw128(b_base + kk * 16 * 128, BN * 128, 1024), kk != 0);
-        }
+        issue_dq(step & 1);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_reg_fence(dq_part);
-        // scale * partial -> this warpgroup's staging boxes -> one TMA reduce-add per box into the workspace.
-        // Fragment (j, h, e) is row warp * 16 + lane / 4 + 8h, column 8j + col_lane + e: box j / 4, 16-byte unit
-        // 2 (j % 4) + (lane & 3) / 2 of its 128-byte row (XOR the row mod 8: the map's swizzle), 8 bytes in.
-        const tw_u32 stage = sbase + DQ_OFF + c * DQ_STAGE_BYTES;
-        named_barrier_sync(DQ_FREE_BAR + c, 160);  // the dQ writer's reduce of the previous step has read the boxes
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = warp * 16 + (lane >> 2) + 8 * h;
-#pragma unroll
-          for (int j = 0; j < DQ_N / 8; ++j) {
-            const int unit = (2 * (j % 4) + ((lane & 3) >> 1)) ^ (r & 7);
-            st_shared_v2_f32(stage + (j / 4) * DQ_BOX_BYTES + r * 128 + unit * 16 + (lane & 1) * 8,
-                             dq_part[4 * j + 2 * h] * scale, dq_part[4 * j + 2 * h + 1] * scale);
-          }
-        }
-        fence_proxy_async_smem();  // generic-proxy stores before the TMA unit reads them
-        named_barrier_arrive(DQ_READY_BAR + c, 160);  // to the dQ writer (producer warp 1)
+        stage_dq();
       } else {
         wgmma_wait<0>();
       }
