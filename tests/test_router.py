@@ -341,16 +341,27 @@ def test_attention_and_rmsnorm_self_checks_fail_a_wrong_kernel(monkeypatch):
     """The two other families run the same loop: a kernel that ignores its inputs fails it, with the metrics."""
     from tilewright.cuda_fallback import attention_sm90, rmsnorm_gemm_sm90
 
-    from tilewright.reference import attention_reference
-
-    def attention_by_torch(q, k, v, out, lse, causal, scale, variant):
-        o, l_ = attention_reference(q.float(), k.float(), v.float(), causal, scale)
-        out.copy_(o.to(out.dtype))
+    def attention_by_torch(q, k, v, out, lse, causal, scale, variant, causal_offset=0, window_offset=None):
+        # the kernel's band: key j visible to query i iff j <= i + causal_offset (causal), j >= i + window_offset
+        Sq, Skv = q.shape[2], k.shape[2]
+        diff = torch.arange(Skv)[None, :] - torch.arange(Sq)[:, None]
+        visible = torch.ones(Sq, Skv, dtype=torch.bool)
+        if causal:
+            visible &= diff <= causal_offset
+        if window_offset is not None:
+            visible &= diff >= window_offset
+        group = q.shape[1] // k.shape[1]
+        kk, vv = (t.float().repeat_interleave(group, 1) for t in (k, v))
+        s = (q.float() @ kk.transpose(-1, -2) * (scale or q.shape[-1] ** -0.5)).masked_fill(~visible, float("-inf"))
+        l_ = torch.logsumexp(s, -1)
+        p = torch.exp(s - torch.where(torch.isfinite(l_), l_, torch.zeros_like(l_))[..., None])
+        out.copy_((p @ vv).to(out.dtype))
         lse.copy_(l_)
     monkeypatch.setattr(attention_sm90, "launch_attention", attention_by_torch)
     ok, why = attention_sm90.self_check(torch.device("cpu"), attention_sm90.pick_variant(), 64, torch.float32)
     assert ok, why
-    monkeypatch.setattr(attention_sm90, "launch_attention", lambda q, k, v, out, lse, *a: (out.zero_(), lse.zero_()))
+    monkeypatch.setattr(attention_sm90, "launch_attention",
+                        lambda q, k, v, out, lse, *a, **kw: (out.zero_(), lse.zero_()))
     ok, why = attention_sm90.self_check(torch.device("cpu"), attention_sm90.pick_variant(), 64, torch.float32)
     assert not ok and "out relative error" in why and "max |LSE error|" in why
 
