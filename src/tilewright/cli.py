@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 BENCH_OPS = {"gemm": "tilewright.bench.gemm", "rms_norm_linear": "tilewright.bench.rms_norm_linear",
-             "attention": "tilewright.bench.attention", "model": "tilewright.bench.model",
+             "attention": "tilewright.bench.attention", "decode": "tilewright.bench.decode",
+             "model": "tilewright.bench.model",
              "host": "tilewright.bench.host", "first_call": "tilewright.bench.first_call"}
 
 

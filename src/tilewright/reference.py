@@ -117,6 +117,36 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     return p @ v, lse
 
 
+def kvcache_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                                seqlens: torch.Tensor, block_table: torch.Tensor | None = None, causal: bool = True,
+                                scale: float | None = None, softcap: float = 0.0,
+                                window=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of ``flash_attention_with_kvcache`` by gathering each sequence's keys and running
+    :func:`attention_reference` bottom-right aligned, in q's dtype. q (B, Sq, Hq, D); caches (B, S_cache, Hkv, D), or
+    paged (num_pages, page_size, Hkv, D) with block_table (B, max_pages); seqlens (B,): keys per sequence."""
+    B, Sq, Hq, D = q.shape
+    outs, lses = [], []
+    for b in range(B):
+        n = int(seqlens[b])
+        if block_table is None:
+            kb, vb = k_cache[b, :n], v_cache[b, :n]
+        else:
+            page = k_cache.shape[1]
+            pages = block_table[b, :-(-n // page)].long()
+            kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n]
+            vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n]
+        qb = q[b].transpose(0, 1)[None]  # (1, Hq, Sq, D)
+        kb, vb = (t.to(q.dtype).transpose(0, 1)[None] for t in (kb, vb))
+        if n == 0:
+            outs.append(torch.zeros_like(qb))
+            lses.append(torch.full((1, Hq, Sq), float("-inf"), dtype=q.dtype, device=q.device))
+            continue
+        o, lse = attention_reference(qb, kb, vb, causal, scale, True, softcap, window)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs).transpose(1, 2), torch.cat(lses)
+
+
 def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              causal: bool = False, scale: float | None = None,
                              grad_lse: torch.Tensor | None = None,

@@ -1,7 +1,9 @@
 """Op families: contracts, input checks, torch.library registration, fake impls and autograd."""
 from .attention import flash_attention, scaled_dot_product_attention
 from .gemm import linear, matmul
+from .kvcache import flash_attention_with_kvcache
 from .rms_norm_linear import rms_norm_linear
 from .scaled_mm import scaled_mm
 
-__all__ = ["linear", "matmul", "rms_norm_linear", "scaled_mm", "flash_attention", "scaled_dot_product_attention"]
+__all__ = ["linear", "matmul", "rms_norm_linear", "scaled_mm", "flash_attention", "scaled_dot_product_attention",
+           "flash_attention_with_kvcache"]

@@ -1,0 +1,199 @@
+"""``flash_attention_with_kvcache``: new query tokens against a (paged) KV cache, flash-attn's convention.
+
+Contract (flash-attn's ``flash_attn_with_kvcache``, which inference engines already call):
+
+* q: (B, Sq, Hq, D) - a few new tokens per sequence (decode: Sq = 1; speculative verification or chunked prefill:
+  more). k_cache / v_cache: (B, S_cache, Hkv, D), or paged (num_pages, page_size, Hkv, D) with ``block_table``
+  (B, max_pages) int32: logical page p of sequence b is physical page ``block_table[b, p]``. Hq % Hkv == 0.
+* cache_seqlens: (B,) int32 on q's device (or a Python int for every sequence): the cache length before this call.
+  With ``k`` / ``v`` (B, Sq_new, Hkv, D) they are written into the cache at positions cache_seqlens[b] ...
+  cache_seqlens[b] + Sq_new - 1, in place, before attending; the sequence then has cache_seqlens[b] + Sq_new keys.
+* causal is **bottom-right** aligned (flash-attn's): query token i of a sequence with L keys sits at position
+  L - Sq + i and sees keys j <= L - Sq + i; ``window=(left, right)`` keeps keys within [pos - left, pos + right]
+  of that position (None: unbounded; with causal the right side must be 0 / None). ``softcap``: scores
+  ``softcap * tanh(scale * q k^T / softcap)``. A row that sees no key gives output 0 (and LSE -inf).
+* Returns out (B, Sq, Hq, D) in q's dtype, or (out, lse) with lse (B, Hq, Sq) fp32, natural log. Forward only: no
+  autograd graph (a q that requires grad under grad mode is refused).
+
+Checks: shapes, dtypes, devices and index dtypes raise naming the argument. The cache lengths and the block table's
+entries are checked against the cache's capacity with one device-to-host read per call (skipped while a CUDA graph
+is captured or torch.compile traces); the kernel clamps page indices besides, so even an unchecked call never reads
+outside the cache.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._codes import supported_head_dim
+from .._env import interpreting
+from ._checks import check_tensor
+
+HEAD_DIMS_TEXT = "a multiple of 8 from 8 to 256"
+
+
+def _int_tensor(name: str, t, device) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected an int32 torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name}: dtype {t.dtype}; expected torch.int32 (flash-attn's index dtype)")
+    if t.device != device:
+        raise ValueError(f"{name}: on device {t.device} but q is on {device}; move it to q's device")
+    return t
+
+
+def _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, window, causal, softcap, scale):
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(name, t, dims=(4,))
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: dtype {t.dtype} does not match q's {q.dtype}; cast one of them")
+        if t.device != q.device:
+            raise ValueError(f"{name}: on device {t.device} but q is on {q.device}; move them to one device")
+    B, Sq, Hq, D = q.shape
+    if not supported_head_dim(D):
+        raise ValueError(f"q: head dim {D} is not supported; expected {HEAD_DIMS_TEXT}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} must equal k_cache's {tuple(k_cache.shape)}")
+    if k_cache.shape[3] != D:
+        raise ValueError(f"k_cache: head dim {k_cache.shape[3]} differs from q's {D}")
+    Hkv = k_cache.shape[2]
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"k_cache: {Hkv} kv heads do not divide q's {Hq} query heads; GQA needs Hq % Hkv == 0")
+    if block_table is not None:
+        _int_tensor("block_table", block_table, q.device)
+        if block_table.dim() != 2 or block_table.shape[0] != B:
+            raise ValueError(f"block_table: expected (B={B}, max_pages), got shape {tuple(block_table.shape)}")
+        if k_cache.shape[0] == 0 or k_cache.shape[1] == 0:
+            raise ValueError(f"k_cache: a paged cache (num_pages, page_size, Hkv, D) needs pages, got "
+                             f"{tuple(k_cache.shape)}")
+    elif k_cache.shape[0] != B:
+        raise ValueError(f"k_cache: batch {k_cache.shape[0]} differs from q's {B}; expected (B, S_cache, Hkv, D), or "
+                         "pass block_table for a paged cache (num_pages, page_size, Hkv, D)")
+    if (k is None) != (v is None):
+        raise ValueError("k / v: pass both new tensors or neither")
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            check_tensor(name, t, dims=(4,))
+            if t.dtype != q.dtype or t.device != q.device:
+                raise TypeError(f"{name}: must have q's dtype {q.dtype} and device {q.device}")
+            if t.shape[0] != B or t.shape[2] != Hkv or t.shape[3] != D or t.shape != k.shape:
+                raise ValueError(f"{name}: expected (B={B}, Sq_new, Hkv={Hkv}, D={D}) like k, got {tuple(t.shape)}")
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
+                                or not softcap >= 0 or softcap == float("inf")):
+        raise ValueError(f"softcap: expected a positive finite number or None / 0, got {softcap!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0
+                              or scale == float("inf")):
+        raise ValueError(f"scale: expected a positive finite number or None (1/sqrt(D)), got {scale!r}")
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise TypeError(f"window: expected a (left, right) pair of ints / None, got {window!r}")
+        for name, side in zip(("left", "right"), window):
+            if side is not None and (isinstance(side, bool) or not isinstance(side, int) or side < 0):
+                raise ValueError(f"window: the {name} side must be an int >= 0 or None, got {side!r}")
+        if causal and window[1]:
+            raise ValueError(f"window: with causal=True the right side must be 0 or None, got {window[1]}")
+
+
+def _capacity(k_cache, block_table) -> int:
+    return block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+
+
+def _check_values(seqlens, new: int, capacity: int, block_table, num_pages: int) -> None:
+    """cache_seqlens in [0, capacity - new] and the pages the sequences use in [0, num_pages): one host read."""
+    capturing = seqlens.is_cuda and torch.cuda.is_current_stream_capturing()
+    if capturing or torch.compiler.is_compiling() or seqlens.numel() == 0:
+        return
+    lo, hi = seqlens.min(), seqlens.max()
+    stats = [lo, hi]
+    if block_table is not None:
+        page_size = capacity // max(1, block_table.shape[1])
+        used = (torch.arange(block_table.shape[1], device=seqlens.device)[None, :] * page_size
+                < (seqlens + new)[:, None])
+        pages = torch.where(used, block_table, 0)
+        stats += [pages.min(), pages.max()]
+    values = torch.stack(stats).tolist()
+    if values[0] < 0:
+        raise ValueError(f"cache_seqlens: entries must be >= 0, found {values[0]}")
+    if values[1] + new > capacity:
+        raise ValueError(f"cache_seqlens: a sequence of {values[1]} cached tokens + {new} new ones exceeds the cache's "
+                         f"capacity of {capacity} tokens")
+    if block_table is not None and (values[2] < 0 or values[3] >= num_pages):
+        raise ValueError(f"block_table: entries in use must lie in [0, {num_pages}) (the cache's pages), found "
+                         f"{values[2] if values[2] < 0 else values[3]}")
+
+
+def _append(k_cache, v_cache, k, v, seqlens, block_table) -> None:
+    """Write the new tokens into the cache in place at positions seqlens[b] + t."""
+    B, new = k.shape[0], k.shape[1]
+    pos = seqlens.long()[:, None] + torch.arange(new, device=k.device)[None, :]  # (B, new)
+    if block_table is None:
+        rows = torch.arange(B, device=k.device)[:, None].expand(B, new)
+        k_cache[rows, pos] = k
+        v_cache[rows, pos] = v
+    else:
+        page_size = k_cache.shape[1]
+        pages = torch.gather(block_table.long(), 1, pos // page_size)
+        k_cache[pages, pos % page_size] = k
+        v_cache[pages, pos % page_size] = v
+
+
+def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, block_table=None,
+                                 causal: bool = True, scale: float | None = None, window=None,
+                                 softcap: float | None = None, return_lse: bool = False, num_splits: int | None = None):
+    """Attention of ``q`` (B, Sq, Hq, D) against a KV cache, appending ``k`` / ``v`` first (module docstring).
+
+    Args:
+        q: (B, Sq, Hq, D) new queries; float16 / bfloat16 (float32 is supported, slower).
+        k_cache, v_cache: (B, S_cache, Hkv, D), or (num_pages, page_size, Hkv, D) with ``block_table``; written in
+            place when ``k`` / ``v`` are given.
+        cache_seqlens: (B,) int32 on q's device, or an int: cached tokens per sequence before this call.
+        k, v: optional (B, Sq_new, Hkv, D) new keys / values, appended at ``cache_seqlens``.
+        block_table: (B, max_pages) int32 for a paged cache.
+        causal: bottom-right aligned causal mask (flash-attn's; default True).
+        scale: score scale, default 1/sqrt(D).
+        window: (left, right) sliding window around each query's position; None sides unbounded.
+        softcap: logit soft cap (Gemma 2), None / 0 for none.
+        return_lse: also return the natural-log LSE (B, Hq, Sq), fp32.
+        num_splits: chunks of the key range per (sequence, kv head); None picks from the shapes and SM count.
+    Returns:
+        out (B, Sq, Hq, D), or (out, lse).
+
+    Runs the Triton split-KV kernels (triton_kernels/kvcache_attention.py) on CUDA tensors and on CPU under
+    ``TRITON_INTERPRET=1``; CPU tensors otherwise take the reference formula (correct, slow)."""
+    _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, window, causal, softcap, scale)
+    if torch.is_grad_enabled() and q.requires_grad:
+        raise ValueError("q: flash_attention_with_kvcache is forward only (no autograd graph); call it under "
+                         "torch.no_grad() or pass a q that does not require grad")
+    B = q.shape[0]
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
+    seqlens = _int_tensor("cache_seqlens", cache_seqlens, q.device)
+    if seqlens.shape != (B,):
+        raise ValueError(f"cache_seqlens: expected shape ({B},), got {tuple(seqlens.shape)}")
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
+                                   or not 1 <= num_splits <= 256):
+        raise ValueError(f"num_splits: expected an int from 1 to 256 or None, got {num_splits!r}")
+    new = 0 if k is None else k.shape[1]
+    _check_values(seqlens, new, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}: the head dim must be unit-stride (the cache is read and written in place)")
+    with torch.no_grad():
+        if k is not None:
+            _append(k_cache, v_cache, k, v, seqlens, block_table)
+        total = seqlens + new if new else seqlens
+        total = total.to(torch.int32).contiguous()
+        q_in = q if q.stride(-1) == 1 else q.contiguous()
+        table = None if block_table is None else block_table.contiguous()
+        left, right = (None, None) if window is None else tuple(window)
+        if q.is_cuda or interpreting():
+            from ..triton_kernels.kvcache_attention import kvcache_attention
+
+            out, lse = kvcache_attention(q_in, k_cache, v_cache, total, table, causal=causal, scale=scale,
+                                         softcap=float(softcap or 0.0), window=(left, right), num_splits=num_splits)
+        else:
+            from ..reference import kvcache_attention_reference
+
+            out, lse = kvcache_attention_reference(q_in, k_cache, v_cache, total, table, causal, scale,
+                                                   float(softcap or 0.0), (left, right))
+            out = out.to(q.dtype)
+    return (out, lse) if return_lse else out

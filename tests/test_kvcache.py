@@ -1,0 +1,221 @@
+"""flash_attention_with_kvcache (ops/kvcache.py, triton_kernels/kvcache_attention.py): contiguous and paged caches,
+GQA packing, several new tokens, appended k / v, windows, soft cap, rows without keys, split counts - against the
+reference formula in fp64 (CPU tier: the Triton kernels under the interpreter, fp16 / fp32); cache slots past each
+sequence's length and unused page-table entries are poisoned (NaN, out-of-range pages), so a kernel that reads them
+fails; bad inputs raise naming the argument. The GPU tier (bf16, the bench rows) is tests/test_kvcache_gpu.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilewright
+from tilewright.reference import kvcache_attention_reference
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cache(B, S, Hkv, D, dtype, lengths, page=None, seed=0):
+    """A cache holding ``lengths[b]`` tokens per sequence and NaN everywhere else: contiguous (B, S, Hkv, D), or
+    paged (pages, page, Hkv, D) with a shuffled block table whose unused entries point far outside the cache."""
+    g = torch.Generator().manual_seed(seed)
+    if page is None:
+        k = torch.full((B, S, Hkv, D), float("nan"), dtype=dtype)
+        v = torch.full_like(k, float("nan"))
+        for b, n in enumerate(lengths):
+            k[b, :n] = torch.randn(n, Hkv, D, generator=g).to(dtype)
+            v[b, :n] = torch.randn(n, Hkv, D, generator=g).to(dtype)
+        return k.to(DEV), v.to(DEV), None
+    max_pages = -(-S // page)
+    num_pages = B * max_pages + 3  # spare pages, never referenced
+    k = torch.full((num_pages, page, Hkv, D), float("nan"), dtype=dtype)
+    v = torch.full_like(k, float("nan"))
+    order = torch.randperm(num_pages, generator=g)[:B * max_pages].reshape(B, max_pages).to(torch.int32)
+    table = order.clone()
+    for b, n in enumerate(lengths):
+        used = -(-n // page)
+        table[b, used:] = 10 ** 6  # unused entries: far out of range (must never be read)
+        for t in range(n):
+            p, o = int(order[b, t // page]), t % page
+            k[p, o] = torch.randn(Hkv, D, generator=g).to(dtype)
+            v[p, o] = torch.randn(Hkv, D, generator=g).to(dtype)
+    return k.to(DEV), v.to(DEV), table.to(DEV)
+
+
+def _ref(q, kc, vc, seqlens, table, causal=True, scale=None, softcap=0.0, window=None):
+    kcd, vcd = kc.double().nan_to_num(0.0), vc.double().nan_to_num(0.0)  # unread slots: any value
+    return kvcache_attention_reference(q.double(), kcd, vcd, seqlens, table, causal, scale, softcap, window)
+
+
+def _assert_close(out, lse, ref, tol):
+    ro, rl = ref
+    assert torch.isfinite(out).all()
+    assert (out.double() - ro).abs().max().item() <= tol
+    assert torch.equal(torch.isinf(lse), torch.isinf(rl))
+    finite = torch.isfinite(rl)
+    assert (lse.double() - rl)[finite].abs().max().item() <= 1e-3
+
+
+CASES = [  # (B, Sq, Hq, Hkv, D, S_cache, lengths, page, dtype)
+    (2, 1, 4, 2, 64, 70, (50, 13), None, torch.float16),    # decode, GQA 2
+    (2, 1, 8, 2, 32, 48, (47, 1), 16, torch.float16),       # paged, page 16, GQA 4
+    (1, 3, 4, 4, 64, 40, (33,), 4, torch.float32),          # three new tokens, pages of 4, fp32
+    (3, 2, 2, 1, 16, 24, (0, 5, 24), None, torch.float16),  # an empty sequence, a full one, MQA
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}-Sq{c[1]}-{c[2]}/{c[3]}-D{c[4]}-page{c[7]}")
+def test_matches_the_reference(case):
+    B, Sq, Hq, Hkv, D, S, lengths, page, dtype = case
+    kc, vc, table = _cache(B, S, Hkv, D, dtype, lengths, page)
+    q = torch.randn(B, Sq, Hq, D, dtype=dtype, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, return_lse=True)
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (B, Hq, Sq)
+    _assert_close(out, lse, _ref(q, kc, vc, seqlens, table), 2e-3 if dtype == torch.float16 else 1e-5)
+
+
+@pytest.mark.parametrize("splits", [1, 3, 8])
+def test_split_count_does_not_change_the_result(splits):
+    kc, vc, table = _cache(1, 90, 2, 32, torch.float32, (90,), 8)
+    q = torch.randn(1, 1, 4, 32, device=DEV)
+    seqlens = torch.tensor([90], dtype=torch.int32, device=DEV)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, return_lse=True,
+                                                       num_splits=splits)
+    _assert_close(out, lse, _ref(q, kc, vc, seqlens, table), 1e-5)
+
+
+@pytest.mark.parametrize("page", [None, 4])
+def test_appends_the_new_tokens_in_place_then_attends(page):
+    """k / v are written at cache_seqlens ... + Sq_new - 1 (nothing else in the cache changes) and attended to."""
+    lengths = (9, 0)
+    kc, vc, table = _cache(2, 20, 2, 16, torch.float32, lengths, page)
+    if page is not None:  # the new tokens' pages must be mapped: give each sequence all its pages
+        table = torch.arange(10, device=DEV, dtype=torch.int32).reshape(2, 5)
+        kc, vc = kc[:10].clone(), vc[:10].clone()
+        kc[table[0].long()] = torch.randn(5, 4, 2, 16, device=DEV)  # sequence 0's 9 tokens (and slack) are real
+        vc[table[0].long()] = torch.randn(5, 4, 2, 16, device=DEV)
+    before_k, before_v = kc.clone(), vc.clone()
+    q = torch.randn(2, 3, 4, 16, device=DEV)
+    k_new, v_new = torch.randn(2, 3, 2, 16, device=DEV), torch.randn(2, 3, 2, 16, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, k=k_new, v=v_new, block_table=table,
+                                                       return_lse=True)
+    changed = ((kc != before_k) & ~(torch.isnan(kc) & torch.isnan(before_k))) | \
+        ((vc != before_v) & ~(torch.isnan(vc) & torch.isnan(before_v)))
+    for b, n in enumerate(lengths):
+        for t in range(3):
+            if page is None:
+                assert torch.equal(kc[b, n + t], k_new[b, t]) and torch.equal(vc[b, n + t], v_new[b, t])
+                changed[b, n + t] = False
+            else:
+                p, o = int(table[b, (n + t) // page]), (n + t) % page
+                assert torch.equal(kc[p, o], k_new[b, t]) and torch.equal(vc[p, o], v_new[b, t])
+                changed[p, o] = False
+    assert not changed.any(), "the append wrote outside the new tokens' slots"
+    assert torch.equal(seqlens.cpu(), torch.tensor(lengths, dtype=torch.int32))  # cache_seqlens is not advanced
+    _assert_close(out, lse, _ref(q, kc, vc, seqlens + 3, table), 1e-5)
+
+
+@pytest.mark.parametrize("causal,window,softcap", [(True, (5, 0), 0.0), (False, (4, 2), 0.0), (False, None, 0.0),
+                                                   (True, None, 3.0), (True, (7, None), 2.0)])
+def test_masks_and_soft_cap(causal, window, softcap):
+    lengths = (30, 11)
+    kc, vc, table = _cache(2, 32, 2, 32, torch.float32, lengths, 8)
+    q = torch.randn(2, 4, 4, 32, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, causal=causal,
+                                                       window=window, softcap=softcap or None, return_lse=True)
+    _assert_close(out, lse, _ref(q, kc, vc, seqlens, table, causal, None, softcap, window), 1e-5)
+
+
+def test_rows_without_a_key_give_zero_and_minus_inf():
+    """More new tokens than keys (bottom-right causal): the first rows see nothing."""
+    kc, vc, table = _cache(1, 8, 1, 16, torch.float32, (2,))
+    q = torch.randn(1, 4, 2, 16, device=DEV)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, 2, return_lse=True)
+    assert torch.equal(out[0, :2], torch.zeros_like(out[0, :2])) and torch.isinf(lse[0, :, :2]).all()
+    _assert_close(out, lse, _ref(q, kc, vc, torch.tensor([2], dtype=torch.int32, device=DEV), table), 1e-5)
+
+
+def _args(**over):
+    kc, vc, table = _cache(2, 16, 2, 16, torch.float16, (5, 7), 4)
+    base = dict(q=torch.randn(2, 1, 4, 16, dtype=torch.float16, device=DEV), k_cache=kc, v_cache=vc,
+                cache_seqlens=torch.tensor([5, 7], dtype=torch.int32, device=DEV), block_table=table)
+    base.update(over)
+    return base
+
+
+@pytest.mark.parametrize("over,error,match", [
+    (dict(cache_seqlens=torch.tensor([5, 7])), TypeError, "cache_seqlens.*int32"),
+    (dict(cache_seqlens=torch.tensor([5, 70], dtype=torch.int32)), ValueError, "cache_seqlens.*capacity"),
+    (dict(cache_seqlens=torch.tensor([-1, 7], dtype=torch.int32)), ValueError, "cache_seqlens.*>= 0"),
+    (dict(cache_seqlens=torch.tensor([5], dtype=torch.int32)), ValueError, "cache_seqlens: expected shape"),
+    (dict(block_table=torch.tensor([[0, 1, 2, 3], [99, 5, 6, 7]], dtype=torch.int32)), ValueError,
+     "block_table.*0, 11"),  # a page in use out of range (unused entries are 10**6 in every case: never read)
+    (dict(block_table=torch.zeros(2, 4, dtype=torch.int64)), TypeError, "block_table.*int32"),
+    (dict(q=torch.randn(2, 1, 3, 16, dtype=torch.float16)), ValueError, "k_cache: 2 kv heads"),
+    (dict(q=torch.randn(2, 1, 4, 12, dtype=torch.float16)), ValueError, "q: head dim 12"),
+    (dict(q=torch.randn(2, 1, 4, 16)), TypeError, "k_cache: dtype"),
+    (dict(window=(3, 1)), ValueError, "window: with causal=True"),
+    (dict(window=(-1, 0)), ValueError, "window: the left side"),
+    (dict(softcap=-1.0), ValueError, "softcap"),
+    (dict(k=torch.randn(2, 1, 2, 16, dtype=torch.float16)), ValueError, "k / v: pass both"),
+    (dict(num_splits=0), ValueError, "num_splits"),
+])
+def test_bad_inputs_name_the_argument(over, error, match):
+    args = _args()
+    args.update({k: (t.to(DEV) if isinstance(t, torch.Tensor) else t) for k, t in over.items()})
+    with pytest.raises(error, match=match):
+        tilewright.flash_attention_with_kvcache(**args)
+
+
+def test_forward_only():
+    args = _args(q=torch.randn(2, 1, 4, 16, dtype=torch.float16, device=DEV, requires_grad=True))
+    with pytest.raises(ValueError, match="forward only"):
+        tilewright.flash_attention_with_kvcache(**args)
+    with torch.no_grad():
+        tilewright.flash_attention_with_kvcache(**args)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("paged", [False, True])
+def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim):
+    """AOT sm_90 builds (no GPU needed) of the split and combine kernels as a bf16 GQA-8 decode launches them (the
+    launcher's key block, warps and stages): tensor core MMAs in the split kernel, no spills in either."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+    from tilewright.triton_kernels.aot import compile_reports
+
+    mod = "tilewright.triton_kernels.kvcache_attention"
+    split_sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SEQLENS": "*i32", "TABLE": "*i32", "O_PART": "*fp32",
+                 "LSE_PART": "*fp32", **{a: "i32" for a in (
+                     "stride_qb", "stride_qs", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp",
+                     "stride_vs", "stride_vh", "stride_tb", "stride_os", "stride_ob", "stride_oh", "stride_om", "B",
+                     "Hkv", "Sq", "num_pages")}, "scale_log2": "fp32", "softcap": "fp32", "window_left": "i32",
+                 "window_right": "i32"}
+    split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, NUM_SPLITS=8, PAGE_SIZE=16,
+                       BLOCK_N=ka.block_n(head_dim, paged, interpret=False), PAGED=paged, CAUSAL=True,
+                       WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32")
+    combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
+        "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}
+    reports = compile_reports([
+        {"kernel": f"{mod}:_split_kernel", "signature": split_sig, "constexprs": split_const,
+         "num_warps": ka.NUM_WARPS, "num_stages": ka.NUM_STAGES, "name": "split"},
+        {"kernel": f"{mod}:_combine_kernel", "signature": combine_sig, "num_warps": 1, "name": "combine",
+         "constexprs": dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, NUM_SPLITS=8, SPLITS_PAD=8)}])
+    for rep in reports:
+        assert rep.spill_bytes == 0, (rep.name, rep.spill_bytes)
+    assert reports[0].has("HMMA") or reports[0].has("HGMMA")
+
+
+def test_the_decode_bench_tiny_suite_runs_and_agrees():
+    """`tilewright bench --op decode` on CPU: the tiny suite under the interpreter, against the reference formula."""
+    pytest.importorskip("pandas")
+    if torch.cuda.is_available():
+        pytest.skip("the tiny suite's CPU path")
+    from tilewright.bench import decode
+
+    lines = []
+    df = decode.run("tiny", progress=lines.append)
+    assert set(df.provider) == {"tilewright", "torch-math"} and len(df) == 2 * len(decode.SUITES["tiny"])
+    assert not any("(!)" in line for line in lines), lines  # the providers' outputs agreed
+    assert (df.peer == "torch-math").all() and {"gbps", "bw_frac"} <= set(df.columns)

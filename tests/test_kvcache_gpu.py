@@ -1,0 +1,66 @@
+"""GPU tier of flash_attention_with_kvcache: bf16 decode and short-chunk rows (GQA 32/8 and 8/1, head dims 64 / 128,
+contiguous and paged caches of 16- and 256-token pages, poisoned unused slots) against fp64 with the rule "error <=
+2x torch's own bf16 computation", and agreement with SDPA's flash backend on a plain decode row."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilewright
+from tilewright.reference import kvcache_attention_reference
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+
+
+def _paged(kc, vc, page):
+    B, S, Hkv, D = kc.shape
+    per = -(-S // page)
+    order = torch.randperm(B * per, device=DEV)
+    table = order.reshape(B, per).to(torch.int32)
+
+    def pages(c):
+        c = torch.nn.functional.pad(c, (0, 0, 0, 0, 0, per * page - S)).reshape(B * per, page, Hkv, D)
+        out = torch.full((B * per + 2, page, Hkv, D), float("nan"), device=DEV, dtype=c.dtype)  # 2 spare pages: NaN
+        out[order] = c
+        return out
+    return pages(kc), pages(vc), table
+
+
+@pytest.mark.parametrize("page", [None, 16, 256])
+@pytest.mark.parametrize("B,Sq,Hq,Hkv,D,S", [(4, 1, 32, 8, 128, 3000), (2, 4, 8, 1, 64, 777), (1, 1, 16, 16, 128, 9)])
+def test_within_twice_torch_error(B, Sq, Hq, Hkv, D, S, page):
+    g = torch.Generator(device=DEV).manual_seed(S + D)
+    q = torch.randn(B, Sq, Hq, D, generator=g, device=DEV, dtype=torch.bfloat16)
+    kc = torch.randn(B, S + 50, Hkv, D, generator=g, device=DEV, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    seqlens = torch.tensor([S - 3 * b for b in range(B)], dtype=torch.int32, device=DEV)
+    for b in range(B):  # poison every slot past each sequence's length
+        kc[b, int(seqlens[b]):] = float("nan")
+        vc[b, int(seqlens[b]):] = float("nan")
+    table = None
+    if page is not None:
+        kc, vc, table = _paged(kc, vc, page)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, return_lse=True)
+    kd, vd = kc.double().nan_to_num(0.0), vc.double().nan_to_num(0.0)
+    ro, rl = kvcache_attention_reference(q.double(), kd, vd, seqlens, table)
+    to, _ = kvcache_attention_reference(q, kc.nan_to_num(0.0), vc.nan_to_num(0.0), seqlens, table)  # torch, bf16
+    rel = lambda x: ((x.double() - ro).norm() / ro.norm()).item()  # noqa: E731
+    assert torch.isfinite(out).all() and rel(out) <= 2 * rel(to) + 1e-6
+    assert (lse.double() - rl).abs().max().item() <= 5e-3
+
+
+def test_agrees_with_sdpa_flash_on_decode():
+    q = torch.randn(8, 1, 32, 128, device=DEV, dtype=torch.bfloat16)
+    kc = torch.randn(8, 4096, 8, 128, device=DEV, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    out = tilewright.flash_attention_with_kvcache(q, kc, vc, 4096)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
+                                                           enable_gqa=True).transpose(1, 2)
+    assert (out.float() - ref.float()).abs().max().item() <= 2e-2
