@@ -181,7 +181,8 @@ def test_forward_only():
 @pytest.mark.parametrize("paged", [False, True])
 def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim):
     """AOT sm_90 builds (no GPU needed) of the split and combine kernels as a bf16 GQA-8 decode launches them (the
-    launcher's key block, warps and stages): tensor core MMAs in the split kernel, no spills in either."""
+    launcher's key block, warps and stages): tensor core MMAs and async copies (LDGSTS: the K / V rows gathered in
+    16-byte vectors) in the split kernel, no spills in either."""
     from tilewright.triton_kernels import kvcache_attention as ka
     from tilewright.triton_kernels.aot import compile_reports
 
@@ -193,18 +194,22 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim):
                      "Hkv", "Sq", "num_pages")}, "scale_log2": "fp32", "softcap": "fp32", "window_left": "i32",
                  "window_right": "i32"}
     split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, NUM_SPLITS=8, PAGE_SIZE=16,
-                       BLOCK_N=ka.block_n(head_dim, paged, interpret=False), PAGED=paged, CAUSAL=True,
+                       BLOCK_N=ka.block_n(interpret=False), PAGED=paged, CAUSAL=True,
                        WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32")
     combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
         "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}
     reports = compile_reports([
         {"kernel": f"{mod}:_split_kernel", "signature": split_sig, "constexprs": split_const,
-         "num_warps": ka.NUM_WARPS, "num_stages": ka.NUM_STAGES, "name": "split"},
+         "num_warps": ka.NUM_WARPS, "num_stages": ka.num_stages(head_dim), "name": "split",
+         # what a launch specializes: 16-byte aligned buffers and strides that are multiples of 16 elements
+         "divisible_by_16": ["Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART", "stride_qb", "stride_qs",
+                             "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs", "stride_vh",
+                             "stride_os", "stride_ob", "stride_oh", "stride_om"]},
         {"kernel": f"{mod}:_combine_kernel", "signature": combine_sig, "num_warps": 1, "name": "combine",
          "constexprs": dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, NUM_SPLITS=8, SPLITS_PAD=8)}])
     for rep in reports:
         assert rep.spill_bytes == 0, (rep.name, rep.spill_bytes)
-    assert reports[0].has("HMMA") or reports[0].has("HGMMA")
+    assert (reports[0].has("HMMA") or reports[0].has("HGMMA")) and reports[0].has("LDGSTS")
 
 
 def test_the_decode_bench_tiny_suite_runs_and_agrees():

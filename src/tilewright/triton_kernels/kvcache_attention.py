@@ -168,20 +168,21 @@ def _pow2(x: int, lo: int) -> int:
     return max(lo, 1 << max(0, (int(x) - 1).bit_length()))
 
 
-# Launch shape: 4 warps, 2 stages; keys per step by head-dim tile and cache kind - the largest tile that compiles
-# without spills for sm_90 (AOT, tests/test_kvcache.py): the per-row page lookup and the gathered K / V rows hold
-# many registers (198-254 a thread at these sizes). Speed on the device is not measured yet.
+# Launch shape: 4 warps, 64 keys a step, a 3-deep cp.async ring (2 at head dim 256: shared memory). In AOT sm_90 builds
+# with the launch's 16-divisible strides (tests/test_kvcache.py) that is 100-170 registers a thread and no spills;
+# without those hints the K / V gathers do not vectorize and every element keeps its own 64-bit address (255
+# registers, spills) - the strides of a real cache are multiples of 16 elements. Speed on the device: not measured.
 NUM_WARPS = 4
-NUM_STAGES = 2
 
 
-def block_n(head_dim_pad: int, paged: bool, interpret: bool = INTERPRET) -> int:
-    """Keys per loop step (see NUM_WARPS); 16 under the interpreter (each step costs milliseconds there)."""
-    if interpret:
-        return 16
-    if head_dim_pad <= 64:
-        return 64
-    return 32 if head_dim_pad <= 128 and not paged else 16
+def block_n(interpret: bool = INTERPRET) -> int:
+    """Keys per loop step; 16 under the interpreter (each step costs milliseconds there)."""
+    return 16 if interpret else 64
+
+
+def num_stages(head_dim_pad: int) -> int:
+    """Depth of the K / V load ring."""
+    return 3 if head_dim_pad <= 128 else 2
 
 
 def default_splits(batch: int, kv_heads: int, capacity: int, device) -> int:
@@ -208,7 +209,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     head_dim_pad = _pow2(D, 16)
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    bn = block_n(head_dim_pad, paged)
+    bn = block_n()
     o_part = torch.empty((splits, B, Hq, Sq, D), device=q.device, dtype=torch.float32)
     lse_part = torch.empty((splits, B, Hq, Sq), device=q.device, dtype=torch.float32)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
@@ -224,7 +225,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged, CAUSAL=bool(causal),
         WINDOW_LEFT=left is not None, WINDOW_RIGHT=right is not None, SOFTCAP=bool(softcap), UPCAST=upcast,
         DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        num_stages=num_stages(head_dim_pad))
     out = torch.empty_like(q)
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     _combine_kernel[(B * Hq * Sq,)](
