@@ -52,7 +52,8 @@ def _assert_close(out, lse, ref, tol):
     assert (out.double() - ro).abs().max().item() <= tol
     assert torch.equal(torch.isinf(lse), torch.isinf(rl))
     finite = torch.isfinite(rl)
-    assert (lse.double() - rl)[finite].abs().max().item() <= 1e-3
+    if finite.any():  # (every row may see no key: empty sequences)
+        assert (lse.double() - rl)[finite].abs().max().item() <= 1e-3
 
 
 CASES = [  # (B, Sq, Hq, Hkv, D, S_cache, lengths, page, dtype)
@@ -224,3 +225,26 @@ def test_the_decode_bench_tiny_suite_runs_and_agrees():
     assert set(df.provider) == {"tilewright", "torch-math"} and len(df) == 2 * len(decode.SUITES["tiny"])
     assert not any("(!)" in line for line in lines), lines  # the providers' outputs agreed
     assert (df.peer == "torch-math").all() and {"gbps", "bw_frac"} <= set(df.columns)
+
+
+@pytest.mark.parametrize("seed", range(12))  # 40 seeds passed when written
+def test_fuzz_against_the_reference(seed):
+    """Random shapes, lengths, page sizes, masks, soft cap, splits and dtypes (fp16 / fp32), a random strided q."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    pick = lambda xs: xs[int(torch.randint(len(xs), (1,), generator=g))]  # noqa: E731
+    B, Sq, Hkv, group, D = pick([1, 2, 3]), pick([1, 2, 5]), pick([1, 2]), pick([1, 3, 4]), pick([8, 16, 24, 40])
+    S = pick([1, 17, 50])
+    lengths = tuple(int(torch.randint(0, S + 1, (1,), generator=g)) for _ in range(B))
+    dtype = pick([torch.float16, torch.float32])
+    page = pick([None, 1, 4, 16])
+    causal = pick([True, False])
+    window = pick([None, (3, 0), (0, None), (5, None)] + ([] if causal else [(None, 2), (2, 6)]))
+    softcap = pick([0.0, 0.0, 4.0])
+    kc, vc, table = _cache(B, S, Hkv, D, dtype, lengths, page, seed)
+    q = torch.randn(B, Hkv * group, Sq, D, generator=g).to(dtype).to(DEV).transpose(1, 2)  # (B, Sq, Hq, D), strided
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, causal=causal,
+                                                       window=window, softcap=softcap or None, return_lse=True,
+                                                       num_splits=pick([None, 1, 2, 5]))
+    _assert_close(out, lse, _ref(q, kc, vc, seqlens, table, causal, None, softcap, window),
+                  3e-3 if dtype == torch.float16 else 1e-5)
