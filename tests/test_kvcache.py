@@ -248,3 +248,25 @@ def test_fuzz_against_the_reference(seed):
                                                        num_splits=pick([None, 1, 2, 5]))
     _assert_close(out, lse, _ref(q, kc, vc, seqlens, table, causal, None, softcap, window),
                   3e-3 if dtype == torch.float16 else 1e-5)
+
+
+def test_the_custom_op_passes_opcheck_and_compiles_without_graph_breaks():
+    """tilewright::flash_attn_kvcache: schema (the caches mutated), fake and real impls agree (opcheck), and a decode
+    step with an append traces in one graph (fullgraph) and writes the cache like the eager call."""
+    from tilewright.ops.kvcache import flash_attn_kvcache_op
+
+    kc, vc, table = _cache(2, 16, 2, 16, torch.float32, (5, 9), 4)
+    kc, vc = kc.nan_to_num(0.0), vc.nan_to_num(0.0)
+    q = torch.randn(2, 1, 4, 16, device=DEV)
+    k_new, v_new = torch.randn(2, 1, 2, 16, device=DEV), torch.randn(2, 1, 2, 16, device=DEV)
+    seqlens = torch.tensor([5, 9], dtype=torch.int32, device=DEV)
+    torch.library.opcheck(flash_attn_kvcache_op, (q, kc.clone(), vc.clone(), seqlens, k_new, v_new, table, True,
+                                                  None, -1, -1, 0.0, 0))
+
+    def step(q, kc, vc, k_new, v_new):
+        return tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, k=k_new, v=v_new, block_table=table)
+
+    kc2, vc2 = kc.clone(), vc.clone()
+    want = step(q, kc, vc, k_new, v_new)
+    got = torch.compile(step, fullgraph=True, backend="aot_eager")(q, kc2, vc2, k_new, v_new)
+    assert torch.allclose(got, want, atol=1e-6) and torch.equal(kc2, kc) and torch.equal(vc2, vc)

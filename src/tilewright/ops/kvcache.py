@@ -14,6 +14,8 @@ Contract (flash-attn's ``flash_attn_with_kvcache``, which inference engines alre
   ``softcap * tanh(scale * q k^T / softcap)``. A row that sees no key gives output 0 (and LSE -inf).
 * Returns out (B, Sq, Hq, D) in q's dtype, or (out, lse) with lse (B, Hq, Sq) fp32, natural log. Forward only: no
   autograd graph (a q that requires grad under grad mode is refused).
+* A ``torch.library`` custom op (``tilewright::flash_attn_kvcache``, mutating the two caches) with a fake
+  implementation: torch.compile traces it without a graph break, and a compiled decode step sees the cache writes.
 
 Checks: shapes, dtypes, devices and index dtypes raise naming the argument. The cache lengths and the block table's
 entries are checked against the cache's capacity with one device-to-host read per call (skipped while a CUDA graph
@@ -21,6 +23,8 @@ is captured or torch.compile traces); the kernel clamps page indices besides, so
 outside the cache.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -136,6 +140,38 @@ def _append(k_cache, v_cache, k, v, seqlens, block_table) -> None:
         v_cache[pages, pos % page_size] = v
 
 
+@torch.library.custom_op("tilewright::flash_attn_kvcache", mutates_args=("k_cache", "v_cache"))
+def flash_attn_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqlens: torch.Tensor,
+                          k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                          causal: bool, scale: Optional[float], window_left: int, window_right: int, softcap: float,
+                          num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) for checked inputs (the public function checks): appends k / v (if given) in place, then attends.
+    ``window_left`` / ``window_right`` -1: unbounded; ``num_splits`` 0: chosen from the shapes."""
+    new = 0 if k is None else k.shape[1]
+    _check_values(seqlens, new, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
+    if k is not None:
+        _append(k_cache, v_cache, k, v, seqlens, block_table)
+    total = (seqlens + new if new else seqlens).to(torch.int32).contiguous()
+    q_in = q if q.stride(-1) == 1 else q.contiguous()
+    table = None if block_table is None else block_table.contiguous()
+    window = (None if window_left < 0 else window_left, None if window_right < 0 else window_right)
+    if q.is_cuda or interpreting():
+        from ..triton_kernels.kvcache_attention import kvcache_attention
+
+        return kvcache_attention(q_in, k_cache, v_cache, total, table, causal=causal, scale=scale, softcap=softcap,
+                                 window=window, num_splits=num_splits or None)
+    from ..reference import kvcache_attention_reference
+
+    out, lse = kvcache_attention_reference(q_in, k_cache, v_cache, total, table, causal, scale, softcap, window)
+    return out.to(q.dtype), lse.float()
+
+
+@flash_attn_kvcache_op.register_fake
+def _(q, k_cache, v_cache, seqlens, k, v, block_table, causal, scale, window_left, window_right, softcap, num_splits):
+    B, Sq, Hq, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Sq), dtype=torch.float32)
+
+
 def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, block_table=None,
                                  causal: bool = True, scale: float | None = None, window=None,
                                  softcap: float | None = None, return_lse: bool = False, num_splits: int | None = None):
@@ -172,28 +208,11 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
                                    or not 1 <= num_splits <= 256):
         raise ValueError(f"num_splits: expected an int from 1 to 256 or None, got {num_splits!r}")
-    new = 0 if k is None else k.shape[1]
-    _check_values(seqlens, new, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name}: the head dim must be unit-stride (the cache is read and written in place)")
-    with torch.no_grad():
-        if k is not None:
-            _append(k_cache, v_cache, k, v, seqlens, block_table)
-        total = seqlens + new if new else seqlens
-        total = total.to(torch.int32).contiguous()
-        q_in = q if q.stride(-1) == 1 else q.contiguous()
-        table = None if block_table is None else block_table.contiguous()
-        left, right = (None, None) if window is None else tuple(window)
-        if q.is_cuda or interpreting():
-            from ..triton_kernels.kvcache_attention import kvcache_attention
-
-            out, lse = kvcache_attention(q_in, k_cache, v_cache, total, table, causal=causal, scale=scale,
-                                         softcap=float(softcap or 0.0), window=(left, right), num_splits=num_splits)
-        else:
-            from ..reference import kvcache_attention_reference
-
-            out, lse = kvcache_attention_reference(q_in, k_cache, v_cache, total, table, causal, scale,
-                                                   float(softcap or 0.0), (left, right))
-            out = out.to(q.dtype)
+    left, right = (None, None) if window is None else tuple(window)
+    out, lse = flash_attn_kvcache_op(q, k_cache, v_cache, seqlens, k, v, block_table, bool(causal),
+                                     None if scale is None else float(scale), -1 if left is None else int(left),
+                                     -1 if right is None else int(right), float(softcap or 0.0), int(num_splits or 0))
     return (out, lse) if return_lse else out
