@@ -50,8 +50,8 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr,
                   WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                   UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    split = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh = tl.program_id(0)  # (sequence, kv head) on the grid's x: B * Hkv may pass y's 65,535 limit
+    split = tl.program_id(1)
     b = bh // Hkv
     hkv = bh % Hkv
     L = tl.load(SEQLENS + b)
@@ -214,7 +214,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     lse_part = torch.empty((splits, B, Hq, Sq), device=q.device, dtype=torch.float32)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
-    _split_kernel[(splits, B * Hkv, -(-rows // block_m))](
+    _split_kernel[(B * Hkv, splits, -(-rows // block_m))](
         q, k_cache, v_cache, seqlens, table, o_part, lse_part,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
