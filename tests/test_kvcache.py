@@ -129,6 +129,17 @@ def test_masks_and_soft_cap(causal, window, softcap):
     _assert_close(out, lse, _ref(q, kc, vc, seqlens, table, causal, None, softcap, window), 1e-5)
 
 
+@pytest.mark.parametrize("scale", [-0.4, 0.0, 2.0])
+def test_any_real_scale(scale):
+    """As flash_attention: a negative or zero scale is a valid softmax (the kernel takes the row max after scaling)."""
+    kc, vc, table = _cache(2, 24, 2, 16, torch.float32, (24, 7), 8)
+    q = torch.randn(2, 2, 4, 16, device=DEV)
+    seqlens = torch.tensor([24, 7], dtype=torch.int32, device=DEV)
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, scale=scale,
+                                                       return_lse=True)
+    _assert_close(out, lse, _ref(q, kc, vc, seqlens, table, True, scale), 1e-5)
+
+
 def test_rows_without_a_key_give_zero_and_minus_inf():
     """More new tokens than keys (bottom-right causal): the first rows see nothing."""
     kc, vc, table = _cache(1, 8, 1, 16, torch.float32, (2,))
@@ -160,6 +171,7 @@ def _args(**over):
     (dict(window=(3, 1)), ValueError, "window: with causal=True"),
     (dict(window=(-1, 0)), ValueError, "window: the left side"),
     (dict(softcap=-1.0), ValueError, "softcap"),
+    (dict(scale="0.1"), TypeError, "scale"),
     (dict(k=torch.randn(2, 1, 2, 16, dtype=torch.float16)), ValueError, "k / v: pass both"),
     (dict(num_splits=0), ValueError, "num_splits"),
 ])
@@ -174,8 +186,8 @@ def test_forward_only():
     args = _args(q=torch.randn(2, 1, 4, 16, dtype=torch.float16, device=DEV, requires_grad=True))
     with pytest.raises(ValueError, match="forward only"):
         tilewright.flash_attention_with_kvcache(**args)
-    with torch.no_grad():
-        tilewright.flash_attention_with_kvcache(**args)
+    with torch.no_grad():  # the same call without a graph to record runs
+        assert torch.isfinite(tilewright.flash_attention_with_kvcache(**args)).all()
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -261,7 +273,7 @@ def test_the_custom_op_passes_opcheck_and_compiles_without_graph_breaks():
     k_new, v_new = torch.randn(2, 1, 2, 16, device=DEV), torch.randn(2, 1, 2, 16, device=DEV)
     seqlens = torch.tensor([5, 9], dtype=torch.int32, device=DEV)
     torch.library.opcheck(flash_attn_kvcache_op, (q, kc.clone(), vc.clone(), seqlens, k_new, v_new, table, True,
-                                                  None, -1, -1, 0.0, 0))
+                                                  0.25, -1, -1, 0.0, 0))
 
     def step(q, kc, vc, k_new, v_new):
         return tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, k=k_new, v=v_new, block_table=table)

@@ -1,7 +1,15 @@
 """Fixtures the CUDA family tests share (CPU tier and GPU tier)."""
 import pytest
+import torch
 
 from tilewright.cuda_fallback.runtime import build, guard
+
+
+@pytest.fixture
+def hopper():
+    """Skip unless an sm_90 GPU is present (the sm_90a kernels' GPU tests: ``pytest.mark.usefixtures("hopper")``)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU (sm_90a kernels)")
 
 
 @pytest.fixture

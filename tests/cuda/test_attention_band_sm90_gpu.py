@@ -11,14 +11,8 @@ import torch
 import tilewright
 from tilewright.reference import attention_grad_reference, attention_reference
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
 DEV = "cuda"
-
-
-@pytest.fixture(autouse=True)
-def _hopper():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("sm_90a kernels")
 
 
 # (B, Hq, Hkv, Sq, Skv, D, causal, bottom_right, window, softcap)

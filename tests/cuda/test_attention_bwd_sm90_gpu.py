@@ -12,14 +12,8 @@ import torch.nn.functional as F
 import tilewright
 from tilewright.reference import attention_grad_reference
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
 DEV = "cuda"
-
-
-@pytest.fixture(autouse=True)
-def _hopper():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("sm_90a kernel")
 
 
 def _err(x, ref):

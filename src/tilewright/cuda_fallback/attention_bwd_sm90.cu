@@ -26,9 +26,10 @@
 // Registers (one consumer thread, hdim 128, BM 64): dK 64 + dV 64 + S^T 32 + dP^T 32 + packed P^T / dS^T 16 + 16
 // (dQ's 32 take S^T's place once P^T is packed).
 // Masks: the forward's band (ptx/attention_tile.cuh, KeyBand: key j visible to query i iff j <= i + upper in TW_CAUSAL
-// builds and i + lower <= j in TW_WINDOW builds - top-left / bottom-right causal, sliding windows); a key block visits only the
-// query blocks that see one of its keys, and masks elements only where it straddles an edge. The Sq tail
-// (query columns >= Sq get P = 0 through a +inf statistic: their Q / dO rows are TMA zero-fill, their LSE unread).
+// builds and i + lower <= j in TW_WINDOW builds - top-left / bottom-right causal, sliding windows); a key block
+// visits only the query blocks that see one of its keys, and masks elements only where it straddles an edge. The Sq
+// tail (query columns >= Sq get P = 0 through a +inf statistic: their Q / dO rows are TMA zero-fill, their LSE
+// unread).
 // Keys >= Skv are zero-filled K / V rows; they only produce their own dK / dV rows, which the store masks (and, with
 // dQ in the pass, get P = 0 so they add nothing to dQ).
 //
@@ -57,17 +58,6 @@
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
 #endif
-#ifndef TW_WINDOW
-#define TW_WINDOW 0
-#endif
-// The upper edge at an offset other than 0 (bottom-right causal, a window's right side): without it the edge is the
-// constant 0 of top-left causal, and the dense builds keep the code they were measured with.
-#ifndef TW_UPPER_OFFSET
-#define TW_UPPER_OFFSET 0
-#endif
-#ifndef TW_SOFTCAP
-#define TW_SOFTCAP 0
-#endif
 // Consumer warpgroups, 64 keys each (1: the simplest schedule; 2: a 128-key block whose Q / dO loads both share, with
 // setmaxnreg giving the producer's registers to them).
 #ifndef TW_CONSUMERS
@@ -79,7 +69,6 @@
 #ifndef TW_DQ_ATOMIC
 #define TW_DQ_ATOMIC 0
 #endif
-
 
 namespace twb {
 

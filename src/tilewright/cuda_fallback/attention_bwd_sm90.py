@@ -17,7 +17,7 @@ import os
 import torch
 
 from .._env import SMEM_OPTIN_BYTES
-from .attention_sm90 import LOG2E, band_offsets, build_head_dim, tma_dims_strides
+from .attention_sm90 import LOG2E, MAX_BAND_SPAN, band_offsets, build_head_dim, softcap_args, tma_dims_strides
 from .runtime import HALF_DTYPES, build, launch
 
 SOURCE = "attention_bwd_sm90.cu"
@@ -182,7 +182,7 @@ def constraints(do, q, k, v, dk, dv) -> tuple[bool, str]:
         return False, "empty problem or Hq not a multiple of Hkv"
     if B > 65535 or Hkv > 65535:
         return False, "more than 65535 batches or kv heads (grid limits)"
-    if Sq + Skv >= 1 << 30:
+    if Sq + Skv >= MAX_BAND_SPAN:
         return False, "Sq + Skv >= 2^30 (the band's row + offset sums are 32-bit)"
     for t, name in ((q, "q"), (k, "k"), (v, "v"), (do, "grad_out")):
         lay, why = tma_dims_strides(t)
@@ -235,11 +235,6 @@ def _check_statistics(q, lse, delta, scale: float, softcap: float = 0.0) -> None
         raise ValueError(f"cuda attention backward: softcap {softcap} must be finite and >= 0 (0: none)")
 
 
-def _softcap_args(scale: float, softcap: float) -> list:
-    """The kernels' softcap_pre / softcap_post (scale / cap, cap * log2 e; unread without the cap)."""
-    return [ctypes.c_float(scale / softcap if softcap > 0 else 0.0), ctypes.c_float(softcap * LOG2E)]
-
-
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
              band: tuple[int, int] = (0, None), softcap: float = 0.0):
     B, Hq, Sq, D = q.shape
@@ -263,7 +258,7 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
             ctypes.c_int32(D), *(ctypes.c_int32(x) for x in band_offsets(Sq, Skv, *band)),
-            *_softcap_args(scale, softcap)]
+            *softcap_args(scale, softcap)]
     return fn, grid, args
 
 
@@ -354,7 +349,7 @@ def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: t
             *(ctypes.c_int64(s) for s in dq.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
             ctypes.c_int32(D), *(ctypes.c_int32(x) for x in band_offsets(Sq, Skv, *band)),
-            *_softcap_args(scale, softcap)]
+            *softcap_args(scale, softcap)]
     return fn, grid, args
 
 

@@ -1,6 +1,6 @@
 // Flash-attention FORWARD for Hopper (sm_90a), FA3-style: O = softmax(scale * Q K^T [band mask]) V and the
-// natural-log LSE, in exactly the layout the Triton backward reads (triton_kernels/attention.py), so training runs this forward
-// with the Triton backward.
+// natural-log LSE, in exactly the layout the backwards read (triton_kernels/attention.py, attention_bwd_sm90.cu), so
+// training pairs this forward with either.
 //
 // One CTA = one BM-row Q tile of one (batch, query head); grid (ceil(Sq / BM), Hq, B). Causal grids run the longest
 // tiles (last rows) first so the short ones fill the tail of the wave.
@@ -22,14 +22,16 @@
 //   c with TW_BN=64 at hdim 128 ("c64" on the host): registers for the pinned wait, i.e. the full overlap in SASS
 //   TW_PINGPONG=0 with 2 consumers is valid too (both warpgroups free-running).
 // Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers),
-// TW_STAGES (K/V ring depth), TW_CAUSAL (the band's upper edge), TW_SOFTCAP (logit soft cap), TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the
-// softmax ahead of the PV wait in SASS), TW_PRODUCER_REGS / TW_CONSUMER_REGS.
+// TW_STAGES (K/V ring depth), TW_CAUSAL / TW_UPPER_OFFSET / TW_WINDOW (the band's edges) and TW_SOFTCAP (logit soft
+// cap; ptx/attention_tile.cuh), TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the softmax ahead
+// of the PV wait in SASS), TW_EXP_FMA, TW_PRODUCER_REGS / TW_CONSUMER_REGS.
 //
 // Masks: one band per call (ptx/attention_tile.cuh, KeyBand): key j is visible to row i iff j <= i + upper (TW_CAUSAL
 // builds) and i + lower <= j (TW_WINDOW builds) - top-left causal (upper 0), bottom-right causal (Skv - Sq) and
-// sliding windows (lower = the left edge) are runtime offsets of those builds. A tile visits only the key blocks its rows can see;
-// elements are masked only in blocks that straddle an edge or the Skv tail. Soft cap (TW_SOFTCAP, Gemma 2): scores
-// become cap * tanh(scale * s / cap) before the mask, one tanh.approx per score (the exp2's MUFU unit).
+// sliding windows (lower = the left edge) are runtime offsets of those builds. A tile visits only the key blocks its
+// rows can see; elements are masked only in blocks that straddle an edge or the Skv tail. Soft cap (TW_SOFTCAP,
+// Gemma 2): scores become cap * tanh(scale * s / cap) before the mask, one tanh.approx per score (the exp2's MUFU
+// unit).
 // Tails: TMA zero-fills out-of-bounds rows (Sq and Skv tails; the 4-D (D, S, H, B) maps keep a tile inside its own
 // head), padded keys are masked to -inf per element, the O store clips rows >= Sq, LSE stores are row-masked.
 // All PTX lives in ptx/*.cuh.
@@ -64,21 +66,10 @@
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
 #endif
-#ifndef TW_SOFTCAP
-#define TW_SOFTCAP 0
-#endif
-#ifndef TW_WINDOW
-#define TW_WINDOW 0
-#endif
-// The upper edge at an offset other than 0 (bottom-right causal, a window's right side): without it the edge is the
-// constant 0 of top-left causal, and the dense builds keep the code they were measured with.
-#ifndef TW_UPPER_OFFSET
-#define TW_UPPER_OFFSET 0
-#endif
 // Every TW_EXP_FMA-th 8-column chunk of S takes its exponentials on the FMA pipe (ex2_fma) instead of MUFU (0: none).
-// At head dim 64 a 128-key block costs the two consumers ~940 tensor-core clocks and 1024 MUFU clocks (16 ex2 a
-// clock per SM): the exponentials, not the products, set the pace; moving a share of them to the FMA pipe (idle
-// enough: ~640 clocks of the softmax's other work) balances the two.
+// Why it exists: at head dim 64 a 128-key block costs the two consumers ~940 tensor-core clocks and 1024 MUFU clocks
+// (16 ex2 a clock per SM). Measured on H100 it did not pay (every 4th chunk: +3% non-causal, -1..-3% causal; the
+// softmax's other FMA / ALU work shares those pipes), so the host leaves it off (EXP_FMA_DEFAULT).
 #ifndef TW_EXP_FMA
 #define TW_EXP_FMA 0
 #endif

@@ -33,6 +33,9 @@ KERNEL = "tw_attn_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)  # the builds (TW_HDIM); other head dims run on the next one up (build_head_dim)
 SMEM_LIMIT = SMEM_OPTIN_BYTES
 LOG2E = 1.4426950408889634
+# Sq + Skv stay below this in every attention kernel of this package: they add row / key indices and the band's
+# offsets (clamped to [-(Sq + 1), Skv + 1]) in 32-bit ints.
+MAX_BAND_SPAN = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,7 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None)
         return False, "empty problem (Sq, Skv, B or H is 0)"
     if B > 65535 or Hq > 65535:
         return False, "more than 65535 batches or heads (grid limits)"
-    if Sq + Skv >= 1 << 30:
+    if Sq + Skv >= MAX_BAND_SPAN:
         return False, "Sq + Skv >= 2^30 (the band's row + offset sums are 32-bit)"
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         lay, why = tma_dims_strides(t)
@@ -261,6 +264,11 @@ def constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None)
 
 
 # ------------------------------------------------------------------------------------------------ launch
+def softcap_args(scale: float, softcap: float) -> list:
+    """The kernels' softcap_pre / softcap_post arguments: scale / cap and cap * log2(e) (unread without the cap)."""
+    return [ctypes.c_float(scale / softcap if softcap > 0 else 0.0), ctypes.c_float(softcap * LOG2E)]
+
+
 def band_offsets(Sq: int, Skv: int, causal_offset: int = 0, window_offset: int | None = None) -> tuple[int, int]:
     """The kernels' KeyBand (ptx/attention_tile.cuh) as (upper, lower): key j is visible to query i iff
     ``i + lower <= j`` and, in builds with the upper edge (causal), ``j <= i + upper``. ``causal_offset``: the upper
@@ -298,8 +306,7 @@ def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: 
     capped = softcap > 0
     args = [*maps, launch.pointer("LSE", lse), ctypes.c_int32(Sq), ctypes.c_int32(Skv), ctypes.c_int32(Hq),
             ctypes.c_int32(Hq // Hkv), ctypes.c_float(1.0 if capped else scale * LOG2E), ctypes.c_int32(band[0]),
-            ctypes.c_int32(band[1]), ctypes.c_float(scale / softcap if capped else 0.0),
-            ctypes.c_float(softcap * LOG2E)]
+            ctypes.c_int32(band[1]), *softcap_args(scale, softcap)]
     return fn, grid, args
 
 

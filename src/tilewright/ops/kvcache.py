@@ -28,11 +28,10 @@ from typing import Optional
 
 import torch
 
-from .._codes import supported_head_dim
 from .._env import interpreting
-from ._checks import check_tensor
-
-HEAD_DIMS_TEXT = "a multiple of 8 from 8 to 256"
+from ._checks import check_same_device, check_same_dtype, check_tensor
+# the attention op's own rules for the options both ops take (one definition: same messages, same accepted values)
+from .attention import HEAD_DIMS_TEXT, _check_scale, _check_softcap, _check_window, _head_dim_problem
 
 
 def _int_tensor(name: str, t, device) -> torch.Tensor:
@@ -45,16 +44,16 @@ def _int_tensor(name: str, t, device) -> torch.Tensor:
     return t
 
 
-def _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, window, causal, softcap, scale):
+def _check(q, k_cache, v_cache, k, v, block_table) -> None:
+    """The tensors' ranks, dtypes, devices and shapes (the options go through the attention op's checks)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         check_tensor(name, t, dims=(4,))
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name}: dtype {t.dtype} does not match q's {q.dtype}; cast one of them")
-        if t.device != q.device:
-            raise ValueError(f"{name}: on device {t.device} but q is on {q.device}; move them to one device")
+    check_same_dtype("q", q, k_cache=k_cache, v_cache=v_cache)
+    check_same_device("q", q, k_cache=k_cache, v_cache=v_cache)
     B, Sq, Hq, D = q.shape
-    if not supported_head_dim(D):
-        raise ValueError(f"q: head dim {D} is not supported; expected {HEAD_DIMS_TEXT}")
+    problem = _head_dim_problem(D)
+    if problem:
+        raise ValueError(f"q: head dim {D} is not supported: {problem}; the op takes {HEAD_DIMS_TEXT}")
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} must equal k_cache's {tuple(k_cache.shape)}")
     if k_cache.shape[3] != D:
@@ -77,24 +76,10 @@ def _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, window, causal
     if k is not None:
         for name, t in (("k", k), ("v", v)):
             check_tensor(name, t, dims=(4,))
-            if t.dtype != q.dtype or t.device != q.device:
-                raise TypeError(f"{name}: must have q's dtype {q.dtype} and device {q.device}")
             if t.shape[0] != B or t.shape[2] != Hkv or t.shape[3] != D or t.shape != k.shape:
                 raise ValueError(f"{name}: expected (B={B}, Sq_new, Hkv={Hkv}, D={D}) like k, got {tuple(t.shape)}")
-    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
-                                or not softcap >= 0 or softcap == float("inf")):
-        raise ValueError(f"softcap: expected a positive finite number or None / 0, got {softcap!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0
-                              or scale == float("inf")):
-        raise ValueError(f"scale: expected a positive finite number or None (1/sqrt(D)), got {scale!r}")
-    if window is not None:
-        if not isinstance(window, (tuple, list)) or len(window) != 2:
-            raise TypeError(f"window: expected a (left, right) pair of ints / None, got {window!r}")
-        for name, side in zip(("left", "right"), window):
-            if side is not None and (isinstance(side, bool) or not isinstance(side, int) or side < 0):
-                raise ValueError(f"window: the {name} side must be an int >= 0 or None, got {side!r}")
-        if causal and window[1]:
-            raise ValueError(f"window: with causal=True the right side must be 0 or None, got {window[1]}")
+        check_same_dtype("q", q, k=k, v=v)
+        check_same_device("q", q, k=k, v=v)
 
 
 def _capacity(k_cache, block_table) -> int:
@@ -143,7 +128,7 @@ def _append(k_cache, v_cache, k, v, seqlens, block_table) -> None:
 @torch.library.custom_op("tilewright::flash_attn_kvcache", mutates_args=("k_cache", "v_cache"))
 def flash_attn_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqlens: torch.Tensor,
                           k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
-                          causal: bool, scale: Optional[float], window_left: int, window_right: int, softcap: float,
+                          causal: bool, scale: float, window_left: int, window_right: int, softcap: float,
                           num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) for checked inputs (the public function checks): appends k / v (if given) in place, then attends.
     ``window_left`` / ``window_right`` -1: unbounded; ``num_splits`` 0: chosen from the shapes."""
@@ -185,7 +170,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
         k, v: optional (B, Sq_new, Hkv, D) new keys / values, appended at ``cache_seqlens``.
         block_table: (B, max_pages) int32 for a paged cache.
         causal: bottom-right aligned causal mask (flash-attn's; default True).
-        scale: score scale, default 1/sqrt(D).
+        scale: score scale, default 1/sqrt(D) (any real number, as flash_attention takes).
         window: (left, right) sliding window around each query's position; None sides unbounded.
         softcap: logit soft cap (Gemma 2), None / 0 for none.
         return_lse: also return the natural-log LSE (B, Hq, Sq), fp32.
@@ -195,7 +180,10 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
 
     Runs the Triton split-KV kernels (triton_kernels/kvcache_attention.py) on CUDA tensors and on CPU under
     ``TRITON_INTERPRET=1``; CPU tensors otherwise take the reference formula (correct, slow)."""
-    _check(q, k_cache, v_cache, cache_seqlens, k, v, block_table, window, causal, softcap, scale)
+    _check(q, k_cache, v_cache, k, v, block_table)
+    scale = _check_scale(scale, q.shape[-1])
+    softcap = _check_softcap(softcap)
+    left, right = _check_window(window, causal)
     if torch.is_grad_enabled() and q.requires_grad:
         raise ValueError("q: flash_attention_with_kvcache is forward only (no autograd graph); call it under "
                          "torch.no_grad() or pass a q that does not require grad")
@@ -211,8 +199,6 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name}: the head dim must be unit-stride (the cache is read and written in place)")
-    left, right = (None, None) if window is None else tuple(window)
-    out, lse = flash_attn_kvcache_op(q, k_cache, v_cache, seqlens, k, v, block_table, bool(causal),
-                                     None if scale is None else float(scale), -1 if left is None else int(left),
-                                     -1 if right is None else int(right), float(softcap or 0.0), int(num_splits or 0))
+    out, lse = flash_attn_kvcache_op(q, k_cache, v_cache, seqlens, k, v, block_table, bool(causal), scale, left, right,
+                                     softcap, int(num_splits or 0))
     return (out, lse) if return_lse else out

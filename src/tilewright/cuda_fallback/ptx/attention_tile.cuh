@@ -7,8 +7,25 @@
 // The band of keys a query row sees (the mask of causal, bottom-right causal and sliding-window attention): key j is
 // visible to row i iff j <= i + upper (in builds with the upper edge, CAUSAL) and i + lower <= j (in builds with the
 // lower edge, WINDOW: the dense builds keep the code they were measured with). upper = 0 is top-left causal,
-// Skv - Sq bottom-right, plus a window's right side; lower is a window's left edge. The host clamps both into [-(Sq + 1), Skv + 1], so
-// no sum of a row or key index and an offset overflows; lower = -(Sq + 1) (no left edge) never masks a key.
+// Skv - Sq bottom-right, plus a window's right side; lower is a window's left edge. The host clamps both into
+// [-(Sq + 1), Skv + 1], so no sum of a row or key index and an offset overflows; lower = -(Sq + 1) (no left edge)
+// never masks a key.
+//
+// The compile-time switches of the band and the soft cap, shared by every attention kernel (-D from the host; each is
+// set only for the calls that need it, so the builds without it keep their code and cache keys):
+//   TW_WINDOW        the lower edge is compiled in;
+//   TW_UPPER_OFFSET  the upper edge sits at a runtime offset (bottom-right causal, a window's right side); without it
+//                    the edge is top-left causal's constant 0;
+//   TW_SOFTCAP       scores are cap * tanh(scale * s / cap) (forward), with the cap's derivative in the backward.
+#ifndef TW_WINDOW
+#define TW_WINDOW 0
+#endif
+#ifndef TW_UPPER_OFFSET
+#define TW_UPPER_OFFSET 0
+#endif
+#ifndef TW_SOFTCAP
+#define TW_SOFTCAP 0
+#endif
 struct KeyBand {
   int upper;
   int lower;
