@@ -3,13 +3,13 @@
 # limit, so a hang shows up as a timed-out phase instead of eating the lease; logs land flat in $OUT, a summary prints
 # last. The stress phase adds --stress (10,000-launch tests), the sanitizer phase --sanitizer (compute-sanitizer runs).
 # Usage on the device: bash scripts/gpu_verify.sh [phases...]
-#   phases (default all): gemm rms attn kvcache fp8 tune cuda stress sanitizer
+#   phases (default all): gemm rms attn kvcache varlen fp8 tune cuda stress sanitizer
 # Timings and per-variant comparisons are `tilewright diag --what ...`; the peer benchmark is scripts/bench.sh.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=src PYTHONUNBUFFERED=1 OUT=${OUT:-out}
 mkdir -p "$OUT"
-PHASES=${*:-"gemm rms attn kvcache fp8 tune cuda stress sanitizer"}
+PHASES=${*:-"gemm rms attn kvcache varlen fp8 tune cuda stress sanitizer"}
 PYTEST="python -m pytest -q -p no:cacheprovider -m gpu"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 # Phases run concurrently (PARALLEL=0: one after the other): they are correctness checks, compile-bound on the CPU,
@@ -22,12 +22,13 @@ phase() {
     rms) timeout 300 $PYTEST tests/test_rms_norm_linear_gpu.py ;;
     attn) TILEWRIGHT_AUTOTUNE=0 timeout 400 $PYTEST tests/test_attention_gpu.py ;;
     kvcache) timeout 200 $PYTEST tests/test_kvcache_gpu.py ;;
+    varlen) timeout 300 $PYTEST tests/test_varlen_gpu.py ;;
     fp8) timeout 200 $PYTEST tests/test_scaled_mm_gpu.py ;;
     tune) timeout 300 $PYTEST tests/test_tuning_gpu.py ;;
     cuda) timeout 480 $PYTEST tests/cuda ;;
     stress) timeout 400 $PYTEST tests/cuda -k stress --stress ;;
     sanitizer) timeout 500 $PYTEST tests/cuda -k sanitizer --sanitizer ;;
-    *) echo "unknown phase $ph (phases: gemm rms attn kvcache fp8 tune cuda stress sanitizer)"; return ;;
+    *) echo "unknown phase $ph (phases: gemm rms attn kvcache varlen fp8 tune cuda stress sanitizer)"; return ;;
   esac > "$OUT/t_$ph.log" 2>&1
   rc=$?
   line="$ph rc=$rc ${SECONDS}s | $(tail -1 "$OUT/t_$ph.log")"

@@ -376,7 +376,7 @@ def test_infinite_scores_follow_sdpa_and_logsumexp(inf):
 
 def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16", causal: bool = True,
                       dot_precision: str = "tf32", use_tma: bool = True, softcap: bool = False,
-                      window: bool = False, head_dim_v: int | None = None) -> dict:
+                      window: bool = False, head_dim_v: int | None = None, varlen: bool = False) -> dict:
     """An sm_90a AOT build (``triton_kernels/aot.compile_reports``) of the forward ("fwd"), dK/dV ("dkdv") or dQ
     ("dq") kernel at head dim D with a (BLOCK_M, BLOCK_N, warps, stages) config, specialized like a launch on
     contiguous tensors (a row stride of D elements is 16-divisible only when D % 16 == 0)."""
@@ -388,7 +388,8 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
     ptrs = tuple(t.upper() for t in tensors)
     strides = [f"stride_{t}{d}" for t in tensors for d in "bhs"]
     stats = ("LSE",) if fwd else ("LSE", "DELTA")
-    sig = {**{p: f"*{dtype}" for p in ptrs}, **{s: "*fp32" for s in stats}, "sm_scale": "fp32",
+    sig = {**{p: f"*{dtype}" for p in ptrs}, **{s: "*fp32" for s in stats}, "CU_Q": "*i32", "CU_K": "*i32",
+           "sm_scale": "fp32",
            **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32", "Skv": "i32", "GROUP": "i32",
            "SQ_BUCKET": "i32", "SKV_BUCKET": "i32", "CAUSAL_OFFSET": "i32", "SOFTCAP": "fp32", "WINDOW_OFFSET": "i32"}
     div = (*ptrs, *stats, *(s for s in strides if not s.endswith("s") or D % 16 == 0), "SQ_BUCKET", "SKV_BUCKET")
@@ -401,7 +402,7 @@ def attention_aot_job(kernel: str, D: int, tiles: tuple, *, dtype: str = "bf16",
                 constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), CAUSAL=causal, UPCAST=False,
                                 DOT_PRECISION=dot_precision, USE_TMA=use_tma, HAS_SOFTCAP=softcap, WINDOW=window,
                                 HEAD_DIM_V=head_dim_v or D, HEAD_DIM_V_PAD=A.head_dim_pad(head_dim_v or D),
-                                **{names[0]: bm, names[1]: bn}))
+                                VARLEN=varlen, **{names[0]: bm, names[1]: bn}))
 
 
 def test_dkdv_kernel_builds_for_one_query_row_with_tma():

@@ -190,12 +190,13 @@ def test_forward_only():
         assert torch.isfinite(tilewright.flash_attention_with_kvcache(**args)).all()
 
 
+@pytest.mark.parametrize("whole_waves", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("paged", [False, True])
-def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim):
+def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_waves):
     """AOT sm_90 builds (no GPU needed) of the split and combine kernels as a bf16 GQA-8 decode launches them (the
-    launcher's key block, warps and stages): tensor core MMAs and async copies (LDGSTS: the K / V rows gathered in
-    16-byte vectors) in the split kernel, no spills in either."""
+    launcher's key block, warps and stages, in both regimes: split, and B * Hkv filling the SMs): tensor core MMAs
+    and async copies (LDGSTS: the K / V rows gathered in 16-byte vectors) in the split kernel, no spills in either."""
     from tilewright.triton_kernels import kvcache_attention as ka
     from tilewright.triton_kernels.aot import compile_reports
 
@@ -204,10 +205,11 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim):
                  "LSE_PART": "*fp32", **{a: "i32" for a in (
                      "stride_qb", "stride_qs", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp",
                      "stride_vs", "stride_vh", "stride_tb", "stride_os", "stride_ob", "stride_oh", "stride_om", "B",
-                     "Hkv", "Sq", "num_pages")}, "scale_log2": "fp32", "softcap": "fp32", "window_left": "i32",
+                     "Hkv", "Sq", "num_pages", "capacity", "num_splits")}, "scale_log2": "fp32", "softcap": "fp32",
+                 "window_left": "i32",
                  "window_right": "i32"}
-    split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, NUM_SPLITS=8, PAGE_SIZE=16,
-                       BLOCK_N=ka.block_n(interpret=False), PAGED=paged, CAUSAL=True,
+    split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, PAGE_SIZE=16,
+                       BLOCK_N=ka.block_n(head_dim, whole_waves, interpret=False), PAGED=paged, CAUSAL=True,
                        WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32")
     combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
         "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}

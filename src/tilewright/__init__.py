@@ -1,14 +1,15 @@
 """tilewright: fast GPU kernels for PyTorch (Triton first, hand-written CUDA where Triton cannot reach).
 
 Public API: matmul, linear, rms_norm_linear, scaled_mm (FP8), flash_attention, scaled_dot_product_attention,
-flash_attention_with_kvcache (decode against a paged KV cache), nn.Linear, nn.RMSNormLinear, explain / router,
+flash_attention_with_kvcache (decode against a paged KV cache), flash_attention_varlen (packed sequences of
+different lengths), nn.Linear, nn.RMSNormLinear, explain / router,
 use_backend.
 """
 from . import nn, router
-from .ops import (flash_attention, flash_attention_with_kvcache, linear, matmul, rms_norm_linear,
-                  scaled_dot_product_attention, scaled_mm)
+from .ops import (flash_attention, flash_attention_varlen, flash_attention_with_kvcache, linear, matmul,
+                  rms_norm_linear, scaled_dot_product_attention, scaled_mm)
 from .router import explain, use_backend
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "linear", "rms_norm_linear", "scaled_mm", "flash_attention", "scaled_dot_product_attention",
-           "flash_attention_with_kvcache", "nn", "router", "explain", "use_backend", "__version__"]
+           "flash_attention_with_kvcache", "flash_attention_varlen", "nn", "router", "explain", "use_backend", "__version__"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 BENCH_OPS = {"gemm": "tilewright.bench.gemm", "rms_norm_linear": "tilewright.bench.rms_norm_linear",
              "attention": "tilewright.bench.attention", "decode": "tilewright.bench.decode",
+             "varlen": "tilewright.bench.varlen",
              "model": "tilewright.bench.model",
              "host": "tilewright.bench.host", "first_call": "tilewright.bench.first_call"}
 

@@ -147,6 +147,30 @@ def kvcache_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache:
     return torch.cat(outs).transpose(1, 2), torch.cat(lses)
 
 
+def varlen_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                               cu_seqlens_k: torch.Tensor, causal: bool = False, scale: float | None = None,
+                               softcap: float = 0.0, window=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of ``flash_attention_varlen`` sequence by sequence with :func:`attention_reference`, bottom-right
+    aligned, in q's dtype. q (total_q, Hq, D), k / v (total_k, Hkv, D); cu_seqlens (batch + 1,). Returns out
+    (total_q, Hq, Dv) and lse (Hq, total_q); a sequence without keys gives 0 and -inf."""
+    outs, lses = [], []
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cq) - 1):
+        qb = q[cq[b]:cq[b + 1]].transpose(0, 1)[None]  # (1, Hq, Sq, D)
+        kb = k[ck[b]:ck[b + 1]].transpose(0, 1)[None]
+        vb = v[ck[b]:ck[b + 1]].transpose(0, 1)[None]
+        if kb.shape[2] == 0 or qb.shape[2] == 0:
+            outs.append(q.new_zeros((qb.shape[2], q.shape[1], v.shape[-1])))
+            lses.append(torch.full((q.shape[1], qb.shape[2]), float("-inf"), dtype=q.dtype, device=q.device))
+            continue
+        o, lse = attention_reference(qb, kb, vb, causal, scale, True, softcap, window)
+        outs.append(o[0].transpose(0, 1))
+        lses.append(lse[0])
+    if not outs:
+        return q.new_zeros((0, q.shape[1], v.shape[-1])), q.new_zeros((q.shape[1], 0))
+    return torch.cat(outs), torch.cat(lses, dim=1)
+
+
 def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              causal: bool = False, scale: float | None = None,
                              grad_lse: torch.Tensor | None = None,

@@ -70,6 +70,47 @@ def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, cudagraph: bool =
     return sorted(times)[len(times) // 2]
 
 
+def graph_ms(fn, *, flush_mb: int = 256, calls: int = 20, replays: int = 15) -> float:
+    """GPU time of ``fn()`` in milliseconds with a cold L2 and no host in the way: ``calls`` x (L2 flush, fn) captured
+    in one CUDA graph, minus the same graph of flushes alone, per call, median of ``replays`` paired replays.
+
+    Why: decode-sized kernels run for 5-50 us, less than their host-side launch path, so :func:`time_ms` (events
+    around each eager call) times the host; ``do_bench_cudagraph`` removes the host but keeps the L2 warm between
+    calls, so a KV cache smaller than the L2 (50 MB on H100) reads at cache speed. Engines replay decode steps from
+    CUDA graphs, each step's cache read cold: this measures that. ``fn`` must be capturable (no host sync).
+    CPU: :func:`time_ms`."""
+    if not on_gpu():
+        return time_ms(fn, cpu_runs=1)
+    flush = torch.empty(flush_mb << 20, dtype=torch.int8, device="cuda")
+    fn()  # compile, allocate
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graphs = []
+    with torch.cuda.stream(stream):
+        for with_fn in (True, False):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                for _ in range(calls):
+                    flush.zero_()
+                    if with_fn:
+                        fn()
+            graphs.append(g)
+    torch.cuda.synchronize()
+    diffs = []
+    for _ in range(replays):
+        t = []
+        for g in graphs:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            g.replay()
+            end.record()
+            end.synchronize()
+            t.append(start.elapsed_time(end))
+        diffs.append((t[0] - t[1]) / calls)
+    return sorted(diffs)[len(diffs) // 2]
+
+
 def loop_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, repeats: int = 7) -> float:
     """Steady-state time per call of ``fn()`` called back to back, in milliseconds: what a training or inference loop
     sees. Each of ``repeats`` runs queues n calls and synchronizes once; the median of the runs' wall time / n.

@@ -9,7 +9,8 @@ Method (``host_us``): ``CALLS`` calls queued back to back with no synchronisatio
 ``RUNS`` runs (each run starts from an empty queue: synchronise, then time); tilewright's and torch's runs alternate
 (``host_us_alternating``), so the host's drifting speed affects both sides alike. The shapes make each kernel run longer
 than its launch path (the queue never fills), so the number is the Python + launch cost, not the GPU's. Cases are the
-four ops a model calls per layer (matmul/linear with and without epilogues, rms_norm_linear, flash_attention), with
+four ops a model calls per layer (matmul/linear with and without epilogues, rms_norm_linear, flash_attention) and a
+decode step (flash_attention_with_kvcache, with its default input check - a device-to-host read - and without), with
 and without autograd recording (``+grad``: a weight or q/k/v that requires grad, forward only), and a training call
 (``fwd+bwd``: forward, then ``backward`` of a fixed output gradient: the host cost of a layer's backward, which is
 where a small training step spends its time), each against the torch ops a user would write instead (``F.linear``
@@ -66,6 +67,13 @@ def cases(gemm_shape: tuple[int, int, int], attention_shape: tuple[int, int, int
     dy = torch.randn(M, N, device=device, dtype=dtype)
     do = torch.randn(B, H, S, D, device=device, dtype=dtype)
     sdpa = F.scaled_dot_product_attention
+    # a decode step on the attention shape's cache (S cached tokens, GQA 4 where H allows) against SDPA's choice on
+    # (B, H, 1, D) / (B, Hkv, S, D) views
+    Hkv = H // 4 if H % 4 == 0 else H
+    dq_ = torch.randn(B, 1, H, D, device=device, dtype=dtype)
+    dk_, dv_ = (torch.randn(B, S, Hkv, D, device=device, dtype=dtype) for _ in range(2))
+    dlen = torch.full((B,), S, dtype=torch.int32, device=device)
+    dshape = f"{B}x{H}/{Hkv}x{S}x{D}"
     shape = f"{M}x{N}x{K}"
     ashape = f"{B}x{H}x{S}x{D}"
     return {
@@ -83,6 +91,12 @@ def cases(gemm_shape: tuple[int, int, int], attention_shape: tuple[int, int, int
                                              lambda: sdpa(q, k, v, is_causal=True)),
         f"flash_attention+grad|{ashape}|causal": (lambda: tilewright.flash_attention(qg, kg, vg, causal=True),
                                                   lambda: sdpa(qg, kg, vg, is_causal=True)),
+        f"flash_attention_with_kvcache|{dshape}": (
+            lambda: tilewright.flash_attention_with_kvcache(dq_, dk_, dv_, dlen),
+            lambda: sdpa(dq_.transpose(1, 2), dk_.transpose(1, 2), dv_.transpose(1, 2), enable_gqa=True)),
+        f"flash_attention_with_kvcache validate=False|{dshape}": (
+            lambda: tilewright.flash_attention_with_kvcache(dq_, dk_, dv_, dlen, validate=False),
+            lambda: sdpa(dq_.transpose(1, 2), dk_.transpose(1, 2), dv_.transpose(1, 2), enable_gqa=True)),
         f"linear+residual fwd+bwd|{shape}": (
             lambda: tilewright.linear(xg, wg, residual=resg).backward(dy),
             lambda: (F.linear(xg, wg) + resg).backward(dy)),

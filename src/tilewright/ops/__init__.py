@@ -4,6 +4,7 @@ from .gemm import linear, matmul
 from .kvcache import flash_attention_with_kvcache
 from .rms_norm_linear import rms_norm_linear
 from .scaled_mm import scaled_mm
+from .varlen import flash_attention_varlen
 
 __all__ = ["linear", "matmul", "rms_norm_linear", "scaled_mm", "flash_attention", "scaled_dot_product_attention",
-           "flash_attention_with_kvcache"]
+           "flash_attention_with_kvcache", "flash_attention_varlen"]

@@ -30,6 +30,7 @@ import torch
 
 from .._env import interpreting
 from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._eager import call_op, register_fast_dispatch
 # the attention op's own rules for the options both ops take (one definition: same messages, same accepted values)
 from .attention import HEAD_DIMS_TEXT, _check_scale, _check_softcap, _check_window, _head_dim_problem
 
@@ -129,11 +130,12 @@ def _append(k_cache, v_cache, k, v, seqlens, block_table) -> None:
 def flash_attn_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqlens: torch.Tensor,
                           k: Optional[torch.Tensor], v: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                           causal: bool, scale: float, window_left: int, window_right: int, softcap: float,
-                          num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+                          num_splits: int, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) for checked inputs (the public function checks): appends k / v (if given) in place, then attends.
     ``window_left`` / ``window_right`` -1: unbounded; ``num_splits`` 0: chosen from the shapes."""
     new = 0 if k is None else k.shape[1]
-    _check_values(seqlens, new, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
+    if validate:
+        _check_values(seqlens, new, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
     if k is not None:
         _append(k_cache, v_cache, k, v, seqlens, block_table)
     total = (seqlens + new if new else seqlens).to(torch.int32).contiguous()
@@ -152,14 +154,19 @@ def flash_attn_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
 
 
 @flash_attn_kvcache_op.register_fake
-def _(q, k_cache, v_cache, seqlens, k, v, block_table, causal, scale, window_left, window_right, softcap, num_splits):
+def _(q, k_cache, v_cache, seqlens, k, v, block_table, causal, scale, window_left, window_right, softcap, num_splits,
+      validate=True):
     B, Sq, Hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, Hq, Sq), dtype=torch.float32)
 
 
+register_fast_dispatch(flash_attn_kvcache_op)  # what a compiled graph's call pays (ops/_eager.py)
+
+
 def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, block_table=None,
                                  causal: bool = True, scale: float | None = None, window=None,
-                                 softcap: float | None = None, return_lse: bool = False, num_splits: int | None = None):
+                                 softcap: float | None = None, return_lse: bool = False, num_splits: int | None = None,
+                                 validate: bool = True):
     """Attention of ``q`` (B, Sq, Hq, D) against a KV cache, appending ``k`` / ``v`` first (module docstring).
 
     Args:
@@ -175,6 +182,10 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
         softcap: logit soft cap (Gemma 2), None / 0 for none.
         return_lse: also return the natural-log LSE (B, Hq, Sq), fp32.
         num_splits: chunks of the key range per (sequence, kv head); None picks from the shapes and SM count.
+        validate: check cache_seqlens and the block table's entries in use against the cache (one device-to-host read,
+            which waits for the GPU). A decode loop run eagerly passes False to keep the host ahead of the GPU; the
+            kernel then clamps out-of-range lengths and pages (never a read outside the cache, but a wrong answer for
+            a wrong table). Skipped anyway while a CUDA graph is captured or torch.compile traces.
     Returns:
         out (B, Sq, Hq, D), or (out, lse).
 
@@ -199,6 +210,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name}: the head dim must be unit-stride (the cache is read and written in place)")
-    out, lse = flash_attn_kvcache_op(q, k_cache, v_cache, seqlens, k, v, block_table, bool(causal), scale, left, right,
-                                     softcap, int(num_splits or 0))
+    # untraced eager calls skip the custom-op dispatcher (ops/_eager.call_op: tens of microseconds a call)
+    out, lse = call_op(flash_attn_kvcache_op, q, k_cache, v_cache, seqlens, k, v, block_table, bool(causal), scale,
+                       left, right, softcap, int(num_splits or 0), bool(validate))
     return (out, lse) if return_lse else out

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -157,6 +158,34 @@ def _query_program(GROUP, CAUSAL: tl.constexpr):
     off_b = tl.program_id(2).to(tl.int64)
     off_hk = off_h // GROUP
     return pid_m, off_h, off_b, off_hk
+
+
+@triton.jit
+def _sequence(CU_Q, CU_K, off_b, Sq, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, VARLEN: tl.constexpr):
+    """(batch offset of q rows, of k rows, query length, key length, causal offset, window offset) of the program's
+    sequence ``off_b``. Dense: (off_b, off_b, Sq, Skv, the offsets as given); the host's batch strides apply.
+    VARLEN (packed (total, H, D) tensors viewed as (1, H, total, D)): the sequence's first rows and lengths from
+    ``cu_seqlens``, its offsets shifted by its own Skv - Sq (bottom-right alignment per sequence); the host passes the
+    row stride as the batch stride, so ``_head_base`` lands on the sequence's first row."""
+    if VARLEN:
+        q0 = tl.load(CU_Q + off_b)
+        k0 = tl.load(CU_K + off_b)
+        seq_q = tl.load(CU_Q + off_b + 1) - q0
+        seq_kv = tl.load(CU_K + off_b + 1) - k0
+        shift = seq_kv - seq_q
+        return q0.to(tl.int64), k0.to(tl.int64), seq_q, seq_kv, CAUSAL_OFFSET + shift, WINDOW_OFFSET + shift
+    else:
+        return off_b, off_b, Sq, Skv, CAUSAL_OFFSET, WINDOW_OFFSET
+
+
+@triton.jit
+def _stats_row(off_b, q_row0, off_h, Hq, Sq, VARLEN: tl.constexpr):
+    """Index of the sequence's first row in the (B, Hq, Sq) LSE / delta, or in the packed (Hq, total) ones (VARLEN:
+    ``Sq`` is the total query rows)."""
+    if VARLEN:
+        return off_h.to(tl.int64) * Sq + q_row0
+    else:
+        return (off_b * Hq + off_h) * Sq
 
 
 @triton.jit
@@ -278,7 +307,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_kn, stri
 # otherwise become a constant, which is how Sq == 1 once broke the dK/dV kernel's sm_90 build)
 @triton.jit(do_not_specialize=["CAUSAL_OFFSET", "WINDOW_OFFSET"])
 def _attn_fwd_kernel(
-    Q, K, V, O, LSE, sm_scale,
+    Q, K, V, O, LSE, CU_Q, CU_K, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
     Hq, Sq, Skv, GROUP,
@@ -291,69 +320,76 @@ def _attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
     HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # value / output head dim (0: HEAD_DIM's)
+    VARLEN: tl.constexpr = False,  # packed sequences (CU_Q / CU_K: int32 cu_seqlens), see _sequence
 ):
     V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
     V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
-    q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
-    k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
-    v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
-    o_base = _head_base(O, off_b, off_h, stride_ob, stride_oh)
-    q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N, V_DIM, V_DIM_PAD, USE_TMA)
-    o_desc = _tile_desc(o_base, Sq, stride_os, BLOCK_M, V_DIM, V_DIM_PAD, USE_TMA)
-
+    q_b, k_b, seq_q, seq_kv, causal_offset, window_offset = _sequence(CU_Q, CU_K, off_b, Sq, Skv, CAUSAL_OFFSET,
+                                                                      WINDOW_OFFSET, VARLEN)
     start_m = pid_m * BLOCK_M
-    q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
+    if VARLEN:
+        if start_m >= seq_q:  # the grid covers the longest sequence
+            return
+    q_base = _head_base(Q, q_b, off_h, stride_qb, stride_qh)
+    k_base = _head_base(K, k_b, off_hk, stride_kb, stride_kh)
+    v_base = _head_base(V, k_b, off_hk, stride_vb, stride_vh)
+    o_base = _head_base(O, q_b, off_h, stride_ob, stride_oh)
+    q_desc = _tile_desc(q_base, seq_q, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    k_desc = _tile_desc(k_base, seq_kv, stride_ks, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, seq_kv, stride_vs, BLOCK_N, V_DIM, V_DIM_PAD, USE_TMA)
+    o_desc = _tile_desc(o_base, seq_q, stride_os, BLOCK_M, V_DIM, V_DIM_PAD, USE_TMA)
+
+    q = _load_operand(q_desc, q_base, start_m, seq_q, stride_qs, BLOCK_M, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
     softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, V_DIM_PAD], dtype=tl.float32)
-    hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M, BLOCK_N, CAUSAL)
+    hi_full, hi = _key_ranges(start_m, seq_kv, causal_offset, BLOCK_M, BLOCK_N, CAUSAL)
     if WINDOW:
         # key blocks below the window's lower edge are never loaded; [lo, lo_full) straddle it (masked), then the
         # unmasked middle, then the upper edge as without a window
-        lo, lo_full = _window_ranges(start_m, WINDOW_OFFSET, BLOCK_M, BLOCK_N)
+        lo, lo_full = _window_ranges(start_m, window_offset, BLOCK_M, BLOCK_N)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                                   start_m, lo, tl.minimum(lo_full, hi), Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
+                                   start_m, lo, tl.minimum(lo_full, hi), seq_kv, causal_offset, window_offset, qk_scale,
                                    softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL,
                                    USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
                                    V_DIM_PAD)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                                   start_m, lo_full, hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
+                                   start_m, lo_full, hi_full, seq_kv, causal_offset, window_offset, qk_scale,
                                    softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL,
                                    USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
                                    V_DIM_PAD)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                                   start_m, tl.maximum(hi_full, lo_full), hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET,
+                                   start_m, tl.maximum(hi_full, lo_full), hi, seq_kv, causal_offset, window_offset,
                                    qk_scale, softcap_log2, softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True,
                                    CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
                                    V_DIM_PAD)
     else:
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                                   start_m, 0, hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                                   start_m, 0, hi_full, seq_kv, causal_offset, window_offset, qk_scale, softcap_log2,
                                    softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA,
                                    UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
                                    V_DIM_PAD)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-                                   start_m, hi_full, hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                                   start_m, hi_full, hi, seq_kv, causal_offset, window_offset, qk_scale, softcap_log2,
                                    softcap_inv, BLOCK_M, BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA,
                                    UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
                                    V_DIM_PAD)
-    # l_i == 0: every visible score is -inf, or no key is visible (bottom-right causal with Sq > Skv: the first
-    # Sq - Skv rows): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN, which propagates.
+    # l_i == 0: every visible score is -inf, or no key is visible (bottom-right causal with seq_q > seq_kv: the
+    # first seq_q - seq_kv rows): output 0 and LSE -inf, as SDPA's fused kernels give. A NaN score makes l_i NaN,
+    # which propagates.
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     acc = acc / l_safe[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
     lse = tl.where(m_i == float("inf"), float("inf"), lse)  # a +inf score: logsumexp is +inf (m - m would be NaN)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    lse_ptrs = LSE + (off_b * Hq + off_h) * Sq + offs_m
-    tl.store(lse_ptrs, lse, mask=offs_m < Sq)
-    _store_rows(o_desc, o_base, start_m, Sq, stride_os, acc.to(O.dtype.element_ty),
+    lse_ptrs = LSE + _stats_row(off_b, q_b, off_h, Hq, Sq, VARLEN) + offs_m
+    tl.store(lse_ptrs, lse, mask=offs_m < seq_q)
+    _store_rows(o_desc, o_base, start_m, seq_q, stride_os, acc.to(O.dtype.element_ty),
                 BLOCK_M, V_DIM, V_DIM_PAD, USE_TMA)
 
 
@@ -439,7 +475,7 @@ def _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, strid
 # failed", found by the GPU fuzzer; reproduced by tests/test_attention.py's AOT compile).
 @triton.jit(do_not_specialize=["Sq", "CAUSAL_OFFSET", "WINDOW_OFFSET"])
 def _attn_bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, LSE, DELTA, sm_scale,
+    Q, K, V, DO, DK, DV, LSE, DELTA, CU_Q, CU_K, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
     Hq, Sq, Skv, GROUP,
@@ -452,87 +488,94 @@ def _attn_bwd_dkdv_kernel(
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
     HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # as in the forward
+    VARLEN: tl.constexpr = False,  # as in the forward
 ):
     V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
     V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     start_n = tl.program_id(0) * BLOCK_N1
     off_hk = tl.program_id(1)
     off_b = tl.program_id(2).to(tl.int64)
-    k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
-    v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
-    dk_base = _head_base(DK, off_b, off_hk, stride_dkb, stride_dkh)
-    dv_base = _head_base(DV, off_b, off_hk, stride_dvb, stride_dvh)
-    k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
-    dk_desc = _tile_desc(dk_base, Skv, stride_dks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    dv_desc = _tile_desc(dv_base, Skv, stride_dvs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
-    k = _load_operand(k_desc, k_base, start_n, Skv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
-    v = _load_operand(v_desc, v_base, start_n, Skv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
+    q_b, k_b, seq_q, seq_kv, causal_offset, window_offset = _sequence(CU_Q, CU_K, off_b, Sq, Skv, CAUSAL_OFFSET,
+                                                                      WINDOW_OFFSET, VARLEN)
+    if VARLEN:
+        if start_n >= seq_kv:  # the grid covers the longest sequence
+            return
+    k_base = _head_base(K, k_b, off_hk, stride_kb, stride_kh)
+    v_base = _head_base(V, k_b, off_hk, stride_vb, stride_vh)
+    dk_base = _head_base(DK, k_b, off_hk, stride_dkb, stride_dkh)
+    dv_base = _head_base(DV, k_b, off_hk, stride_dvb, stride_dvh)
+    k_desc = _tile_desc(k_base, seq_kv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, seq_kv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
+    dk_desc = _tile_desc(dk_base, seq_kv, stride_dks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    dv_desc = _tile_desc(dv_base, seq_kv, stride_dvs, BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
+    k = _load_operand(k_desc, k_base, start_n, seq_kv, stride_ks, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA,
+                      UPCAST)
+    v = _load_operand(v_desc, v_base, start_n, seq_kv, stride_vs, BLOCK_N1, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
     qk_scale = sm_scale * 1.4426950408889634
     softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
     dk = tl.zeros([BLOCK_N1, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, V_DIM_PAD], dtype=tl.float32)
 
-    sq_full = (Sq // BLOCK_M1) * BLOCK_M1
+    sq_full = (seq_q // BLOCK_M1) * BLOCK_M1
     if CAUSAL:
         # rows < start_n - offset see none of these keys; rows from start_n + BLOCK_N1 - offset on see all of them;
         # the query blocks between straddle the diagonal (offset 0: [start_n, start_n + BLOCK_N1), block-aligned
         # because BLOCK_N1 % BLOCK_M1 == 0)
-        diag_lo = (tl.maximum(start_n - CAUSAL_OFFSET, 0) // BLOCK_M1) * BLOCK_M1
-        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N1 - CAUSAL_OFFSET, 0), BLOCK_M1) * BLOCK_M1
-        diag_hi = tl.minimum(full_lo, Sq)
+        diag_lo = (tl.maximum(start_n - causal_offset, 0) // BLOCK_M1) * BLOCK_M1
+        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N1 - causal_offset, 0), BLOCK_M1) * BLOCK_M1
+        diag_hi = tl.minimum(full_lo, seq_q)
     else:
         diag_lo = 0
         diag_hi = 0
         full_lo = 0
     tail_lo = tl.maximum(full_lo, sq_full)
     if WINDOW:
-        # the window's lower edge (query i sees key j only if j >= i + WINDOW_OFFSET): rows from q_hi on see none of
+        # the window's lower edge (query i sees key j only if j >= i + window_offset): rows from q_hi on see none of
         # these keys, rows below win_lo see all of them; the rows between are masked, and no query block beyond q_hi
         # is loaded. The unmasked range stops at win_lo; [c_lo, q_hi) takes every row past it, ragged tail included.
-        q_hi = tl.minimum(tl.maximum(start_n + BLOCK_N1 - WINDOW_OFFSET, 0), Sq)
-        win_lo = (tl.maximum(start_n - WINDOW_OFFSET + 1, 0) // BLOCK_M1) * BLOCK_M1
+        q_hi = tl.minimum(tl.maximum(start_n + BLOCK_N1 - window_offset, 0), seq_q)
+        win_lo = (tl.maximum(start_n - window_offset + 1, 0) // BLOCK_M1) * BLOCK_M1
         b_hi = tl.minimum(sq_full, tl.maximum(win_lo, full_lo))
         c_lo = tl.maximum(b_hi, diag_hi)
         diag_hi = tl.minimum(diag_hi, q_hi)
     else:
-        q_hi = Sq
+        q_hi = seq_q
         b_hi = sq_full
-        c_lo = Sq
+        c_lo = seq_q
 
     for g in range(GROUP):
         off_h = off_hk * GROUP + g
-        q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
-        do_base = _head_base(DO, off_b, off_h, stride_dob, stride_doh)
-        row_base = (off_b * Hq + off_h) * Sq
-        q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-        do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M1, V_DIM, V_DIM_PAD, USE_TMA)
+        q_base = _head_base(Q, q_b, off_h, stride_qb, stride_qh)
+        do_base = _head_base(DO, q_b, off_h, stride_dob, stride_doh)
+        row_base = _stats_row(off_b, q_b, off_h, Hq, Sq, VARLEN)
+        q_desc = _tile_desc(q_base, seq_q, stride_qs, BLOCK_M1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+        do_desc = _tile_desc(do_base, seq_q, stride_dos, BLOCK_M1, V_DIM, V_DIM_PAD, USE_TMA)
         for start_m in range(diag_lo, diag_hi, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
-                                 row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
-                                 softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, True, USE_TMA, UPCAST,
-                                 DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM, V_DIM_PAD)
+                                 row_base, start_m, start_n, seq_q, causal_offset, window_offset, qk_scale,
+                                 softcap_log2, softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, True,
+                                 USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM, V_DIM_PAD)
         for start_m in tl.range(full_lo, b_hi, BLOCK_M1):
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
-                                 row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
-                                 softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False, False, USE_TMA,
-                                 UPCAST, DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
+                                 row_base, start_m, start_n, seq_q, causal_offset, window_offset, qk_scale,
+                                 softcap_log2, softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, False, False,
+                                 USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
         if WINDOW:
             for start_m in range(c_lo, q_hi, BLOCK_M1):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE,
-                                     DELTA, row_base, start_m, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale,
+                                     DELTA, row_base, start_m, start_n, seq_q, causal_offset, window_offset, qk_scale,
                                      softcap_log2, softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True,
                                      CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, True, V_DIM, V_DIM_PAD)
-        elif tail_lo < Sq:
+        elif tail_lo < seq_q:
             dk, dv = _dkdv_block(dk, dv, k, v, q_desc, do_desc, q_base, do_base, stride_qs, stride_dos, LSE, DELTA,
-                                 row_base, tail_lo, start_n, Sq, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
-                                 softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False, USE_TMA, UPCAST,
-                                 DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
+                                 row_base, tail_lo, start_n, seq_q, causal_offset, window_offset, qk_scale,
+                                 softcap_log2, softcap_inv, BLOCK_M1, BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, True, False,
+                                 USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP, False, V_DIM, V_DIM_PAD)
 
     dk = dk * sm_scale
-    _store_rows(dk_desc, dk_base, start_n, Skv, stride_dks, dk.to(DK.dtype.element_ty),
+    _store_rows(dk_desc, dk_base, start_n, seq_kv, stride_dks, dk.to(DK.dtype.element_ty),
                 BLOCK_N1, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    _store_rows(dv_desc, dv_base, start_n, Skv, stride_dvs, dv.to(DV.dtype.element_ty),
+    _store_rows(dv_desc, dv_base, start_n, seq_kv, stride_dvs, dv.to(DV.dtype.element_ty),
                 BLOCK_N1, V_DIM, V_DIM_PAD, USE_TMA)
 
 
@@ -571,7 +614,7 @@ def _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, st
 
 @triton.jit(do_not_specialize=["CAUSAL_OFFSET", "WINDOW_OFFSET"])
 def _attn_bwd_dq_kernel(
-    Q, K, V, DO, DQ, LSE, DELTA, sm_scale,
+    Q, K, V, DO, DQ, LSE, DELTA, CU_Q, CU_K, sm_scale,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dqb, stride_dqh, stride_dqs,
     Hq, Sq, Skv, GROUP,
@@ -584,55 +627,62 @@ def _attn_bwd_dq_kernel(
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
     HEAD_DIM_V: tl.constexpr = 0, HEAD_DIM_V_PAD: tl.constexpr = 0,  # as in the forward
+    VARLEN: tl.constexpr = False,  # as in the forward
 ):
     V_DIM: tl.constexpr = HEAD_DIM if HEAD_DIM_V == 0 else HEAD_DIM_V
     V_DIM_PAD: tl.constexpr = HEAD_DIM_PAD if HEAD_DIM_V_PAD == 0 else HEAD_DIM_V_PAD
     pid_m, off_h, off_b, off_hk = _query_program(GROUP, CAUSAL)
     start_m = pid_m * BLOCK_M2
-    q_base = _head_base(Q, off_b, off_h, stride_qb, stride_qh)
-    do_base = _head_base(DO, off_b, off_h, stride_dob, stride_doh)
-    k_base = _head_base(K, off_b, off_hk, stride_kb, stride_kh)
-    v_base = _head_base(V, off_b, off_hk, stride_vb, stride_vh)
-    dq_base = _head_base(DQ, off_b, off_h, stride_dqb, stride_dqh)
-    q_desc = _tile_desc(q_base, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    do_desc = _tile_desc(do_base, Sq, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, USE_TMA)
-    k_desc = _tile_desc(k_base, Skv, stride_ks, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    v_desc = _tile_desc(v_base, Skv, stride_vs, BLOCK_N2, V_DIM, V_DIM_PAD, USE_TMA)
-    dq_desc = _tile_desc(dq_base, Sq, stride_dqs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
-    q = _load_operand(q_desc, q_base, start_m, Sq, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA, UPCAST)
-    do = _load_operand(do_desc, do_base, start_m, Sq, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
-    m, delta = _load_stats(LSE, DELTA, (off_b * Hq + off_h) * Sq, start_m, Sq, BLOCK_M2, True)
+    q_b, k_b, seq_q, seq_kv, causal_offset, window_offset = _sequence(CU_Q, CU_K, off_b, Sq, Skv, CAUSAL_OFFSET,
+                                                                      WINDOW_OFFSET, VARLEN)
+    if VARLEN:
+        if start_m >= seq_q:  # the grid covers the longest sequence
+            return
+    q_base = _head_base(Q, q_b, off_h, stride_qb, stride_qh)
+    do_base = _head_base(DO, q_b, off_h, stride_dob, stride_doh)
+    k_base = _head_base(K, k_b, off_hk, stride_kb, stride_kh)
+    v_base = _head_base(V, k_b, off_hk, stride_vb, stride_vh)
+    dq_base = _head_base(DQ, q_b, off_h, stride_dqb, stride_dqh)
+    q_desc = _tile_desc(q_base, seq_q, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    do_desc = _tile_desc(do_base, seq_q, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, USE_TMA)
+    k_desc = _tile_desc(k_base, seq_kv, stride_ks, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    v_desc = _tile_desc(v_base, seq_kv, stride_vs, BLOCK_N2, V_DIM, V_DIM_PAD, USE_TMA)
+    dq_desc = _tile_desc(dq_base, seq_q, stride_dqs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
+    q = _load_operand(q_desc, q_base, start_m, seq_q, stride_qs, BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, True, USE_TMA,
+                      UPCAST)
+    do = _load_operand(do_desc, do_base, start_m, seq_q, stride_dos, BLOCK_M2, V_DIM, V_DIM_PAD, True, USE_TMA, UPCAST)
+    m, delta = _load_stats(LSE, DELTA, _stats_row(off_b, q_b, off_h, Hq, Sq, VARLEN), start_m, seq_q, BLOCK_M2, True)
     qk_scale = sm_scale * 1.4426950408889634
     softcap_log2, softcap_inv = _softcap_constants(sm_scale, SOFTCAP, HAS_SOFTCAP)
     dq = tl.zeros([BLOCK_M2, HEAD_DIM_PAD], dtype=tl.float32)
-    hi_full, hi = _key_ranges(start_m, Skv, CAUSAL_OFFSET, BLOCK_M2, BLOCK_N2, CAUSAL)
+    hi_full, hi = _key_ranges(start_m, seq_kv, causal_offset, BLOCK_M2, BLOCK_N2, CAUSAL)
     if WINDOW:  # the forward's three key ranges (see _attn_fwd_kernel)
-        lo, lo_full = _window_ranges(start_m, WINDOW_OFFSET, BLOCK_M2, BLOCK_N2)
+        lo, lo_full = _window_ranges(start_m, window_offset, BLOCK_M2, BLOCK_N2)
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo,
-                       tl.minimum(lo_full, hi), Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                       tl.minimum(lo_full, hi), seq_kv, causal_offset, window_offset, qk_scale, softcap_log2,
                        softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST,
                        DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
                        V_DIM_PAD)
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, lo_full,
-                       hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
+                       hi_full, seq_kv, causal_offset, window_offset, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
                        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
                        WINDOW, V_DIM, V_DIM_PAD)
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m,
-                       tl.maximum(hi_full, lo_full), hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2,
+                       tl.maximum(hi_full, lo_full), hi, seq_kv, causal_offset, window_offset, qk_scale, softcap_log2,
                        softcap_inv, BLOCK_M2, BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST,
                        DOT_PRECISION, HAS_SOFTCAP, WINDOW, V_DIM,
                        V_DIM_PAD)
     else:
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, 0,
-                       hi_full, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
+                       hi_full, seq_kv, causal_offset, window_offset, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
                        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
                        WINDOW, V_DIM, V_DIM_PAD)
         dq = _dq_inner(dq, q, do, m, delta, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs, start_m, hi_full,
-                       hi, Skv, CAUSAL_OFFSET, WINDOW_OFFSET, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
+                       hi, seq_kv, causal_offset, window_offset, qk_scale, softcap_log2, softcap_inv, BLOCK_M2,
                        BLOCK_N2, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, USE_TMA, UPCAST, DOT_PRECISION, HAS_SOFTCAP,
                        WINDOW, V_DIM, V_DIM_PAD)
     dq = dq * sm_scale
-    _store_rows(dq_desc, dq_base, start_m, Sq, stride_dqs, dq.to(DQ.dtype.element_ty),
+    _store_rows(dq_desc, dq_base, start_m, seq_q, stride_dqs, dq.to(DQ.dtype.element_ty),
                 BLOCK_M2, HEAD_DIM, HEAD_DIM_PAD, USE_TMA)
 
 
@@ -724,7 +774,7 @@ def _pruner(tma_table, ptr_table, names):
 
 
 _KEY = ["HEAD_DIM", "HEAD_DIM_PAD", "CAUSAL", "SQ_BUCKET", "SKV_BUCKET", "DOT_PRECISION", "USE_TMA", "HAS_SOFTCAP",
-        "WINDOW"]
+        "WINDOW", "VARLEN"]
 _FWD_NAMES = ("BLOCK_M", "BLOCK_N")
 _DKDV_NAMES = ("BLOCK_M1", "BLOCK_N1")
 _DQ_NAMES = ("BLOCK_M2", "BLOCK_N2")
@@ -801,7 +851,22 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
     return compiled, config
 
 
-def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=None, head_dim_v=None):
+class Varlen(NamedTuple):
+    """Packed sequences (flash-attn's varlen layout) for the launchers: q / k / v are (total, H, D) tensors viewed as
+    (1, H, total, D); ``cu_q`` / ``cu_k`` int32 (batch + 1) row offsets on the device; the grid covers ``max_q`` /
+    ``max_k`` rows per sequence, so they must be at least each sequence's length (the op checks)."""
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    max_q: int
+    max_k: int
+
+    @property
+    def batch(self) -> int:
+        return self.cu_q.shape[0] - 1
+
+
+def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=None, head_dim_v=None,
+            varlen: Varlen | None = None):
     D = q.shape[-1]
     Dv = D if head_dim_v is None else head_dim_v
     return dict(HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad(D), HEAD_DIM_V=Dv, HEAD_DIM_V_PAD=head_dim_pad(Dv),
@@ -810,41 +875,51 @@ def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=N
                 WINDOW=window_offset is not None, WINDOW_OFFSET=int(window_offset or 0),
                 UPCAST=INTERPRET and q.dtype == torch.bfloat16,
                 DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", USE_TMA=bool(use_tma),
-                SQ_BUCKET=_bucket(q.shape[2]), SKV_BUCKET=_bucket(k.shape[2]))
+                SQ_BUCKET=_bucket(varlen.max_q if varlen else q.shape[2]),
+                SKV_BUCKET=_bucket(varlen.max_k if varlen else k.shape[2]), VARLEN=varlen is not None)
 
 
-def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0, window_offset=None):
+def _strides(varlen: Varlen | None, **tensors) -> dict:
+    """``stride_<name>{b,h,s}`` of (B, H, S, D) tensors; with ``varlen`` the batch stride is the row stride (the
+    kernels' batch index is then a sequence's first packed row, see ``_sequence``)."""
+    out = {}
+    for name, t in tensors.items():
+        out[f"stride_{name}b"] = t.stride(2) if varlen else t.stride(0)
+        out[f"stride_{name}h"] = t.stride(1)
+        out[f"stride_{name}s"] = t.stride(2)
+    return out
+
+
+def _cu(varlen: Varlen | None, stand_in: torch.Tensor) -> dict:
+    """CU_Q / CU_K: the cu_seqlens, or (dense) a stand-in pointer the kernels never read."""
+    return dict(CU_Q=varlen.cu_q if varlen else stand_in, CU_K=varlen.cu_k if varlen else stand_in)
+
+
+def _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0, window_offset=None,
+              varlen: Varlen | None = None):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
         use_tma = tma_ok(q, k, v, out)
-    return dict(Q=q, K=k, V=v, O=out, LSE=lse, sm_scale=float(sm_scale),
-                stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
-                stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
-                stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
-                stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
-                Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv,
-                **_common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1]))
+    return dict(Q=q, K=k, V=v, O=out, LSE=lse, **_cu(varlen, lse), sm_scale=float(sm_scale),
+                **_strides(varlen, q=q, k=k, v=v, o=out), Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv,
+                **_common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1], varlen))
 
 
 def _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset=0, softcap=0.0,
-              window_offset=None):
+              window_offset=None, varlen: Varlen | None = None):
     Hq, Sq = q.shape[1], q.shape[2]
     Hkv, Skv = k.shape[1], k.shape[2]
     if use_tma is None:
         use_tma = tma_ok(q, k, v, do, dq, dk, dv)
-    common = _common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1])
-    base = dict(Q=q, K=k, V=v, DO=do)
-    strides = dict(stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
-                   stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
-                   stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
-                   stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2))
+    common = _common(q, k, causal, use_tma, causal_offset, softcap, window_offset, v.shape[-1], varlen)
+    base = dict(Q=q, K=k, V=v, DO=do, **_cu(varlen, lse))
+    strides = _strides(varlen, q=q, k=k, v=v, do=do)
     dims = dict(Hq=Hq, Sq=Sq, Skv=Skv, GROUP=Hq // Hkv)
     args_dkdv = dict(**base, DK=dk, DV=dv, LSE=lse, DELTA=delta, sm_scale=float(sm_scale), **strides,
-                     stride_dkb=dk.stride(0), stride_dkh=dk.stride(1), stride_dks=dk.stride(2),
-                     stride_dvb=dv.stride(0), stride_dvh=dv.stride(1), stride_dvs=dv.stride(2), **dims, **common)
+                     **_strides(varlen, dk=dk, dv=dv), **dims, **common)
     args_dq = dict(**base, DQ=dq, LSE=lse, DELTA=delta, sm_scale=float(sm_scale), **strides,
-                   stride_dqb=dq.stride(0), stride_dqh=dq.stride(1), stride_dqs=dq.stride(2), **dims, **common)
+                   **_strides(varlen, dq=dq), **dims, **common)
     return args_dkdv, args_dq
 
 
@@ -880,8 +955,10 @@ def warmup(which: str, q, k, v, causal: bool) -> int:
 
 def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: triton.Config | None = None,
                       use_tma: bool | None = None, causal_offset: int = 0, softcap: float = 0.0,
-                      window_offset: int | None = None):
+                      window_offset: int | None = None, varlen: Varlen | None = None):
     """out (like q) and lse (B, Hq, Sq) fp32, natural log, are written in place. Shapes are checked by the op.
+    ``varlen``: packed sequences (:class:`Varlen`; q / k / v / out (1, H, total, D) views, lse (Hq, total_q)), each
+    sequence's offsets taken relative to its own bottom-right diagonal (``causal_offset`` 0: bottom-right causal).
     ``config`` bypasses the autotuner; ``use_tma`` forces the descriptor path on or off (tests); ``causal_offset``:
     with ``causal``, query i sees key j iff ``j <= i + causal_offset`` (0: top-left, Skv - Sq: bottom-right; a
     sliding window's right edge is the same upper band edge); ``window_offset`` (not None): query i sees key j only if
@@ -889,16 +966,17 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
     ``softcap`` > 0: scores are ``softcap * tanh(scale * q.k / softcap)`` (Gemma 2's logit soft-capping)."""
     B, Hq, Sq, D = q.shape
     Skv = k.shape[2]
-    if B == 0 or Hq == 0 or Sq == 0:
+    if B == 0 or Hq == 0 or Sq == 0 or (varlen and varlen.batch == 0):
         return out, lse
     if Skv == 0:
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset, softcap, window_offset)
+    args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset, softcap, window_offset, varlen)
+    rows, batch = (varlen.max_q, varlen.batch) if varlen else (Sq, B)
 
     def grid(meta):
-        return (triton.cdiv(Sq, meta["BLOCK_M"]), Hq, B)
+        return (triton.cdiv(rows, meta["BLOCK_M"]), Hq, batch)
 
     _launch(attn_fwd, _attn_fwd_kernel, grid, args, config, "forward", roles=("Q", "K", "V", "O", "LSE"))
     return out, lse
@@ -917,17 +995,22 @@ _BWD_BOUND_MAX = 1024
 
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
-                       softcap: float = 0.0, window_offset: int | None = None, dkdv_launch=None, dq_launch=None):
+                       softcap: float = 0.0, window_offset: int | None = None, dkdv_launch=None, dq_launch=None,
+                       varlen: Varlen | None = None):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
     contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset``,
     ``window_offset`` and ``softcap`` as in :func:`attention_forward`. A call with the default configs at a
     signature seen before launches the three kernels bound at its first call (``_runtime.BoundLaunch``) instead of
     through Triton's dispatch. ``dkdv_launch``: a callable ``(delta) -> None`` that writes dk / dv in place of the
     Triton dK / dV kernel (the sm_90a kernel, which ops/attention.py passes when it takes the call); ``dq_launch``
-    likewise for dq."""
+    likewise for dq. ``varlen``: packed sequences as in :func:`attention_forward` (never bound: the cu_seqlens'
+    addresses change per call)."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
-    if B == 0 or Hq == 0:
+    if B == 0 or Hq == 0 or (varlen and varlen.batch == 0):
+        dq.zero_()
+        dk.zero_()
+        dv.zero_()
         return dq, dk, dv
     if Sq == 0 or Skv == 0:
         dq.zero_()
@@ -935,7 +1018,8 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
         dv.zero_()
         return dq, dk, dv
     key = None
-    if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
+    if (configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune()
+            and varlen is None):
         key = (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
                float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device(),
                dkdv_launch is not None, dq_launch is not None)
@@ -967,10 +1051,11 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
                     BLOCK_M=pre_block)
     pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=4)
     args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset,
-                                   softcap, window_offset)
+                                   softcap, window_offset, varlen)
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)
-    grid_dkdv = lambda m: (triton.cdiv(Skv, m["BLOCK_N1"]), Hkv, B)  # noqa: E731
-    grid_dq = lambda m: (triton.cdiv(Sq, m["BLOCK_M2"]), Hq, B)  # noqa: E731
+    rows_q, rows_k, batch = (varlen.max_q, varlen.max_k, varlen.batch) if varlen else (Sq, Skv, B)
+    grid_dkdv = lambda m: (triton.cdiv(rows_k, m["BLOCK_N1"]), Hkv, batch)  # noqa: E731
+    grid_dq = lambda m: (triton.cdiv(rows_q, m["BLOCK_M2"]), Hq, batch)  # noqa: E731
     if dkdv_launch is not None:
         dkdv_launch(delta)
     else:

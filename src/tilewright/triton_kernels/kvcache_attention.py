@@ -31,6 +31,8 @@ import triton
 import triton.language as tl
 
 from .._env import interpreting
+from .._record import tensor_signature
+from ._runtime import bind
 
 INTERPRET = interpreting()
 LOG2E = 1.4426950408889634
@@ -39,14 +41,15 @@ _LOG2E = tl.constexpr(LOG2E)
 _LN2 = tl.constexpr(0.6931471805599453)
 
 
-@triton.jit
+# sizes that vary per call and gain nothing from Triton's value specialization (1 / multiple-of-16): no recompiles
+@triton.jit(do_not_specialize=["num_pages", "capacity", "num_splits", "window_left", "window_right"])
 def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
                   stride_qb, stride_qs, stride_qh,
                   stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
                   stride_tb, stride_os, stride_ob, stride_oh, stride_om,
-                  B, Hkv, Sq, num_pages, scale_log2, softcap, window_left, window_right,
+                  B, Hkv, Sq, num_pages, capacity, num_splits, scale_log2, softcap, window_left, window_right,
                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr,
                   WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                   UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
@@ -54,7 +57,8 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
     split = tl.program_id(1)
     b = bh // Hkv
     hkv = bh % Hkv
-    L = tl.load(SEQLENS + b)
+    # clamped to the cache: whatever the lengths say, no read outside it (the op layer reports bad lengths)
+    L = tl.minimum(tl.maximum(tl.load(SEQLENS + b), 0), capacity)
     # This program's rows: BLOCK_M of the GROUP query heads x Sq tokens; row r is head hkv * GROUP + r // Sq, token
     # r % Sq (more than BLOCK_M rows - long chunks of queries - take more row blocks, program_id 2).
     rows = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -74,10 +78,12 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
     # this split's share of them, in BLOCK_N-aligned chunks.
     lo = 0
     if WINDOW_LEFT:
-        lo = tl.maximum(L - Sq - window_left, 0)
+        # aligned down to a key block (the window mask drops the extra keys): every step's keys then lie in one page
+        # when pages are multiples of BLOCK_N, which the page lookup below relies on
+        lo = tl.maximum(L - Sq - window_left, 0) // BLOCK_N * BLOCK_N
     hi = L
     span = tl.maximum(hi - lo, 0)
-    chunk = tl.cdiv(tl.cdiv(span, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(span, num_splits), BLOCK_N) * BLOCK_N
     start = lo + split * chunk
     stop = tl.minimum(start + chunk, hi)
 
@@ -89,7 +95,12 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
         n = n0 + keys
         n_ok = n < stop
         if PAGED:
-            page = tl.load(TABLE + b.to(tl.int64) * stride_tb + n // PAGE_SIZE, mask=n_ok, other=0)
+            if PAGE_SIZE % BLOCK_N == 0:
+                # the step's keys share one page (n0 is block-aligned): one scalar table load, and the rows' addresses
+                # stay affine in n, which keeps the gather's index math to one add a row
+                page = tl.load(TABLE + b.to(tl.int64) * stride_tb + n0 // PAGE_SIZE)
+            else:
+                page = tl.load(TABLE + b.to(tl.int64) * stride_tb + n // PAGE_SIZE, mask=n_ok, other=0)
             page = tl.minimum(tl.maximum(page, 0), num_pages - 1)  # never out of bounds, whatever the table says
             k_row = page.to(tl.int64) * stride_kp + (n % PAGE_SIZE) * stride_ks
             v_row = page.to(tl.int64) * stride_vp + (n % PAGE_SIZE) * stride_vs
@@ -168,16 +179,26 @@ def _pow2(x: int, lo: int) -> int:
     return max(lo, 1 << max(0, (int(x) - 1).bit_length()))
 
 
-# Launch shape: 4 warps, 64 keys a step, a 3-deep cp.async ring (2 at head dim 256: shared memory). In AOT sm_90 builds
-# with the launch's 16-divisible strides (tests/test_kvcache.py) that is 100-170 registers a thread and no spills;
-# without those hints the K / V gathers do not vectorize and every element keeps its own 64-bit address (255
-# registers, spills) - the strides of a real cache are multiples of 16 elements. Speed on the device: not measured.
+# Launch shape and split count, from a sweep on H100 (perf/LOG.md, session 14: device time with a cold L2, 13 decode
+# rows x 6 shapes x 4-7 split counts). Two regimes:
+# * B * Hkv below the SM count: split the keys so that B * Hkv * splits is about one program per SM, 64 keys a step,
+#   4 warps, a 3-deep ring (96 KB of shared memory). One resident program per SM keeps enough bytes in flight; a split
+#   count that spills past the first wave (5 at B * Hkv = 64: 320 programs) cost 4-7%.
+# * B * Hkv at or above it: no split (each program already streams a whole sequence), 128 keys a step (192 KB ring):
+#   1-2% over 64-key steps on the longest rows.
+# Head dim 256 keeps 64 keys and a 2-deep ring (shared memory). In AOT sm_90 builds with the launch's 16-divisible
+# strides (tests/test_kvcache.py) both shapes take 100-170 registers a thread and no spills; without those hints the
+# K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
+# of a real cache are multiples of 16 elements.
 NUM_WARPS = 4
 
 
-def block_n(interpret: bool = INTERPRET) -> int:
-    """Keys per loop step; 16 under the interpreter (each step costs milliseconds there)."""
-    return 16 if interpret else 64
+def block_n(head_dim_pad: int = 128, whole_waves: bool = False, interpret: bool = INTERPRET) -> int:
+    """Keys per loop step (16 under the interpreter, where each step costs milliseconds); ``whole_waves``: B * Hkv
+    fills the SMs without splitting (the second regime above)."""
+    if interpret:
+        return 16
+    return 128 if whole_waves and head_dim_pad <= 128 else 64
 
 
 def num_stages(head_dim_pad: int) -> int:
@@ -185,21 +206,54 @@ def num_stages(head_dim_pad: int) -> int:
     return 3 if head_dim_pad <= 128 else 2
 
 
+def num_sms(device) -> int:
+    """Streaming multiprocessors of ``device`` (4 for the CPU interpreter), cached: read on every call."""
+    if device.type != "cuda":
+        return 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    sms = _SMS.get(index)
+    if sms is None:
+        sms = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return sms
+
+
+_SMS: dict = {}
+
+
 def default_splits(batch: int, kv_heads: int, capacity: int, device) -> int:
-    """How many chunks the key range of each (sequence, KV head) is cut into: enough programs for about two per SM
-    (B * Hkv alone leaves most SMs idle at decode batch sizes), never chunks under 256 keys (each split re-reads the
-    query tile and adds a combine term), at most 64."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    want = -(-2 * sms // max(1, batch * kv_heads))
-    return int(max(1, min(want, -(-capacity // 256), 64)))
+    """How many chunks the key range of each (sequence, KV head) is cut into: about one program per SM in all (B *
+    Hkv alone leaves most SMs idle at decode batch sizes), never chunks under 64 keys (each split re-reads the query
+    tile and adds a combine term)."""
+    return int(max(1, min(num_sms(device) // max(1, batch * kv_heads), -(-capacity // 64))))
+
+
+# Bound launches per call signature: a decode step calls the op with the same shapes every time, and the split
+# kernel's ~35 arguments make Triton's JIT dispatch cost tens of microseconds a launch - more than the kernel of a
+# short cache. A hit allocates the outputs and hands the pointers to the two compiled kernels (triton_kernels/_runtime).
+_BOUND_MAX = 256
+_bound: dict = {}
+
+
+def _signature(q, k_cache, v_cache, seqlens, table, options) -> tuple:
+    return (tensor_signature(q), tensor_signature(k_cache), tensor_signature(v_cache), tensor_signature(seqlens),
+            tensor_signature(table), options, torch.cuda.current_device())
 
 
 def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=True, scale=None, softcap=0.0,
-                      window=(None, None), num_splits=None):
+                      window=(None, None), num_splits=None, config=None):
     """(out, lse) of q against the cache (module docstring). Inputs are the op layer's checked tensors: q (B, Sq, Hq,
-    D), caches with a unit last stride, seqlens int32 (B,) on q's device, block_table int32 (B, max_pages) or None."""
+    D), caches with a unit last stride, seqlens int32 (B,) on q's device, block_table int32 (B, max_pages) or None.
+    ``config``: a dict overriding the launch shape (``block_n``, ``num_warps``, ``num_stages``, ``block_m``), for
+    measuring variants."""
     B, Sq, Hq, D = q.shape
     paged = block_table is not None
+    options = (bool(causal), scale, float(softcap), window, num_splits, tuple(sorted((config or {}).items())))
+    key = None
+    if q.is_cuda and not INTERPRET and not torch.cuda.is_current_stream_capturing():
+        key = _signature(q, k_cache, v_cache, seqlens, block_table, options)
+        hit = _bound.get(key)
+        if hit is not None:
+            return hit(q, k_cache, v_cache, seqlens, block_table)
     Hkv = k_cache.shape[2]
     group = Hq // Hkv
     capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
@@ -209,27 +263,71 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     head_dim_pad = _pow2(D, 16)
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    bn = block_n()
+    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= num_sms(q.device))
+    warps, stages = NUM_WARPS, num_stages(head_dim_pad)
+    if config:
+        bn = config.get("block_n", bn)
+        warps = config.get("num_warps", warps)
+        stages = config.get("num_stages", stages)
+        block_m = config.get("block_m", block_m)
     o_part = torch.empty((splits, B, Hq, Sq, D), device=q.device, dtype=torch.float32)
     lse_part = torch.empty((splits, B, Hq, Sq), device=q.device, dtype=torch.float32)
+    out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
-    _split_kernel[(B * Hkv, splits, -(-rows // block_m))](
-        q, k_cache, v_cache, seqlens, table, o_part, lse_part,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
-        v_cache.stride(2), table.stride(0) if paged else 0, o_part.stride(0), o_part.stride(1), o_part.stride(2),
-        o_part.stride(3), B, Hkv, Sq, k_cache.shape[0], (scale / softcap if softcap else scale) * LOG2E,
-        float(softcap), int(left or 0), int(right or 0),
-        GROUP=group, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m, BLOCK_N=bn, NUM_SPLITS=splits,
+    split_args = dict(
+        Q=q, K=k_cache, V=v_cache, SEQLENS=seqlens, TABLE=table, O_PART=o_part, LSE_PART=lse_part,
+        stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+        stride_kp=k_cache.stride(0), stride_ks=k_cache.stride(1), stride_kh=k_cache.stride(2),
+        stride_vp=v_cache.stride(0), stride_vs=v_cache.stride(1), stride_vh=v_cache.stride(2),
+        stride_tb=table.stride(0) if paged else 0, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
+        stride_oh=o_part.stride(2), stride_om=o_part.stride(3), B=B, Hkv=Hkv, Sq=Sq, num_pages=k_cache.shape[0],
+        capacity=capacity, num_splits=splits, scale_log2=(scale / softcap if softcap else scale) * LOG2E,
+        softcap=float(softcap), window_left=int(left or 0), window_right=int(right or 0),
+        GROUP=group, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m, BLOCK_N=bn,
         PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged, CAUSAL=bool(causal),
         WINDOW_LEFT=left is not None, WINDOW_RIGHT=right is not None, SOFTCAP=bool(softcap), UPCAST=upcast,
-        DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", num_warps=NUM_WARPS,
-        num_stages=num_stages(head_dim_pad))
-    out = torch.empty_like(q)
-    lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
-    _combine_kernel[(B * Hq * Sq,)](
-        o_part, lse_part, out, lse, o_part.stride(0), o_part.stride(1), o_part.stride(2), o_part.stride(3),
-        out.stride(0), out.stride(1), out.stride(2), B, Hq, Sq,
-        HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=splits, SPLITS_PAD=_pow2(splits, 2), num_warps=1)
+        DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", num_warps=warps,
+        num_stages=stages)
+    split_grid = (B * Hkv, splits, -(-rows // block_m))
+    split_compiled = _split_kernel[split_grid](**split_args)
+    combine_args = dict(
+        O_PART=o_part, LSE_PART=lse_part, OUT=out, LSE=lse, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
+        stride_oh=o_part.stride(2), stride_om=o_part.stride(3), stride_ob2=out.stride(0), stride_os2=out.stride(1),
+        stride_oh2=out.stride(2), B=B, H=Hq, Sq=Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=splits,
+        SPLITS_PAD=_pow2(splits, 2), num_warps=1)
+    combine_grid = (B * Hq * Sq,)
+    combine_compiled = _combine_kernel[combine_grid](**combine_args)
+    if key is not None:
+        split = bind(_split_kernel, split_compiled, split_grid, split_args,
+                     {r: split_args[r] for r in ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART")})
+        combine = bind(_combine_kernel, combine_compiled, combine_grid, combine_args,
+                       {r: combine_args[r] for r in ("O_PART", "LSE_PART", "OUT", "LSE")})
+        if split is not None and combine is not None:
+            if len(_bound) >= _BOUND_MAX:
+                _bound.clear()
+            _bound[key] = _Replay(split, combine, o_part.shape, lse_part.shape, lse.shape)
     return out, lse
+
+
+class _Replay:
+    """The two bound launches of one call signature; called with that signature's tensors."""
+
+    __slots__ = ("_combine", "_lse_part_shape", "_lse_shape", "_o_part_shape", "_split")
+
+    def __init__(self, split, combine, o_part_shape, lse_part_shape, lse_shape):
+        self._split, self._combine = split, combine
+        self._o_part_shape, self._lse_part_shape, self._lse_shape = o_part_shape, lse_part_shape, lse_shape
+
+    def __call__(self, q, k_cache, v_cache, seqlens, block_table):
+        dev = q.device
+        o_part = torch.empty(self._o_part_shape, device=dev, dtype=torch.float32)
+        lse_part = torch.empty(self._lse_part_shape, device=dev, dtype=torch.float32)
+        out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+        lse = torch.empty(self._lse_shape, device=dev, dtype=torch.float32)
+        table = block_table if block_table is not None else seqlens
+        self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
+                    o_part.data_ptr(), lse_part.data_ptr())
+        self._combine(o_part.data_ptr(), lse_part.data_ptr(), out.data_ptr(), lse.data_ptr())
+        return out, lse
