@@ -284,3 +284,30 @@ def test_the_custom_op_passes_opcheck_and_compiles_without_graph_breaks():
     want = step(q, kc, vc, k_new, v_new)
     got = torch.compile(step, fullgraph=True, backend="aot_eager")(q, kc2, vc2, k_new, v_new)
     assert torch.allclose(got, want, atol=1e-6) and torch.equal(kc2, kc) and torch.equal(vc2, vc)
+
+
+def test_an_in_place_change_of_checked_lengths_is_checked_again():
+    """The value check runs once per unmodified tensors (ops/_checks.CheckedValues): writing into the lengths or the
+    table in place (as a decode loop does) makes the next call check again - a bad value still raises."""
+    args = _args()
+    tilewright.flash_attention_with_kvcache(**args)
+    tilewright.flash_attention_with_kvcache(**args)  # same tensors, unmodified: no read, same result
+    args["cache_seqlens"][1] = 70
+    with pytest.raises(ValueError, match="cache_seqlens.*capacity"):
+        tilewright.flash_attention_with_kvcache(**args)
+    args["cache_seqlens"][1] = 7
+    tilewright.flash_attention_with_kvcache(**args)
+    args["block_table"][1, 0] = 99
+    with pytest.raises(ValueError, match="block_table"):
+        tilewright.flash_attention_with_kvcache(**args)
+
+
+def test_an_int_length_is_checked_on_the_host():
+    kc, vc, _ = _cache(2, 16, 2, 16, torch.float16, (5, 7))
+    q = torch.randn(2, 1, 4, 16, dtype=torch.float16, device=DEV)
+    with pytest.raises(ValueError, match="cache_seqlens: 17 cached tokens"):
+        tilewright.flash_attention_with_kvcache(q, kc, vc, 17)
+    with pytest.raises(ValueError, match="cache_seqlens: 16 cached tokens \\+ 1 new"):
+        tilewright.flash_attention_with_kvcache(q, kc, vc, 16, k=torch.randn(2, 1, 2, 16, dtype=torch.float16,
+                                                                          device=DEV), v=torch.zeros(2, 1, 2, 16,
+                                                                          dtype=torch.float16, device=DEV))

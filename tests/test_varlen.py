@@ -218,7 +218,19 @@ def test_the_varlen_bench_tiny_suite_runs():
 
     df = varlen.run("tiny", progress=lambda s: None)
     assert set(df.direction) == {"fwd", "fwd+bwd"}
-    assert set(df.provider) == {"tilewright-varlen", "tilewright-dense", "tilewright-dense-mean"}
+    assert set(df.provider) == {"tilewright-varlen", "tilewright-dense", "tilewright-dense-triton",
+                                "tilewright-dense-mean"}
     assert (df.median_ms > 0).all() and (df.tflops > 0).all()
     eq = df[df.case.str.startswith("equal")]
     assert set(eq.peer) == {"tilewright-dense"}
+
+
+def test_an_in_place_change_of_checked_offsets_is_checked_again():
+    """The offsets' value check runs once per unmodified tensors (ops/_checks.CheckedValues); an in-place write
+    makes the next call check again."""
+    args = _args()
+    tilewright.flash_attention_varlen(**args)
+    tilewright.flash_attention_varlen(**args)
+    args["cu_seqlens_q"][1] = 11
+    with pytest.raises(ValueError, match="nondecreasing"):
+        tilewright.flash_attention_varlen(**args)

@@ -73,3 +73,21 @@ def test_equal_lengths_agree_with_the_dense_op():
     got = tilewright.flash_attention_varlen(q, k, v, cu, cu, S, S, causal=True)
     dense = tilewright.flash_attention(*(t.view(B, S, -1, D).transpose(1, 2) for t in (q, k, v)), causal=True)
     assert (got.float() - dense.transpose(1, 2).reshape(B * S, Hq, D).float()).abs().max().item() <= 2e-2
+
+
+def test_a_repeated_signature_reads_the_new_offsets():
+    """The second call of a signature runs bound launches (triton_kernels/_runtime.BoundLaunch): with other offsets
+    (same shapes and totals) in new tensors, forward and backward must follow the new offsets."""
+    H, D = 4, 64
+    T = 900
+    q, k, v = (torch.randn(T, H, D, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    for lengths in ((300, 600), (850, 50), (300, 600)):
+        cu = _cu(lengths)
+        out = tilewright.flash_attention_varlen(q, k, v, cu, cu, 850, 850, causal=True)
+        grad = torch.randn_like(out)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad)
+        qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ro, _ = varlen_attention_reference(qd, kd, vd, cu, cu, True)
+        rdq, rdk, rdv = torch.autograd.grad(ro, (qd, kd, vd), grad.double())
+        for got, ref in ((out, ro), (dq, rdq), (dk, rdk), (dv, rdv)):
+            assert _rel(got, ref) <= 2e-2, lengths

@@ -3,7 +3,8 @@
 Rows (H heads, head dim D, causal, bf16), forward and forward + backward:
 
 * ``equal``: B sequences of one length L packed - the same tokens and FLOPs as the dense (B, H, L, D) batch, so
-  ``tilewright-dense`` (``flash_attention``, the router's kernel) is the direct reference for the varlen kernel.
+  ``tilewright-dense`` (``flash_attention``, the router's kernel: the sm_90a CUDA one on H100 / H200) is the direct
+  reference for the varlen kernel; ``tilewright-dense-triton`` is the same Triton kernel the varlen op runs.
 * ``mixed``: lengths drawn between 128 and 8k (seeded, a 4x-64x spread). Peers: ``sdpa-cudnn-padded`` /
   ``sdpa-flash-padded`` - SDPA on the batch padded to the longest sequence (what a user without varlen runs; it
   computes the padding too), and ``tilewright-dense-mean``: the dense op on equal sequences of the mean length and
@@ -78,6 +79,9 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, csv_path: 
             dense = tuple(t.view(B, L, H, D).transpose(1, 2) for t in (q, k, v))
             provs["tilewright-dense"] = (lambda q, k, v: tilewright.flash_attention(q, k, v, causal=True), dense,
                                          _flops(lengths, H, D))
+            provs["tilewright-dense-triton"] = (
+                lambda q, k, v: tilewright.flash_attention(q, k, v, causal=True, backend="triton"), dense,
+                _flops(lengths, H, D))
             if gpu:
                 provs["sdpa-cudnn"] = (_sdpa("cudnn"), dense, _flops(lengths, H, D))
         else:

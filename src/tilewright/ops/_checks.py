@@ -90,3 +90,36 @@ def dense_grad(g):
     if g is None or g.numel() <= 1 or 0 not in g.stride():
         return g
     return g.contiguous()
+
+
+class CheckedValues:
+    """Index tensors whose *values* an op has checked (cu_seqlens, cache lengths, block tables), so that the next
+    call with the same tensors, unmodified, skips the device-to-host read.
+
+    Why: such a check reads the tensor on the host, which waits for the GPU; a model passes one offsets tensor to
+    every layer of a step (32 attention calls, one set of cu_seqlens), so only the first call of a step waits. A
+    tensor counts as unchanged while it is the same live object (a weak reference, never a recycled address) with the
+    same ``_version`` - torch bumps it at every in-place write, through any view. ``extra``: what else the check
+    depended on (totals, capacities); a different value checks again.
+    """
+
+    def __init__(self, size: int = 64):
+        self._size = size
+        self._seen: dict = {}
+
+    @staticmethod
+    def _key(tensors, extra) -> tuple:
+        return (*((id(t), t._version) if t is not None else None for t in tensors), extra)
+
+    def seen(self, tensors, extra) -> bool:
+        """Whether these tensors, unmodified, passed the check with ``extra`` before."""
+        refs = self._seen.get(self._key(tensors, extra))
+        return refs is not None and all((r() is t) if r is not None else t is None for r, t in zip(refs, tensors))
+
+    def add(self, tensors, extra) -> None:
+        """Remember a passed check."""
+        import weakref
+
+        if len(self._seen) >= self._size:
+            self._seen.clear()
+        self._seen[self._key(tensors, extra)] = tuple(weakref.ref(t) if t is not None else None for t in tensors)

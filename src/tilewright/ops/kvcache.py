@@ -18,8 +18,9 @@ Contract (flash-attn's ``flash_attn_with_kvcache``, which inference engines alre
   implementation: torch.compile traces it without a graph break, and a compiled decode step sees the cache writes.
 
 Checks: shapes, dtypes, devices and index dtypes raise naming the argument. The cache lengths and the block table's
-entries are checked against the cache's capacity with one device-to-host read per call (skipped while a CUDA graph
-is captured or torch.compile traces); the kernel clamps page indices besides, so even an unchecked call never reads
+entries are checked against the cache's capacity with one device-to-host read (once per tensors: every layer of a
+decode step passes the same unmodified lengths and table, and only the first call reads, ``_checks.CheckedValues``;
+skipped while a CUDA graph is captured or torch.compile traces); the kernel clamps page indices besides, so even an unchecked call never reads
 outside the cache.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Optional
 import torch
 
 from .._env import interpreting
-from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._checks import CheckedValues, check_same_device, check_same_dtype, check_tensor
 from ._eager import call_op, register_fast_dispatch
 # the attention op's own rules for the options both ops take (one definition: same messages, same accepted values)
 from .attention import HEAD_DIMS_TEXT, _check_scale, _check_softcap, _check_window, _head_dim_problem
@@ -92,6 +93,9 @@ def _check_values(seqlens, new: int, capacity: int, block_table, num_pages: int)
     capturing = seqlens.is_cuda and torch.cuda.is_current_stream_capturing()
     if capturing or torch.compiler.is_compiling() or seqlens.numel() == 0:
         return
+    extra = (new, capacity, num_pages)
+    if _checked.seen((seqlens, block_table), extra):
+        return
     lo, hi = seqlens.min(), seqlens.max()
     stats = [lo, hi]
     if block_table is not None:
@@ -109,6 +113,10 @@ def _check_values(seqlens, new: int, capacity: int, block_table, num_pages: int)
     if block_table is not None and (values[2] < 0 or values[3] >= num_pages):
         raise ValueError(f"block_table: entries in use must lie in [0, {num_pages}) (the cache's pages), found "
                          f"{values[2] if values[2] < 0 else values[3]}")
+    _checked.add((seqlens, block_table), extra)
+
+
+_checked = CheckedValues()
 
 
 def _append(k_cache, v_cache, k, v, seqlens, block_table) -> None:
@@ -182,10 +190,12 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
         softcap: logit soft cap (Gemma 2), None / 0 for none.
         return_lse: also return the natural-log LSE (B, Hq, Sq), fp32.
         num_splits: chunks of the key range per (sequence, kv head); None picks from the shapes and SM count.
-        validate: check cache_seqlens and the block table's entries in use against the cache (one device-to-host read,
-            which waits for the GPU). A decode loop run eagerly passes False to keep the host ahead of the GPU; the
-            kernel then clamps out-of-range lengths and pages (never a read outside the cache, but a wrong answer for
-            a wrong table). Skipped anyway while a CUDA graph is captured or torch.compile traces.
+        validate: check cache_seqlens and the block table's entries in use against the cache: one device-to-host
+            read, which waits for the GPU, once per unmodified tensors (the other layers of a decode step skip it);
+            an int cache_seqlens without a block table is checked on the host for free. A decode loop run eagerly
+            may pass False to keep the host ahead of the GPU; the kernel then clamps out-of-range lengths and pages
+            (never a read outside the cache, but a wrong answer for a wrong table). Skipped anyway while a CUDA
+            graph is captured or torch.compile traces.
     Returns:
         out (B, Sq, Hq, D), or (out, lse).
 
@@ -200,6 +210,11 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
                          "torch.no_grad() or pass a q that does not require grad")
     B = q.shape[0]
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        new, capacity = (0 if k is None else k.shape[1]), _capacity(k_cache, block_table)
+        if validate and not 0 <= cache_seqlens <= capacity - new:
+            raise ValueError(f"cache_seqlens: {cache_seqlens} cached tokens + {new} new ones do not fit the cache's "
+                             f"capacity of {capacity} tokens (and must be >= 0)")
+        validate = validate and block_table is not None  # checked here, unless the table's entries need a read
         cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
     seqlens = _int_tensor("cache_seqlens", cache_seqlens, q.device)
     if seqlens.shape != (B,):

@@ -21,7 +21,8 @@ only. CPU tensors without ``TRITON_INTERPRET=1`` take the reference formula (cor
 
 Checks: shapes, dtypes, devices and the cu_seqlens' dtype and length raise naming the argument; their values (0
 first, nondecreasing, the totals last, no sequence longer than max_seqlen) are checked with one device-to-host read
-per call unless ``validate=False`` (skipped anyway while a CUDA graph is captured or torch.compile traces). Unchecked
+unless ``validate=False`` - once per offsets tensor: the other layers of a step, passing the same unmodified
+tensors, skip it (``_checks.CheckedValues``) - and skipped while a CUDA graph is captured or torch.compile traces. Unchecked
 bad values cannot make the kernels read outside q / k / v only if they hold; pass ``validate=False`` only for
 cu_seqlens built by code you trust.
 """
@@ -32,7 +33,7 @@ from typing import Optional
 import torch
 
 from .._env import interpreting
-from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._checks import CheckedValues, check_same_device, check_same_dtype, check_tensor
 from ._eager import call_op, register_fast_dispatch
 from .attention import (HEAD_DIMS_TEXT, _band, _check_scale, _check_softcap, _check_window, _head_dim_problem,
                         _nonnegative_scale, _window)
@@ -193,9 +194,16 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> N
             raise TypeError(f"{name}: expected an int >= 0 (the longest sequence), got {m!r}")
 
 
+_checked = CheckedValues()
+
+
 def _check_values(cu_q, cu_k, total_q: int, total_k: int, max_q: int, max_k: int) -> None:
-    """The offsets' values: 0 first, nondecreasing, the totals last, no sequence longer than its max (one read)."""
+    """The offsets' values: 0 first, nondecreasing, the totals last, no sequence longer than its max (one read; not
+    again for the same unmodified tensors with the same totals, see ``CheckedValues``)."""
     if (cu_q.is_cuda and torch.cuda.is_current_stream_capturing()) or torch.compiler.is_compiling():
+        return
+    extra = (total_q, total_k, max_q, max_k)
+    if _checked.seen((cu_q, cu_k), extra):
         return
     stats = []
     for cu in (cu_q, cu_k):
@@ -214,6 +222,7 @@ def _check_values(cu_q, cu_k, total_q: int, total_k: int, max_q: int, max_k: int
             raise ValueError(f"{name}: the last offset {last} must equal the packed tensor's {total} rows")
         if hi > mx:
             raise ValueError(f"{mx_name}: {mx} is shorter than the longest sequence ({hi}); pass at least {hi}")
+    _checked.add((cu_q, cu_k), extra)
 
 
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,

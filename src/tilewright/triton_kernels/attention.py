@@ -972,14 +972,39 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
+    key = None
+    if varlen is not None and config is None and use_tma is None and q.is_cuda and not INTERPRET \
+            and not full_autotune():
+        key = (*(tensor_signature(t) for t in (q, k, v, out, lse, varlen.cu_q, varlen.cu_k)), bool(causal),
+               float(sm_scale), int(causal_offset), float(softcap), window_offset, varlen.max_q, varlen.max_k,
+               torch.cuda.current_device())
+        bound = _varlen_fwd_bound.get(key)
+        if bound is not None:
+            bound(*(t.data_ptr() for t in (q, k, v, out, lse, varlen.cu_q, varlen.cu_k)))
+            return out, lse
     args = _fwd_args(q, k, v, out, lse, causal, sm_scale, use_tma, causal_offset, softcap, window_offset, varlen)
     rows, batch = (varlen.max_q, varlen.batch) if varlen else (Sq, B)
 
     def grid(meta):
         return (triton.cdiv(rows, meta["BLOCK_M"]), Hq, batch)
 
-    _launch(attn_fwd, _attn_fwd_kernel, grid, args, config, "forward", roles=("Q", "K", "V", "O", "LSE"))
+    compiled, config = _launch(attn_fwd, _attn_fwd_kernel, grid, args, config, "forward",
+                               roles=("Q", "K", "V", "O", "LSE"))
+    if key is not None:
+        full = {**args, **config.all_kwargs()}
+        bound = bind(_attn_fwd_kernel, compiled, grid(full), full, {r: full[r] for r in _VARLEN_FWD_ROLES})
+        if bound is not None:
+            if len(_varlen_fwd_bound) >= _BWD_BOUND_MAX:
+                _varlen_fwd_bound.clear()
+            _varlen_fwd_bound[key] = bound
     return out, lse
+
+
+# Varlen forward launches bound per signature (like the backward's below): the dense forward's eager replay lives in
+# the op layer (ops/_fast.py), which maps pointers to the op's inputs and outputs only - the cu_seqlens are extra
+# pointer arguments, bound here with the rest.
+_VARLEN_FWD_ROLES = ("Q", "K", "V", "O", "LSE", "CU_Q", "CU_K")
+_varlen_fwd_bound: dict = {}
 
 
 # The backward's three launches (delta, dK/dV, dQ) bound per signature: Triton's JIT and autotuner dispatch cost
@@ -1003,8 +1028,8 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     signature seen before launches the three kernels bound at its first call (``_runtime.BoundLaunch``) instead of
     through Triton's dispatch. ``dkdv_launch``: a callable ``(delta) -> None`` that writes dk / dv in place of the
     Triton dK / dV kernel (the sm_90a kernel, which ops/attention.py passes when it takes the call); ``dq_launch``
-    likewise for dq. ``varlen``: packed sequences as in :func:`attention_forward` (never bound: the cu_seqlens'
-    addresses change per call)."""
+    likewise for dq. ``varlen``: packed sequences as in :func:`attention_forward` (their cu_seqlens join the bound
+    launches' pointer arguments)."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     if B == 0 or Hq == 0 or (varlen and varlen.batch == 0):
@@ -1018,25 +1043,30 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
         dv.zero_()
         return dq, dk, dv
     key = None
-    if (configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune()
-            and varlen is None):
+    cu_roles = ("CU_Q", "CU_K") if varlen is not None else ()
+    roles_dkdv, roles_dq = _BWD_ROLES_DKDV + cu_roles, _BWD_ROLES_DQ + cu_roles
+    if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
         key = (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
                float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device(),
-               dkdv_launch is not None, dq_launch is not None)
+               dkdv_launch is not None, dq_launch is not None,
+               None if varlen is None else (tensor_signature(varlen.cu_q), tensor_signature(varlen.cu_k),
+                                            varlen.max_q, varlen.max_k))
         bound = _bwd_bound.get(key)
         if bound is not None:
             delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
             pre, dkdv, dqk = bound
             pre(out.data_ptr(), do.data_ptr(), (dlse if dlse is not None else delta).data_ptr(), delta.data_ptr())
             ptr = {"Q": q, "K": k, "V": v, "DO": do, "DK": dk, "DV": dv, "DQ": dq, "LSE": lse, "DELTA": delta}
+            if varlen is not None:
+                ptr.update(CU_Q=varlen.cu_q, CU_K=varlen.cu_k)
             if dkdv_launch is not None:
                 dkdv_launch(delta)
             else:
-                dkdv(*[ptr[r].data_ptr() for r in _BWD_ROLES_DKDV])
+                dkdv(*[ptr[r].data_ptr() for r in roles_dkdv])
             if dq_launch is not None:
                 dq_launch(delta)
             else:
-                dqk(*[ptr[r].data_ptr() for r in _BWD_ROLES_DQ])
+                dqk(*[ptr[r].data_ptr() for r in roles_dq])
             if is_recording():
                 record(None, {})  # as the full path reports: these launches are not an op's single replayable one
             return dq, dk, dv
@@ -1070,14 +1100,13 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
             bound_dq = True  # the caller's launch runs at every call
         else:
             full_dq = {**args_dq, **cfg_dq.all_kwargs()}
-            bound_dq = bind(_attn_bwd_dq_kernel, c_dq, grid_dq(full_dq), full_dq,
-                            {r: full_dq[r] for r in _BWD_ROLES_DQ})
+            bound_dq = bind(_attn_bwd_dq_kernel, c_dq, grid_dq(full_dq), full_dq, {r: full_dq[r] for r in roles_dq})
         if dkdv_launch is not None:
             bound_dkdv = True  # the caller's launch runs at every call; nothing to bind
         else:
             full_dkdv = {**args_dkdv, **cfg_dkdv.all_kwargs()}
             bound_dkdv = bind(_attn_bwd_dkdv_kernel, c_dkdv, grid_dkdv(full_dkdv), full_dkdv,
-                              {r: full_dkdv[r] for r in _BWD_ROLES_DKDV})
+                              {r: full_dkdv[r] for r in roles_dkdv})
         bound = (bind(_attn_bwd_preprocess, pre_compiled, pre_grid, pre_args,
                       {r: pre_args[r] for r in _BWD_ROLES_PRE}),
                  bound_dkdv, bound_dq)
