@@ -209,13 +209,13 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
                  "window_left": "i32",
                  "window_right": "i32"}
     split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, PAGE_SIZE=16,
-                       BLOCK_N=ka.block_n(head_dim, whole_waves, interpret=False), PAGED=paged, CAUSAL=True,
+                       BLOCK_N=ka.block_n(head_dim, whole_waves, paged, interpret=False), PAGED=paged, CAUSAL=True,
                        WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32")
     combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
         "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}
     reports = compile_reports([
         {"kernel": f"{mod}:_split_kernel", "signature": split_sig, "constexprs": split_const,
-         "num_warps": ka.NUM_WARPS, "num_stages": ka.num_stages(head_dim), "name": "split",
+         "num_warps": ka.NUM_WARPS, "num_stages": ka.num_stages(head_dim, paged), "name": "split",
          # what a launch specializes: 16-byte aligned buffers and strides that are multiples of 16 elements
          "divisible_by_16": ["Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART", "stride_qb", "stride_qs",
                              "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs", "stride_vh",

@@ -145,7 +145,8 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * _LN2, float("-inf"))
     o_ptrs = O_PART + split.to(tl.int64) * stride_os + b.to(tl.int64) * stride_ob \
         + (hkv * GROUP + g)[:, None] * stride_oh + tok[:, None] * stride_om + cols[None, :]
-    tl.store(o_ptrs, out, mask=row_ok[:, None] & col_ok[None, :])
+    # fp32 partials, or (one split) the output itself in q's dtype
+    tl.store(o_ptrs, out.to(O_PART.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
     lse_ptrs = LSE_PART + ((split * B + b) * (Hkv * GROUP) + hkv * GROUP + g) * Sq + tok
     tl.store(lse_ptrs, lse, mask=row_ok)
 
@@ -179,31 +180,37 @@ def _pow2(x: int, lo: int) -> int:
     return max(lo, 1 << max(0, (int(x) - 1).bit_length()))
 
 
-# Launch shape and split count, from a sweep on H100 (perf/LOG.md, session 14: device time with a cold L2, 13 decode
-# rows x 6 shapes x 4-7 split counts). Two regimes:
-# * B * Hkv below the SM count: split the keys so that B * Hkv * splits is about one program per SM, 64 keys a step,
-#   4 warps, a 3-deep ring (96 KB of shared memory). One resident program per SM keeps enough bytes in flight; a split
-#   count that spills past the first wave (5 at B * Hkv = 64: 320 programs) cost 4-7%.
-# * B * Hkv at or above it: no split (each program already streams a whole sequence), 128 keys a step (192 KB ring):
-#   1-2% over 64-key steps on the longest rows.
+# Launch shape and split count, from two sweeps on H100 (perf/LOG.md, session 14: device time with a cold L2; 13
+# decode rows x 6 shapes x 4-7 split counts, then 7 rows x 4 shapes x 3 split counts x 3 cache layouts):
+# * contiguous cache, B * Hkv below the SM count: split the keys so that B * Hkv * splits is about one program per SM,
+#   64 keys a step, 4 warps, a 3-deep ring (96 KB of shared memory). One program per SM keeps enough bytes in
+#   flight; a split count that spills past the first wave (5 at B * Hkv = 64: 320 programs) cost 4-7%.
+# * contiguous, B * Hkv at or above it: no split (each program already streams a whole sequence), 128 keys a step
+#   (192 KB ring): 1-2% over 64-key steps on the longest rows.
+# * paged: each step's rows wait on a page-table load before their K / V loads can issue, so one program per SM
+#   leaves the memory system idle (B 8 x S 32k: 526 us with pages of 16 against 354 contiguous). About three programs
+#   per SM with a 4-deep ring of 64-key steps hide it: 366 us (pages of 16), 364 (of 256).
 # Head dim 256 keeps 64 keys and a 2-deep ring (shared memory). In AOT sm_90 builds with the launch's 16-divisible
-# strides (tests/test_kvcache.py) both shapes take 100-170 registers a thread and no spills; without those hints the
+# strides (tests/test_kvcache.py) these shapes take 100-170 registers a thread and no spills; without those hints the
 # K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
 # of a real cache are multiples of 16 elements.
 NUM_WARPS = 4
 
 
-def block_n(head_dim_pad: int = 128, whole_waves: bool = False, interpret: bool = INTERPRET) -> int:
+def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
+            interpret: bool = INTERPRET) -> int:
     """Keys per loop step (16 under the interpreter, where each step costs milliseconds); ``whole_waves``: B * Hkv
     fills the SMs without splitting (the second regime above)."""
     if interpret:
         return 16
-    return 128 if whole_waves and head_dim_pad <= 128 else 64
+    return 128 if whole_waves and not paged and head_dim_pad <= 128 else 64
 
 
-def num_stages(head_dim_pad: int) -> int:
+def num_stages(head_dim_pad: int, paged: bool = False) -> int:
     """Depth of the K / V load ring."""
-    return 3 if head_dim_pad <= 128 else 2
+    if head_dim_pad > 128:
+        return 2
+    return 4 if paged else 3
 
 
 def num_sms(device) -> int:
@@ -220,11 +227,12 @@ def num_sms(device) -> int:
 _SMS: dict = {}
 
 
-def default_splits(batch: int, kv_heads: int, capacity: int, device) -> int:
-    """How many chunks the key range of each (sequence, KV head) is cut into: about one program per SM in all (B *
-    Hkv alone leaves most SMs idle at decode batch sizes), never chunks under 64 keys (each split re-reads the query
-    tile and adds a combine term)."""
-    return int(max(1, min(num_sms(device) // max(1, batch * kv_heads), -(-capacity // 64))))
+def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool = False) -> int:
+    """How many chunks the key range of each (sequence, KV head) is cut into: about one program per SM in all (three
+    for a paged cache, see above; B * Hkv alone leaves most SMs idle at decode batch sizes), never chunks under 64
+    keys (each split re-reads the query tile and adds a combine term)."""
+    per_sm = 3 if paged else 1
+    return int(max(1, min(per_sm * num_sms(device) // max(1, batch * kv_heads), -(-capacity // 64))))
 
 
 # Bound launches per call signature: a decode step calls the op with the same shapes every time, and the split
@@ -244,7 +252,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     """(out, lse) of q against the cache (module docstring). Inputs are the op layer's checked tensors: q (B, Sq, Hq,
     D), caches with a unit last stride, seqlens int32 (B,) on q's device, block_table int32 (B, max_pages) or None.
     ``config``: a dict overriding the launch shape (``block_n``, ``num_warps``, ``num_stages``, ``block_m``), for
-    measuring variants."""
+    measuring variants (``skip_combine``: launch the split kernel only, leaving out / lse unwritten)."""
     B, Sq, Hq, D = q.shape
     paged = block_table is not None
     options = (bool(causal), scale, float(softcap), window, num_splits, tuple(sorted((config or {}).items())))
@@ -257,23 +265,30 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     Hkv = k_cache.shape[2]
     group = Hq // Hkv
     capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
-    splits = num_splits or default_splits(B, Hkv, capacity, q.device)
+    splits = num_splits or default_splits(B, Hkv, capacity, q.device, paged)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     left, right = window
     head_dim_pad = _pow2(D, 16)
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= num_sms(q.device))
-    warps, stages = NUM_WARPS, num_stages(head_dim_pad)
+    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= num_sms(q.device), paged=paged)
+    warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged)
     if config:
         bn = config.get("block_n", bn)
         warps = config.get("num_warps", warps)
         stages = config.get("num_stages", stages)
         block_m = config.get("block_m", block_m)
-    o_part = torch.empty((splits, B, Hq, Sq, D), device=q.device, dtype=torch.float32)
-    lse_part = torch.empty((splits, B, Hq, Sq), device=q.device, dtype=torch.float32)
     out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
+    direct = splits == 1
+    if direct:
+        # one split: the kernel's normalised rows are the answer; it writes them into out (viewed with a zero split
+        # stride, in (b, h, token) order) and lse directly, and no combine pass runs (3 us at B 64 x S 1k on H100)
+        o_part = out.permute(0, 2, 1, 3).unsqueeze(0)
+        lse_part = lse
+    else:
+        o_part = torch.empty((splits, B, Hq, Sq, D), device=q.device, dtype=torch.float32)
+        lse_part = torch.empty((splits, B, Hq, Sq), device=q.device, dtype=torch.float32)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
     split_args = dict(
@@ -292,27 +307,40 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         num_stages=stages)
     split_grid = (B * Hkv, splits, -(-rows // block_m))
     split_compiled = _split_kernel[split_grid](**split_args)
+    split_roles = ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART")
+    if direct:
+        if key is not None:
+            split = bind(_split_kernel, split_compiled, split_grid, split_args, {r: split_args[r] for r in split_roles})
+            if split is not None:
+                _store_bound(key, _Replay(split, None, None, None, lse.shape))
+        return out, lse
     combine_args = dict(
         O_PART=o_part, LSE_PART=lse_part, OUT=out, LSE=lse, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
         stride_oh=o_part.stride(2), stride_om=o_part.stride(3), stride_ob2=out.stride(0), stride_os2=out.stride(1),
         stride_oh2=out.stride(2), B=B, H=Hq, Sq=Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=splits,
         SPLITS_PAD=_pow2(splits, 2), num_warps=1)
     combine_grid = (B * Hq * Sq,)
+    if config and config.get("skip_combine"):  # measuring the split kernel alone (out / lse left unwritten)
+        return out, lse
     combine_compiled = _combine_kernel[combine_grid](**combine_args)
     if key is not None:
-        split = bind(_split_kernel, split_compiled, split_grid, split_args,
-                     {r: split_args[r] for r in ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART")})
+        split = bind(_split_kernel, split_compiled, split_grid, split_args, {r: split_args[r] for r in split_roles})
         combine = bind(_combine_kernel, combine_compiled, combine_grid, combine_args,
                        {r: combine_args[r] for r in ("O_PART", "LSE_PART", "OUT", "LSE")})
         if split is not None and combine is not None:
-            if len(_bound) >= _BOUND_MAX:
-                _bound.clear()
-            _bound[key] = _Replay(split, combine, o_part.shape, lse_part.shape, lse.shape)
+            _store_bound(key, _Replay(split, combine, o_part.shape, lse_part.shape, lse.shape))
     return out, lse
 
 
+def _store_bound(key, replay) -> None:
+    if len(_bound) >= _BOUND_MAX:
+        _bound.clear()
+    _bound[key] = replay
+
+
 class _Replay:
-    """The two bound launches of one call signature; called with that signature's tensors."""
+    """The bound launches of one call signature (the split kernel, and the combine unless one split writes the
+    output directly); called with that signature's tensors."""
 
     __slots__ = ("_combine", "_lse_part_shape", "_lse_shape", "_o_part_shape", "_split")
 
@@ -322,11 +350,15 @@ class _Replay:
 
     def __call__(self, q, k_cache, v_cache, seqlens, block_table):
         dev = q.device
-        o_part = torch.empty(self._o_part_shape, device=dev, dtype=torch.float32)
-        lse_part = torch.empty(self._lse_part_shape, device=dev, dtype=torch.float32)
-        out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+        out = torch.empty(q.shape, device=dev, dtype=q.dtype)
         lse = torch.empty(self._lse_shape, device=dev, dtype=torch.float32)
         table = block_table if block_table is not None else seqlens
+        if self._combine is None:
+            self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
+                        out.data_ptr(), lse.data_ptr())
+            return out, lse
+        o_part = torch.empty(self._o_part_shape, device=dev, dtype=torch.float32)
+        lse_part = torch.empty(self._lse_part_shape, device=dev, dtype=torch.float32)
         self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                     o_part.data_ptr(), lse_part.data_ptr())
         self._combine(o_part.data_ptr(), lse_part.data_ptr(), out.data_ptr(), lse.data_ptr())
