@@ -79,25 +79,35 @@ def graph_ms(fn, *, flush_mb: int = 256, calls: int = 20, replays: int = 15) -> 
     calls, so a KV cache smaller than the L2 (50 MB on H100) reads at cache speed. Engines replay decode steps from
     CUDA graphs, each step's cache read cold: this measures that. ``fn`` must be capturable (no host sync).
     CPU: :func:`time_ms`."""
+    return graph_ms_alternating([fn], flush_mb=flush_mb, calls=calls, replays=replays)[0]
+
+
+def graph_ms_alternating(fns, *, flush_mb: int = 256, calls: int = 20, replays: int = 15) -> list[float]:
+    """:func:`graph_ms` of each of ``fns`` (the providers of one comparison), their replays interleaved: round r
+    replays the flush-only graph and every provider's graph once, and each provider's time is the median over rounds
+    of (its graph - that round's flush graph) / ``calls``. The lent GPUs' clocks drift after heavy rows (one provider
+    timed 9% slow right after a 2.7 ms-a-call row, then the others at their usual speed); interleaved, a drift
+    affects every provider of a row alike."""
     if not on_gpu():
-        return time_ms(fn, cpu_runs=1)
+        return [time_ms(fn, cpu_runs=1) for fn in fns]
     flush = torch.empty(flush_mb << 20, dtype=torch.int8, device="cuda")
-    fn()  # compile, allocate
+    for fn in fns:
+        fn()  # compile, allocate
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graphs = []
     with torch.cuda.stream(stream):
-        for with_fn in (True, False):
+        for fn in (None, *fns):
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=stream):
                 for _ in range(calls):
                     flush.zero_()
-                    if with_fn:
+                    if fn is not None:
                         fn()
             graphs.append(g)
     torch.cuda.synchronize()
-    diffs = []
+    diffs: list[list[float]] = [[] for _ in fns]
     for _ in range(replays):
         t = []
         for g in graphs:
@@ -107,8 +117,9 @@ def graph_ms(fn, *, flush_mb: int = 256, calls: int = 20, replays: int = 15) -> 
             end.record()
             end.synchronize()
             t.append(start.elapsed_time(end))
-        diffs.append((t[0] - t[1]) / calls)
-    return sorted(diffs)[len(diffs) // 2]
+        for i in range(len(fns)):
+            diffs[i].append((t[i + 1] - t[0]) / calls)
+    return [sorted(d)[len(d) // 2] for d in diffs]
 
 
 def loop_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, repeats: int = 7) -> float:

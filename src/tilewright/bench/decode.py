@@ -3,7 +3,8 @@
 Decode reads the whole KV cache once per new token and computes little, so its measure is memory bandwidth: each row
 reports the GB/s of K and V read (``gbps``) and that as a fraction of the device's copy bandwidth measured in the same
 run (``bw_frac``: a ``copy_`` of a 1 GiB buffer, bytes read + written). Every provider is timed the way engines run a
-decode step - replayed from a CUDA graph, the L2 flushed before each call (:func:`~tilewright.bench.common.graph_ms`):
+decode step - replayed from a CUDA graph, the L2 flushed before each call, the providers of a row interleaved
+(:func:`~tilewright.bench.common.graph_ms_alternating`):
 the GPU time of the kernels with the cache read cold, no host launch cost (that is ``tilewright bench --op host``).
 Providers: ``tilewright`` (contiguous
 cache), ``tilewright-paged16`` / ``tilewright-paged256`` (the same cache through a shuffled block table of 16- or
@@ -20,7 +21,8 @@ import os
 
 import torch
 
-from .common import add_speedups, card_name, environment, graph_ms, on_gpu, require_pandas, time_ms
+from .common import (add_speedups, card_name, environment, graph_ms_alternating, on_gpu, require_pandas,
+                     time_ms)
 
 _DEFAULT = [(b, 32, 8, s, 128) for b in (1, 8, 64) for s in (1024, 8192, 32768, 131072) if b * s <= 2 ** 21]
 SUITES = {
@@ -120,19 +122,22 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, csv_path: 
         tag = f"{B}x{Hq}/{Hkv}x{S}x{D}"
         case = f"{tag}|decode"
         ref = None
+        ready = {}
         for name, fn in provs.items():
             try:
                 out = fn(q, caches, seqlens)
-                if ref is None:
-                    ref = out
-                elif not name.startswith("sdpa"):
-                    err = (out.float() - ref.float()).abs().max().item()
-                    if err > 2e-2:
-                        progress(f"  {case} {name}: max |diff| vs {list(provs)[0]} = {err:.3e} (!)")
-                ms = graph_ms(lambda: fn(q, caches, seqlens))
             except Exception as e:  # a peer that declines the row
                 progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
                 continue
+            if ref is None:
+                ref = out
+            elif not name.startswith("sdpa"):
+                err = (out.float() - ref.float()).abs().max().item()
+                if err > 2e-2:
+                    progress(f"  {case} {name}: max |diff| vs {list(provs)[0]} = {err:.3e} (!)")
+            ready[name] = (lambda fn=fn: fn(q, caches, seqlens))
+        times = graph_ms_alternating(list(ready.values())) if ready else []
+        for name, ms in zip(ready, times):
             gbps = kv_bytes / (ms * 1e-3) / 1e9
             flops = 4 * B * Hq * S * D
             rows.append(dict(op="decode", case=case, shape=tag, dtype=str(dtype).split(".")[-1], provider=name,
