@@ -64,3 +64,23 @@ def test_agrees_with_sdpa_flash_on_decode():
     ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
                                                            enable_gqa=True).transpose(1, 2)
     assert (out.float() - ref.float()).abs().max().item() <= 2e-2
+
+
+@pytest.mark.parametrize("page", [None, 16])
+def test_a_repeated_signature_reads_the_new_lengths_and_pages(page):
+    """From the second call of a signature the op goes straight to bound launches (ops/kvcache._replays): new
+    lengths and a reshuffled block table in new tensors of the same shapes must be followed, and an in-place change
+    to the lengths beyond the capacity must still raise."""
+    B, Hq, Hkv, D, S = 3, 16, 4, 128, 600
+    q = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16)
+    kc = torch.randn(B, S, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    for lengths in ((600, 10, 300), (1, 599, 77), (600, 10, 300)):
+        seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+        kp, vp, table = (kc, vc, None) if page is None else _paged(kc, vc, page)
+        out = tilewright.flash_attention_with_kvcache(q, kp, vp, seqlens, block_table=table)
+        ref, _ = kvcache_attention_reference(q.double(), kc.double(), vc.double(), seqlens)
+        assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2, lengths
+    seqlens[0] = S + 1
+    with pytest.raises(ValueError, match="capacity"):
+        tilewright.flash_attention_with_kvcache(q, kp, vp, seqlens, block_table=table)

@@ -31,6 +31,7 @@ import torch
 
 from .._env import interpreting
 from ._checks import CheckedValues, check_same_device, check_same_dtype, check_tensor
+from . import _fast
 from ._eager import call_op, register_fast_dispatch
 # the attention op's own rules for the options both ops take (one definition: same messages, same accepted values)
 from .attention import HEAD_DIMS_TEXT, _check_scale, _check_softcap, _check_window, _head_dim_problem
@@ -201,6 +202,13 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
 
     Runs the Triton split-KV kernels (triton_kernels/kvcache_attention.py) on CUDA tensors and on CPU under
     ``TRITON_INTERPRET=1``; CPU tensors otherwise take the reference formula (correct, slow)."""
+    key = _replay_key(q, k_cache, v_cache, cache_seqlens, k, block_table, causal, scale, window, softcap, num_splits)
+    replay = _replays.get(key) if key is not None else None
+    if replay is not None:  # a signature whose checks passed and whose launches are bound: skip to the launches
+        if validate:
+            _check_values(cache_seqlens, 0, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
+        out, lse = replay(q, k_cache, v_cache, cache_seqlens, block_table)
+        return (out, lse) if return_lse else out
     _check(q, k_cache, v_cache, k, v, block_table)
     scale = _check_scale(scale, q.shape[-1])
     softcap = _check_softcap(softcap)
@@ -228,4 +236,36 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     # untraced eager calls skip the custom-op dispatcher (ops/_eager.call_op: tens of microseconds a call)
     out, lse = call_op(flash_attn_kvcache_op, q, k_cache, v_cache, seqlens, k, v, block_table, bool(causal), scale,
                        left, right, softcap, int(num_splits or 0), bool(validate))
+    if key is not None and seqlens is cache_seqlens and q.stride(-1) == 1 \
+            and (block_table is None or block_table.is_contiguous()):
+        # the launches read the caller's own tensors (no copy was made): later calls may go straight to them
+        from ..triton_kernels.kvcache_attention import bound_replay
+
+        replay = bound_replay(q, k_cache, v_cache, seqlens, block_table, causal=bool(causal), scale=scale,
+                              softcap=softcap, window=(None if left < 0 else left, None if right < 0 else right),
+                              num_splits=num_splits or None)
+        if replay is not None:
+            _fast.store(_replays, key, replay)
     return (out, lse) if return_lse else out
+
+
+_replays = _fast.new_cache()
+
+
+def _replay_key(q, k_cache, v_cache, cache_seqlens, k, block_table, causal, scale, window, softcap, num_splits):
+    """The eager replay key of a call (ops/_fast.py), or None when it may not replay: an append (k / v), a length
+    given as an int, a q that requires grad under grad mode (refused by the full path), tracing, a tensor subclass,
+    a CPU tensor, or an option the full path must judge (an unhashable window, a non-bool causal)."""
+    if k is not None or not isinstance(cache_seqlens, torch.Tensor) or type(causal) is not bool:
+        return None
+    if (torch.is_grad_enabled() and q.requires_grad) or not _fast.eligible(q, k_cache, v_cache, cache_seqlens,
+                                                                            block_table):
+        return None
+    sig = _fast.sig
+    key = (sig(q), sig(k_cache), sig(v_cache), sig(cache_seqlens), sig(block_table), causal, scale, window, softcap,
+           num_splits, torch.cuda.current_device())
+    try:
+        hash(key)
+    except TypeError:  # e.g. a window given as a list
+        return None
+    return key

@@ -247,6 +247,14 @@ def _signature(q, k_cache, v_cache, seqlens, table, options) -> tuple:
             tensor_signature(table), options, torch.cuda.current_device())
 
 
+def bound_replay(q, k_cache, v_cache, seqlens, block_table=None, *, causal=True, scale=None, softcap=0.0,
+                 window=(None, None), num_splits=None):
+    """The bound launches a :func:`kvcache_attention` call with these arguments recorded (a callable taking the same
+    tensors, returning (out, lse)), or None. The op layer keeps it under its own key to skip its checks too."""
+    options = (bool(causal), scale, float(softcap), window, num_splits, ())
+    return _bound.get(_signature(q, k_cache, v_cache, seqlens, block_table, options))
+
+
 def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=True, scale=None, softcap=0.0,
                       window=(None, None), num_splits=None, config=None):
     """(out, lse) of q against the cache (module docstring). Inputs are the op layer's checked tensors: q (B, Sq, Hq,
