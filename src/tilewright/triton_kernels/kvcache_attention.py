@@ -350,11 +350,14 @@ class _Replay:
     """The bound launches of one call signature (the split kernel, and the combine unless one split writes the
     output directly); called with that signature's tensors."""
 
-    __slots__ = ("_combine", "_lse_part_shape", "_lse_shape", "_o_part_shape", "_split")
+    __slots__ = ("_combine", "_lse_offset", "_lse_shape", "_parts_numel", "_split")
 
     def __init__(self, split, combine, o_part_shape, lse_part_shape, lse_shape):
         self._split, self._combine = split, combine
-        self._o_part_shape, self._lse_part_shape, self._lse_shape = o_part_shape, lse_part_shape, lse_shape
+        self._lse_shape = lse_shape
+        if combine is not None:
+            self._lse_offset = -(-math.prod(o_part_shape) // 4) * 4  # elements, rounded to 16 bytes
+            self._parts_numel = self._lse_offset + math.prod(lse_part_shape)
 
     def __call__(self, q, k_cache, v_cache, seqlens, block_table):
         dev = q.device
@@ -365,9 +368,12 @@ class _Replay:
             self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                         out.data_ptr(), lse.data_ptr())
             return out, lse
-        o_part = torch.empty(self._o_part_shape, device=dev, dtype=torch.float32)
-        lse_part = torch.empty(self._lse_part_shape, device=dev, dtype=torch.float32)
+        # both fp32 partial buffers in one allocation (an allocation costs the host about as much as a launch); the
+        # LSE part starts 16-byte aligned, as the launch the kernels were bound from saw it
+        parts = torch.empty(self._parts_numel, device=dev, dtype=torch.float32)
+        o_part = parts.data_ptr()
+        lse_part = o_part + 4 * self._lse_offset
         self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
-                    o_part.data_ptr(), lse_part.data_ptr())
-        self._combine(o_part.data_ptr(), lse_part.data_ptr(), out.data_ptr(), lse.data_ptr())
+                    o_part, lse_part)
+        self._combine(o_part, lse_part, out.data_ptr(), lse.data_ptr())
         return out, lse
