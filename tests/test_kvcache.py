@@ -311,3 +311,31 @@ def test_an_int_length_is_checked_on_the_host():
         tilewright.flash_attention_with_kvcache(q, kc, vc, 16, k=torch.randn(2, 1, 2, 16, dtype=torch.float16,
                                                                           device=DEV), v=torch.zeros(2, 1, 2, 16,
                                                                           dtype=torch.float16, device=DEV))
+
+
+@pytest.mark.parametrize("page", [None, 4])
+def test_append_kernel_with_odd_heads_head_dim_and_strided_inputs(page):
+    """The append launch (triton_kernels/kvcache_attention.append_to_cache): 3 kv heads, head dim 24 (padded tile),
+    k / v new tokens as strided slices of one packed tensor; only the new slots change, to exactly the new values."""
+    from tilewright.triton_kernels.kvcache_attention import append_to_cache
+
+    B, S, Hkv, D, new = 2, 12, 3, 24, 2
+    if page is None:
+        kc, vc, table = torch.randn(B, S, Hkv, D, device=DEV), torch.randn(B, S, Hkv, D, device=DEV), None
+    else:
+        kc, vc = torch.randn(7, page, Hkv, D, device=DEV), torch.randn(7, page, Hkv, D, device=DEV)
+        table = torch.tensor([[6, 2, 0], [1, 5, 3]], dtype=torch.int32, device=DEV)
+    packed = torch.randn(B, new, 2, Hkv, D, device=DEV)
+    k_new, v_new = packed[:, :, 0], packed[:, :, 1]  # strided: rows of 2 * Hkv * D
+    seqlens = torch.tensor([3, 10], dtype=torch.int32, device=DEV)
+    want_k, want_v = kc.clone(), vc.clone()
+    for b in range(B):
+        for t in range(new):
+            pos = int(seqlens[b]) + t
+            if page is None:
+                want_k[b, pos], want_v[b, pos] = k_new[b, t], v_new[b, t]
+            else:
+                p = int(table[b, pos // page])
+                want_k[p, pos % page], want_v[p, pos % page] = k_new[b, t], v_new[b, t]
+    append_to_cache(kc, vc, k_new, v_new, seqlens, table)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)

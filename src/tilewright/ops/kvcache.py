@@ -121,7 +121,15 @@ _checked = CheckedValues()
 
 
 def _append(k_cache, v_cache, k, v, seqlens, block_table) -> None:
-    """Write the new tokens into the cache in place at positions seqlens[b] + t."""
+    """Write the new tokens into the cache in place at positions seqlens[b] + t: one Triton launch on CUDA (and under
+    the interpreter), torch indexing otherwise."""
+    if k.is_cuda or interpreting():
+        from ..triton_kernels.kvcache_attention import append_to_cache
+
+        k_in = k if k.stride(-1) == 1 else k.contiguous()
+        v_in = v if v.stride(-1) == 1 else v.contiguous()
+        append_to_cache(k_cache, v_cache, k_in, v_in, seqlens, block_table)
+        return
     B, new = k.shape[0], k.shape[1]
     pos = seqlens.long()[:, None] + torch.arange(new, device=k.device)[None, :]  # (B, new)
     if block_table is None:

@@ -176,6 +176,75 @@ def _combine_kernel(O_PART, LSE_PART, OUT, LSE, stride_os, stride_ob, stride_oh,
     tl.store(LSE + row, tl.where(total > 0.0, m_use + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf")))
 
 
+@triton.jit
+def _append_kernel(K_NEW, V_NEW, K_CACHE, V_CACHE, SEQLENS, TABLE,
+                   stride_knb, stride_kns, stride_knh, stride_vnb, stride_vns, stride_vnh,
+                   stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh, stride_tb,
+                   new, Hkv, num_pages, capacity,
+                   HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEADS_PAD: tl.constexpr,
+                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr):
+    """Write new token t of sequence b (all its KV heads) into the caches at position seqlens[b] + t: one program per
+    (b, t). A position outside [0, capacity) is not written (the op layer reports such lengths before launching);
+    page-table entries are clamped like the attention kernel's."""
+    pid = tl.program_id(0)
+    b = pid // new
+    t = pid % new
+    pos = tl.load(SEQLENS + b) + t
+    ok = (pos >= 0) & (pos < capacity)
+    pos = tl.minimum(tl.maximum(pos, 0), capacity - 1)
+    if PAGED:
+        page = tl.load(TABLE + b.to(tl.int64) * stride_tb + pos // PAGE_SIZE)
+        page = tl.minimum(tl.maximum(page, 0), num_pages - 1)
+        k_row = page.to(tl.int64) * stride_kp + (pos % PAGE_SIZE) * stride_ks
+        v_row = page.to(tl.int64) * stride_vp + (pos % PAGE_SIZE) * stride_vs
+    else:
+        k_row = b.to(tl.int64) * stride_kp + pos.to(tl.int64) * stride_ks
+        v_row = b.to(tl.int64) * stride_vp + pos.to(tl.int64) * stride_vs
+    heads = tl.arange(0, HEADS_PAD)
+    cols = tl.arange(0, HEAD_DIM_PAD)
+    mask = (heads[:, None] < Hkv) & (cols[None, :] < HEAD_DIM)
+    src = b.to(tl.int64) * stride_knb + t * stride_kns + heads[:, None] * stride_knh + cols[None, :]
+    k = tl.load(K_NEW + src, mask=mask)
+    src = b.to(tl.int64) * stride_vnb + t * stride_vns + heads[:, None] * stride_vnh + cols[None, :]
+    v = tl.load(V_NEW + src, mask=mask)
+    tl.store(K_CACHE + k_row + heads[:, None] * stride_kh + cols[None, :], k, mask=mask & ok)
+    tl.store(V_CACHE + v_row + heads[:, None] * stride_vh + cols[None, :], v, mask=mask & ok)
+
+
+def append_to_cache(k_cache, v_cache, k, v, seqlens, block_table=None) -> None:
+    """Write ``k`` / ``v`` (B, new, Hkv, D) into the caches at positions ``seqlens[b] + t``, in place, in one launch
+    (the op layer's checked tensors; caches with a unit last stride)."""
+    B, new, Hkv, D = k.shape
+    if B == 0 or new == 0:
+        return
+    paged = block_table is not None
+    table = block_table if paged else seqlens
+    key = None
+    if k.is_cuda and not INTERPRET and not torch.cuda.is_current_stream_capturing():
+        key = ("append", *(tensor_signature(t) for t in (k, v, k_cache, v_cache, seqlens, block_table)),
+               torch.cuda.current_device())
+        hit = _bound.get(key)
+        if hit is not None:  # bound at this signature's first call (see _bound)
+            hit(*(t.data_ptr() for t in (k, v, k_cache, v_cache, seqlens, table)))
+            return
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    args = dict(K_NEW=k, V_NEW=v, K_CACHE=k_cache, V_CACHE=v_cache, SEQLENS=seqlens, TABLE=table,
+                stride_knb=k.stride(0), stride_kns=k.stride(1), stride_knh=k.stride(2), stride_vnb=v.stride(0),
+                stride_vns=v.stride(1), stride_vnh=v.stride(2), stride_kp=k_cache.stride(0),
+                stride_ks=k_cache.stride(1), stride_kh=k_cache.stride(2), stride_vp=v_cache.stride(0),
+                stride_vs=v_cache.stride(1), stride_vh=v_cache.stride(2), stride_tb=table.stride(0) if paged else 0,
+                new=new, Hkv=Hkv, num_pages=k_cache.shape[0], capacity=capacity, HEAD_DIM=D,
+                HEAD_DIM_PAD=_pow2(D, 16), HEADS_PAD=_pow2(Hkv, 1), PAGE_SIZE=k_cache.shape[1] if paged else 1,
+                PAGED=paged, num_warps=4)
+    grid = (B * new,)
+    compiled = _append_kernel[grid](**args)
+    if key is not None:
+        roles = ("K_NEW", "V_NEW", "K_CACHE", "V_CACHE", "SEQLENS", "TABLE")
+        bound = bind(_append_kernel, compiled, grid, args, {r: args[r] for r in roles})
+        if bound is not None:
+            _store_bound(key, bound)
+
+
 def _pow2(x: int, lo: int) -> int:
     return max(lo, 1 << max(0, (int(x) - 1).bit_length()))
 
