@@ -20,8 +20,8 @@ Contract (flash-attn's ``flash_attn_with_kvcache``, which inference engines alre
 Checks: shapes, dtypes, devices and index dtypes raise naming the argument. The cache lengths and the block table's
 entries are checked against the cache's capacity with one device-to-host read (once per tensors: every layer of a
 decode step passes the same unmodified lengths and table, and only the first call reads, ``_checks.CheckedValues``;
-skipped while a CUDA graph is captured or torch.compile traces); the kernel clamps page indices besides, so even an unchecked call never reads
-outside the cache.
+skipped while a CUDA graph is captured or torch.compile traces); the kernels clamp lengths and page indices besides,
+so even an unchecked call never reads or writes outside the cache.
 """
 from __future__ import annotations
 

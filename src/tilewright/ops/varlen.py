@@ -22,9 +22,9 @@ only. CPU tensors without ``TRITON_INTERPRET=1`` take the reference formula (cor
 Checks: shapes, dtypes, devices and the cu_seqlens' dtype and length raise naming the argument; their values (0
 first, nondecreasing, the totals last, no sequence longer than max_seqlen) are checked with one device-to-host read
 unless ``validate=False`` - once per offsets tensor: the other layers of a step, passing the same unmodified
-tensors, skip it (``_checks.CheckedValues``) - and skipped while a CUDA graph is captured or torch.compile traces. Unchecked
-bad values cannot make the kernels read outside q / k / v only if they hold; pass ``validate=False`` only for
-cu_seqlens built by code you trust.
+tensors, skip it (``_checks.CheckedValues``) - and skipped while a CUDA graph is captured or torch.compile traces.
+Unchecked offsets that break those rules can make the kernels read and write outside q / k / v / out: pass
+``validate=False`` only for cu_seqlens built by code you trust.
 """
 from __future__ import annotations
 
