@@ -205,9 +205,8 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
                  "LSE_PART": "*fp32", **{a: "i32" for a in (
                      "stride_qb", "stride_qs", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp",
                      "stride_vs", "stride_vh", "stride_tb", "stride_os", "stride_ob", "stride_oh", "stride_om", "B",
-                     "Hkv", "Sq", "num_pages", "capacity", "num_splits")}, "scale_log2": "fp32", "softcap": "fp32",
-                 "window_left": "i32",
-                 "window_right": "i32"}
+                     "Hkv", "Sq", "num_pages", "capacity", "num_splits", "new_tokens")}, "scale_log2": "fp32",
+                 "softcap": "fp32", "window_left": "i32", "window_right": "i32"}
     split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, PAGE_SIZE=16,
                        BLOCK_N=ka.block_n(head_dim, whole_waves, paged, interpret=False), PAGED=paged, CAUSAL=True,
                        WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32")

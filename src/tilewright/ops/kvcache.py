@@ -155,18 +155,19 @@ def flash_attn_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
         _check_values(seqlens, new, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
     if k is not None:
         _append(k_cache, v_cache, k, v, seqlens, block_table)
-    total = (seqlens + new if new else seqlens).to(torch.int32).contiguous()
+    lengths = seqlens.contiguous()  # the kernels add the appended tokens themselves (new_tokens)
     q_in = q if q.stride(-1) == 1 else q.contiguous()
     table = None if block_table is None else block_table.contiguous()
     window = (None if window_left < 0 else window_left, None if window_right < 0 else window_right)
     if q.is_cuda or interpreting():
         from ..triton_kernels.kvcache_attention import kvcache_attention
 
-        return kvcache_attention(q_in, k_cache, v_cache, total, table, causal=causal, scale=scale, softcap=softcap,
-                                 window=window, num_splits=num_splits or None)
+        return kvcache_attention(q_in, k_cache, v_cache, lengths, table, causal=causal, scale=scale, softcap=softcap,
+                                 window=window, num_splits=num_splits or None, new_tokens=new)
     from ..reference import kvcache_attention_reference
 
-    out, lse = kvcache_attention_reference(q_in, k_cache, v_cache, total, table, causal, scale, softcap, window)
+    out, lse = kvcache_attention_reference(q_in, k_cache, v_cache, lengths + new, table, causal, scale, softcap,
+                                           window)
     return out.to(q.dtype), lse.float()
 
 
@@ -210,12 +211,18 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
 
     Runs the Triton split-KV kernels (triton_kernels/kvcache_attention.py) on CUDA tensors and on CPU under
     ``TRITON_INTERPRET=1``; CPU tensors otherwise take the reference formula (correct, slow)."""
-    key = _replay_key(q, k_cache, v_cache, cache_seqlens, k, block_table, causal, scale, window, softcap, num_splits)
+    key = _replay_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, window, softcap,
+                      num_splits)
     replay = _replays.get(key) if key is not None else None
     if replay is not None:  # a signature whose checks passed and whose launches are bound: skip to the launches
+        attend, append = replay
         if validate:
-            _check_values(cache_seqlens, 0, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
-        out, lse = replay(q, k_cache, v_cache, cache_seqlens, block_table)
+            _check_values(cache_seqlens, 0 if k is None else k.shape[1], _capacity(k_cache, block_table),
+                          block_table, k_cache.shape[0])
+        if append is not None:
+            table = block_table if block_table is not None else cache_seqlens
+            append(*(t.data_ptr() for t in (k, v, k_cache, v_cache, cache_seqlens, table)))
+        out, lse = attend(q, k_cache, v_cache, cache_seqlens, block_table)
         return (out, lse) if return_lse else out
     _check(q, k_cache, v_cache, k, v, block_table)
     scale = _check_scale(scale, q.shape[-1])
@@ -244,34 +251,36 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
     # untraced eager calls skip the custom-op dispatcher (ops/_eager.call_op: tens of microseconds a call)
     out, lse = call_op(flash_attn_kvcache_op, q, k_cache, v_cache, seqlens, k, v, block_table, bool(causal), scale,
                        left, right, softcap, int(num_splits or 0), bool(validate))
-    if key is not None and seqlens is cache_seqlens and q.stride(-1) == 1 \
-            and (block_table is None or block_table.is_contiguous()):
+    if key is not None and seqlens is cache_seqlens and seqlens.is_contiguous() and q.stride(-1) == 1 \
+            and (block_table is None or block_table.is_contiguous()) \
+            and (k is None or (k.stride(-1) == 1 and v.stride(-1) == 1)):
         # the launches read the caller's own tensors (no copy was made): later calls may go straight to them
-        from ..triton_kernels.kvcache_attention import bound_replay
+        from ..triton_kernels.kvcache_attention import bound_append, bound_replay
 
-        replay = bound_replay(q, k_cache, v_cache, seqlens, block_table, causal=bool(causal), scale=scale,
+        attend = bound_replay(q, k_cache, v_cache, seqlens, block_table, causal=bool(causal), scale=scale,
                               softcap=softcap, window=(None if left < 0 else left, None if right < 0 else right),
-                              num_splits=num_splits or None)
-        if replay is not None:
-            _fast.store(_replays, key, replay)
+                              num_splits=num_splits or None, new_tokens=0 if k is None else k.shape[1])
+        append = None if k is None else bound_append(k, v, k_cache, v_cache, seqlens, block_table)
+        if attend is not None and (k is None or append is not None):
+            _fast.store(_replays, key, (attend, append))
     return (out, lse) if return_lse else out
 
 
 _replays = _fast.new_cache()
 
 
-def _replay_key(q, k_cache, v_cache, cache_seqlens, k, block_table, causal, scale, window, softcap, num_splits):
-    """The eager replay key of a call (ops/_fast.py), or None when it may not replay: an append (k / v), a length
-    given as an int, a q that requires grad under grad mode (refused by the full path), tracing, a tensor subclass,
-    a CPU tensor, or an option the full path must judge (an unhashable window, a non-bool causal)."""
-    if k is not None or not isinstance(cache_seqlens, torch.Tensor) or type(causal) is not bool:
+def _replay_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, scale, window, softcap, num_splits):
+    """The eager replay key of a call (ops/_fast.py), or None when it may not replay: a length given as an int, only
+    one of k / v, a q that requires grad under grad mode (refused by the full path), tracing, a tensor subclass, a CPU
+    tensor, or an option the full path must judge (an unhashable window, a non-bool causal)."""
+    if not isinstance(cache_seqlens, torch.Tensor) or type(causal) is not bool or (k is None) != (v is None):
         return None
     if (torch.is_grad_enabled() and q.requires_grad) or not _fast.eligible(q, k_cache, v_cache, cache_seqlens,
-                                                                            block_table):
+                                                                            block_table, k, v):
         return None
     sig = _fast.sig
-    key = (sig(q), sig(k_cache), sig(v_cache), sig(cache_seqlens), sig(block_table), causal, scale, window, softcap,
-           num_splits, torch.cuda.current_device())
+    key = (sig(q), sig(k_cache), sig(v_cache), sig(cache_seqlens), sig(block_table), sig(k), sig(v), causal, scale,
+           window, softcap, num_splits, torch.cuda.current_device())
     try:
         hash(key)
     except TypeError:  # e.g. a window given as a list

@@ -42,12 +42,13 @@ _LN2 = tl.constexpr(0.6931471805599453)
 
 
 # sizes that vary per call and gain nothing from Triton's value specialization (1 / multiple-of-16): no recompiles
-@triton.jit(do_not_specialize=["num_pages", "capacity", "num_splits", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["num_pages", "capacity", "num_splits", "new_tokens", "window_left", "window_right"])
 def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
                   stride_qb, stride_qs, stride_qh,
                   stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
                   stride_tb, stride_os, stride_ob, stride_oh, stride_om,
-                  B, Hkv, Sq, num_pages, capacity, num_splits, scale_log2, softcap, window_left, window_right,
+                  B, Hkv, Sq, num_pages, capacity, num_splits, new_tokens, scale_log2, softcap, window_left,
+                  window_right,
                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr,
@@ -57,8 +58,9 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
     split = tl.program_id(1)
     b = bh // Hkv
     hkv = bh % Hkv
-    # clamped to the cache: whatever the lengths say, no read outside it (the op layer reports bad lengths)
-    L = tl.minimum(tl.maximum(tl.load(SEQLENS + b), 0), capacity)
+    # the cached length plus the tokens appended by this call, clamped to the cache: whatever the lengths say, no
+    # read outside it (the op layer reports bad lengths)
+    L = tl.minimum(tl.maximum(tl.load(SEQLENS + b) + new_tokens, 0), capacity)
     # This program's rows: BLOCK_M of the GROUP query heads x Sq tokens; row r is head hkv * GROUP + r // Sq, token
     # r % Sq (more than BLOCK_M rows - long chunks of queries - take more row blocks, program_id 2).
     rows = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -221,8 +223,7 @@ def append_to_cache(k_cache, v_cache, k, v, seqlens, block_table=None) -> None:
     table = block_table if paged else seqlens
     key = None
     if k.is_cuda and not INTERPRET and not torch.cuda.is_current_stream_capturing():
-        key = ("append", *(tensor_signature(t) for t in (k, v, k_cache, v_cache, seqlens, block_table)),
-               torch.cuda.current_device())
+        key = _append_key(k, v, k_cache, v_cache, seqlens, block_table)
         hit = _bound.get(key)
         if hit is not None:  # bound at this signature's first call (see _bound)
             hit(*(t.data_ptr() for t in (k, v, k_cache, v_cache, seqlens, table)))
@@ -317,22 +318,35 @@ def _signature(q, k_cache, v_cache, seqlens, table, options) -> tuple:
 
 
 def bound_replay(q, k_cache, v_cache, seqlens, block_table=None, *, causal=True, scale=None, softcap=0.0,
-                 window=(None, None), num_splits=None):
+                 window=(None, None), num_splits=None, new_tokens=0):
     """The bound launches a :func:`kvcache_attention` call with these arguments recorded (a callable taking the same
     tensors, returning (out, lse)), or None. The op layer keeps it under its own key to skip its checks too."""
-    options = (bool(causal), scale, float(softcap), window, num_splits, ())
+    options = (bool(causal), scale, float(softcap), window, num_splits, int(new_tokens), ())
     return _bound.get(_signature(q, k_cache, v_cache, seqlens, block_table, options))
 
 
+def bound_append(k, v, k_cache, v_cache, seqlens, block_table=None):
+    """The bound launch an :func:`append_to_cache` call with these tensors' signatures recorded (called with their
+    six pointers: k, v, the caches, seqlens, the table or seqlens again), or None."""
+    return _bound.get(_append_key(k, v, k_cache, v_cache, seqlens, block_table))
+
+
+def _append_key(k, v, k_cache, v_cache, seqlens, block_table) -> tuple:
+    return ("append", *(tensor_signature(t) for t in (k, v, k_cache, v_cache, seqlens, block_table)),
+            torch.cuda.current_device())
+
+
 def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=True, scale=None, softcap=0.0,
-                      window=(None, None), num_splits=None, config=None):
+                      window=(None, None), num_splits=None, config=None, new_tokens=0):
     """(out, lse) of q against the cache (module docstring). Inputs are the op layer's checked tensors: q (B, Sq, Hq,
-    D), caches with a unit last stride, seqlens int32 (B,) on q's device, block_table int32 (B, max_pages) or None.
+    D), caches with a unit last stride, seqlens int32 (B,) on q's device, block_table int32 (B, max_pages) or None;
+    ``new_tokens``: tokens this call appended after seqlens (each sequence has seqlens[b] + new_tokens keys).
     ``config``: a dict overriding the launch shape (``block_n``, ``num_warps``, ``num_stages``, ``block_m``), for
     measuring variants (``skip_combine``: launch the split kernel only, leaving out / lse unwritten)."""
     B, Sq, Hq, D = q.shape
     paged = block_table is not None
-    options = (bool(causal), scale, float(softcap), window, num_splits, tuple(sorted((config or {}).items())))
+    options = (bool(causal), scale, float(softcap), window, num_splits, int(new_tokens),
+               tuple(sorted((config or {}).items())))
     key = None
     if q.is_cuda and not INTERPRET and not torch.cuda.is_current_stream_capturing():
         key = _signature(q, k_cache, v_cache, seqlens, block_table, options)
@@ -375,8 +389,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         stride_vp=v_cache.stride(0), stride_vs=v_cache.stride(1), stride_vh=v_cache.stride(2),
         stride_tb=table.stride(0) if paged else 0, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
         stride_oh=o_part.stride(2), stride_om=o_part.stride(3), B=B, Hkv=Hkv, Sq=Sq, num_pages=k_cache.shape[0],
-        capacity=capacity, num_splits=splits, scale_log2=(scale / softcap if softcap else scale) * LOG2E,
-        softcap=float(softcap), window_left=int(left or 0), window_right=int(right or 0),
+        capacity=capacity, num_splits=splits, new_tokens=int(new_tokens),
+        scale_log2=(scale / softcap if softcap else scale) * LOG2E, softcap=float(softcap), window_left=int(left or 0), window_right=int(right or 0),
         GROUP=group, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m, BLOCK_N=bn,
         PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged, CAUSAL=bool(causal),
         WINDOW_LEFT=left is not None, WINDOW_RIGHT=right is not None, SOFTCAP=bool(softcap), UPCAST=upcast,
