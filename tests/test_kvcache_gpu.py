@@ -108,3 +108,30 @@ def test_append_then_attend_matches_the_reference(page):
         assert torch.equal(kp, want_k) and torch.equal(vp, want_v)
     ref, _ = kvcache_attention_reference(q.double(), want_k.double(), want_v.double(), seqlens + 2)
     assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2
+
+
+@pytest.mark.parametrize("page", [None, 16])
+def test_a_decode_loop_with_appends(page):
+    """Five decode steps as an eager loop runs them - append one token, attend, advance the lengths in place - from
+    the second step on through the op's replay (bound append + attention launches); every step against the fp64
+    reference on a cache appended by hand."""
+    B, Hq, Hkv, D, S = 2, 16, 4, 64, 300
+    g = torch.Generator(device=DEV).manual_seed(11)
+    kc = torch.zeros(B, S, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    vc = torch.zeros_like(kc)
+    kc[:, :100] = torch.randn(B, 100, Hkv, D, generator=g, device=DEV, dtype=torch.bfloat16)
+    vc[:, :100] = torch.randn(B, 100, Hkv, D, generator=g, device=DEV, dtype=torch.bfloat16)
+    want_k, want_v = kc.clone(), vc.clone()
+    kp, vp, table = (kc, vc, None) if page is None else _paged(kc, vc, page)
+    seqlens = torch.tensor([100, 37], dtype=torch.int32, device=DEV)
+    for step in range(5):
+        q = torch.randn(B, 1, Hq, D, generator=g, device=DEV, dtype=torch.bfloat16)
+        k_new = torch.randn(B, 1, Hkv, D, generator=g, device=DEV, dtype=torch.bfloat16)
+        v_new = torch.randn_like(k_new)
+        for b in range(B):
+            n = int(seqlens[b])
+            want_k[b, n], want_v[b, n] = k_new[b, 0], v_new[b, 0]
+        out = tilewright.flash_attention_with_kvcache(q, kp, vp, seqlens, k=k_new, v=v_new, block_table=table)
+        seqlens += 1
+        ref, _ = kvcache_attention_reference(q.double(), want_k.double(), want_v.double(), seqlens)
+        assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2, step
