@@ -85,9 +85,12 @@ def test_split_count_does_not_change_the_result(splits):
     _assert_close(out, lse, _ref(q, kc, vc, seqlens, table), 1e-5)
 
 
+@pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("page", [None, 4])
-def test_appends_the_new_tokens_in_place_then_attends(page):
-    """k / v are written at cache_seqlens ... + Sq_new - 1 (nothing else in the cache changes) and attended to."""
+def test_appends_the_new_tokens_in_place_then_attends(page, strided):
+    """k / v are written at cache_seqlens ... + Sq_new - 1 (nothing else in the cache changes) and attended to;
+    ``strided``: the lengths and the block table are non-contiguous views (every other element / column), which the
+    append and attention launches must read through their strides or a dense copy."""
     lengths = (9, 0)
     kc, vc, table = _cache(2, 20, 2, 16, torch.float32, lengths, page)
     if page is not None:  # the new tokens' pages must be mapped: give each sequence all its pages
@@ -99,6 +102,11 @@ def test_appends_the_new_tokens_in_place_then_attends(page):
     q = torch.randn(2, 3, 4, 16, device=DEV)
     k_new, v_new = torch.randn(2, 3, 2, 16, device=DEV), torch.randn(2, 3, 2, 16, device=DEV)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    if strided:
+        seqlens = torch.stack([seqlens, seqlens + 50], 1).flatten()[::2]  # the odd slots hold wrong lengths
+        if table is not None:
+            table = torch.stack([table, table.flip(1)], 2).flatten(1)[:, ::2]  # the odd columns hold other pages
+        assert not seqlens.is_contiguous() and (table is None or not table.is_contiguous())
     out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, k=k_new, v=v_new, block_table=table,
                                                        return_lse=True)
     changed = ((kc != before_k) & ~(torch.isnan(kc) & torch.isnan(before_k))) | \

@@ -92,6 +92,23 @@ def dense_grad(g):
     return g.contiguous()
 
 
+def check_index_tensor(name: str, t, device) -> torch.Tensor:
+    """``t`` is an int32 tensor on ``device`` (flash-attn's index dtype: cu_seqlens, cache lengths, block tables)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected an int32 torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name}: dtype {t.dtype}; expected torch.int32 (flash-attn's index dtype)")
+    if t.device != device:
+        raise ValueError(f"{name}: on device {t.device} but q is on {device}; move it to q's device")
+    return t
+
+
+def values_readable(t: torch.Tensor) -> bool:
+    """Whether a check may read ``t``'s values on the host now: not while a CUDA graph is captured (a sync there is an
+    error) or torch.compile traces (the values are symbolic)."""
+    return not ((t.is_cuda and torch.cuda.is_current_stream_capturing()) or torch.compiler.is_compiling())
+
+
 class CheckedValues:
     """Index tensors whose *values* an op has checked (cu_seqlens, cache lengths, block tables), so that the next
     call with the same tensors, unmodified, skips the device-to-host read.

@@ -30,21 +30,12 @@ from typing import Optional
 import torch
 
 from .._env import interpreting
-from ._checks import CheckedValues, check_same_device, check_same_dtype, check_tensor
+from ._checks import (CheckedValues, check_index_tensor, check_same_device, check_same_dtype, check_tensor,
+                      values_readable)
 from . import _fast
 from ._eager import call_op, register_fast_dispatch
 # the attention op's own rules for the options both ops take (one definition: same messages, same accepted values)
-from .attention import HEAD_DIMS_TEXT, _check_scale, _check_softcap, _check_window, _head_dim_problem
-
-
-def _int_tensor(name: str, t, device) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected an int32 torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int32:
-        raise TypeError(f"{name}: dtype {t.dtype}; expected torch.int32 (flash-attn's index dtype)")
-    if t.device != device:
-        raise ValueError(f"{name}: on device {t.device} but q is on {device}; move it to q's device")
-    return t
+from .attention import HEAD_DIMS_TEXT, _check_scale, _check_softcap, _check_window, _head_dim_problem, _unit_last
 
 
 def _check(q, k_cache, v_cache, k, v, block_table) -> None:
@@ -65,7 +56,7 @@ def _check(q, k_cache, v_cache, k, v, block_table) -> None:
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"k_cache: {Hkv} kv heads do not divide q's {Hq} query heads; GQA needs Hq % Hkv == 0")
     if block_table is not None:
-        _int_tensor("block_table", block_table, q.device)
+        check_index_tensor("block_table", block_table, q.device)
         if block_table.dim() != 2 or block_table.shape[0] != B:
             raise ValueError(f"block_table: expected (B={B}, max_pages), got shape {tuple(block_table.shape)}")
         if k_cache.shape[0] == 0 or k_cache.shape[1] == 0:
@@ -86,13 +77,13 @@ def _check(q, k_cache, v_cache, k, v, block_table) -> None:
 
 
 def _capacity(k_cache, block_table) -> int:
+    """Tokens the cache holds per sequence (a paged one: its table's width x the page size)."""
     return block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
 
 
 def _check_values(seqlens, new: int, capacity: int, block_table, num_pages: int) -> None:
     """cache_seqlens in [0, capacity - new] and the pages the sequences use in [0, num_pages): one host read."""
-    capturing = seqlens.is_cuda and torch.cuda.is_current_stream_capturing()
-    if capturing or torch.compiler.is_compiling() or seqlens.numel() == 0:
+    if not values_readable(seqlens) or seqlens.numel() == 0:
         return
     extra = (new, capacity, num_pages)
     if _checked.seen((seqlens, block_table), extra):
@@ -126,9 +117,7 @@ def _append(k_cache, v_cache, k, v, seqlens, block_table) -> None:
     if k.is_cuda or interpreting():
         from ..triton_kernels.kvcache_attention import append_to_cache
 
-        k_in = k if k.stride(-1) == 1 else k.contiguous()
-        v_in = v if v.stride(-1) == 1 else v.contiguous()
-        append_to_cache(k_cache, v_cache, k_in, v_in, seqlens, block_table)
+        append_to_cache(k_cache, v_cache, _unit_last(k), _unit_last(v), seqlens, block_table)
         return
     B, new = k.shape[0], k.shape[1]
     pos = seqlens.long()[:, None] + torch.arange(new, device=k.device)[None, :]  # (B, new)
@@ -153,11 +142,13 @@ def flash_attn_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     new = 0 if k is None else k.shape[1]
     if validate:
         _check_values(seqlens, new, _capacity(k_cache, block_table), block_table, k_cache.shape[0])
-    if k is not None:
-        _append(k_cache, v_cache, k, v, seqlens, block_table)
-    lengths = seqlens.contiguous()  # the kernels add the appended tokens themselves (new_tokens)
-    q_in = q if q.stride(-1) == 1 else q.contiguous()
+    # the kernels index the lengths and the table's rows as dense arrays; the attention kernel adds the appended
+    # tokens to the lengths itself (new_tokens)
+    lengths = seqlens.contiguous()
     table = None if block_table is None else block_table.contiguous()
+    if k is not None:
+        _append(k_cache, v_cache, k, v, lengths, table)
+    q_in = _unit_last(q)
     window = (None if window_left < 0 else window_left, None if window_right < 0 else window_right)
     if q.is_cuda or interpreting():
         from ..triton_kernels.kvcache_attention import kvcache_attention
@@ -239,7 +230,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
                              f"capacity of {capacity} tokens (and must be >= 0)")
         validate = validate and block_table is not None  # checked here, unless the table's entries need a read
         cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
-    seqlens = _int_tensor("cache_seqlens", cache_seqlens, q.device)
+    seqlens = check_index_tensor("cache_seqlens", cache_seqlens, q.device)
     if seqlens.shape != (B,):
         raise ValueError(f"cache_seqlens: expected shape ({B},), got {tuple(seqlens.shape)}")
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)

@@ -33,10 +33,11 @@ from typing import Optional
 import torch
 
 from .._env import interpreting
-from ._checks import CheckedValues, check_same_device, check_same_dtype, check_tensor
+from ._checks import (CheckedValues, check_index_tensor, check_same_device, check_same_dtype, check_tensor,
+                      values_readable)
 from ._eager import call_op, register_fast_dispatch
 from .attention import (HEAD_DIMS_TEXT, _band, _check_scale, _check_softcap, _check_window, _head_dim_problem,
-                        _nonnegative_scale, _window)
+                        _nonnegative_scale, _unit_last, _window)
 
 
 def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
@@ -44,8 +45,11 @@ def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(0).transpose(1, 2)
 
 
-def _unit_last(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+def _varlen(cu_q, cu_k, max_q: int, max_k: int):
+    """The kernels' ``Varlen``: they read cu_seqlens as dense arrays (a strided view is copied)."""
+    from ..triton_kernels.attention import Varlen
+
+    return Varlen(cu_q.contiguous(), cu_k.contiguous(), max_q, max_k)
 
 
 def _use_kernels(q: torch.Tensor) -> bool:
@@ -68,13 +72,13 @@ def varlen_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_
         out.copy_(o)
         lse.copy_(l_)
         return out, lse
-    from ..triton_kernels.attention import Varlen, attention_forward
+    from ..triton_kernels.attention import attention_forward
 
     upper, offset, window_offset = _band(0, 0, causal, True, window_left, window_right)
     qk, scale, _ = _nonnegative_scale(_unit_last(q), scale)
     attention_forward(_as_bhsd(qk), _as_bhsd(_unit_last(k)), _as_bhsd(_unit_last(v)), _as_bhsd(out), lse[None],
                       upper, scale, causal_offset=offset, softcap=softcap, window_offset=window_offset,
-                      varlen=Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+                      varlen=_varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
     return out, lse
 
 
@@ -95,7 +99,7 @@ def varlen_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: t
     if not _use_kernels(q):
         return _reference_backward(grad_out, grad_lse, q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, softcap,
                                    _window(window_left, window_right))
-    from ..triton_kernels.attention import Varlen, attention_backward
+    from ..triton_kernels.attention import attention_backward
 
     upper, offset, window_offset = _band(0, 0, causal, True, window_left, window_right)
     q_in, scale, flipped = _nonnegative_scale(_unit_last(q), scale)
@@ -105,7 +109,7 @@ def varlen_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: t
     attention_backward(_as_bhsd(_unit_last(grad_out)), _as_bhsd(q_in), _as_bhsd(k_in), _as_bhsd(v_in),
                        _as_bhsd(out), lse[None], _as_bhsd(dq), _as_bhsd(dk), _as_bhsd(dv), upper, scale, dlse=dlse,
                        causal_offset=offset, softcap=softcap, window_offset=window_offset,
-                       varlen=Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+                       varlen=_varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
     return (dq.neg_() if flipped else dq), dk, dv
 
 
@@ -178,12 +182,7 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> N
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"k: {Hkv} kv heads do not divide q's {Hq} query heads; GQA/MQA needs Hq % Hkv == 0")
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if not isinstance(cu, torch.Tensor):
-            raise TypeError(f"{name}: expected an int32 torch.Tensor, got {type(cu).__name__}")
-        if cu.dtype != torch.int32:
-            raise TypeError(f"{name}: dtype {cu.dtype}; expected torch.int32 (flash-attn's index dtype)")
-        if cu.device != q.device:
-            raise ValueError(f"{name}: on device {cu.device} but q is on {q.device}; move it to q's device")
+        check_index_tensor(name, cu, q.device)
         if cu.dim() != 1 or cu.shape[0] < 1:
             raise ValueError(f"{name}: expected a 1-D (batch + 1,) tensor of offsets, got shape {tuple(cu.shape)}")
     if cu_seqlens_q.shape != cu_seqlens_k.shape:
@@ -200,7 +199,7 @@ _checked = CheckedValues()
 def _check_values(cu_q, cu_k, total_q: int, total_k: int, max_q: int, max_k: int) -> None:
     """The offsets' values: 0 first, nondecreasing, the totals last, no sequence longer than its max (one read; not
     again for the same unmodified tensors with the same totals, see ``CheckedValues``)."""
-    if (cu_q.is_cuda and torch.cuda.is_current_stream_capturing()) or torch.compiler.is_compiling():
+    if not values_readable(cu_q):
         return
     extra = (total_q, total_k, max_q, max_k)
     if _checked.seen((cu_q, cu_k), extra):

@@ -5,8 +5,9 @@ Layout and contract
 -------------------
 q: (B, Sq, Hq, D); k_cache / v_cache: contiguous per sequence, (B, S_cache, Hkv, D), or paged, (num_pages,
 page_size, Hkv, D) with ``block_table`` (B, max_pages) int32 mapping each sequence's logical page to a physical one;
-any strides with a unit last dim. ``seqlens`` (B,) int32: the valid cache length of each sequence (the new tokens
-already appended). Query token i of a sequence of length L sits at key position ``L - Sq + i`` (flash-attn's
+any strides with a unit last dim. ``seqlens`` (B,) int32, contiguous: the cached length of each sequence before
+this call; a call that appended ``new_tokens`` (``append_to_cache``, a launch before) attends to L = seqlens[b] +
+new_tokens keys. Query token i of a sequence of L keys sits at key position ``L - Sq + i`` (flash-attn's
 bottom-right alignment): with ``causal`` it sees keys ``j <= L - Sq + i``; a window (left, right) keeps keys
 ``pos - left <= j <= pos + right`` of that position (right only without causal). A row that sees no key gets output 0
 and LSE -inf. Output (B, Sq, Hq, D) in q's dtype; LSE (B, Hq, Sq) fp32, natural log.
@@ -19,8 +20,9 @@ per program cannot fill the GPU. So (1) all ``Hq / Hkv * Sq`` query rows that re
 (2) the key range of each (sequence, KV head) is cut into ``num_splits`` chunks, one program each, so B * Hkv *
 num_splits programs fill the SMs; each writes its chunk's normalised output and LSE in fp32, and a second kernel
 combines the chunks with weights ``exp(lse_chunk - lse)``. A page-table lookup per key row (paged caches) costs one
-int32 load per row; pages of any size work, and an entry outside [0, num_pages) is clamped, never dereferenced out of
-bounds (the op layer rejects such tables before launching).
+int32 load per row (one per step when the page size is a multiple of the key block); pages of any size work, and an
+entry outside [0, num_pages) or a length past the capacity is clamped, never dereferenced out of bounds (the op layer
+reports such tables and lengths unless told not to check).
 """
 from __future__ import annotations
 
@@ -228,7 +230,7 @@ def append_to_cache(k_cache, v_cache, k, v, seqlens, block_table=None) -> None:
         if hit is not None:  # bound at this signature's first call (see _bound)
             hit(*(t.data_ptr() for t in (k, v, k_cache, v_cache, seqlens, table)))
             return
-    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    capacity = _capacity(k_cache, block_table)
     args = dict(K_NEW=k, V_NEW=v, K_CACHE=k_cache, V_CACHE=v_cache, SEQLENS=seqlens, TABLE=table,
                 stride_knb=k.stride(0), stride_kns=k.stride(1), stride_knh=k.stride(2), stride_vnb=v.stride(0),
                 stride_vns=v.stride(1), stride_vnh=v.stride(2), stride_kp=k_cache.stride(0),
@@ -244,6 +246,11 @@ def append_to_cache(k_cache, v_cache, k, v, seqlens, block_table=None) -> None:
         bound = bind(_append_kernel, compiled, grid, args, {r: args[r] for r in roles})
         if bound is not None:
             _store_bound(key, bound)
+
+
+def _capacity(k_cache, block_table) -> int:
+    """Tokens the cache holds per sequence (ops/kvcache.py has the same rule; the op layer must not import Triton)."""
+    return block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
 
 
 def _pow2(x: int, lo: int) -> int:
@@ -355,7 +362,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
             return hit(q, k_cache, v_cache, seqlens, block_table)
     Hkv = k_cache.shape[2]
     group = Hq // Hkv
-    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    capacity = _capacity(k_cache, block_table)
     splits = num_splits or default_splits(B, Hkv, capacity, q.device, paged)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     left, right = window
@@ -378,8 +385,9 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         o_part = out.permute(0, 2, 1, 3).unsqueeze(0)
         lse_part = lse
     else:
-        o_part = torch.empty((splits, B, Hq, Sq, D), device=q.device, dtype=torch.float32)
-        lse_part = torch.empty((splits, B, Hq, Sq), device=q.device, dtype=torch.float32)
+        layout = _PartialLayout(splits, B, Hq, Sq, D)
+        parts = torch.empty(layout.numel, device=q.device, dtype=torch.float32)
+        o_part, lse_part = layout.views(parts)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
     split_args = dict(
@@ -404,7 +412,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         if key is not None:
             split = bind(_split_kernel, split_compiled, split_grid, split_args, {r: split_args[r] for r in split_roles})
             if split is not None:
-                _store_bound(key, _Replay(split, None, None, None, lse.shape))
+                _store_bound(key, _Replay(split, None, None, lse.shape))
         return out, lse
     combine_args = dict(
         O_PART=o_part, LSE_PART=lse_part, OUT=out, LSE=lse, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
@@ -420,7 +428,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         combine = bind(_combine_kernel, combine_compiled, combine_grid, combine_args,
                        {r: combine_args[r] for r in ("O_PART", "LSE_PART", "OUT", "LSE")})
         if split is not None and combine is not None:
-            _store_bound(key, _Replay(split, combine, o_part.shape, lse_part.shape, lse.shape))
+            _store_bound(key, _Replay(split, combine, layout, lse.shape))
     return out, lse
 
 
@@ -430,18 +438,32 @@ def _store_bound(key, replay) -> None:
     _bound[key] = replay
 
 
+class _PartialLayout:
+    """The split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs then (splits, B, Hq, Sq) LSEs, in one buffer:
+    one allocation a call (an allocation costs the host about as much as a launch), the LSE part 16-byte aligned
+    (Triton specializes pointers on it; the bound launches must see what the first launch saw)."""
+
+    __slots__ = ("lse_offset", "lse_shape", "numel", "o_shape")
+
+    def __init__(self, splits: int, B: int, Hq: int, Sq: int, D: int):
+        self.o_shape, self.lse_shape = (splits, B, Hq, Sq, D), (splits, B, Hq, Sq)
+        self.lse_offset = -(-math.prod(self.o_shape) // 4) * 4  # elements: 16 bytes of fp32
+        self.numel = self.lse_offset + math.prod(self.lse_shape)
+
+    def views(self, parts: torch.Tensor):
+        """(o_part, lse_part) views of a buffer of ``numel`` fp32."""
+        o_part = parts[:math.prod(self.o_shape)].view(self.o_shape)
+        return o_part, parts[self.lse_offset:].view(self.lse_shape)
+
+
 class _Replay:
     """The bound launches of one call signature (the split kernel, and the combine unless one split writes the
     output directly); called with that signature's tensors."""
 
-    __slots__ = ("_combine", "_lse_offset", "_lse_shape", "_parts_numel", "_split")
+    __slots__ = ("_combine", "_layout", "_lse_shape", "_split")
 
-    def __init__(self, split, combine, o_part_shape, lse_part_shape, lse_shape):
-        self._split, self._combine = split, combine
-        self._lse_shape = lse_shape
-        if combine is not None:
-            self._lse_offset = -(-math.prod(o_part_shape) // 4) * 4  # elements, rounded to 16 bytes
-            self._parts_numel = self._lse_offset + math.prod(lse_part_shape)
+    def __init__(self, split, combine, layout: _PartialLayout | None, lse_shape):
+        self._split, self._combine, self._layout, self._lse_shape = split, combine, layout, lse_shape
 
     def __call__(self, q, k_cache, v_cache, seqlens, block_table):
         dev = q.device
@@ -452,11 +474,9 @@ class _Replay:
             self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                         out.data_ptr(), lse.data_ptr())
             return out, lse
-        # both fp32 partial buffers in one allocation (an allocation costs the host about as much as a launch); the
-        # LSE part starts 16-byte aligned, as the launch the kernels were bound from saw it
-        parts = torch.empty(self._parts_numel, device=dev, dtype=torch.float32)
+        parts = torch.empty(self._layout.numel, device=dev, dtype=torch.float32)
         o_part = parts.data_ptr()
-        lse_part = o_part + 4 * self._lse_offset
+        lse_part = o_part + 4 * self._layout.lse_offset
         self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                     o_part, lse_part)
         self._combine(o_part, lse_part, out.data_ptr(), lse.data_ptr())
