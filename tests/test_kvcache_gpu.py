@@ -9,14 +9,8 @@ import torch
 import tilewright
 from tilewright.reference import kvcache_attention_reference
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 DEV = "cuda"
-
-
-@pytest.fixture(autouse=True)
-def _cuda():
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
 
 
 def _paged(kc, vc, page):

@@ -10,14 +10,8 @@ import torch
 import tilewright
 from tilewright.reference import varlen_attention_reference
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 DEV = "cuda"
-
-
-@pytest.fixture(autouse=True)
-def _cuda():
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
 
 
 def _cu(lengths):

@@ -25,7 +25,8 @@ import torch
 if TYPE_CHECKING:  # annotations only: pandas is imported on first use (an optional extra)
     import pandas as pd
 
-from .common import COLUMNS, add_speedups, card_name, environment, on_gpu, require_pandas, time_ms
+from .common import (COLUMNS, SDPA_BACKENDS, add_speedups, card_name, environment, on_gpu, require_pandas, sdpa_on,
+                     time_ms, with_environment)
 
 # (B, Hq, Hkv, S, D[, Skv]) - the attention suite: head dims 64/96/128/256, GQA 4:1 and 7:1, S from 512 to 16k, and
 # a short query block against a long cache (Skv given: S queries, Skv keys; timed without a causal mask, since the
@@ -161,17 +162,14 @@ def _providers(gpu: bool, with_flex: bool):
                 q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
         return {"tilewright-triton": ours, "torch-math": math_ref}
 
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    def sdpa(provider):
+        on = sdpa_on(provider)
 
-    def sdpa(backend):
         def fn(q, k, v, causal):
-            with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(
-                    q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+            return on(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
         return fn
 
-    provs = {"tilewright-triton": ours, "tilewright": ours_routed, "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
-             "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "sdpa-efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION)}
+    provs = {"tilewright-triton": ours, "tilewright": ours_routed, **{name: sdpa(name) for name in SDPA_BACKENDS}}
     if torch.cuda.get_device_capability()[0] == 9:
         # sm_90a CUDA forward (its backward is the Triton one, so only its fwd rows say anything new)
         def ours_cuda(q, k, v, causal):
@@ -333,10 +331,7 @@ def _frame(rows, peer, env, option_peer=None) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("peer", "speedup")])
     # an option row's peer is the one provider that expresses its mask (SDPA's backends cannot)
     df = add_speedups(df, {c: (option_peer or peer) if "+" in c.split("|")[1] else peer for c in df["case"].unique()})
-    for key in ("card", "torch", "triton", "cudnn"):
-        if key in env:
-            df[key] = env[key]
-    return df
+    return with_environment(df, env)
 
 
 def ratio_table(df: pd.DataFrame) -> pd.DataFrame:

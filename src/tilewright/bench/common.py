@@ -196,6 +196,42 @@ def results_dir(root: str | os.PathLike | None = None) -> Path:
     return path
 
 
+SDPA_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient")  # the benches' provider names for SDPA's backends
+
+
+def sdpa_on(provider: str):
+    """``F.scaled_dot_product_attention`` pinned to one backend (``provider``: one of :data:`SDPA_BACKENDS`), called
+    with SDPA's own arguments; a backend that declines the call raises."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+               "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}[provider]
+
+    def run(*args, **kwargs):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(*args, **kwargs)
+    return run
+
+
+def with_environment(df, env: dict):
+    """``df`` with the run's card and versions (:func:`environment`) as columns: every result row names its card."""
+    for key in ("card", "torch", "triton", "cudnn"):
+        if key in env:
+            df[key] = env[key]
+    return df
+
+
+def suite_main(run, user: str) -> None:
+    """``python -m tilewright.bench.<op> [suite] [csv]``: run a suite, print the long-format rows (``run(suite,
+    csv_path=...)`` writes the CSV)."""
+    import sys
+
+    suite = sys.argv[1] if len(sys.argv) > 1 else "default"
+    df = run(suite, csv_path=sys.argv[2] if len(sys.argv) > 2 else None)
+    require_pandas(user).set_option("display.width", 200)
+    print(df.to_string(index=False))
+
+
 def add_speedups(df, peer_by_case: dict[str, str]):
     """Fill the ``peer`` and ``speedup`` columns: peer's median time / provider's median time, per case."""
     df = df.copy()

@@ -21,15 +21,14 @@ import os
 
 import torch
 
-from .common import (add_speedups, card_name, environment, graph_ms_alternating, on_gpu, require_pandas,
-                     time_ms)
+from .common import (SDPA_BACKENDS, add_speedups, card_name, environment, graph_ms_alternating, on_gpu,
+                     require_pandas, sdpa_on, suite_main, time_ms, with_environment)
 
 _DEFAULT = [(b, 32, 8, s, 128) for b in (1, 8, 64) for s in (1024, 8192, 32768, 131072) if b * s <= 2 ** 21]
 SUITES = {
     "default": _DEFAULT + [(8, 32, 8, 4096, 128), (8, 64, 8, 32768, 128)],
     "tiny": [(2, 4, 2, 40, 32), (1, 8, 2, 33, 16)],
 }
-SDPA_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
 
 
 def copy_bandwidth_gbps() -> float:
@@ -74,16 +73,10 @@ def _providers(gpu: bool):
         return provs
     provs["tilewright-paged16"] = ours(16)
     provs["tilewright-paged256"] = ours(256)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backends = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-                "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}
-    for name, backend in backends.items():
-        def sdpa(q, caches, seqlens, backend=backend):
+    for name in SDPA_BACKENDS:  # on (B, H, S, D) views of the contiguous cache
+        def sdpa(q, caches, seqlens, on=sdpa_on(name)):
             kc, vc, _ = caches[None]
-            with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), enable_gqa=True).transpose(1, 2)
+            return on(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), enable_gqa=True).transpose(1, 2)
         provs[name] = sdpa
     return provs
 
@@ -154,24 +147,11 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, csv_path: 
         sdpa = grp[grp.provider.isin(SDPA_BACKENDS)]
         peers[c] = sdpa.loc[sdpa.median_ms.idxmin(), "provider"] if len(sdpa) else (
             "torch-math" if "torch-math" in set(grp.provider) else grp.provider.iloc[0])
-    df = add_speedups(df, peers)
-    for key in ("card", "torch", "triton", "cudnn"):
-        if key in env:
-            df[key] = env[key]
+    df = with_environment(add_speedups(df, peers), env)
     if csv_path:
         df.to_csv(csv_path, index=False)
     return df
 
 
-def main() -> None:  # python -m tilewright.bench.decode [suite] [csv]
-    """Command line: run a suite and print (or write) the long-format results."""
-    import sys
-
-    suite = sys.argv[1] if len(sys.argv) > 1 else "default"
-    df = run(suite, csv_path=sys.argv[2] if len(sys.argv) > 2 else None)
-    require_pandas("tilewright.bench.decode").set_option("display.width", 200)
-    print(df.to_string(index=False))
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m tilewright.bench.decode [suite] [csv]
+    suite_main(run, "tilewright.bench.decode")

@@ -21,7 +21,8 @@ import os
 
 import torch
 
-from .common import add_speedups, card_name, environment, on_gpu, require_pandas, time_ms
+from .common import (add_speedups, card_name, environment, on_gpu, require_pandas, sdpa_on, suite_main, time_ms,
+                     with_environment)
 
 SUITES = {  # name -> list of (kind, H, D, lengths or (B, L))
     "default": [("equal", 16, 128, (8, 2048)), ("equal", 16, 128, (2, 8192)), ("mixed", 16, 128, 32768),
@@ -83,7 +84,7 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, csv_path: 
                 lambda q, k, v: tilewright.flash_attention(q, k, v, causal=True, backend="triton"), dense,
                 _flops(lengths, H, D))
             if gpu:
-                provs["sdpa-cudnn"] = (_sdpa("cudnn"), dense, _flops(lengths, H, D))
+                provs["sdpa-cudnn"] = (_sdpa("sdpa-cudnn"), dense, _flops(lengths, H, D))
         else:
             mean = max(1, round(T / len(lengths)))
             n = max(1, round(T / mean))
@@ -92,8 +93,8 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, csv_path: 
                                               _flops([mean] * n, H, D))
             if gpu:
                 padded = tuple(_pad(t, lengths, Lmax) for t in (q, k, v))
-                provs["sdpa-cudnn-padded"] = (_sdpa("cudnn"), padded, _flops([Lmax] * len(lengths), H, D))
-                provs["sdpa-flash-padded"] = (_sdpa("flash"), padded, _flops([Lmax] * len(lengths), H, D))
+                provs["sdpa-cudnn-padded"] = (_sdpa("sdpa-cudnn"), padded, _flops([Lmax] * len(lengths), H, D))
+                provs["sdpa-flash-padded"] = (_sdpa("sdpa-flash"), padded, _flops([Lmax] * len(lengths), H, D))
         if only:
             provs = {n: p for n, p in provs.items() if n in only.split(",") or n.startswith("tilewright-varlen")}
         for direction in ("fwd", "fwd+bwd"):
@@ -127,10 +128,7 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, csv_path: 
                 break
         else:
             peers[c] = grp.provider.iloc[0]
-    df = add_speedups(df, peers)
-    for key in ("card", "torch", "triton", "cudnn"):
-        if key in env:
-            df[key] = env[key]
+    df = with_environment(add_speedups(df, peers), env)
     if csv_path:
         df.to_csv(csv_path, index=False)
     return df
@@ -146,15 +144,9 @@ def _pad(t: torch.Tensor, lengths, Lmax: int) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
-def _sdpa(backend: str):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    which = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
-
-    def fn(q, k, v):
-        with sdpa_kernel(which):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return fn
+def _sdpa(provider: str):
+    on = sdpa_on(provider)
+    return lambda q, k, v: on(q, k, v, is_causal=True)
 
 
 def _direction(fn, inputs, direction: str):
@@ -170,15 +162,5 @@ def _direction(fn, inputs, direction: str):
     return fwd_bwd
 
 
-def main() -> None:  # python -m tilewright.bench.varlen [suite] [csv]
-    """Command line: run a suite and print (or write) the long-format results."""
-    import sys
-
-    suite = sys.argv[1] if len(sys.argv) > 1 else "default"
-    df = run(suite, csv_path=sys.argv[2] if len(sys.argv) > 2 else None)
-    require_pandas("tilewright.bench.varlen").set_option("display.width", 200)
-    print(df.to_string(index=False))
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m tilewright.bench.varlen [suite] [csv]
+    suite_main(run, "tilewright.bench.varlen")
