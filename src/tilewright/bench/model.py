@@ -9,16 +9,17 @@ forward or forward + backward, against the same block in plain torch, eager and 
 
 The two blocks (``build_blocks``):
 
-* ``llama`` - pre-norm decoder layer: RMSNorm -> fused QKV projection -> RoPE (plain torch, the same code in both
-  builds) -> causal GQA attention -> output projection + residual -> RMSNorm -> fused gate/up projection ->
-  SwiGLU (``silu(gate) * up``) -> down projection + residual. No biases.
-  torch build: ``nn.RMSNorm`` + ``nn.Linear`` + ``F.scaled_dot_product_attention(is_causal=True, enable_gqa=True)``.
+* ``llama`` - pre-norm decoder layer: RMSNorm -> fused QKV projection -> RoPE (rotate-half, one set of tables) ->
+  causal GQA attention -> output projection + residual -> RMSNorm -> fused gate/up projection -> SwiGLU
+  (``silu(gate) * up``) -> down projection + residual. No biases.
+  torch build: ``nn.RMSNorm`` + ``nn.Linear`` + ``F.scaled_dot_product_attention(is_causal=True, enable_gqa=True)``,
+  RoPE and SwiGLU as the eager formulas model code writes (slices, a concatenation, products; ``F.silu(gate) * up``).
   tilewright build: ``tilewright.nn.RMSNormLinear`` for norm + QKV and norm + gate/up (the norm fused into the GEMM),
-  ``tilewright.flash_attention`` (GQA without repeating K/V), ``tilewright.nn.Linear(..., residual=)`` for the output
-  and down projections (residual add fused into the GEMM epilogue). SwiGLU's ``silu(gate) * up`` stays in torch in
-  both builds: the gate and up halves come out of one fused RMSNorm-GEMM, and ``RMSNormLinear`` has no activation
-  epilogue; ``Linear(activation="silu")`` could fuse it only by splitting gate and up into separate modules *and*
-  giving up the fused norm, i.e. normalising twice or running an unfused norm - not a saving.
+  ``tilewright.apply_rotary`` on the q and k heads of the QKV output (one strided view, one pass),
+  ``tilewright.flash_attention`` (GQA without repeating K/V), ``tilewright.swiglu`` on the gate/up output (one pass,
+  its backward writes the gate/up gradient whole), ``tilewright.nn.Linear(..., residual=)`` for the output and down
+  projections (residual add fused into the GEMM epilogue). Under torch.compile the two elementwise ops emit their
+  torch formulas, which inductor fuses as it does the torch build's.
 * ``vit`` - patch embedding + pre-norm encoder block: linear patch embedding + pos_embed -> LayerNorm -> QKV (bias)
   -> non-causal attention -> projection + residual -> LayerNorm -> fc1 + GELU (exact erf form, both builds) -> fc2 +
   residual. LayerNorm is not a tilewright op, so both builds keep ``nn.LayerNorm``. tilewright build: the patch
@@ -254,7 +255,8 @@ class TorchLlamaBlock(_LlamaBase):
 
 
 class TilewrightLlamaBlock(_LlamaBase):
-    """The same decoder layer on tilewright modules: fused norm+GEMM, flash attention, residual-fused GEMMs."""
+    """The same decoder layer on tilewright modules: fused norm+GEMM, fused rotary embedding, flash attention,
+    residual-fused GEMMs, fused SwiGLU."""
 
     def __init__(self, dims: LlamaDims, seq: int, device=None, dtype=None):
         import tilewright
@@ -278,13 +280,19 @@ class TilewrightLlamaBlock(_LlamaBase):
         import tilewright
 
         B, S, _ = x.shape
-        q, k, v = self._qkv_heads(self.attn_norm_qkv(x))
+        c = self.dims
+        heads = self.attn_norm_qkv(x).view(B, S, c.n_heads + 2 * c.n_kv_heads, c.head_dim)
+        # the q and k heads of the QKV output, rotated as one strided (B, S, Hq + Hkv, D) view in one launch; the
+        # tables are the torch block's (S, 1, D) ones viewed as (S, D), so both builds use the same angles
+        qk = tilewright.apply_rotary(heads[:, :, :c.n_heads + c.n_kv_heads], self.rope_cos[:, 0], self.rope_sin[:, 0])
+        q, k = qk[:, :, :c.n_heads], qk[:, :, c.n_heads:]
+        v = heads[:, :, c.n_heads + c.n_kv_heads:]
         # flash_attention reads the (B, H, S, D) views of the (B, S, H, D) tensors in place and writes its output in
         # q's layout, so the transpose back below is a free view, not a copy
-        o = tilewright.flash_attention(q, k, v, causal=True)
+        o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         h = self.wo(o.transpose(1, 2).reshape(B, S, -1), residual=x)
-        gate, up = self.ffn_norm_gate_up(h).chunk(2, dim=-1)
-        return self.w_down(F.silu(gate) * up, residual=h)
+        # silu(gate) * up of the fused gate/up output in one pass (its backward writes the gate_up gradient whole)
+        return self.w_down(tilewright.swiglu(self.ffn_norm_gate_up(h)), residual=h)
 
 
 class _ViTBase(nn.Module):

@@ -1,0 +1,132 @@
+"""Rotary position embedding as a torch op: ``tilewright.apply_rotary``.
+
+``apply_rotary(x, cos, sin)`` rotates the first ``R`` features of every head of ``x`` (B, S, H, D) by the angles whose
+cosines and sines the tables hold, rotate-half convention (GPT-NeoX / Llama): with ``x1, x2`` the two halves of the
+first R features, ``out = [x1 c1 - x2 s1, x2 c2 + x1 s2, x[..., R:]]`` (see triton_kernels/rotary.py). One Triton
+pass each way; the backward is the same op rotating the other way, so it has a derivative of its own.
+
+Op (``torch.library.custom_op``; eager calls skip the dispatcher, ops/_eager.py):
+``tilewright::rotary(x, cos, sin, rotary_dim, backward) -> out``, x (B, S, H, D), cos / sin (Bc, Sc, W).
+Under torch.compile the public function emits the same formula in torch ops, which inductor fuses with its neighbours.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._env import interpreting
+from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._eager import call_op, register_fast_dispatch
+
+
+def _rotate_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, backward: bool):
+    """The op's formula in torch (fp32 math, one rounding): the CPU path and the reference of the kernel's contract.
+    x (B, S, H, D); cos, sin (Bc, Sc >= S, W)."""
+    S = x.shape[1]
+    half = rotary_dim // 2
+    c = cos[:, :S, None, :].float()  # (Bc, S, 1, W)
+    s = sin[:, :S, None, :].float()
+    if c.shape[-1] == half:
+        c1 = c2 = c
+        s1 = s2 = s
+    else:
+        c1, c2, s1, s2 = c[..., :half], c[..., half:], s[..., :half], s[..., half:]
+    xf = x.float()
+    a, z = xf[..., :half], xf[..., half:rotary_dim]
+    if backward:
+        o1, o2 = a * c1 + z * s2, z * c2 - a * s1
+    else:
+        o1, o2 = a * c1 - z * s1, z * c2 + a * s2
+    return torch.cat([o1, o2, xf[..., rotary_dim:]], dim=-1).to(x.dtype)
+
+
+@torch.library.custom_op("tilewright::rotary", mutates_args=())
+def rotary_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
+              backward: bool) -> torch.Tensor:
+    """x (B, S, H, D) rotated (``backward``: rotated back, the gradient of the forward), a new contiguous tensor."""
+    if not (x.is_cuda or interpreting()):
+        return _rotate_torch(x, cos, sin, rotary_dim, backward)
+    from ..triton_kernels.rotary import launch_rotary
+
+    if x.stride(-1) != 1 and x.shape[-1] > 1:
+        x = x.contiguous()
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    launch_rotary(x, cos, sin, out, rotary_dim, backward=backward)
+    return out
+
+
+@rotary_op.register_fake
+def _(x, cos, sin, rotary_dim, backward):
+    return x.new_empty(x.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    _, cos, sin, rotary_dim, backward = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.rotary_dim, ctx.backward = rotary_dim, backward
+
+
+def _backward(ctx, dy):
+    cos, sin = ctx.saved_tensors
+    # the transposed rotation is the op run the other way: differentiable in turn
+    return call_op(rotary_op, dy, cos, sin, ctx.rotary_dim, not ctx.backward), None, None, None, None
+
+
+rotary_op.register_autograd(_backward, setup_context=_setup_context)
+register_fast_dispatch(rotary_op)
+
+
+def _tables(name: str, t: torch.Tensor, B: int, S: int) -> torch.Tensor:
+    """A table as the kernel reads it: (Bc, Sc, W) with Bc in {1, B}, Sc >= S, unit last stride."""
+    check_tensor(name, t, dims=(2, 3))
+    t3 = t if t.dim() == 3 else t.unsqueeze(0)
+    if t3.shape[0] not in (1, B):
+        raise ValueError(f"{name}: a 3-D table is (batch, seqlen, width) with batch 1 or x's {B}, got shape "
+                         f"{tuple(t.shape)}")
+    if t3.shape[1] < S:
+        raise ValueError(f"{name}: holds {t3.shape[1]} positions but x has seqlen {S} (dim 1)")
+    return t3 if t3.stride(-1) == 1 or t3.shape[-1] <= 1 else t3.contiguous()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
+                 rotary_dim: int | None = None) -> torch.Tensor:
+    """Rotary position embedding, rotate-half convention, in one pass (fp32 inside, one rounding); differentiable
+    in ``x`` (the tables are constants: a table that requires grad raises).
+
+    Args:
+        x: ``(B, S, H, D)`` (flash-attn's layout), float16 / bfloat16 / float32, any strides - e.g. the query and key
+            heads of a fused QKV projection viewed as one ``(B, S, Hq + Hkv, D)`` tensor, rotated in one launch.
+        cos, sin: ``(S_ro, W)`` or ``(B or 1, S_ro, W)`` with ``S_ro >= S`` (positions ``0 .. S-1`` are used). ``W``
+            is either half the rotary dim (flash-attn's tables: one angle for both halves) or the rotary dim itself
+            (Llama / Hugging Face tables, ``cat([freqs, freqs])``, each half read from its own columns).
+        rotary_dim: how many leading features of each head rotate (even, ``<= D``); the rest are copied. None: all
+            ``D`` of them. The table width must be ``rotary_dim / 2`` or ``rotary_dim`` - never guessed from the
+            width alone (a width of ``D / 2`` is a half table for ``R = D`` or a full one for ``R = D / 2``).
+    Returns:
+        A new contiguous ``(B, S, H, D)`` tensor in x's dtype: ``out[..., :R/2] = x1 c1 - x2 s1``,
+        ``out[..., R/2:R] = x2 c2 + x1 s2``. Under torch.compile this emits the formula in torch ops.
+    """
+    check_tensor("x", x, dims=(4,))
+    B, S, H, D = x.shape
+    check_same_dtype("x", x, cos=cos, sin=sin)
+    check_same_device("x", x, cos=cos, sin=sin)
+    if (cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled():
+        raise ValueError("cos / sin: the rotary tables are treated as constants and get no gradient; pass them "
+                         "detached (e.g. buffers)")
+    if cos.shape != sin.shape:
+        raise ValueError(f"sin: expected cos's shape {tuple(cos.shape)}, got {tuple(sin.shape)}")
+    cos3, sin3 = _tables("cos", cos, B, S), _tables("sin", sin, B, S)
+    width = cos3.shape[-1]
+    if rotary_dim is None:
+        rotary_dim = D
+    elif isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int):
+        raise TypeError(f"rotary_dim: expected an int or None, got {type(rotary_dim).__name__}")
+    if rotary_dim < 2 or rotary_dim % 2 or rotary_dim > D:
+        raise ValueError(f"rotary_dim: must be even with 2 <= rotary_dim <= D = {D}, got {rotary_dim}")
+    if width not in (rotary_dim // 2, rotary_dim):
+        raise ValueError(f"cos: table width {width} must be rotary_dim / 2 = {rotary_dim // 2} (half tables) or "
+                         f"rotary_dim = {rotary_dim} (full tables); pass rotary_dim= for a partial rotation")
+    if cos3.stride() != sin3.stride():  # the kernel reads both tables through one set of strides
+        cos3, sin3 = cos3.contiguous(), sin3.contiguous()
+    if torch.compiler.is_compiling():
+        return _rotate_torch(x, cos3, sin3, rotary_dim, False)
+    return call_op(rotary_op, x, cos3, sin3, rotary_dim, False)
