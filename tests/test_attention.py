@@ -562,3 +562,23 @@ def test_value_head_dim_kernels_compile_for_sm90():
         assert rep.has("HGMMA")
     assert fwd_mla.spill_bytes == 0
     assert dkdv_mla.spill_bytes <= dkdv_same.spill_bytes, (dkdv_mla.spill_bytes, dkdv_same.spill_bytes)
+
+
+def test_head_slices_of_a_fused_qkv_output_give_bshd_ordered_output_and_gradients():
+    """The output and gradients keep a non-dense q / k / v view's dim order (ops.attention._empty_in_order), so the
+    model's ``o.transpose(1, 2).reshape(B, S, -1)`` is a view; values match the reference."""
+    torch.manual_seed(0)
+    B, S, Hq, Hkv, D = 1, 40, 2, 1, 32
+    heads = torch.randn(B, S, Hq + 2 * Hkv, D, dtype=torch.float32, requires_grad=True)
+    q, k, v = (t.transpose(1, 2) for t in heads.split([Hq, Hkv, Hkv], dim=2))
+    out = tilewright.flash_attention(q, k, v, causal=True)
+    assert out.transpose(1, 2).is_contiguous()
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    assert all(g.transpose(1, 2).is_contiguous() for g in grads)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = attention_reference(q64, k64, v64, True)[0]
+    g64 = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+    assert (out.double() - ref).abs().max() < 1e-4
+    for a, r in zip(grads, g64):
+        assert (a.double() - r).abs().max() < 1e-4

@@ -150,6 +150,27 @@ def test_strided_bshd_and_fp32():
     assert (out32.double() - ref).abs().max() < 1e-4
 
 
+@pytest.mark.parametrize("S", [2048, 700])
+def test_heads_of_a_fused_qkv_output_keep_the_bshd_layout_forward_and_backward(S):
+    """q, k, v as head slices of one (B, S, Hq + 2 Hkv, D) projection (the Llama layer's layout, non-dense views):
+    values and gradients as the reference, the output and gradients in (B, S, H, D) order so the caller's
+    transpose + reshape back is a view (S 2048 runs the sm_90a kernels, S 700 Triton's)."""
+    torch.manual_seed(0)
+    B, Hq, Hkv, D = 2, 4, 2, 128
+    heads = torch.randn(B, S, Hq + 2 * Hkv, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    q, k, v = (t.transpose(1, 2) for t in heads.split([Hq, Hkv, Hkv], dim=2))
+    out, grads, dout = _run(q, k, v, True)
+    assert out.transpose(1, 2).is_contiguous()
+    assert all(g.transpose(1, 2).is_contiguous() for g in grads)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = attention_reference(q64, k64, v64, True)[0]
+    g64 = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+    low = attention_reference(q.detach(), k.detach(), v.detach(), True)[0]
+    assert (out.double() - ref).abs().max() <= 2 * (low.double() - ref).abs().max() + 1e-5
+    for a, r in zip(grads, g64):
+        assert (a.double() - r).abs().max() <= 0.05 * r.abs().max() + 1e-3
+
+
 def test_deterministic():
     torch.manual_seed(0)
     q = torch.randn(2, 8, 1024, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)

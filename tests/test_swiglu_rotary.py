@@ -247,6 +247,32 @@ def test_rotary_op_passes_opcheck_and_compiles():
     torch.testing.assert_close(out, _rotary_reference(x.detach().double(), cos, sin, 8).float())
 
 
+@pytest.mark.parametrize("limit,expect_op", [(1 << 30, False), (0, True)])
+def test_compiled_graphs_hold_the_ops_from_the_size_limit_up(monkeypatch, limit, expect_op):
+    """Under torch.compile a call under COMPILED_ELEMENTWISE_MIN elements emits the torch formula (inductor fuses
+    it), a larger one keeps the tilewright op in the graph; both give the same values."""
+    from tilewright.ops import _aten
+
+    monkeypatch.setattr(_aten, "COMPILED_ELEMENTWISE_MIN", limit)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    x = _rand((4, 12), torch.float32, 16)
+    q = _rand((1, 3, 2, 8), torch.float32, 17)
+    cos, sin = _tables(3, 4, torch.float32)
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: (tilewright.swiglu(a), tilewright.apply_rotary(b, cos, sin)), backend=backend,
+                      fullgraph=True)
+    y, r = f(x, q)
+    torch.testing.assert_close(y, _swiglu_torch(*x.chunk(2, -1)))
+    torch.testing.assert_close(r, _rotary_reference(q.double(), cos, sin, 8).float())
+    assert any("tilewright.swiglu" in t for t in seen) == expect_op
+    assert any("tilewright.rotary" in t for t in seen) == expect_op
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # sm_90 builds (what the device's launches compile to): spill-free
 # ------------------------------------------------------------------------------------------------------------------

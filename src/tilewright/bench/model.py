@@ -282,11 +282,13 @@ class TilewrightLlamaBlock(_LlamaBase):
         B, S, _ = x.shape
         c = self.dims
         heads = self.attn_norm_qkv(x).view(B, S, c.n_heads + 2 * c.n_kv_heads, c.head_dim)
+        # split, not slicing: the backward of a split is one concatenation, that of each slice a zero-filled full
+        # buffer, a copy and an add (8 extra kernels a step in the first version's profile)
+        qk, v = heads.split([c.n_heads + c.n_kv_heads, c.n_kv_heads], dim=2)
         # the q and k heads of the QKV output, rotated as one strided (B, S, Hq + Hkv, D) view in one launch; the
         # tables are the torch block's (S, 1, D) ones viewed as (S, D), so both builds use the same angles
-        qk = tilewright.apply_rotary(heads[:, :, :c.n_heads + c.n_kv_heads], self.rope_cos[:, 0], self.rope_sin[:, 0])
-        q, k = qk[:, :, :c.n_heads], qk[:, :, c.n_heads:]
-        v = heads[:, :, c.n_heads + c.n_kv_heads:]
+        q, k = tilewright.apply_rotary(qk, self.rope_cos[:, 0], self.rope_sin[:, 0]).split([c.n_heads, c.n_kv_heads],
+                                                                                            dim=2)
         # flash_attention reads the (B, H, S, D) views of the (B, S, H, D) tensors in place and writes its output in
         # q's layout, so the transpose back below is a free view, not a copy
         o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)

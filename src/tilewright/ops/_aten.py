@@ -53,6 +53,11 @@ from .. import router
 
 ENV = "TILEWRIGHT_ATEN_BELOW"
 DEFAULT_LIMIT = 2.0 ** 35
+# The elementwise ops (swiglu, apply_rotary) traced by torch.compile: an input with fewer elements emits torch's
+# formula, which inductor fuses into a kernel its graph launches for a few microseconds of host, instead of an opaque
+# op (a dispatch forward, a Python node backward); larger ones keep the op (ops/swiglu.py says why). 2^24 bf16
+# elements are 32 MB, ~10 us of HBM traffic on an H100: below that the compiled step is host-bound.
+COMPILED_ELEMENTWISE_MIN = 1 << 24
 
 _ACTIVATIONS = {
     "relu": F.relu,

@@ -9,8 +9,11 @@ Ops (``torch.library.custom_op``, so torch.compile / export see them; eager call
 * ``tilewright::swiglu(x, up) -> y``: 2-D core. ``up`` None: x is (M, 2F), y (M, F); else x and up are (M, F).
 * ``tilewright::swiglu_backward(dy, x, up) -> (dx, dup)``: dx like x; dup like up (an empty tensor when up is None).
 
-Under torch.compile the public function emits torch's own ``F.silu(gate) * up`` instead: inductor fuses that into
-one pass of the same traffic and, unlike an opaque op, with its neighbours.
+Under torch.compile a call on fewer than ``_aten.COMPILED_ELEMENTWISE_MIN`` elements emits torch's own
+``F.silu(gate) * up`` instead: there the step is host-bound and inductor fuses the formula into a kernel its graph
+launches for a few microseconds, where an opaque op costs a dispatch forward and a Python node backward. Larger calls
+keep the op: inductor's fused forward and backward ran 0.95x / 1.05x this kernel at the Llama layer's B 8 x S 2048
+(H100, perf/results/h100/model/elementwise_2026-11-27.csv).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import torch.nn.functional as F
 
 from .._env import interpreting
 from ._checks import check_optional_tensor, check_same_device, check_same_dtype, check_tensor
+from . import _aten
 from ._eager import call_op, register_fast_dispatch
 
 
@@ -129,7 +133,8 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
 
     Numerics: ``gate * sigmoid(gate) * up`` in fp32 and one rounding to the output dtype; torch's eager formula
     rounds ``silu(gate)`` to the input dtype first, so this is at least as close to a float64 reference. Under
-    torch.compile this function emits ``F.silu(gate) * up`` (inductor fuses it the same way).
+    torch.compile a small call (under ``ops._aten.COMPILED_ELEMENTWISE_MIN`` elements of x) emits ``F.silu(gate) * up`` for
+    inductor to fuse (module docstring).
     """
     check_tensor("x", x, min_dim=1)
     check_optional_tensor("up", up)
@@ -143,7 +148,7 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
         check_same_device("x", x, up=up)
         if up.shape != x.shape:
             raise ValueError(f"up: expected x's shape {tuple(x.shape)}, got {tuple(up.shape)}")
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() and x.numel() < _aten.COMPILED_ELEMENTWISE_MIN:
         gate, up_ = x.chunk(2, dim=-1) if up is None else (x, up)
         return F.silu(gate) * up_
     lead = x.shape[:-1]
