@@ -156,7 +156,7 @@ def test_heads_of_a_fused_qkv_output_keep_the_bshd_layout_forward_and_backward(S
     values and gradients as the reference, the output and gradients in (B, S, H, D) order so the caller's
     transpose + reshape back is a view (S 2048 runs the sm_90a kernels, S 700 Triton's)."""
     torch.manual_seed(0)
-    B, Hq, Hkv, D = 2, 4, 2, 128
+    B, Hq, Hkv, D = 2, 8, 4, 128  # at S 2048: 128 key-block CTAs, the CUDA backward's dQ-in-the-pass mode
     heads = torch.randn(B, S, Hq + 2 * Hkv, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     q, k, v = (t.transpose(1, 2) for t in heads.split([Hq, Hkv, Hkv], dim=2))
     out, grads, dout = _run(q, k, v, True)

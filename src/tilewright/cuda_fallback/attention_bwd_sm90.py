@@ -271,8 +271,9 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
 
     lse: the forward's natural-log LSE, delta: ``rowsum(dO * O)``, both contiguous fp32 (B, Hq, Sq). Raises
     ValueError (naming the rule) for tensors :func:`constraints` rejects, and for a scale that is not finite and
-    positive. ``variant``: a | b (default :func:`pick_variant`). ``dq_accum``: a zeroed contiguous fp32 (B, Hq, Sq, D)
-    workspace that also receives dQ (``scale * dS K``, added by TMA reduce-adds: not bitwise reproducible run to run);
+    positive. ``variant``: a | b (default :func:`pick_variant`). ``dq_accum``: a zeroed fp32 (B, Hq, Sq, D) workspace
+    (any layout a TMA map can address: the op gives it dq's dim order, so its conversion is a streaming copy) that
+    also receives dQ (``scale * dS K``, added by TMA reduce-adds: not bitwise reproducible run to run);
     two consumer warpgroups (variant b) only. ``validate=False``: the caller has checked the tensors against
     :func:`constraints` for this signature (the op layer, once per signature) - nothing is checked again."""
     if validate:
@@ -286,14 +287,14 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     if dq_accum is not None and validate:
         if VARIANTS[variant] != 2:
             raise ValueError(f"cuda attention backward: dq_accum needs variant 'b' (two consumers), not {variant!r}")
-        if dq_accum.shape != q.shape or dq_accum.dtype != torch.float32 or not dq_accum.is_contiguous() or \
-                dq_accum.device != q.device:
-            raise ValueError("cuda attention backward: dq_accum must be a contiguous float32 tensor shaped like q on "
-                             "q's device")
+        if dq_accum.shape != q.shape or dq_accum.dtype != torch.float32 or dq_accum.device != q.device or \
+                tma_dims_strides(dq_accum)[0] is None:
+            raise ValueError("cuda attention backward: dq_accum must be a float32 tensor shaped like q on q's device, "
+                             "unit-stride in D, other strides multiples of 16 bytes (a TMA map)")
     band = (causal_offset if causal else 0, window_offset)
     key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
-           None if dq_accum is None else dq_accum.data_ptr())
+           None if dq_accum is None else (dq_accum.data_ptr(), dq_accum.stride()))
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
                                                           float(scale), variant, dq_accum, band, float(softcap)),
                          q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,

@@ -218,7 +218,10 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
     operands = (grad_out, q, k, v, lse)
     if plan.mode == "atomic":
         def dkdv_and_dq(delta):
-            acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+            # the fp32 workspace in dq's dim order: dq is usually a (B, H, S, D) view of (B, S, H, D) memory, and a
+            # (B, H, S, D)-contiguous workspace made the conversion a transposing copy (0.106 ms a Llama B8 x S2048
+            # step, ~1.9 TB/s) where a same-order one streams
+            acc = _zeros_in_order(dq, torch.float32)
             plan.dkdv((*operands, delta, dk, dv), causal, scale, acc)
             dq.copy_(acc)
 
@@ -399,6 +402,13 @@ def _out_like(q: torch.Tensor, head_dim_v: int) -> torch.Tensor:
     shape = [*q.shape[:-1], head_dim_v]
     dense = q.new_empty([shape[d] for d in order])
     return dense.permute([order.index(d) for d in range(q.dim())])
+
+
+def _zeros_in_order(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Zeros of ``t``'s shape and ``dtype``, dense in ``t``'s dim order (outermost stride first)."""
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    dense = torch.zeros([t.shape[d] for d in order], device=t.device, dtype=dtype)
+    return dense.permute([order.index(d) for d in range(t.dim())])
 
 
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
