@@ -529,3 +529,76 @@ def test_g_scale_kernel_compiles_for_sm90():
                                  constexprs={"BLOCK": 1024}, arch=90, num_warps=4, num_stages=1,
                                  divisible_by_16=("g_ptr", "out_ptr"))])
     assert rep.spill_bytes == 0 and rep.sass
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The two-pass forward (ops/rms_norm_linear._two_pass): u = rms_norm(x) * g and rstd, then the plain GEMM
+# ----------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("max_block_k", [None, 16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_norm_forward_kernel_gives_u_and_rstd_single_and_chunked(max_block_k, dtype):
+    from tilewright.triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
+
+    torch.manual_seed(0)
+    M, K = 37, 123  # K not a multiple of 8 (nor of the 16-column chunks)
+    x = (torch.randn(M, K + 5) * 3).to(dtype)[:, :K]  # row stride K + 5: rows are read through their stride
+    g = (1 + 0.1 * torch.randn(K)).to(dtype)
+    rstd = torch.full((M,), float("nan"))
+    u = launch_rmsnorm_fwd(x, g, rstd, EPS, max_block_k=max_block_k)
+    xd = x.double()
+    r64 = torch.rsqrt(xd.pow(2).mean(-1) + EPS)
+    assert ((rstd.double() - r64).abs() / r64).max() < 1e-6
+    want = xd * r64[:, None] * g.double()
+    own = (F.rms_norm(x, (K,), None, EPS) * g).double()  # torch's unfused operand in the same dtype
+    assert (u.double() - want).abs().max() <= max(2 * (own - want).abs().max().item(), 1e-6)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_two_pass_forward_matches_fp64_within_torch_error(bias):
+    import importlib
+
+    _two_pass = importlib.import_module("tilewright.ops.rms_norm_linear")._two_pass
+
+    torch.manual_seed(1)
+    M, N, K = 70, 48, 40
+    x = torch.randn(M, K, dtype=torch.float16) * 2
+    g = (1 + 0.1 * torch.randn(K)).half()
+    w = (torch.randn(N, K) / K ** 0.5).half()
+    b = (0.1 * torch.randn(N)).half() if bias else None
+    rstd = torch.empty(M)
+    y, r = _two_pass(x, g, w, b, EPS, rstd)
+    want = ref64(x, g, w, b)
+    own = F.linear(F.rms_norm(x.float(), (K,), g.float(), EPS).half(), w, b)  # torch's fp16 unfused pipeline
+    assert r is rstd and torch.isfinite(y).all()
+    assert (y.double() - want).abs().max() <= max(2 * (own.double() - want).abs().max().item(), 1e-3)
+
+
+def test_the_op_takes_the_two_pass_forward_where_the_router_picks_the_fused_cuda_kernel(monkeypatch):
+    """Where the router would run the fused CUDA kernel (its measured region) and nothing is forced, the forward is
+    the two-pass one; TILEWRIGHT_RMS_TWO_PASS=0, fp32 or a forced backend keep the fused kernels."""
+    import importlib
+
+    op_module = importlib.import_module("tilewright.ops.rms_norm_linear")  # (the package attribute is the function)
+    calls = []
+    monkeypatch.setattr(op_module, "_two_pass", lambda *a: calls.append(a) or (a[0].new_zeros(a[0].shape[0],
+                                                                                                 a[2].shape[0]), a[5]))
+
+    class FakeDecision:
+        backend, forced = "cuda", False
+
+        @staticmethod
+        def launch(*args, **kwargs):
+            return False  # "the CUDA kernel failed": the fused path falls back to Triton
+
+    monkeypatch.setattr(router, "decide", lambda *a, **k: FakeDecision)
+    x, g, w = torch.randn(8, 16).half(), torch.ones(16).half(), torch.randn(4, 16).half()
+    op_module._rms_norm_linear_full(x, g, w, None, EPS, None)
+    assert len(calls) == 1
+    monkeypatch.setenv("TILEWRIGHT_RMS_TWO_PASS", "0")
+    op_module._rms_norm_linear_full(x, g, w, None, EPS, None)
+    monkeypatch.delenv("TILEWRIGHT_RMS_TWO_PASS")
+    op_module._rms_norm_linear_full(x.float(), g.float(), w.float(), None, EPS, None)
+    FakeDecision.forced = True
+    with pytest.raises(ValueError, match="forced"):  # the forced fused kernel "failed": an error, not the two passes
+        op_module._rms_norm_linear_full(x, g, w, None, EPS, None)
+    assert len(calls) == 1

@@ -192,7 +192,7 @@ def test_the_dq_workspace_is_checked():
         cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, False, scale, "a", dq_accum=torch.zeros_like(q).float())
     for bad in (torch.zeros_like(q), torch.zeros(1, 2, 64, 32, device=DEV),
                 torch.zeros(1, 2, 64, 128, device=DEV)[..., ::2]):
-        with pytest.raises(ValueError, match="dq_accum must be a contiguous float32"):
+        with pytest.raises(ValueError, match="dq_accum must be a float32 tensor shaped like q"):
             cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, False, scale, "b", dq_accum=bad)
 
 

@@ -283,5 +283,5 @@ def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
 
 
 register(cuda_backend("rms_norm_linear", "rmsnorm_gemm_sm90", "sm_90a register-A WGMMA RMSNorm-GEMM", (9,),
-                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT",), constraints=constraints, preferred=preferred,
+                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "TILEWRIGHT_RMS_TWO_PASS"), constraints=constraints, preferred=preferred,
                       ready=ready, launch=try_launch, measured=MEASURED_ON))

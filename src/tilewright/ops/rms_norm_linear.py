@@ -19,6 +19,7 @@ which keeps the normalised (M, K) activation alive between forward and backward;
 from __future__ import annotations
 
 import math
+import os
 from numbers import Real
 from typing import Optional
 
@@ -30,7 +31,7 @@ from ._checks import (check_backend, check_optional_tensor, check_same_device, c
                       contiguous_vector, dense_grad)
 from . import _aten, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
-from .gemm import plain_gemm
+from .gemm import gemm_op, plain_gemm
 
 
 @torch.library.custom_op("tilewright::rms_norm_linear", mutates_args=())
@@ -63,6 +64,8 @@ def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
         if N:
             y.copy_(rms_norm_linear_reference(x, norm_weight, weight, bias, eps))
         return y, rstd
+    if choice == "cuda" and not decision.forced and x.dtype != torch.float32 and os.environ.get(TWO_PASS_ENV) != "0":
+        return _two_pass(x, norm_weight, weight, bias, eps, rstd)
     if choice == "cuda":
         # False: the kernel failed once (warned, now disabled): Triton serves, unless "cuda" was forced
         if decision.launch(x, norm_weight, weight, y, rstd, eps, bias=bias):
@@ -73,6 +76,29 @@ def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
     from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_gemm
 
     launch_rmsnorm_gemm(x, norm_weight, weight.t(), y, rstd, eps, bias=bias)
+    return y, rstd
+
+
+# The two-pass forward (below) instead of the fused CUDA kernel where the router picks that kernel; "0" keeps the fused
+# kernel (A/B measurements). Read by the router's and the replays' keys through the CUDA record's env list.
+TWO_PASS_ENV = "TILEWRIGHT_RMS_TWO_PASS"
+
+
+def _two_pass(x, norm_weight, weight, bias, eps, rstd):
+    """``u = rms_norm(x) * g`` and rstd in one pass over x (triton_kernels/rmsnorm_gemm.launch_rmsnorm_fwd), then the
+    plain GEMM ``u @ W^T + bias`` on whichever backend the router gives it (the sm_90a GEMM or cuBLAS here).
+
+    Why, where the fused kernel would run: every fused design measured so far puts per-K-step work (the x * g
+    transform, the sums of squares) in front of the tensor cores - 1.19-1.31x a bare cuBLAS GEMM on the issue's
+    large rows (H100), slower than torch's own unfused pair (1.03-1.07x), whose norm costs one read and one write of
+    x. This is that pair with tilewright's kernels: the same traffic, rstd saved for the backward (which is
+    unchanged), and one rounding of ``x * rstd * g`` where torch rounds ``x * rstd`` and then ``* g``. Two launches:
+    no eager replay (the prep launch reports itself unbound), which at the sizes the CUDA kernel's region covers
+    (>= 2^36 FLOPs) is well under the GEMM's time."""
+    from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
+
+    u = launch_rmsnorm_fwd(x if x.stride(-1) == 1 else x.contiguous(), norm_weight, rstd, eps)
+    y = call_op(gemm_op, u, weight.t(), bias, None, None, x.dtype, False, None)[0]
     return y, rstd
 
 

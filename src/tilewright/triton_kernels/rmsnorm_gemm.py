@@ -104,6 +104,67 @@ def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torch.Ten
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# Two-pass forward: u = x * rstd * g and rstd in one pass over x; the GEMM (any backend) then reads u.
+# --------------------------------------------------------------------------------------------------------------------
+@triton.jit
+def _rmsnorm_fwd_kernel(x_ptr, g_ptr, u_ptr, rstd_ptr, M, K, rows_per_prog, stride_xm, stride_um, eps,
+                        BLOCK_K: tl.constexpr, NUM_CHUNKS: tl.constexpr):
+    """Program p owns rows [p * rows_per_prog, (p + 1) * rows_per_prog): rstd = 1 / sqrt(mean(x^2) + eps) (fp32,
+    IEEE sqrt as the fused kernel's epilogue) and u = x * rstd * g rounded once. NUM_CHUNKS > 1 (long rows): a first
+    sweep sums the squares, a second re-reads the row (from L2) and writes u."""
+    pid = tl.program_id(0)
+    rk = tl.arange(0, BLOCK_K)
+    if NUM_CHUNKS == 1:
+        mask_k = rk < K
+        g = tl.load(g_ptr + rk, mask=mask_k, other=0.0).to(tl.float32)
+    for i in range(rows_per_prog):
+        row = pid * rows_per_prog + i
+        if row < M:
+            row64 = row.to(tl.int64)
+            if NUM_CHUNKS == 1:
+                x = tl.load(x_ptr + row64 * stride_xm + rk, mask=mask_k, other=0.0).to(tl.float32)
+                r = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / K + eps)
+                tl.store(u_ptr + row64 * stride_um + rk, (x * r * g).to(u_ptr.dtype.element_ty), mask=mask_k)
+            else:
+                part = tl.zeros((BLOCK_K,), dtype=tl.float32)
+                for ci in range(NUM_CHUNKS):
+                    ck = ci * BLOCK_K + rk
+                    x = tl.load(x_ptr + row64 * stride_xm + ck, mask=ck < K, other=0.0).to(tl.float32)
+                    part += x * x
+                r = 1.0 / tl.sqrt_rn(tl.sum(part, axis=0) / K + eps)
+                for ci in range(NUM_CHUNKS):
+                    ck = ci * BLOCK_K + rk
+                    mk = ck < K
+                    x = tl.load(x_ptr + row64 * stride_xm + ck, mask=mk, other=0.0).to(tl.float32)
+                    g = tl.load(g_ptr + ck, mask=mk, other=0.0).to(tl.float32)
+                    tl.store(u_ptr + row64 * stride_um + ck, (x * r * g).to(u_ptr.dtype.element_ty), mask=mk)
+            tl.store(rstd_ptr + row, r)
+
+
+def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.Tensor, eps: float, *,
+                       max_block_k: int | None = None) -> torch.Tensor:
+    """``u = rms_norm(x) * g`` (x's dtype, (M, K), contiguous) with ``rstd`` (fp32, (M,)) written in place: the first
+    pass of the two-pass forward (ops/rms_norm_linear.py), whose GEMM then reads u. x: (M, K) with unit last stride;
+    norm_weight unit-stride. Not replayable on its own: it reports an unbound launch, so an op recording a call that
+    makes it (two launches) gets no eager replay (ops/_fast.py)."""
+    M, K = x.shape
+    u = torch.empty((M, K), device=x.device, dtype=x.dtype)
+    if M == 0:
+        return u
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else REFERENCE_SMS
+    block_k = min(triton.next_power_of_2(max(K, 1)), max_block_k or 8192)
+    chunks = triton.cdiv(K, block_k)
+    warps = 4 if block_k <= 1024 else (8 if block_k <= 4096 else 16)
+    rows = triton.cdiv(M, min(M, 8 * sms))  # a few waves of programs, several rows each
+    programs = triton.cdiv(M, rows)
+    retry_after_oom(lambda: _rmsnorm_fwd_kernel[(programs,)](
+        x, norm_weight, u, rstd, M, K, rows, x.stride(0), u.stride(0), eps,
+        BLOCK_K=block_k, NUM_CHUNKS=chunks, num_warps=warps))
+    record(None, {})
+    return u
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Backward of the norm: dx, u = x * rstd * g (input of the dW GEMM), partial dg.
 # --------------------------------------------------------------------------------------------------------------------
 @triton.jit
