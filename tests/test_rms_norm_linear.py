@@ -573,32 +573,38 @@ def test_two_pass_forward_matches_fp64_within_torch_error(bias):
     assert (y.double() - want).abs().max() <= max(2 * (own.double() - want).abs().max().item(), 1e-3)
 
 
-def test_the_op_takes_the_two_pass_forward_where_the_router_picks_the_fused_cuda_kernel(monkeypatch):
-    """Where the router would run the fused CUDA kernel (its measured region) and nothing is forced, the forward is
-    the two-pass one; TILEWRIGHT_RMS_TWO_PASS=0, fp32 or a forced backend keep the fused kernels."""
+def test_the_two_pass_rule(monkeypatch):
+    """Two passes where the router picks the fused CUDA kernel, or the fused Triton kernel at >= 2^36 FLOPs; never
+    when forced, for fp32, for CPU tensors, or with TILEWRIGHT_RMS_TWO_PASS=0."""
     import importlib
+    from types import SimpleNamespace as NS
 
     op_module = importlib.import_module("tilewright.ops.rms_norm_linear")  # (the package attribute is the function)
-    calls = []
-    monkeypatch.setattr(op_module, "_two_pass", lambda *a: calls.append(a) or (a[0].new_zeros(a[0].shape[0],
-                                                                                                 a[2].shape[0]), a[5]))
+    rule = op_module.two_pass_applies
 
-    class FakeDecision:
-        backend, forced = "cuda", False
+    def x(M=8192, K=4096, dtype=torch.bfloat16, cuda=True):
+        return NS(is_cuda=cuda, dtype=dtype, shape=(M, K))
 
-        @staticmethod
-        def launch(*args, **kwargs):
-            return False  # "the CUDA kernel failed": the fused path falls back to Triton
-
-    monkeypatch.setattr(router, "decide", lambda *a, **k: FakeDecision)
-    x, g, w = torch.randn(8, 16).half(), torch.ones(16).half(), torch.randn(4, 16).half()
-    op_module._rms_norm_linear_full(x, g, w, None, EPS, None)
-    assert len(calls) == 1
+    cuda, triton = NS(backend="cuda", forced=False), NS(backend="triton", forced=False)
+    assert rule(cuda, x(), 4096) and rule(cuda, x(M=128), 4096)  # the CUDA kernel's own region decides its size
+    assert rule(triton, x(3000, 5120), 5120) and not rule(triton, x(128), 4096)  # 2^36 FLOPs for the Triton pick
+    assert not rule(NS(backend="cuda", forced=True), x(), 4096)
+    assert not rule(NS(backend="torch", forced=False), x(), 4096)
+    assert not rule(cuda, x(dtype=torch.float32), 4096) and not rule(cuda, x(cuda=False), 4096)
     monkeypatch.setenv("TILEWRIGHT_RMS_TWO_PASS", "0")
-    op_module._rms_norm_linear_full(x, g, w, None, EPS, None)
-    monkeypatch.delenv("TILEWRIGHT_RMS_TWO_PASS")
-    op_module._rms_norm_linear_full(x.float(), g.float(), w.float(), None, EPS, None)
-    FakeDecision.forced = True
-    with pytest.raises(ValueError, match="forced"):  # the forced fused kernel "failed": an error, not the two passes
-        op_module._rms_norm_linear_full(x, g, w, None, EPS, None)
-    assert len(calls) == 1
+    assert not rule(cuda, x(), 4096)
+
+
+def test_the_op_runs_the_two_passes_when_the_rule_says_so(monkeypatch):
+    import importlib
+
+    op_module = importlib.import_module("tilewright.ops.rms_norm_linear")
+    torch.manual_seed(2)
+    x, g, w = torch.randn(20, 16).half(), (1 + 0.1 * torch.randn(16)).half(), torch.randn(12, 16).half()
+    seen = []
+    real = op_module._two_pass
+    monkeypatch.setattr(op_module, "two_pass_applies", lambda *a: True)
+    monkeypatch.setattr(op_module, "_two_pass", lambda *a: seen.append(1) or real(*a))
+    y, rstd = op_module._rms_norm_linear_full(x, g, w, None, EPS, None)
+    assert seen and (y.double() - ref64(x, g, w, None)).abs().max() < 2e-2
+    assert torch.allclose(rstd.double(), torch.rsqrt(x.double().pow(2).mean(-1) + EPS), rtol=1e-6)

@@ -1,7 +1,8 @@
 """RMSNorm-fused linear as a torch op: ``tilewright.rms_norm_linear``.
 
 ``y = F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)`` with the norm computed inside the GEMM's
-forward kernel (triton_kernels/rmsnorm_gemm.py): one read of x, no normalised copy of x in memory.
+forward kernel (triton_kernels/rmsnorm_gemm.py): one read of x, no normalised copy of x in memory - or, at the large
+sizes where that fused kernel measured slower than torch's unfused pair, in two passes (:func:`_two_pass`).
 
 Ops (``torch.library.custom_op`` for the reason given in ops/gemm.py):
 
@@ -64,7 +65,7 @@ def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
         if N:
             y.copy_(rms_norm_linear_reference(x, norm_weight, weight, bias, eps))
         return y, rstd
-    if choice == "cuda" and not decision.forced and x.dtype != torch.float32 and os.environ.get(TWO_PASS_ENV) != "0":
+    if two_pass_applies(decision, x, N):
         return _two_pass(x, norm_weight, weight, bias, eps, rstd)
     if choice == "cuda":
         # False: the kernel failed once (warned, now disabled): Triton serves, unless "cuda" was forced
@@ -82,6 +83,24 @@ def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
 # The two-pass forward (below) instead of the fused CUDA kernel where the router picks that kernel; "0" keeps the fused
 # kernel (A/B measurements). Read by the router's and the replays' keys through the CUDA record's env list.
 TWO_PASS_ENV = "TILEWRIGHT_RMS_TWO_PASS"
+
+
+TWO_PASS_MIN_FLOPS = 2.0 ** 36
+
+
+def two_pass_applies(decision, x: torch.Tensor, N: int) -> bool:
+    """Whether the forward runs in two passes (:func:`_two_pass`) for this router decision: nothing forced, a CUDA
+    tensor in bf16 / fp16, ``TILEWRIGHT_RMS_TWO_PASS`` not "0", and either the router picked the fused CUDA kernel
+    (its measured region) or the fused Triton kernel at >= 2^36 FLOPs (H100: 3000 x 5120 x 5120 ran 1.40x a bare GEMM
+    fused, 1.14x as torch's unfused pair). Smaller calls keep the fused kernel: one launch, so an eager call replays
+    (ops/_fast.py), while two launches take the full Python path every call - at those sizes the host sets the pace
+    (the fused kernel's GPU time there is the open part of the work, perf/LOG.md session 15)."""
+    if decision.forced or decision.backend not in ("cuda", "triton") or not x.is_cuda or x.dtype == torch.float32:
+        return False
+    if os.environ.get(TWO_PASS_ENV) == "0":
+        return False
+    M, K = x.shape
+    return decision.backend == "cuda" or 2.0 * M * N * K >= TWO_PASS_MIN_FLOPS
 
 
 def _two_pass(x, norm_weight, weight, bias, eps, rstd):
@@ -255,6 +274,12 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     bf16/fp16 as it is in the unfused pipeline. fp16: the product is formed as ``x * (norm_weight * 2^-e)`` with
     ``max|norm_weight| < 2^e`` and 2^e applied to the accumulator, so it cannot overflow fp16 (where an unscaled
     ``x * norm_weight`` past 65504 would give NaN rows). See docs/numerics_rmsnorm.md.
+
+    Two-pass forward: with no backend forced, a bf16 / fp16 call on a GPU where the router picks the fused CUDA
+    kernel, or the fused Triton kernel at >= 2^36 FLOPs, runs one pass writing ``x * rstd * g`` (rounded once) and
+    rstd, then the plain GEMM on the router's backend (:func:`two_pass_applies`): the fused kernels measured
+    1.19-1.40x a bare GEMM there (their per-K-step norm work sits in front of the tensor cores), the two passes
+    torch's own unfused cost. ``TILEWRIGHT_RMS_TWO_PASS=0`` keeps the fused kernels. The backward is the same.
 
     With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
     traces - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics);
