@@ -110,7 +110,7 @@ def test_bf16_errors_vs_fp64_against_torch_unfused(tag, M, N, K, g_kind, backend
     # the norm-wise and exact-class assertions above are the evidence.
 
 
-def test_flat_abs_threshold_flags_correct_bf16_results():
+def test_flat_abs_threshold_flags_correct_bf16_results(monkeypatch):
     """Why "abs error > 1 means wrong" misjudges bf16 outputs of magnitude ~sqrt(K) = 64.
 
     With randn x and weights and K = 4096, y has a standard deviation of ~64 and tails past 256. bf16 keeps 8
@@ -121,6 +121,9 @@ def test_flat_abs_threshold_flags_correct_bf16_results():
     where 1 is no more than one ulp, and (b) is within torch's own error + 1 ulp of the fp64 truth: the flags say
     nothing about correctness. The evidence that does is the fp64 comparison in the test above.
     """
+    # the fused kernel's operand (bf16(x * g), rstd on the dot): the two-pass forward rounds x * rstd * g as torch
+    # does, so its results sit within one rounding of torch's and the flat rule rarely fires on them
+    monkeypatch.setenv("TILEWRIGHT_RMS_TWO_PASS", "0")
     tag, M, N, K = next(s for s in GEMM_SUITE if s[0] == "l3-8b-gateup")
     x, g, w = _inputs(M, N, K, "randn", seed=1)
     y = tilewright.rms_norm_linear(x, g, w, eps=EPS).double()
