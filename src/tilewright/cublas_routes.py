@@ -84,7 +84,16 @@ NN 512 2048 2048 0.74
 TN 512 2048 2048 0.73
 NN 2048 512 8192 0.76
 TN 2048 512 8192 0.75
+NT 3000 5120 5120 0.82
+NN 3000 5120 5120 0.83
+NT 3000 5000 4000 0.74
+NN 3000 5000 4000 0.77
+NT 2048 5120 5120 0.82
+NT 4096 5120 5120 1.00
 """
+# The last six points: CUDA-graph timed, cold L2, interleaved (perf/results/h100/gemm/odd_routes_2026-11-27.log,
+# script beside it) - the GEMM of rms_norm_linear's two-pass forward at 3000 x 5120 x 5120 (issue 17's row) and the
+# gemm suite's odd shape.
 
 
 def _parse(text: str) -> list[tuple[str, int, int, int, float]]:
