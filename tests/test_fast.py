@@ -23,7 +23,7 @@ def test_recording_is_scoped_and_nests():
             record("y", {})
         record("z", {})
     # an inner recording's launches are launches of the enclosing call too: handed up when it ends
-    assert outer == [("x", {}), ("y", {}), ("z", {})] and inner == [("y", {})] and not is_recording()
+    assert outer == [("x", {}, ()), ("y", {}, ()), ("z", {}, ())] and inner == [("y", {}, ())] and not is_recording()
     record("ignored", {})  # outside a recording: nothing kept, nothing raised
 
 
@@ -38,7 +38,7 @@ def test_a_replay_reports_itself_to_an_enclosing_recording():
     a2, b2 = torch.randn(4, 8), torch.randn(8, 3)
     with recording() as launches:
         got, = replay(a2.device, a2, b2)
-    (rb, roles), = launches
+    (rb, roles, _), = launches
     assert rb is bound and list(roles) == ["a_ptr", "b_ptr", "c_ptr"]
     assert roles["a_ptr"] is a2 and roles["b_ptr"] is b2 and roles["c_ptr"] is got
     rebuilt = _fast.build(launches, {"a_ptr": (0, a2), "b_ptr": (1, b2)}, {"c_ptr": (0, got)})
@@ -75,7 +75,6 @@ def test_refusals():
     ins, outs = {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)}
     assert _fast.build([(FakeBound(), ok)], ins, outs) is not None
     assert _fast.build([], ins, outs) is None  # nothing launched (torch or empty-shape path)
-    assert _fast.build([(FakeBound(), ok), (FakeBound(), ok)], ins, outs) is None  # two launches
     assert _fast.build([(None, ok)], ins, outs) is None  # an unbound launch (CUDA kernel, pending compile)
     assert _fast.build([(FakeBound(), {**ok, "g_scale": torch.empty(1)})], ins, outs) is None  # an intermediate
     copy = b.contiguous().clone()
@@ -209,3 +208,48 @@ def test_build_refuses_an_output_the_launch_did_not_write():
     launches = [(FakeBound(), {"a_ptr": a, "c_ptr": out})]
     assert _fast.build(launches, {"a_ptr": (0, a)}, {"c_ptr": (0, out), "dg": (1, extra)}) is None
     assert _fast.build(launches, {"a_ptr": (0, a)}, {"c_ptr": (0, out), "preact_ptr": (1, empty)}) is not None
+
+
+def test_several_launches_replay_in_order_with_the_scratch_buffers_they_pass_on():
+    """rms_norm_linear's two-pass forward: a norm pass writes u (declared in its ``writes``) and rstd, the GEMM reads
+    u under the role name the norm pass gives x (``a_ptr``): the replay allocates u and hands it to both launches."""
+    x, g, w = torch.randn(6, 8), torch.randn(8), torch.randn(8, 5)
+    u, rstd, y = torch.empty(6, 8), torch.empty(6), torch.empty(6, 5)
+    norm, gemm = FakeBound(), FakeBound()
+    launches = [(norm, {"a_ptr": x, "g_ptr": g, "u_ptr": u, "rstd_ptr": rstd}, ("u_ptr", "rstd_ptr")),
+                (gemm, {"a_ptr": u, "b_ptr": w, "c_ptr": y}, ())]
+    ins = {"a_ptr": (0, x), "g_ptr": (1, g), "b_ptr": (2, w)}
+    outs = {"c_ptr": (0, y), "rstd_ptr": (1, rstd)}
+    replay = _fast.build(launches, ins, outs)
+    assert replay is not None
+    x2, g2, w2 = torch.randn(6, 8), torch.randn(8), torch.randn(8, 5)
+    y2, r2 = replay(x2.device, x2, g2, w2)
+    (np_,), (gp,) = norm.calls, gemm.calls
+    assert np_[0] == x2.data_ptr() and np_[1] == g2.data_ptr() and np_[3] == r2.data_ptr()
+    assert gp[0] == np_[2] and gp[0] not in (x2.data_ptr(), y2.data_ptr())  # the scratch u, fresh, passed on
+    assert gp[1] == w2.data_ptr() and gp[2] == y2.data_ptr()
+    assert y2.shape == y.shape and r2.shape == rstd.shape
+
+
+def test_two_launches_of_inputs_and_outputs_replay_in_order():
+    a, b, out = torch.randn(4, 8), torch.randn(8, 3), torch.empty(4, 3)
+    first, second = FakeBound(), FakeBound()
+    replay = _fast.build([(first, {"a_ptr": a, "c_ptr": out}), (second, {"b_ptr": b, "c_ptr": out})],
+                         {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)})
+    a2, b2 = torch.randn(4, 8), torch.randn(8, 3)
+    (got,) = replay(a2.device, a2, b2)
+    assert first.calls == [(a2.data_ptr(), got.data_ptr())] and second.calls == [(b2.data_ptr(), got.data_ptr())]
+
+
+def test_a_buffer_no_recorded_launch_wrote_is_refused():
+    """A tensor that is neither input nor output is replayable only if an earlier launch wrote it whole: read before
+    written, written by a launch that does not declare it, or made by torch (a copy): no replay."""
+    x, w, y, u = torch.randn(6, 8), torch.randn(8, 5), torch.empty(6, 5), torch.empty(6, 8)
+    ins, outs = {"a_ptr": (0, x), "b_ptr": (1, w)}, {"c_ptr": (0, y)}
+    gemm = (FakeBound(), {"a_ptr": u, "b_ptr": w, "c_ptr": y}, ())
+    assert _fast.build([gemm], ins, outs) is None  # u from nowhere (a torch copy of x)
+    undeclared = (FakeBound(), {"a_ptr": x, "u_ptr": u}, ())
+    assert _fast.build([undeclared, gemm], ins, outs) is None
+    declared = (FakeBound(), {"a_ptr": x, "u_ptr": u}, ("u_ptr",))
+    assert _fast.build([gemm, declared], ins, outs) is None  # read before it was written
+    assert _fast.build([declared, gemm], ins, outs) is not None

@@ -186,6 +186,37 @@ def test_two_pass_forward_with_bias_and_in_a_cuda_graph():
     assert torch.equal(y, y2)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_two_pass_forward_replays_both_launches_bit_for_bit(grad):
+    """The eager replay of a two-pass call holds the norm pass and the GEMM with the scratch u between them
+    (ops/_fast.build): a replayed call on new values gives the full path's bits (forward and, with autograd, the
+    gradients)."""
+    from tilewright.ops import _fast
+
+    M, N, K = 4096, 4096, 4000
+    x, g, w = _inputs(M, N, K, "randn")
+    b = (0.1 * torch.randn(N, device="cuda")).bfloat16()
+    g.requires_grad_(grad)
+
+    def call():
+        xi = x.detach().requires_grad_(grad)
+        y = tilewright.rms_norm_linear(xi, g, w, b, eps=EPS)
+        if not grad:
+            return (y,)
+        dx, dg = torch.autograd.grad(y, (xi, g), torch.ones_like(y))
+        return y, dx, dg
+
+    call()  # records
+    replays = _rms_module()._replays
+    assert any(type(r) is _fast.Replay and len(r._launches) == 2 for r in replays.values())
+    x.normal_()
+    replayed = call()
+    _fast.invalidate()
+    full = call()
+    for a, c in zip(replayed, full):
+        assert torch.equal(a, c)
+
+
 def test_compile_fullgraph_on_gpu():
     x, g, w = _inputs(512, 256, 1024, "randn")
     f = torch.compile(lambda a: tilewright.rms_norm_linear(a, g, w), fullgraph=True)

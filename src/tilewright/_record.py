@@ -44,9 +44,10 @@ def tensor_signature(t):
     return (t.shape, t.stride(), t.dtype, t.get_device(), ptr % 16, ptr % 128 == 0)
 
 
-def record(bound, roles: dict) -> None:
+def record(bound, roles: dict, writes: tuple = ()) -> None:
     """Report one launch: ``bound`` (a BoundLaunch, or None when the launch could not be bound) and its pointer
-    arguments ``{role: tensor}`` in the order ``bound`` takes them."""
+    arguments ``{role: tensor}`` in the order ``bound`` takes them. ``writes``: the roles the launch writes whole -
+    a later launch of the same call may read such a tensor as a scratch buffer a replay allocates (ops/_fast.build)."""
     launches = getattr(_local, "launches", None)
     if launches is not None:
-        launches.append((bound, roles))
+        launches.append((bound, roles, writes))

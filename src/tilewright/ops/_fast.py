@@ -16,10 +16,12 @@ equal addresses. A hit allocates the outputs and calls the launch (inside the op
 autograd records, ops/_eager.call_checked).
 
 What never replays (the full path runs every time): a call the full path served with torch's reference formulas (the
-gemm op's plain cuBLAS call does replay: ``ops/gemm._TorchGemm``), or with more than one launch (fp16
+gemm op's plain cuBLAS call does replay: ``ops/gemm._TorchGemm``), or with a launch that cannot be bound (fp16
 rms_norm_linear's weight scale), or with a copy of an input (a strided bias, a non-unit-stride attention input);
 calls that torch.compile / export / a dispatch or function mode / functorch traces, or that take tensor subclasses;
-the interpreter. An error raised by the full path is raised again by the next call with the same signature, since
+the interpreter. Several launches replay in order when each of their pointer arguments is an input, an output or
+a buffer an earlier launch of the call wrote whole (declared by that launch's ``writes``; the replay allocates it):
+rms_norm_linear's two-pass forward (norm pass, then the GEMM reading its output). An error raised by the full path is raised again by the next call with the same signature, since
 nothing was recorded.
 """
 from __future__ import annotations
@@ -87,17 +89,19 @@ def state() -> tuple:
 
 
 class Replay:
-    """Allocate the op's outputs, launch the recorded kernel on the new pointers, return the outputs."""
+    """Allocate the op's outputs (and the scratch buffers its launches pass between them), make the recorded
+    launches on the new pointers in order, return the outputs."""
 
-    __slots__ = ("_bound", "_outputs", "_roles", "_sources", "_takes_tensors")
+    __slots__ = ("_launches", "_outputs", "_scratch")
 
-    def __init__(self, bound, sources: list[tuple[bool, int]], outputs: list[tuple], roles: tuple = ()):
-        self._bound = bound
-        # a launch through torch (the gemm op's cuBLAS path) takes the tensors themselves, a kernel their addresses
-        self._takes_tensors = getattr(bound, "takes_tensors", False)
-        self._sources = sources  # per pointer argument: (is an output, index)
+    def __init__(self, launches: list[tuple], outputs: list[tuple], scratch: list[tuple] = ()):
+        # per launch: (bound, sources, role names, takes tensors); a source is (kind, index) with kind 0 an input,
+        # 1 an output, 2 a scratch buffer. A launch through torch (the gemm op's cuBLAS path) takes the tensors
+        # themselves, a kernel their addresses.
+        self._launches = [(bound, sources, roles, getattr(bound, "takes_tensors", False))
+                          for bound, sources, roles in launches]
         self._outputs = outputs  # (shape, stride, dtype) of each output
-        self._roles = roles  # per pointer argument: its role name (reported to an enclosing recording)
+        self._scratch = scratch  # (shape, stride, dtype) of each scratch buffer
 
     def impl(self, n_inputs: int):
         """The replay in the op implementation's calling convention: ``impl(*op_args)`` -> tuple of outputs, reading
@@ -109,46 +113,62 @@ class Replay:
     def __call__(self, device, *inputs) -> list[torch.Tensor]:
         outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in
                 self._outputs]
-        tensors = [outs[i] if is_out else inputs[i] for is_out, i in self._sources]
-        if self._takes_tensors:
-            self._bound(*tensors)
-        else:
-            self._bound(*[t.data_ptr() for t in tensors])
-        if is_recording():  # a caller records its own replay around this one (a public function around its op)
-            record(self._bound, dict(zip(self._roles, tensors)))
+        scratch = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in
+                   self._scratch]
+        pools = (inputs, outs, scratch)
+        for bound, sources, roles, takes_tensors in self._launches:
+            tensors = [pools[kind][i] for kind, i in sources]
+            if takes_tensors:
+                bound(*tensors)
+            else:
+                bound(*[t.data_ptr() for t in tensors])
+            if is_recording():  # a caller records its own replay around this one (a public function around its op)
+                record(bound, dict(zip(roles, tensors)))
         return outs
 
 
 def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
-    """A :class:`Replay` of the single launch in ``launches`` whose roles are all in ``inputs`` (``{role: (index,
-    tensor)}``: the op's input tensor at that index of the replay's arguments) or ``outputs`` (``{role: (index,
-    tensor)}``: the op's returned tensor); None when anything differs: no launch or several, an unbound one, a role
-    the op did not name, or a role whose tensor is not at the named input's address (a copy the op made)."""
-    if len(launches) != 1 or launches[0][0] is None:
+    """A :class:`Replay` of ``launches`` (in order) whose roles are each in ``inputs`` (``{role: (index, tensor)}``:
+    the op's input tensor at that index of the replay's arguments), in ``outputs`` (``{role: (index, tensor)}``: the
+    op's returned tensor), or a scratch buffer: a tensor an earlier launch of this call wrote whole (its ``writes``)
+    and that is neither. None when anything differs: no launch, an unbound one, a role the op did not name, or a
+    role whose tensor is not at the named input's address (a copy the op made - no launch wrote it, so a replay
+    could not fill it)."""
+    if not launches or any(bound is None for bound, *_ in launches):
         return None
-    bound, roles = launches[0]
-    sources = []
-    names = tuple(roles)
-    for role, t in roles.items():
-        if role in inputs:
-            i, expected = inputs[role]
-            if expected is None or t.data_ptr() != expected.data_ptr():
+    written_scratch: dict = {}  # data_ptr -> (scratch index, tensor)
+    scratch_specs: list = []
+    recorded = []
+    written = set()
+    for bound, roles, *rest in launches:
+        writes = rest[0] if rest else ()
+        sources = []
+        for role, t in roles.items():
+            # roles are the kernels' argument names, so two launches may use one name for different tensors (the
+            # two-pass norm's a_ptr is x, its GEMM's a_ptr the norm's output): a role is the named input or output
+            # only at that tensor's address, else it must be a scratch buffer
+            if role in inputs and inputs[role][1] is not None and t.data_ptr() == inputs[role][1].data_ptr():
+                sources.append((0, inputs[role][0]))
+            elif role in outputs and t.data_ptr() == outputs[role][1].data_ptr():
+                i = outputs[role][0]
+                sources.append((1, i))
+                written.add(i)
+            elif t.data_ptr() in written_scratch and written_scratch[t.data_ptr()][1].shape == t.shape and \
+                    written_scratch[t.data_ptr()][1].stride() == t.stride():
+                sources.append((2, written_scratch[t.data_ptr()][0]))
+            elif role in writes:
+                written_scratch[t.data_ptr()] = (len(scratch_specs), t)
+                scratch_specs.append((tuple(t.shape), t.stride(), t.dtype))
+                sources.append((2, len(scratch_specs) - 1))
+            else:
                 return None
-            sources.append((False, i))
-        elif role in outputs:
-            i, expected = outputs[role]
-            if t.data_ptr() != expected.data_ptr():
-                return None
-            sources.append((True, i))
-        else:
-            return None
-    written = {i for is_out, i in sources if is_out}
+        recorded.append((bound, sources, tuple(roles)))
     specs = [None] * len(outputs)
     for i, t in outputs.values():
         if t.numel() and i not in written:
-            return None  # an output the launch did not write (a torch op made it): a replay would return garbage
+            return None  # an output the launches did not write (a torch op made it): a replay would return garbage
         specs[i] = (tuple(t.shape), t.stride(), t.dtype)
-    return Replay(bound, sources, specs, names)
+    return Replay(recorded, specs, scratch_specs)
 
 
 def replayed_op(cache: dict, tensors: tuple, roles: tuple, options: tuple, out_roles: tuple, full):

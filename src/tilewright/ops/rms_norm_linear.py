@@ -94,7 +94,8 @@ def two_pass_applies(decision, x: torch.Tensor, N: int) -> bool:
     (its measured region) or the fused Triton kernel at >= 2^36 FLOPs (H100: 3000 x 5120 x 5120 ran 1.40x a bare GEMM
     fused, 1.14x as torch's unfused pair). Smaller calls keep the fused kernel: one launch, so an eager call replays
     (ops/_fast.py), while two launches take the full Python path every call - at those sizes the host sets the pace
-    (the fused kernel's GPU time there is the open part of the work, perf/LOG.md session 15)."""
+    (the fused kernel's GPU time there is the open part of the work, perf/LOG.md session 15): the two-pass
+    replay holds two launches and a scratch buffer, more host work than the fused kernel's one launch."""
     if decision.forced or decision.backend not in ("cuda", "triton") or not x.is_cuda or x.dtype == torch.float32:
         return False
     if os.environ.get(TWO_PASS_ENV) == "0":
@@ -111,9 +112,9 @@ def _two_pass(x, norm_weight, weight, bias, eps, rstd):
     transform, the sums of squares) in front of the tensor cores - 1.19-1.31x a bare cuBLAS GEMM on the issue's
     large rows (H100), slower than torch's own unfused pair (1.03-1.07x), whose norm costs one read and one write of
     x. This is that pair with tilewright's kernels: the same traffic, rstd saved for the backward (which is
-    unchanged), and one rounding of ``x * rstd * g`` where torch rounds ``x * rstd`` and then ``* g``. Two launches:
-    no eager replay (the prep launch reports itself unbound), which at the sizes the CUDA kernel's region covers
-    (>= 2^36 FLOPs) is well under the GEMM's time."""
+    unchanged), and one rounding of ``x * rstd * g`` where torch rounds ``x * rstd`` and then ``* g``. Both launches
+    replay: the norm pass records u as a buffer it writes, which the replay allocates for the GEMM (ops/_fast.build).
+    (An x that is not unit-stride is copied first - no launch makes that copy, so such a call does not replay.)"""
     from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
 
     u = launch_rmsnorm_fwd(x if x.stride(-1) == 1 else x.contiguous(), norm_weight, rstd, eps)

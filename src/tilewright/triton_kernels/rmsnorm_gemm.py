@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from .._env import REFERENCE_SMS, interpreting
-from .._record import record, tensor_signature
+from .._record import is_recording, record, tensor_signature
 from ._runtime import bind, retry_after_oom
 from .gemm import NormPrologue, launch_gemm
 
@@ -107,11 +107,12 @@ def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torch.Ten
 # Two-pass forward: u = x * rstd * g and rstd in one pass over x; the GEMM (any backend) then reads u.
 # --------------------------------------------------------------------------------------------------------------------
 @triton.jit
-def _rmsnorm_fwd_kernel(x_ptr, g_ptr, u_ptr, rstd_ptr, M, K, rows_per_prog, stride_xm, stride_um, eps,
+def _rmsnorm_fwd_kernel(a_ptr, g_ptr, u_ptr, rstd_ptr, M, K, rows_per_prog, stride_xm, stride_um, eps,
                         BLOCK_K: tl.constexpr, NUM_CHUNKS: tl.constexpr):
     """Program p owns rows [p * rows_per_prog, (p + 1) * rows_per_prog): rstd = 1 / sqrt(mean(x^2) + eps) (fp32,
     IEEE sqrt as the fused kernel's epilogue) and u = x * rstd * g rounded once. NUM_CHUNKS > 1 (long rows): a first
-    sweep sums the squares, a second re-reads the row (from L2) and writes u."""
+    sweep sums the squares, a second re-reads the row (from L2) and writes u. x is ``a_ptr``, the name the fused
+    kernel gives it, so the op's replay roles name x alike for both forwards (ops/_fast.build)."""
     pid = tl.program_id(0)
     rk = tl.arange(0, BLOCK_K)
     if NUM_CHUNKS == 1:
@@ -122,20 +123,20 @@ def _rmsnorm_fwd_kernel(x_ptr, g_ptr, u_ptr, rstd_ptr, M, K, rows_per_prog, stri
         if row < M:
             row64 = row.to(tl.int64)
             if NUM_CHUNKS == 1:
-                x = tl.load(x_ptr + row64 * stride_xm + rk, mask=mask_k, other=0.0).to(tl.float32)
+                x = tl.load(a_ptr + row64 * stride_xm + rk, mask=mask_k, other=0.0).to(tl.float32)
                 r = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / K + eps)
                 tl.store(u_ptr + row64 * stride_um + rk, (x * r * g).to(u_ptr.dtype.element_ty), mask=mask_k)
             else:
                 part = tl.zeros((BLOCK_K,), dtype=tl.float32)
                 for ci in range(NUM_CHUNKS):
                     ck = ci * BLOCK_K + rk
-                    x = tl.load(x_ptr + row64 * stride_xm + ck, mask=ck < K, other=0.0).to(tl.float32)
+                    x = tl.load(a_ptr + row64 * stride_xm + ck, mask=ck < K, other=0.0).to(tl.float32)
                     part += x * x
                 r = 1.0 / tl.sqrt_rn(tl.sum(part, axis=0) / K + eps)
                 for ci in range(NUM_CHUNKS):
                     ck = ci * BLOCK_K + rk
                     mk = ck < K
-                    x = tl.load(x_ptr + row64 * stride_xm + ck, mask=mk, other=0.0).to(tl.float32)
+                    x = tl.load(a_ptr + row64 * stride_xm + ck, mask=mk, other=0.0).to(tl.float32)
                     g = tl.load(g_ptr + ck, mask=mk, other=0.0).to(tl.float32)
                     tl.store(u_ptr + row64 * stride_um + ck, (x * r * g).to(u_ptr.dtype.element_ty), mask=mk)
             tl.store(rstd_ptr + row, r)
@@ -145,8 +146,8 @@ def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.T
                        max_block_k: int | None = None) -> torch.Tensor:
     """``u = rms_norm(x) * g`` (x's dtype, (M, K), contiguous) with ``rstd`` (fp32, (M,)) written in place: the first
     pass of the two-pass forward (ops/rms_norm_linear.py), whose GEMM then reads u. x: (M, K) with unit last stride;
-    norm_weight unit-stride. Not replayable on its own: it reports an unbound launch, so an op recording a call that
-    makes it (two launches) gets no eager replay (ops/_fast.py)."""
+    norm_weight unit-stride. Recorded with u as a buffer it writes whole, so the op's eager replay holds both launches
+    (ops/_fast.build)."""
     M, K = x.shape
     u = torch.empty((M, K), device=x.device, dtype=x.dtype)
     if M == 0:
@@ -157,10 +158,15 @@ def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.T
     warps = 4 if block_k <= 1024 else (8 if block_k <= 4096 else 16)
     rows = triton.cdiv(M, min(M, 8 * sms))  # a few waves of programs, several rows each
     programs = triton.cdiv(M, rows)
-    retry_after_oom(lambda: _rmsnorm_fwd_kernel[(programs,)](
-        x, norm_weight, u, rstd, M, K, rows, x.stride(0), u.stride(0), eps,
-        BLOCK_K=block_k, NUM_CHUNKS=chunks, num_warps=warps))
-    record(None, {})
+    args = dict(a_ptr=x, g_ptr=norm_weight, u_ptr=u, rstd_ptr=rstd, M=M, K=K, rows_per_prog=rows,
+                stride_xm=x.stride(0), stride_um=u.stride(0), eps=eps, BLOCK_K=block_k, NUM_CHUNKS=chunks)
+    compiled = retry_after_oom(lambda: _rmsnorm_fwd_kernel[(programs,)](**args, num_warps=warps))
+    if is_recording():
+        # u is written whole: the GEMM after it reads it as a scratch buffer a replay allocates (ops/_fast.build)
+        roles = {"a_ptr": x, "g_ptr": norm_weight, "u_ptr": u, "rstd_ptr": rstd}
+        bound = None if not x.is_cuda or interpreting() else \
+            bind(_rmsnorm_fwd_kernel, compiled, (programs,), {**args, "num_warps": warps}, roles)
+        record(bound, roles, writes=("u_ptr", "rstd_ptr"))
     return u
 
 
