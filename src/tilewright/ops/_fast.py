@@ -103,6 +103,11 @@ class Replay:
         self._outputs = outputs  # (shape, stride, dtype) of each output
         self._scratch = scratch  # (shape, stride, dtype) of each scratch buffer
 
+    @property
+    def bounds(self) -> tuple:
+        """The recorded launches, in order (tests look at what a replay holds)."""
+        return tuple(bound for bound, *_ in self._launches)
+
     def impl(self, n_inputs: int):
         """The replay in the op implementation's calling convention: ``impl(*op_args)`` -> tuple of outputs, reading
         the first ``n_inputs`` arguments (tensors at the recorded inputs' addresses, e.g. their 2-D views)."""
