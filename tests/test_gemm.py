@@ -347,3 +347,28 @@ def test_module_checks_its_options_at_construction():
         tilewright.nn.RMSNormLinear(4, 4, backend="nonsense")
     with pytest.raises(ValueError, match="eps"):
         tilewright.nn.RMSNormLinear(4, 4, eps=-1.0)
+
+
+@pytest.mark.parametrize("op", ["linear", "matmul_kn"])
+def test_the_weight_gradient_comes_out_in_the_weights_layout(op):
+    """linear's weight (N, K) is the GEMM's b = weight.t(): its gradient is computed as (dz^T x)^T so it has the
+    weight's own (row-major) layout, which autograd stores without a transposing copy; a (K, N) row-major b keeps
+    x^T dz. Values as float64 in both cases."""
+    torch.manual_seed(0)
+    M, K, N = 33, 24, 20
+    x = torch.randn(M, K, requires_grad=True)
+    if op == "linear":
+        w = torch.randn(N, K, requires_grad=True)
+        out = tilewright.linear(x, w)
+        ref_w = lambda xd, wd: xd @ wd.t()  # noqa: E731
+    else:
+        w = torch.randn(K, N, requires_grad=True)
+        out = tilewright.matmul(x, w)
+        ref_w = lambda xd, wd: xd @ wd  # noqa: E731
+    grad = torch.randn_like(out)
+    gx, gw = torch.autograd.grad(out, (x, w), grad)
+    assert gw.stride() == w.stride() and gw.shape == w.shape
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    rx, rw = torch.autograd.grad(ref_w(xd, wd), (xd, wd), grad.double())
+    assert torch.allclose(gw.double(), rw, rtol=1e-4, atol=1e-4) and torch.allclose(gx.double(), rx, rtol=1e-4,
+                                                                                        atol=1e-4)

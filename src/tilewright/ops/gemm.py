@@ -182,9 +182,18 @@ def _backward(ctx, grad_out, grad_preact):
         da = plain_gemm(dz, bt, a.dtype, router.backward_backend("gemm", ctx.backend, dz, bt, None, None)
                         if forced else None)
     if needs[1]:
-        at = a.t()
-        db = plain_gemm(at, dz, b.dtype, router.backward_backend("gemm", ctx.backend, at, dz, None, None)
-                        if forced else None)
+        if b.dim() == 2 and b.stride(0) == 1 and b.stride(1) != 1 and b.shape[1] > 1:
+            # b is the transpose of a row-major (N, K) weight (nn.Linear's): its gradient computed as (dz^T a)^T
+            # comes out in the weight's own layout, which autograd stores as is. a^T dz would be (K, N)-contiguous,
+            # and accumulating it into the weight's .grad copies it transposed (two such copies a Llama-layer step,
+            # torch.profiler). Same products, same reduction over M.
+            dzt = dz.t()
+            db = plain_gemm(dzt, a, b.dtype, router.backward_backend("gemm", ctx.backend, dzt, a, None, None)
+                            if forced else None).t()
+        else:
+            at = a.t()
+            db = plain_gemm(at, dz, b.dtype, router.backward_backend("gemm", ctx.backend, at, dz, None, None)
+                            if forced else None)
     if ctx.bias_dtype is not None and needs[2]:
         dbias = dz.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
     if ctx.res_shape is not None and needs[3]:
