@@ -75,6 +75,7 @@ def test_refusals():
     ins, outs = {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)}
     assert _fast.build([(FakeBound(), ok)], ins, outs) is not None
     assert _fast.build([], ins, outs) is None  # nothing launched (torch or empty-shape path)
+    assert _fast.build([(FakeBound(), ok), (FakeBound(), ok)], ins, outs) is None  # two launches: an op asks
     assert _fast.build([(None, ok)], ins, outs) is None  # an unbound launch (CUDA kernel, pending compile)
     assert _fast.build([(FakeBound(), {**ok, "g_scale": torch.empty(1)})], ins, outs) is None  # an intermediate
     copy = b.contiguous().clone()
@@ -220,7 +221,8 @@ def test_several_launches_replay_in_order_with_the_scratch_buffers_they_pass_on(
                 (gemm, {"a_ptr": u, "b_ptr": w, "c_ptr": y}, ())]
     ins = {"a_ptr": (0, x), "g_ptr": (1, g), "b_ptr": (2, w)}
     outs = {"c_ptr": (0, y), "rstd_ptr": (1, rstd)}
-    replay = _fast.build(launches, ins, outs)
+    assert _fast.build(launches, ins, outs) is None  # one launch unless the op asks for more
+    replay = _fast.build(launches, ins, outs, max_launches=2)
     assert replay is not None
     x2, g2, w2 = torch.randn(6, 8), torch.randn(8), torch.randn(8, 5)
     y2, r2 = replay(x2.device, x2, g2, w2)
@@ -235,7 +237,7 @@ def test_two_launches_of_inputs_and_outputs_replay_in_order():
     a, b, out = torch.randn(4, 8), torch.randn(8, 3), torch.empty(4, 3)
     first, second = FakeBound(), FakeBound()
     replay = _fast.build([(first, {"a_ptr": a, "c_ptr": out}), (second, {"b_ptr": b, "c_ptr": out})],
-                         {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)})
+                         {"a_ptr": (0, a), "b_ptr": (1, b)}, {"c_ptr": (0, out)}, max_launches=2)
     a2, b2 = torch.randn(4, 8), torch.randn(8, 3)
     (got,) = replay(a2.device, a2, b2)
     assert first.calls == [(a2.data_ptr(), got.data_ptr())] and second.calls == [(b2.data_ptr(), got.data_ptr())]
@@ -249,7 +251,7 @@ def test_a_buffer_no_recorded_launch_wrote_is_refused():
     gemm = (FakeBound(), {"a_ptr": u, "b_ptr": w, "c_ptr": y}, ())
     assert _fast.build([gemm], ins, outs) is None  # u from nowhere (a torch copy of x)
     undeclared = (FakeBound(), {"a_ptr": x, "u_ptr": u}, ())
-    assert _fast.build([undeclared, gemm], ins, outs) is None
+    assert _fast.build([undeclared, gemm], ins, outs, max_launches=2) is None
     declared = (FakeBound(), {"a_ptr": x, "u_ptr": u}, ("u_ptr",))
-    assert _fast.build([gemm, declared], ins, outs) is None  # read before it was written
-    assert _fast.build([declared, gemm], ins, outs) is not None
+    assert _fast.build([gemm, declared], ins, outs, max_launches=2) is None  # read before it was written
+    assert _fast.build([declared, gemm], ins, outs, max_launches=2) is not None

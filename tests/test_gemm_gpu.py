@@ -283,7 +283,7 @@ def test_split_k_on_the_device_is_right_reproducible_and_replayable(M, N, K, a_t
     out = torch.empty(M, N, device=DEV, dtype=torch.bfloat16)
     with recording() as launches:
         tg.launch_gemm(a, b, out, config=cfg)  # recording binds the launch, as an op's first call does
-    (bound_launch, roles), = launches
+    (bound_launch, roles, _), = launches
     a2, b2 = operands()
     out2 = torch.full((M, N), float("nan"), device=DEV, dtype=torch.bfloat16)
     pointers = {"a_ptr": a2, "b_ptr": b2, "c_ptr": out2}

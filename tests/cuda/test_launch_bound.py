@@ -56,7 +56,7 @@ def _launch_recorded(drv, a, out, bias, roles):
 
 def test_a_recorded_launch_binds_and_replays_on_new_addresses(fake):
     a, out, bias = torch.randn(32, 64), torch.empty(32, 64), torch.randn(64)
-    (bound, roles), = _launch_recorded(fake, a, out, bias, {"a_ptr": a, "c_ptr": out, "bias_ptr": bias})
+    (bound, roles, _), = _launch_recorded(fake, a, out, bias, {"a_ptr": a, "c_ptr": out, "bias_ptr": bias})
     assert isinstance(bound, launch.BoundCudaLaunch) and list(roles) == ["a_ptr", "c_ptr", "bias_ptr"]
     recorded_args = fake.launches[0][5]
     bound(1 << 20, 2 << 20, 3 << 20)  # pointers in the roles' order
@@ -80,7 +80,7 @@ def test_a_launch_is_not_bound_on_a_guess(fake, problem):
         roles["a_ptr"] = a.clone()  # the map holds another address than the role's tensor
     else:
         roles = None
-    (bound, got), = _launch_recorded(fake, a, out, bias, roles)
+    (bound, got, _), = _launch_recorded(fake, a, out, bias, roles)
     assert bound is None and got == {}
 
 
@@ -96,7 +96,7 @@ def test_no_recording_no_binding(fake, monkeypatch):
 def test_a_bound_launch_reuses_the_maps_of_addresses_it_has_seen(fake, monkeypatch):
     monkeypatch.setattr(launch, "MAPS_PER_SLOT", 2)
     a, out = torch.randn(32, 64), torch.empty(32, 64)
-    (bound, _), = _launch_recorded(fake, a, out, None, {"a_ptr": a, "c_ptr": out})
+    (bound, _, _), = _launch_recorded(fake, a, out, None, {"a_ptr": a, "c_ptr": out})
     before = len(fake.encoded)
     bound(1 << 20, 5)
     bound(1 << 20, 6)  # same A address: its map is reused, the pointer argument replaced

@@ -19,9 +19,11 @@ What never replays (the full path runs every time): a call the full path served 
 gemm op's plain cuBLAS call does replay: ``ops/gemm._TorchGemm``), or with a launch that cannot be bound (fp16
 rms_norm_linear's weight scale), or with a copy of an input (a strided bias, a non-unit-stride attention input);
 calls that torch.compile / export / a dispatch or function mode / functorch traces, or that take tensor subclasses;
-the interpreter. Several launches replay in order when each of their pointer arguments is an input, an output or
-a buffer an earlier launch of the call wrote whole (declared by that launch's ``writes``; the replay allocates it):
-rms_norm_linear's two-pass forward (norm pass, then the GEMM reading its output). An error raised by the full path is raised again by the next call with the same signature, since
+the interpreter. An op whose full path is a designed pipeline of launches (rms_norm_linear's two-pass forward: norm
+pass, then the GEMM reading its output) asks for up to that many (``max_launches``); they replay in order when each
+of their pointer arguments is an input, an output or a buffer an earlier launch of the call wrote whole (declared by
+that launch's ``writes``; the replay allocates it). Every other op replays a single launch: a torch op between two
+launches would not be replayed. An error raised by the full path is raised again by the next call with the same signature, since
 nothing was recorded.
 """
 from __future__ import annotations
@@ -132,14 +134,16 @@ class Replay:
         return outs
 
 
-def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
+def build(launches: list, inputs: dict, outputs: dict, max_launches: int = 1) -> Replay | None:
     """A :class:`Replay` of ``launches`` (in order) whose roles are each in ``inputs`` (``{role: (index, tensor)}``:
     the op's input tensor at that index of the replay's arguments), in ``outputs`` (``{role: (index, tensor)}``: the
     op's returned tensor), or a scratch buffer: a tensor an earlier launch of this call wrote whole (its ``writes``)
     and that is neither. None when anything differs: no launch, an unbound one, a role the op did not name, or a
     role whose tensor is not at the named input's address (a copy the op made - no launch wrote it, so a replay
-    could not fill it)."""
-    if not launches or any(bound is None for bound, *_ in launches):
+    could not fill it). ``max_launches``: more than one only for an op whose full path is a designed pipeline of
+    recorded launches with no torch op between them that a replay would skip (rms_norm_linear's two passes); every
+    other op replays one launch."""
+    if not launches or len(launches) > max_launches or any(bound is None for bound, *_ in launches):
         return None
     written_scratch: dict = {}  # data_ptr -> (scratch index, tensor)
     scratch_specs: list = []
@@ -176,7 +180,8 @@ def build(launches: list, inputs: dict, outputs: dict) -> Replay | None:
     return Replay(recorded, specs, scratch_specs)
 
 
-def replayed_op(cache: dict, tensors: tuple, roles: tuple, options: tuple, out_roles: tuple, full):
+def replayed_op(cache: dict, tensors: tuple, roles: tuple, options: tuple, out_roles: tuple, full,
+                max_launches: int = 1):
     """The body of a custom op that replays its own signature: ``full()`` (the op's full path, returning its output
     tuple) recorded on a first call, the :class:`Replay` afterwards. ``tensors``: the op's tensor arguments (None
     allowed), ``roles``: the kernel argument each one is (None: not a kernel argument), ``options``: the op's other
@@ -190,16 +195,16 @@ def replayed_op(cache: dict, tensors: tuple, roles: tuple, options: tuple, out_r
     if replay is not None:
         return tuple(replay(tensors[0].device, *tensors))
     return run_recorded(cache, key, full, {r: (i, t) for i, (r, t) in enumerate(zip(roles, tensors)) if r},
-                        lambda result: {r: (i, o) for i, (r, o) in enumerate(zip(out_roles, result))})
+                        lambda result: {r: (i, o) for i, (r, o) in enumerate(zip(out_roles, result))}, max_launches)
 
 
-def run_recorded(cache: dict, key, call, inputs: dict, outputs):
+def run_recorded(cache: dict, key, call, inputs: dict, outputs, max_launches: int = 1):
     """``call()`` (the op's full path) with its launches recorded; stores the :class:`Replay` :func:`build` makes of
     them under ``key`` (when it makes one) and returns ``call()``'s result. ``outputs(result)`` names the outputs'
     roles as :func:`build` takes them."""
     with recording() as launches:
         result = call()
-    replay = build(launches, inputs, outputs(result))
+    replay = build(launches, inputs, outputs(result), max_launches)
     if replay is not None:
         store(cache, key, replay)
     return result

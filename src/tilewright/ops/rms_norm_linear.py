@@ -42,10 +42,13 @@ def rms_norm_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch
     CUDA tensors at a signature seen before replays its launch (``_fast.replayed_op``)."""
     return _fast.replayed_op(_op_replays, (x, norm_weight, weight, bias), ("a_ptr", "g_ptr", "b_ptr", "bias_ptr"),
                              (eps, backend), ("c_ptr", "rstd_ptr"),
-                             lambda: _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend))
+                             lambda: _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend), _LAUNCHES)
 
 
 _op_replays = _fast.new_cache()
+# The two-pass forward is two recorded launches with nothing between them (the norm pass writes u and rstd, the GEMM
+# reads u): both replay (ops/_fast.build). The fused forward is one.
+_LAUNCHES = 2
 
 
 def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
@@ -341,5 +344,5 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     # no argument of the call): no replay there, nor for a strided norm weight or bias the op made contiguous
     y, _ = _fast.run_recorded(_replays, key, call,
                               {"a_ptr": (0, x), "g_ptr": (1, norm_weight), "b_ptr": (2, weight), "bias_ptr": (3, bias)},
-                              lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])})
+                              lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}, _LAUNCHES)
     return y.view(*x.shape[:-1], N)
