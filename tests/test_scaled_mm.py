@@ -152,3 +152,21 @@ def test_one_row_or_column_with_rowwise_scales_of_the_other_side(M, N):
     sa, sb = torch.rand(M) + 0.5, torch.rand(N) + 0.5
     out = tilewright.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
     _check(out, a, b, sa, sb, out_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("scale", [float("-inf"), float("nan"), 2.0])
+@pytest.mark.parametrize("rowwise", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_k_zero_gives_zeros_plus_bias_whatever_the_scales_as_torch(scale, rowwise, with_bias, out_dtype):
+    """K = 0: torch._scaled_mm returns zeros (plus the bias) for any scale, Inf and NaN included; dequantizing an
+    empty product (0 * -inf) used to give NaN (issue 19)."""
+    M, N = 4, 8
+    a = torch.empty(M, 0, dtype=torch.float8_e4m3fn)
+    b = torch.empty(N, 0, dtype=torch.float8_e4m3fn).t()
+    sa = torch.full((M, 1) if rowwise else (), scale)
+    sb = torch.ones((1, N) if rowwise else ())
+    bias = torch.arange(N, dtype=out_dtype) if with_bias else None
+    got = tilewright.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    want = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    assert torch.equal(got, want)

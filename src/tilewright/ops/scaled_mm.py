@@ -32,8 +32,16 @@ def scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
         return out
     # the kernel reads bias[n] / scale[i] at ptr + n / ptr + i
     bias, scale_a, scale_b = contiguous_vector(bias), contiguous_vector(scale_a), contiguous_vector(scale_b)
+    if a.shape[1] == 0:
+        # K = 0: the empty sum is 0 whatever the scales - torch._scaled_mm gives zeros (plus the bias) even for Inf /
+        # NaN scales, where dequantizing after the product (0 * inf) gave NaN
+        if bias is None:
+            out.zero_()
+        else:
+            out.copy_(bias.to(out_dtype).expand(M, N))
+        return out
     choice = router.dispatch("scaled_mm", a, b, backend=backend)
-    if choice == "torch" or a.shape[1] == 0:
+    if choice == "torch":
         out.copy_(scaled_mm_reference(a, b, scale_a, scale_b, bias, out_dtype))
         return out
     from ..triton_kernels.gemm import Dequant, launch_gemm
