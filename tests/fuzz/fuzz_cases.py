@@ -784,6 +784,9 @@ def torch_call(case: dict, T: dict, compute: torch.dtype | None, math_same: bool
         sa_ = sa.to(cd).reshape(-1, 1) if sa.numel() != 1 else sa.to(cd).reshape(())
         sb_ = sb.to(cd).reshape(1, -1) if sb.numel() != 1 else sb.to(cd).reshape(())
         y = (a.to(cd) @ b.to(cd)) * sa_ * sb_
+        if a.shape[1] == 0:
+            # torch._scaled_mm's K = 0: zeros (then the bias) whatever the scales - an empty sum is not dequantized
+            y = torch.zeros_like(y)
         if bias is not None:
             y = y + bias.to(cd)
         out_dtype = DTYPES[opts["out_dtype"]]
