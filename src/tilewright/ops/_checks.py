@@ -78,6 +78,12 @@ def contiguous_vector(t):
     return t.contiguous()
 
 
+def unit_last(t):
+    """``t`` with a unit stride on its last dim (copied once when it has none): the kernels address rows by stride
+    and the last dim as ``ptr + j``. A size-1 last dim's stride is free."""
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
 def dense_grad(g):
     """An incoming gradient as the backward's GEMMs read it: an expanded one (a zero stride, as ``out.sum()`` or a
     broadcast loss hands back) is materialized once, every other one is returned as is.

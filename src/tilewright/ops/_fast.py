@@ -23,8 +23,8 @@ the interpreter. An op whose full path is a designed pipeline of launches (rms_n
 pass, then the GEMM reading its output) asks for up to that many (``max_launches``); they replay in order when each
 of their pointer arguments is an input, an output or a buffer an earlier launch of the call wrote whole (declared by
 that launch's ``writes``; the replay allocates it). Every other op replays a single launch: a torch op between two
-launches would not be replayed. An error raised by the full path is raised again by the next call with the same signature, since
-nothing was recorded.
+launches would not be replayed. An error raised by the full path is raised again by the next call with the same
+signature, since nothing was recorded.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ from .._record import tensor_signature
 from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
-from ._checks import check_backend, check_choice, check_same_device, check_same_dtype, check_tensor
+from ._checks import check_backend, check_choice, check_same_device, check_same_dtype, check_tensor, unit_last
 from . import _aten, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 
@@ -221,7 +221,8 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
             # the fp32 workspace in dq's dim order: dq is usually a (B, H, S, D) view of (B, S, H, D) memory, and a
             # (B, H, S, D)-contiguous workspace made the conversion a transposing copy (0.106 ms a Llama B8 x S2048
             # step, ~1.9 TB/s) where a same-order one streams
-            acc = _zeros_in_order(dq, torch.float32)
+            acc = _dense_in_order(dq, dq.shape, lambda dims: torch.zeros(dims, device=dq.device,
+                                                                           dtype=torch.float32))
             plan.dkdv((*operands, delta, dk, dv), causal, scale, acc)
             dq.copy_(acc)
 
@@ -398,21 +399,18 @@ def _out_like(q: torch.Tensor, head_dim_v: int) -> torch.Tensor:
     (B, H, S, D) view gives a (B, S, H, Dv) tensor's view, so the caller's transpose back stays free)."""
     if head_dim_v == q.shape[-1]:
         return torch.empty_like(q)
-    order = sorted(range(q.dim()), key=lambda d: (-q.stride(d), d))  # outermost first
-    shape = [*q.shape[:-1], head_dim_v]
-    dense = q.new_empty([shape[d] for d in order])
-    return dense.permute([order.index(d) for d in range(q.dim())])
+    return _dense_in_order(q, [*q.shape[:-1], head_dim_v], q.new_empty)
 
 
-def _zeros_in_order(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Zeros of ``t``'s shape and ``dtype``, dense in ``t``'s dim order (outermost stride first)."""
+def _dense_in_order(t: torch.Tensor, shape, factory) -> torch.Tensor:
+    """``factory(dims)`` for a tensor of ``shape`` laid out densely in ``t``'s dim order (outermost stride first),
+    viewed back in ``t``'s dim order."""
     order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
-    dense = torch.zeros([t.shape[d] for d in order], device=t.device, dtype=dtype)
+    dense = factory([shape[d] for d in order])
     return dense.permute([order.index(d) for d in range(t.dim())])
 
 
-def _unit_last(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+_unit_last = unit_last  # the kernels assume a unit stride along D (ops/_checks.unit_last); varlen / kvcache use it
 
 
 _replays = _fast.new_cache()

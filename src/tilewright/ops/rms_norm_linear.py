@@ -29,7 +29,7 @@ import torch
 from .. import router
 from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
-                      contiguous_vector, dense_grad)
+                      contiguous_vector, dense_grad, unit_last)
 from . import _aten, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import gemm_op, plain_gemm
@@ -120,7 +120,7 @@ def _two_pass(x, norm_weight, weight, bias, eps, rstd):
     (An x that is not unit-stride is copied first - no launch makes that copy, so such a call does not replay.)"""
     from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
 
-    u = launch_rmsnorm_fwd(x if x.stride(-1) == 1 else x.contiguous(), norm_weight, rstd, eps)
+    u = launch_rmsnorm_fwd(unit_last(x), norm_weight, rstd, eps)
     y = call_op(gemm_op, u, weight.t(), bias, None, None, x.dtype, False, None)[0]
     return y, rstd
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .._env import interpreting
-from ._checks import check_same_device, check_same_dtype, check_tensor
+from ._checks import check_same_device, check_same_dtype, check_tensor, unit_last
 from ._eager import call_op, register_fast_dispatch
 from . import _aten
 
@@ -51,8 +51,7 @@ def rotary_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim:
         return _rotate_torch(x, cos, sin, rotary_dim, backward)
     from ..triton_kernels.rotary import launch_rotary
 
-    if x.stride(-1) != 1 and x.shape[-1] > 1:
-        x = x.contiguous()
+    x = unit_last(x)
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     launch_rotary(x, cos, sin, out, rotary_dim, backward=backward)
     return out
@@ -88,7 +87,7 @@ def _tables(name: str, t: torch.Tensor, B: int, S: int) -> torch.Tensor:
                          f"{tuple(t.shape)}")
     if t3.shape[1] < S:
         raise ValueError(f"{name}: holds {t3.shape[1]} positions but x has seqlen {S} (dim 1)")
-    return t3 if t3.stride(-1) == 1 or t3.shape[-1] <= 1 else t3.contiguous()
+    return unit_last(t3)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,

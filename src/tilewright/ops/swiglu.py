@@ -24,14 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from .._env import interpreting
-from ._checks import check_optional_tensor, check_same_device, check_same_dtype, check_tensor
+from ._checks import check_optional_tensor, check_same_device, check_same_dtype, check_tensor, unit_last
 from . import _aten
 from ._eager import call_op, register_fast_dispatch
-
-
-def _unit_columns(t: torch.Tensor) -> torch.Tensor:
-    """The kernels address rows by stride and columns as ``ptr + j``: a tensor whose last stride is not 1 is copied."""
-    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
 def _halves(x: torch.Tensor, up: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,8 +43,8 @@ def _use_kernel(x: torch.Tensor) -> bool:
 @torch.library.custom_op("tilewright::swiglu", mutates_args=())
 def swiglu_op(x: torch.Tensor, up: Optional[torch.Tensor]) -> torch.Tensor:
     """2-D core: ``silu(gate) * up`` (see the module docstring for the two forms)."""
-    x = _unit_columns(x)
-    up = None if up is None else _unit_columns(up)
+    x = unit_last(x)
+    up = None if up is None else unit_last(up)
     gate, up_ = _halves(x, up)
     if not _use_kernel(x):
         return (F.silu(gate.float()) * up_.float()).to(x.dtype)
@@ -69,9 +64,9 @@ def _(x, up):
 def swiglu_backward_op(dy: torch.Tensor, x: torch.Tensor,
                        up: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx, dup) of :func:`swiglu_op` given dy (M, F); dup is an empty tensor in the one-tensor form."""
-    x = _unit_columns(x)
-    dy = _unit_columns(dy)
-    up = None if up is None else _unit_columns(up)
+    x = unit_last(x)
+    dy = unit_last(dy)
+    up = None if up is None else unit_last(up)
     gate, up_ = _halves(x, up)
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     dup = torch.empty(up.shape, device=x.device, dtype=x.dtype) if up is not None else x.new_empty((0,))
@@ -133,8 +128,8 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
 
     Numerics: ``gate * sigmoid(gate) * up`` in fp32 and one rounding to the output dtype; torch's eager formula
     rounds ``silu(gate)`` to the input dtype first, so this is at least as close to a float64 reference. Under
-    torch.compile a small call (under ``ops._aten.COMPILED_ELEMENTWISE_MIN`` elements of x) emits ``F.silu(gate) * up`` for
-    inductor to fuse (module docstring).
+    torch.compile a small call (under ``ops._aten.COMPILED_ELEMENTWISE_MIN`` elements of x) emits
+    ``F.silu(gate) * up`` for inductor to fuse (module docstring).
     """
     check_tensor("x", x, min_dim=1)
     check_optional_tensor("up", up)

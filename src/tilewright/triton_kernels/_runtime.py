@@ -123,6 +123,17 @@ class BoundLaunch:
             self._launch(*self._grid, stream, self._function, self._packed, meta, enter, exit_, *args)
 
 
+BOUND_MAX = 1024  # bound launches kept per kernel family; a workload with more signatures is not one binding helps
+
+
+def store_bound(cache: dict, key, value, limit: int = BOUND_MAX) -> None:
+    """Keep a kernel family's bound launch(es) under ``key`` (a call signature); a full cache is emptied first, so
+    memory stays bounded and a later call just binds again."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+
+
 def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict, per_stream: dict | None = None) -> BoundLaunch | None:
     """A :class:`BoundLaunch` of ``compiled`` (what ``jit_fn[grid](**kernel_args)`` returned) whose pointer arguments
     are ``roles`` (``{kernel argument name: tensor}``, in the order the BoundLaunch takes their pointers), or None when

@@ -54,7 +54,7 @@ from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_H
                       supported_head_dim)
 from .._env import full_autotune, interpreting
 from .._record import is_recording, record, tensor_signature
-from ._runtime import bind, ensure_allocator, is_tuned, retry_after_oom
+from ._runtime import bind, ensure_allocator, is_tuned, retry_after_oom, store_bound
 from .dot import dot_accumulate
 
 INTERPRET = interpreting()  # read once: @triton.jit decided at import whether it interprets
@@ -994,9 +994,7 @@ def attention_forward(q, k, v, out, lse, causal: bool, sm_scale: float, config: 
         full = {**args, **config.all_kwargs()}
         bound = bind(_attn_fwd_kernel, compiled, grid(full), full, {r: full[r] for r in _VARLEN_FWD_ROLES})
         if bound is not None:
-            if len(_varlen_fwd_bound) >= _BWD_BOUND_MAX:
-                _varlen_fwd_bound.clear()
-            _varlen_fwd_bound[key] = bound
+            store_bound(_varlen_fwd_bound, key, bound)
     return out, lse
 
 
@@ -1015,7 +1013,6 @@ _BWD_ROLES_PRE = ("O", "DO", "DLSE", "DELTA")
 _BWD_ROLES_DKDV = ("Q", "K", "V", "DO", "DK", "DV", "LSE", "DELTA")
 _BWD_ROLES_DQ = ("Q", "K", "V", "DO", "DQ", "LSE", "DELTA")
 _bwd_bound: dict = {}
-_BWD_BOUND_MAX = 1024
 
 
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
@@ -1111,7 +1108,5 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
                       {r: pre_args[r] for r in _BWD_ROLES_PRE}),
                  bound_dkdv, bound_dq)
         if all(b is not None for b in bound):
-            if len(_bwd_bound) >= _BWD_BOUND_MAX:
-                _bwd_bound.clear()
-            _bwd_bound[key] = bound
+            store_bound(_bwd_bound, key, bound)
     return dq, dk, dv

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from .._env import interpreting
 from .._record import tensor_signature
-from ._runtime import bind
+from ._runtime import bind, store_bound
 
 INTERPRET = interpreting()
 LOG2E = 1.4426950408889634
@@ -245,7 +245,7 @@ def append_to_cache(k_cache, v_cache, k, v, seqlens, block_table=None) -> None:
         roles = ("K_NEW", "V_NEW", "K_CACHE", "V_CACHE", "SEQLENS", "TABLE")
         bound = bind(_append_kernel, compiled, grid, args, {r: args[r] for r in roles})
         if bound is not None:
-            _store_bound(key, bound)
+            store_bound(_bound, key, bound, _BOUND_MAX)
 
 
 def _capacity(k_cache, block_table) -> int:
@@ -412,7 +412,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         if key is not None:
             split = bind(_split_kernel, split_compiled, split_grid, split_args, {r: split_args[r] for r in split_roles})
             if split is not None:
-                _store_bound(key, _Replay(split, None, None, lse.shape))
+                store_bound(_bound, key, _Replay(split, None, None, lse.shape), _BOUND_MAX)
         return out, lse
     combine_args = dict(
         O_PART=o_part, LSE_PART=lse_part, OUT=out, LSE=lse, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
@@ -428,14 +428,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         combine = bind(_combine_kernel, combine_compiled, combine_grid, combine_args,
                        {r: combine_args[r] for r in ("O_PART", "LSE_PART", "OUT", "LSE")})
         if split is not None and combine is not None:
-            _store_bound(key, _Replay(split, combine, layout, lse.shape))
+            store_bound(_bound, key, _Replay(split, combine, layout, lse.shape), _BOUND_MAX)
     return out, lse
-
-
-def _store_bound(key, replay) -> None:
-    if len(_bound) >= _BOUND_MAX:
-        _bound.clear()
-    _bound[key] = replay
 
 
 class _PartialLayout:

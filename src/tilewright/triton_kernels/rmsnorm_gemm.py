@@ -39,7 +39,7 @@ import triton.language as tl
 
 from .._env import REFERENCE_SMS, interpreting
 from .._record import is_recording, record, tensor_signature
-from ._runtime import bind, retry_after_oom
+from ._runtime import bind, retry_after_oom, store_bound
 from .gemm import NormPrologue, launch_gemm
 
 @triton.jit
@@ -142,6 +142,13 @@ def _rmsnorm_fwd_kernel(a_ptr, g_ptr, u_ptr, rstd_ptr, M, K, rows_per_prog, stri
             tl.store(rstd_ptr + row, r)
 
 
+def _row_tiling(K: int, cap: int) -> tuple[int, int, int]:
+    """(BLOCK_K, chunks, warps) of the row kernels (the norm's forward and backward passes): a whole row in registers
+    up to ``cap`` columns, chunks of ``cap`` beyond; warps grow with the row so each thread holds <= 32 values."""
+    block_k = min(triton.next_power_of_2(max(K, 1)), cap)
+    return block_k, triton.cdiv(K, block_k), 4 if block_k <= 1024 else (8 if block_k <= 4096 else 16)
+
+
 def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.Tensor, eps: float, *,
                        max_block_k: int | None = None) -> torch.Tensor:
     """``u = rms_norm(x) * g`` (x's dtype, (M, K), contiguous) with ``rstd`` (fp32, (M,)) written in place: the first
@@ -153,9 +160,7 @@ def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.T
     if M == 0:
         return u
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else REFERENCE_SMS
-    block_k = min(triton.next_power_of_2(max(K, 1)), max_block_k or 8192)
-    chunks = triton.cdiv(K, block_k)
-    warps = 4 if block_k <= 1024 else (8 if block_k <= 4096 else 16)
+    block_k, chunks, warps = _row_tiling(K, max_block_k or 8192)
     rows = triton.cdiv(M, min(M, 8 * sms))  # a few waves of programs, several rows each
     programs = triton.cdiv(M, rows)
     args = dict(a_ptr=x, g_ptr=norm_weight, u_ptr=u, rstd_ptr=rstd, M=M, K=K, rows_per_prog=rows,
@@ -253,7 +258,6 @@ def _rmsnorm_bwd_kernel(
 # alignment (Triton's specialization), the outputs asked for, the chunk cap and the current device; the outputs are
 # fresh allocations whose strides follow from x's (empty_like), so the key fixes them too.
 _bwd_bound: dict = {}
-_BWD_BOUND_MAX = 1024
 
 
 def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: torch.Tensor, rstd: torch.Tensor, *,
@@ -289,9 +293,7 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
         # (and the CPU tests' numerics as close to the device's) as there
         programs = min(M, 4 * REFERENCE_SMS)
         cap = max_block_k or 1024
-    block_k = min(triton.next_power_of_2(K), cap)
-    chunks = triton.cdiv(K, block_k)
-    warps = 4 if block_k <= 1024 else (8 if block_k <= 4096 else 16)
+    block_k, chunks, warps = _row_tiling(K, cap)
     rows = triton.cdiv(M, programs)
     programs = triton.cdiv(M, rows)
     dg_part = None
@@ -312,9 +314,7 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
                                           ("dx_ptr", dx), ("u_ptr", u), ("dg_part_ptr", dg_part)) if t is not None}
         bound = bind(_rmsnorm_bwd_kernel, compiled, (programs,), {**kernel_args, "num_warps": warps}, roles)
         if bound is not None:
-            if len(_bwd_bound) >= _BWD_BOUND_MAX:
-                _bwd_bound.clear()
-            _bwd_bound[key] = (bound, (programs, K), chunks > 1)
+            store_bound(_bwd_bound, key, (bound, (programs, K), chunks > 1))
     return dx, u, _reduce_dg(dg_part)
 
 

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from .._env import interpreting
 from .._record import tensor_signature
-from ._runtime import bind, retry_after_oom
+from ._runtime import bind, retry_after_oom, store_bound
 
 
 @triton.jit
@@ -73,7 +73,6 @@ def _rotary_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, S, H,
 
 # Launches bound per signature (see swiglu.py): key = every tensor's signature, the direction, the current device.
 _bound: dict = {}
-_BOUND_MAX = 1024
 
 
 def launch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor, rotary_dim: int,
@@ -109,6 +108,4 @@ def launch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: to
         roles = {"x_ptr": x, "cos_ptr": cos, "sin_ptr": sin, "out_ptr": out}
         bound = bind(_rotary_kernel, compiled, grid, {**args, "num_warps": 4}, roles)
         if bound is not None:
-            if len(_bound) >= _BOUND_MAX:
-                _bound.clear()
-            _bound[key] = bound
+            store_bound(_bound, key, bound)

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from .._env import interpreting
 from .._record import tensor_signature
-from ._runtime import bind, retry_after_oom
+from ._runtime import bind, retry_after_oom, store_bound
 
 
 @triton.jit
@@ -50,7 +50,6 @@ def _swiglu_kernel(gate_ptr, up_ptr, dy_ptr, out_ptr, dup_ptr, M, F,
 # than this kernel on a small MLP. Key: every tensor's signature (shape, strides, dtype, device, alignment), the
 # direction, and the current device.
 _bound: dict = {}
-_BOUND_MAX = 1024
 
 
 def _tile(F: int) -> tuple[int, int]:
@@ -90,6 +89,4 @@ def launch_swiglu(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor, *, dy
                  if t is not None}
         bound = bind(_swiglu_kernel, compiled, grid, {**args, "num_warps": 4}, roles)
         if bound is not None:
-            if len(_bound) >= _BOUND_MAX:
-                _bound.clear()
-            _bound[key] = bound
+            store_bound(_bound, key, bound)
