@@ -254,6 +254,54 @@ def test_attention_lse_request_uses_the_kernels_and_keeps_the_route(route, monke
     assert _entries(attention_ops._replays) == ["AtenAttention"]
 
 
+def test_large_attention_takes_sdpa_where_cudnn_is_faster(route):
+    """Over the FLOPs limit a call goes to SDPA where cudnn_faster says so - decided per call signature *and* per
+    whether autograd records, so an inference call cached first does not keep a training call off the route."""
+    route.setenv(_aten.ENV, "1")  # every call is over a 1-FLOP limit
+    asked = []
+    route.setattr(_aten, "cudnn_faster", lambda q, k, v, causal, scale, gqa, records_grad:
+                  asked.append(records_grad) or records_grad)
+    q, k, v = (torch.randn(1, 2, 8, 16, dtype=torch.float16) for _ in range(3))
+    seen = []
+    route.setattr(attention_ops, "_forward", lambda key, *a, **kw: seen.append(key) or (q + 0, q[..., 0]))
+    tilewright.flash_attention(q, k, v, causal=True)  # inference first: the kernels
+    assert len(seen) == 1 and asked == [False]
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    out = tilewright.flash_attention(qg, kg, vg, causal=True)
+    assert len(seen) == 1 and asked == [False, True]  # training: SDPA, not the kernels
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out.detach(), want)
+    assert out.grad_fn is not None and "tilewright" not in type(out.grad_fn).__name__.lower()
+    assert _entries(attention_ops._replays) == ["AtenAttention"]  # (the patched kernels' path records no replay)
+
+
+def test_cudnn_region(monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    region = _aten.cudnn_region
+    assert region(0, 128, 2, True) and region(0, 96, 2, True) and region(0, 256, 2, True)  # training: any head dim
+    assert region(0, 64, 2, False) and region(0, 32, 2, False) and region(0, 256, 2, False)  # forward at 64 / 256
+    assert not region(0, 128, 2, False) and not region(0, 96, 2, False)  # forward 72-128: the kernels are level
+    assert not region(0, 100, 2, True) and not region(0, 264, 2, True)  # not a multiple of 8 / over 256
+    assert not region(0, 128, 4, True)  # fp32
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert not region(0, 128, 2, True)  # measured on sm_90 only
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: False)
+    assert not region(0, 128, 2, True)  # cuDNN's SDPA off: SDPA would run FlashAttention-2, slower than the kernels
+
+
+def test_sdpa_choice_names_torchs_pick():
+    q = torch.randn(1, 2, 8, 16, dtype=torch.float16)
+    assert _aten.sdpa_choice(q, q, q, True, None, False) in ("flash", "math", "efficient", "cudnn")
+
+
+def test_cudnn_faster_stays_off_cpu_tensors(monkeypatch):
+    monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
+    q = torch.randn(1, 2, 8, 16, dtype=torch.float16)
+    assert not _aten.cudnn_faster(q, q, q, True, None, False, True)
+
+
 # ------------------------------------------------------------------------------------------------------- GPU tier
 @pytest.mark.gpu
 def test_gpu_small_calls_are_aten_bit_for_bit(monkeypatch):
@@ -275,6 +323,35 @@ def test_gpu_small_calls_are_aten_bit_for_bit(monkeypatch):
     assert torch.equal(tilewright.flash_attention(q, k, v, causal=True),
                        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
     assert "AtenGemm" in _entries(gemm_ops._replays) and "AtenAttention" in _entries(attention_ops._replays)
+    _fast.invalidate()
+
+
+@pytest.mark.gpu
+def test_gpu_large_training_attention_runs_cudnn_on_h100(monkeypatch):
+    """A training call over the FLOPs limit on sm_90 with cuDNN's SDPA on: the route, with SDPA's values and
+    gradients bit for bit; the same call without autograd keeps the kernels at head dim 128."""
+    if torch.cuda.get_device_capability() != (9, 0) or not torch.backends.cuda.cudnn_sdp_enabled():
+        pytest.skip("the cuDNN region is sm_90 with cuDNN's SDPA enabled")
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    _fast.invalidate()
+    dev, dt = "cuda", torch.bfloat16
+    q = torch.randn(2, 2048, 16, 128, device=dev, dtype=dt).transpose(1, 2).requires_grad_(True)
+    k, v = (torch.randn(2, 2048, 4, 128, device=dev, dtype=dt).transpose(1, 2).requires_grad_(True) for _ in "kv")
+    do = torch.randn_like(q)
+    for _ in range(2):
+        got = tilewright.flash_attention(q, k, v, causal=True)
+        gq, gk, gv = torch.autograd.grad(got, (q, k, v), do)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        wq, wk, wv = torch.autograd.grad(want, (q, k, v), do)
+        assert torch.equal(got, want) and torch.equal(gq, wq) and torch.equal(gk, wk) and torch.equal(gv, wv)
+    assert _entries(attention_ops._replays) == ["AtenAttention"]
+    kernels = []
+    forward = attention_ops._forward
+    monkeypatch.setattr(attention_ops, "_forward", lambda *a, **kw: kernels.append(1) or forward(*a, **kw))
+    with torch.no_grad():
+        out = tilewright.flash_attention(q, k, v, causal=True)
+    assert kernels == [1]  # forward-only at head dim 128: the kernels (level with cuDNN there)
+    torch.testing.assert_close(out, want.detach(), rtol=2e-2, atol=2e-2)
     _fast.invalidate()
 
 

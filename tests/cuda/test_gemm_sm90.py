@@ -281,3 +281,25 @@ def test_router_default_per_suite_shape(fake_gpu, shape, expect):
     a = torch.empty(M, K, dtype=torch.bfloat16)
     b = torch.empty(K, N, dtype=torch.bfloat16)
     assert (router.decide("gemm", a, b, None, None).backend == "cuda") == expect
+
+
+# ---------------------------------------------------------------------------------------- residual win region
+def test_residual_region_follows_the_measured_rows():
+    """A fused residual takes the sm_90a kernel from K 2048 up (rows residual) or at any K of the region (a residual
+    repeated over the batch, a pos_embed); Triton keeps a rows residual below K 2048 (measured, gemm_sm90.py)."""
+    assert not cg.preferred(16384, 1024, 1024, "rows")[0]
+    assert "Triton" in cg.preferred(16384, 1024, 1024, "rows")[1]
+    assert cg.preferred(16384, 2048, 2048, "rows")[0] and cg.preferred(16384, 1024, 4096, "rows")[0]
+    assert cg.preferred(32768, 1024, 1536, "repeated")[0]  # (the region's FLOPs floor holds as ever)
+    assert cg.preferred(32768, 1024, 1536, False)[0]  # no residual: the plain region
+    assert not cg.preferred(16384, 1000, 4096, "rows")[0]  # outside the region (N % 128) either way
+
+
+def test_residual_kind_of_the_op_layers_view():
+    from tilewright.cuda_fallback.runtime.gemm_common import residual_kind
+
+    assert residual_kind(None) is False
+    assert residual_kind(torch.randn(2, 8, 16)) == "rows"
+    assert residual_kind(torch.randn(1, 8, 16)) == "rows"
+    assert residual_kind(torch.randn(8, 16).expand(2, 8, 16)) == "repeated"  # pos_embed over a batch of 2
+    assert residual_kind(torch.randn(16).expand(2, 8, 16)) == "repeated"  # one row for all

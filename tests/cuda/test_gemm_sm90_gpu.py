@@ -52,7 +52,11 @@ def _check(cg, M, N, K, dtype, *, variant=None, a_mn=False, b_mn=True, bias=Fals
     a, b = _inputs(M, N, K, dtype, a_mn, b_mn)
     if not constraints(a, b)[0]:
         return None
-    bias_t = torch.randn(N, device=DEV, dtype=dtype) if bias else None
+    bias_t = None
+    if bias == "odd":  # a bias view 2 bytes past a 4-byte boundary: the epilogue's element-wise loads
+        bias_t = torch.randn(N + 1, device=DEV, dtype=dtype)[1:]
+    elif bias:
+        bias_t = torch.randn(N, device=DEV, dtype=dtype)
     res3 = res2d = None
     if res == "full":
         res2d = torch.randn(M, N, device=DEV, dtype=dtype)
@@ -66,6 +70,12 @@ def _check(cg, M, N, K, dtype, *, variant=None, a_mn=False, b_mn=True, bias=Fals
         row = torch.randn(N, device=DEV, dtype=dtype)
         res3 = row.expand(1, M, N)
         res2d = row.expand(M, N)
+    elif res == "odd":  # odd row stride and a base 2 bytes off: no 32-bit pair loads
+        res2d = torch.randn(M, N + 1, device=DEV, dtype=dtype)[:, 1:]
+        res3 = res2d.unsqueeze(0)
+    elif res == "transposed":  # column stride M: the pair's second element is a row away
+        res2d = torch.randn(N, M, device=DEV, dtype=dtype).t()
+        res3 = res2d.unsqueeze(0)
     out = torch.full((M, N), float("nan"), device=DEV, dtype=dtype)  # poisoned: every element must be written
     launch(a, b, out, bias=bias_t, residual=res3, activation=act, variant=variant, tile_order=order, group=group)
     ref = gemm_reference(a.double(), b.double(), None if bias_t is None else bias_t.double(),
@@ -81,7 +91,8 @@ ODD = [(1, 8, 8), (5, 136, 72), (127, 136, 72), (300, 264, 200), (513, 776, 1000
        (5000, 1032, 336), (129, 264, 4104)]
 EPILOGUES = [dict(), dict(bias=True), dict(bias=True, act="relu"), dict(bias=True, act="gelu"),
              dict(bias=True, act="gelu_tanh"), dict(bias=True, act="silu"), dict(res="full"),
-             dict(bias=True, res="pos"), dict(bias=True, act="gelu", res="full"), dict(act="silu", res="row")]
+             dict(bias=True, res="pos"), dict(bias=True, act="gelu", res="full"), dict(act="silu", res="row"),
+             dict(bias="odd", res="odd"), dict(bias=True, res="transposed")]
 FULL_EPILOGUE = EPILOGUES[8]  # bias + gelu + full residual: every epilogue stage at once
 VARIANTS = ["pp128x128s4", "pp128x128s5", "pp64x256s4", "coop128x256s3", "coop256x128s3"]
 DEFAULT = "coop128x256s3"  # gemm_sm90.DEFAULT_VARIANT (named here so collection needs no CUDA module)

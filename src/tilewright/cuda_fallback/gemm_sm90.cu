@@ -184,12 +184,6 @@ TW_DEVICE void mma(float (&d)[BN / 2], tw_u64 da, tw_u64 db, int scale_d) {
 #endif
 }
 
-TW_DEVICE float load_elem(const unsigned short* p) {
-  unsigned short h = *p;
-  if constexpr (TW_FP16) return f16_bits_to_f32(h);
-  else return bf16_bits_to_f32(h);
-}
-
 TW_DEVICE tw_u32 pack2(float lo, float hi) {
   if constexpr (TW_FP16) return pack_f16x2(lo, hi);
   else return pack_bf16x2(lo, hi);
@@ -377,6 +371,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
+  // the epilogue's operands in 32-bit pairs where every pair it reads is 4-byte aligned (columns are even)
+  const bool bias_vec = (reinterpret_cast<unsigned long long>(bias) & 3) == 0;
+  const bool res_vec = rs2 == 1 && (reinterpret_cast<unsigned long long>(res) & 3) == 0 && ((rs0 | rs1) & 1) == 0;
   const int num_m = (M + BM - 1) / BM;
   const int num_n = (N + BN - 1) / BN;
   const int num_tiles = num_m * num_n;
@@ -660,45 +657,63 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
       const int q = lane >> 3;
       const int r8 = lane & 7;
+      const int col_lane = n0 + 2 * (lane & 3);
+      // bias and residual reach registers RES_J 8-column blocks at a time, ahead of those blocks' stmatrix stores
+      // (load_pair says why): (1 + 2 * MA) * RES_J registers beside the accumulators - 40 at MA 2, within the
+      // consumer's budget. The RMSNorm builds hold rstd and the norm's state too: 8 blocks spilled their fp16 GELU +
+      // residual coop128x256 builds (12-32 B), 4 do not.
+      constexpr int RES_J = NORM ? 4 : 8;
 #pragma unroll
-      for (int j = 0; j < BN / 8; j += 2) {
-        tw_u32 packed[MA][4];
+      for (int j0 = 0; j0 < BN / 8; j0 += RES_J) {
+        tw_u32 bias_pk[RES_J];
+        tw_u32 res_pk[MA][2][RES_J];
 #pragma unroll
-        for (int jj = 0; jj < 2; ++jj) {
-          const int col = n0 + 8 * (j + jj) + 2 * (lane & 3);
-          float b0 = 0.0f, b1 = 0.0f;
-          if constexpr (TW_BIAS) {
-            if (col < N) b0 = load_elem(bias + col);
-            if (col + 1 < N) b1 = load_elem(bias + col + 1);
+        for (int jr = 0; jr < RES_J; ++jr) {
+          const int col = col_lane + 8 * (j0 + jr);
+          bias_pk[jr] = (TW_BIAS && col < N) ? load_pair(bias + col, 1, col + 1 < N, bias_vec) : 0u;
+#pragma unroll
+          for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              res_pk[ma][h][jr] = (TW_RES && row_ok[ma][h] && col < N)
+                                      ? load_pair(res + res_off[ma][h] + (long long)col * rs2, rs2, col + 1 < N, res_vec)
+                                      : 0u;
+        }
+#pragma unroll
+        for (int j = j0; j < j0 + RES_J; j += 2) {
+          tw_u32 packed[MA][4];
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) {
+            const float b0 = pair_lo<(TW_FP16 != 0)>(bias_pk[j - j0 + jj]);
+            const float b1 = pair_hi<(TW_FP16 != 0)>(bias_pk[j - j0 + jj]);
+#pragma unroll
+            for (int ma = 0; ma < MA; ++ma) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+#if TW_NORM_A
+                // rstd before the bias, as the Triton kernel (acc * rstd, then the GEMM epilogue)
+                float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] * rstd[ma][h] + b0);
+                float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] * rstd[ma][h] + b1);
+#else
+                float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] + b0);
+                float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] + b1);
+#endif
+                if constexpr (TW_RES) {
+                  v0 += pair_lo<(TW_FP16 != 0)>(res_pk[ma][h][j - j0 + jj]);
+                  v1 += pair_hi<(TW_FP16 != 0)>(res_pk[ma][h][j - j0 + jj]);
+                }
+                packed[ma][2 * jj + h] = pack2(v0, v1);
+              }
+            }
           }
 #pragma unroll
           for (int ma = 0; ma < MA; ++ma) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#if TW_NORM_A
-              // rstd before the bias, as the Triton kernel (acc * rstd, then the GEMM epilogue)
-              float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] * rstd[ma][h] + b0);
-              float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] * rstd[ma][h] + b1);
-#else
-              float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] + b0);
-              float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] + b1);
-#endif
-              if (TW_RES && row_ok[ma][h]) {
-                const unsigned short* p = res + res_off[ma][h] + (long long)col * rs2;
-                if (col < N) v0 += load_elem(p);
-                if (col + 1 < N) v1 += load_elem(p + rs2);
-              }
-              packed[ma][2 * jj + h] = pack2(v0, v1);
-            }
+            // lane supplies row r8 of matrix q: rows +8 for odd q, the next 8-column chunk for q >= 2
+            const int rloc = ma * 64 + warp * 16 + (q & 1) * 8 + r8;
+            const int chunk = j + (q >> 1);
+            const tw_u32 addr = cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4);
+            stmatrix_x4(addr, packed[ma][0], packed[ma][1], packed[ma][2], packed[ma][3]);
           }
-        }
-#pragma unroll
-        for (int ma = 0; ma < MA; ++ma) {
-          // lane supplies row r8 of matrix q: rows +8 for odd q, the next 8-column chunk for q >= 2
-          const int rloc = ma * 64 + warp * 16 + (q & 1) * 8 + r8;
-          const int chunk = j + (q >> 1);
-          const tw_u32 addr = cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4);
-          stmatrix_x4(addr, packed[ma][0], packed[ma][1], packed[ma][2], packed[ma][3]);
         }
       }
       fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA store (async proxy)

@@ -90,8 +90,12 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
 # 549 vs 511). Outside that region Triton keeps the default.
 # Updated by the tuned side-by-side run (MEASURED_ON[1]): with Triton's decode defaults, decode128 runs 0.84x cuBLAS
 # in Triton and 0.60x in this kernel, so M <= 256 stays with Triton.
-# A fused residual (MEASURED_ON[2]): this kernel reads it with 2-byte loads after its mainloop (0.82-0.98x
-# cuBLAS+add), Triton's chunked epilogue hides it (0.99-1.14x), so a residual goes to Triton.
+# A fused residual (MEASURED_ON[2]): this kernel read it with 2-byte loads after its mainloop (0.82-0.98x
+# cuBLAS+add), Triton's chunked epilogue hid it (0.99-1.14x), so a residual went to Triton. Since the epilogue loads
+# its operands in batches ahead of the stores (MEASURED_ON[6], time / plain cuBLAS GEMM at M 16384, CUDA vs Triton):
+# K 5632 1.094 vs 1.147, K 4096 1.210 vs 1.236 (with bias) and 1.173 vs 1.215, K 2048 1.254 vs 1.255, K 1024 1.591
+# vs 1.477; a pos_embed residual repeated over the batch at K 768 1.596 vs 2.028. So a residual takes this kernel
+# from K 2048 up, a repeated one at any K of the region.
 MEASURED_ON = (
     Measurement("H200", "perf/results/h200/cuda_gemm_2026-11-26.csv", "2026-11-26"),
     Measurement("H200", "perf/results/h200/2026-11-26/gemm.csv", "2026-11-26"),
@@ -99,7 +103,9 @@ MEASURED_ON = (
     Measurement("H100", "perf/results/h100/model/profile_2026-11-26.txt", "2026-11-26"),
     Measurement("H100", "perf/results/h100/model/profile_prefill_2026-11-26_1830_dense_grad.txt", "2026-11-26"),
     Measurement("H100", "perf/results/h100/model/gemm_floor_2026-11-27_0205_ab_floor36.csv", "2026-11-27"),
+    Measurement("H100", "perf/results/h100/gemm/epilogue_loads_2026-11-27_2100.txt", "2026-11-27"),
 )
+PREFER_RESIDUAL_MIN_K = 2048
 PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
 PREFER_MIN_K = 512
@@ -111,13 +117,14 @@ PREFER_MIN_K = 512
 PREFER_MIN_FLOPS = 2**36
 
 
-def preferred(M: int, N: int, K: int, residual: bool = False,
+def preferred(M: int, N: int, K: int, residual: bool | str = False,
               min_flops: int = PREFER_MIN_FLOPS) -> tuple[bool, str]:
     """Whether the router's automatic choice should take this kernel for an (M, N, K) problem (with a fused
-    residual when ``residual``), and why: the measured win region. ``min_flops``: the host-bound floor of the
-    caller's launch path (the RMSNorm-GEMM build passes its own)."""
-    if residual:
-        return False, "fused residual epilogue is faster in Triton (measured)"
+    residual when ``residual``: ``"repeated"`` for one whose rows repeat over the batch, a pos_embed), and why: the
+    measured win region. ``min_flops``: the host-bound floor of the caller's launch path (the RMSNorm-GEMM build
+    passes its own)."""
+    if residual and residual != "repeated" and K < PREFER_RESIDUAL_MIN_K:
+        return False, f"a fused residual at K {K} < {PREFER_RESIDUAL_MIN_K} is faster in Triton (measured)"
     region = (f"M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}, M % 64 == 0, N % 128 == 0, "
               f"2MNK >= {min_flops / 1e9:.0f} GFLOP")
     if M >= PREFER_MIN_M and N >= PREFER_MIN_N and K >= PREFER_MIN_K and M % 64 == 0 and N % 128 == 0:

@@ -27,6 +27,8 @@ One exception: a plain GEMM (no activation, residual or other out dtype) that th
 (views at the recorded layout, ``mm`` with ``out=``) measured twice torch's host time (42-46 vs 21 us, H100 host).
 Attention takes the route either way: one op each, and SDPA was faster on small problems (the ViT-L block's B 1 x
 S 512 inference forward, attention 1 GFLOP at head dim 64: 1.06x torch on the route, 0.72x on the kernels).
+Attention also takes it at any size where SDPA runs cuDNN's sm_90 kernels and they measured faster than
+tilewright's (:func:`cudnn_faster`: training calls, and forward-only calls at head dim <= 64 or > 128).
 
 A call traced by torch.compile / export (static shapes) follows the same rule with and without autograd
 (:func:`compiling`): the graph then holds ATen's ops, which inductor fuses with their neighbours.
@@ -178,9 +180,11 @@ class AtenAttention:
 
 
 def attention(q, k, v, causal: bool, scale: float | None, backend, *, bottom_right: bool = False,
-              softcap: float = 0.0, window=(-1, -1)) -> AtenAttention | None:
+              softcap: float = 0.0, window=(-1, -1), records_grad: bool = False) -> AtenAttention | None:
     """The ATen route of a checked 4-D attention call, or None: the options SDPA has (a causal mask aligned top-left
-    - or either way when Sq == Skv -, a scale, grouped K/V) and one head dim for q, k and v."""
+    - or either way when Sq == Skv -, a scale, grouped K/V) and one head dim for q, k and v; taken below the FLOPs
+    limit (host-bound sizes) and, at any size, where SDPA runs cuDNN's kernels and they measured faster
+    (:func:`cudnn_faster`)."""
     B, Hq, Sq, D = q.shape
     Skv = k.shape[2]
     if softcap or tuple(window) != (-1, -1) or v.shape[-1] != D or (causal and bottom_right and Sq != Skv):
@@ -188,6 +192,55 @@ def attention(q, k, v, causal: bool, scale: float | None, backend, *, bottom_rig
     if q.dtype not in (torch.float16, torch.bfloat16) or not (Sq and Skv and B and Hq):
         return None  # (no keys: tilewright returns zeros, SDPA's softmax over nothing would not)
     flops = 4 * B * Hq * Sq * Skv * D // (2 if causal else 1)
-    if not _takes(backend, flops):
+    gqa = Hq != k.shape[1]
+    if _takes(backend, flops):
+        return AtenAttention(bool(causal), scale, gqa)
+    if backend is None and _limit_unless_forced() > 0 and cudnn_faster(q, k, v, causal, scale, gqa, records_grad):
+        return AtenAttention(bool(causal), scale, gqa)
+    return None
+
+
+def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_grad: bool) -> bool:
+    """Whether SDPA would run this call on cuDNN's sm_90 kernels and those measured faster than tilewright's.
+
+    Measured (H100, torch 2.11, cuDNN 9.19, same process, perf/LOG.md session 16): forward + backward, cuDNN's pair
+    beat tilewright's at every head dim and mask tried - 0.30-0.88x for tilewright at head dims 64 / 96 / 128 / 256,
+    causal or not, GQA (tilewright's backward is the gap); 1.03x only at B1 x S512 x hdim 64, a host-bound size the
+    FLOPs limit routes anyway. Forward alone, cuDNN is faster at head dim 64 (tilewright 0.76-0.93x) and 256 (0.92x)
+    and level from 72 to 128 (0.93-1.03x over sessions), where the kernels keep the call. So: a call autograd records
+    and a forward-only call at head dim <= 64 or > 128 go to SDPA when SDPA's own choice for it is cuDNN (a call it
+    would give to FlashAttention-2 - cuDNN's SDPA disabled, another GPU, an unsupported shape - stays on the kernels,
+    which beat FlashAttention-2 there: 1.2-2.0x forward). Traced by torch.compile the region decides alone (torch's
+    choice function does not trace); the compiled graph's SDPA then picks its backend at run time as eager SDPA does."""
+    if q.device.type != "cuda" or not cudnn_region(q.device.index, q.shape[-1], q.dtype.itemsize, records_grad):
+        return False
+    return torch.compiler.is_compiling() or sdpa_choice(q, k, v, causal, scale, gqa) == "cudnn"
+
+
+def cudnn_region(device_index, head_dim: int, itemsize: int, records_grad: bool) -> bool:
+    """The shapes and GPUs of :func:`cudnn_faster`'s measurements: sm_90, fp16 / bf16, cuDNN's SDPA enabled, head
+    dim a multiple of 8 up to 256, and autograd recording or head dim <= 64 or > 128."""
+    if not (records_grad or head_dim <= 64 or head_dim > 128) or head_dim % 8 or head_dim > 256 or itemsize != 2:
+        return False
+    if not torch.backends.cuda.cudnn_sdp_enabled():
+        return False
+    return torch.cuda.get_device_capability(device_index) == (9, 0)  # measured on sm_90 only
+
+
+# constant arguments (the device index, the head dim, the flags) -> dynamo calls it at trace time and keeps the result
+# as a constant, as torch.compiler.assume_constant_result would (see _limit_unless_forced for why not that function)
+cudnn_region._dynamo_marked_constant = True
+
+
+def sdpa_choice(q, k, v, causal: bool, scale: float | None, gqa: bool) -> str | None:
+    """The backend ``F.scaled_dot_product_attention`` picks for these tensors ("cudnn", "flash", "efficient",
+    "math", ...), as torch's own dispatcher decides it (``torch._fused_sdp_choice``), or None where this torch build
+    cannot say."""
+    try:
+        from torch.nn.attention import SDPBackend
+
+        choice = torch._fused_sdp_choice(q, k, v, None, 0.0, bool(causal), scale=scale, enable_gqa=gqa)
+        return {SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.FLASH_ATTENTION: "flash",
+                SDPBackend.EFFICIENT_ATTENTION: "efficient", SDPBackend.MATH: "math"}.get(SDPBackend(choice))
+    except Exception:  # an older / newer torch without this private entry point: keep the kernels
         return None
-    return AtenAttention(bool(causal), scale, Hq != k.shape[1])

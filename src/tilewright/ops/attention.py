@@ -419,19 +419,24 @@ CAUSAL_ALIGNS = ("top_left", "bottom_right")
 
 def _replay_key(q, k, v, causal, scale, backend, *extra):
     """The eager replay key of a forward call (ops/_fast.py), or None when it may not replay (see _fast.py; options
-    of a type the full path must judge also go there). Autograd recording is not in it: the launch is the same."""
+    of a type the full path must judge also go there). Whether autograd records is in it: the kernels' launch is
+    the same either way, but the ATen route's decision is not (ops/_aten.cudnn_faster)."""
     if not (type(causal) is bool and type(scale) in (float, int, type(None)) and type(backend) in (str, type(None))):
         return None
     if not _fast.eligible(q, k, v):
         return None
     sig = _fast.sig
-    return (sig(q), sig(k), sig(v), causal, scale, backend, *extra, _fast.state())
+    return (sig(q), sig(k), sig(v), causal, scale, backend, *extra, _records_grad(q, k, v), _fast.state())
+
+
+def _records_grad(q, k, v) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
 def _replayed(replay, q, k, v, causal, scale, backend, bottom_right=False, softcap=0.0, window=(-1, -1)):
     """(out, lse) from a recorded replay: called directly, or inside the op's eager autograd.Function when autograd
     records (the forward launch is the same either way: it always writes the LSE the backward reads)."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if _records_grad(q, k, v):
         return call_checked(flash_attn_fwd_op, replay.impl(3), True, q, k, v, causal, bottom_right,
                             float(scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])), softcap, backend,
                             *window)
@@ -475,7 +480,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             bitwise reproducible) unless ``torch.use_deterministic_algorithms(True)`` is on. With no backend given,
             a small problem (under 2^35 FLOPs) without soft cap, window, LSE output, Dv != D or bottom-right
             alignment of Sq != Skv runs ``F.scaled_dot_product_attention`` (ops/_aten.py: host-bound sizes;
-            ``TILEWRIGHT_ATEN_BELOW=0`` keeps it on the kernels).
+            ``TILEWRIGHT_ATEN_BELOW=0`` keeps it on the kernels); so does, at any size on sm_90 where SDPA would
+            run cuDNN, a call autograd records and a forward-only call at head dim <= 64 or > 128 - cuDNN's
+            kernels measured faster there (ops/_aten.cudnn_faster).
         causal_align: "top_left" (default, SDPA's convention) or "bottom_right" (flash-attn's for Sq != Skv: query
             i sees key j iff j <= i + Skv - Sq, so the last query sees every key - a chunk of new queries against a
             longer KV cache). With Sq > Skv the first Sq - Skv rows see no key: output 0, LSE -inf, zero gradients.
@@ -521,7 +528,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     if not return_lse and (key is not None or _aten.compiling(q)):
         # a small eager call (decided once per signature) or one torch.compile traces: SDPA (ops/_aten.py)
         aten = _aten.attention(q, k, v, bool(causal), scale, backend, bottom_right=causal_align == "bottom_right",
-                               softcap=softcap, window=window)
+                               softcap=softcap, window=window, records_grad=_records_grad(q, k, v))
         if aten is not None:
             if key is not None:
                 _fast.store(_replays, key, aten)
@@ -575,7 +582,8 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     _check(query, key, value, names)
     scale = _check_scale(scale, query.shape[-1])
     if replay_key is not None or _aten.compiling(query):
-        aten = _aten.attention(query, key, value, bool(is_causal), scale, None)
+        aten = _aten.attention(query, key, value, bool(is_causal), scale, None,
+                               records_grad=_records_grad(query, key, value))
         if aten is not None:
             if replay_key is not None:
                 _fast.store(_replays, replay_key, aten)

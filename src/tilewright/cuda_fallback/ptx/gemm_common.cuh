@@ -111,6 +111,24 @@ TW_DEVICE float epilogue_value(float acc, float b, const unsigned short* r) {
   return v;
 }
 
+// Two 16-bit elements p[0] and p[stride] -> one register, p[0] in the low half; `second` false leaves the high half
+// 0. With `vec` (stride 1, p 4-byte aligned) one 32-bit load. The epilogues load every operand element they need for
+// a stretch of columns into registers this way *before* the stretch's stmatrix stores: those asm statements clobber
+// memory, so a load written after one cannot be hoisted above it and each column pair would wait out a full
+// global-load latency in turn (the sm_90a epilogue's bias + residual cost 15-47% of a 16384 x 1024..4096 GEMM so).
+TW_DEVICE tw_u32 load_pair(const unsigned short* p, long long stride, bool second, bool vec) {
+  if (vec && second) return *reinterpret_cast<const tw_u32*>(p);
+  const tw_u32 lo = p[0];
+  const tw_u32 hi = second ? p[stride] : 0u;
+  return lo | (hi << 16);
+}
+
+// The low / high 16-bit element of a load_pair register -> fp32, exact.
+template <bool FP16>
+TW_DEVICE float pair_lo(tw_u32 v) { return elem_to_f32<FP16>((unsigned short)(v & 0xffffu)); }
+template <bool FP16>
+TW_DEVICE float pair_hi(tw_u32 v) { return elem_to_f32<FP16>((unsigned short)(v >> 16)); }
+
 // Two fp32 values -> one register of two 16-bit elements (round to nearest even); `lo` in the low half.
 template <bool FP16>
 TW_DEVICE tw_u32 pack_pair(float lo, float hi) {

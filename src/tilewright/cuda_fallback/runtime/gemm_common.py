@@ -255,6 +255,14 @@ def stand_in(region, label: str, measured: tuple, M: int, N: int, K: int, residu
     return ok, f"{label}: {why}" + ("" if measured else f" ({NOT_RUN_NOTE})")
 
 
+def residual_kind(residual) -> bool | str:
+    """What a family's ``region`` is told of the op layer's (R0, P, N) residual: False (none), ``"repeated"`` (rows
+    repeated over the batch: stride 0 over R0 > 1, e.g. a pos_embed) or ``"rows"`` (one row per output row)."""
+    if residual is None:
+        return False
+    return "repeated" if residual.dim() == 3 and residual.shape[0] > 1 and residual.stride(0) == 0 else "rows"
+
+
 class GemmFamily:
     """What the router and the op layer call on one GEMM family, built from the family's own pieces: its
     :class:`~.guard.Guard`, ``constraints(a, b, bias, residual)``, ``pick_variant(M, N, K)``, ``launch(a, b, out,
@@ -280,7 +288,7 @@ class GemmFamily:
             if rec.get("winner") == "cuda":
                 return True, f"tuned winner in the autotune cache ({rec['backends']['cuda'].get('name')})"
             return False, "triton won the tuning in the autotune cache"
-        return self.region(M, N, K, residual is not None)
+        return self.region(M, N, K, residual_kind(residual))
 
     def ready(self, a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
         """Constraints, toolchain, and the variant's self-check on this device model (once per process; a failure
