@@ -285,14 +285,13 @@ def test_router_default_per_suite_shape(fake_gpu, shape, expect):
 
 # ---------------------------------------------------------------------------------------- residual win region
 def test_residual_region_follows_the_measured_rows():
-    """A fused residual takes the sm_90a kernel from K 2048 up (rows residual) or at any K of the region (a residual
-    repeated over the batch, a pos_embed); Triton keeps a rows residual below K 2048 (measured, gemm_sm90.py)."""
-    assert not cg.preferred(16384, 1024, 1024, "rows")[0]
-    assert "Triton" in cg.preferred(16384, 1024, 1024, "rows")[1]
-    assert cg.preferred(16384, 2048, 2048, "rows")[0] and cg.preferred(16384, 1024, 4096, "rows")[0]
+    """A residual repeated over the batch (a pos_embed) takes the sm_90a kernel in its region; a residual of one row
+    per output row stays on Triton (gemm_sm90.py says why); no residual: the plain region."""
+    assert not cg.preferred(16384, 2048, 2048, "rows")[0]
+    assert "Triton" in cg.preferred(16384, 2048, 2048, "rows")[1]
     assert cg.preferred(32768, 1024, 1536, "repeated")[0]  # (the region's FLOPs floor holds as ever)
-    assert cg.preferred(32768, 1024, 1536, False)[0]  # no residual: the plain region
-    assert not cg.preferred(16384, 1000, 4096, "rows")[0]  # outside the region (N % 128) either way
+    assert cg.preferred(32768, 1024, 1536, False)[0]
+    assert not cg.preferred(32768, 1000, 1536, "repeated")[0]  # outside the region (N % 128)
 
 
 def test_residual_kind_of_the_op_layers_view():
@@ -303,3 +302,20 @@ def test_residual_kind_of_the_op_layers_view():
     assert residual_kind(torch.randn(1, 8, 16)) == "rows"
     assert residual_kind(torch.randn(8, 16).expand(2, 8, 16)) == "repeated"  # pos_embed over a batch of 2
     assert residual_kind(torch.randn(16).expand(2, 8, 16)) == "repeated"  # one row for all
+
+
+def test_residual_map_rows():
+    """Which residual layouts the sm_90a kernel reads through a TMA map (and with how many rows), which by element
+    loads: the map needs unit columns, 16-byte base and row stride, rows that never repeat within a tile."""
+    v = cg.VARIANTS["coop128x256s3"]  # 64 rows per consumer tile
+    M, N = 4096, 1024
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (M * N, N, 1), M) == M  # (1, M, N)
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (1024 * N, N, 1), 1024) == M  # batches back to back
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (0, N, 1), 1024) == 1024  # pos_embed over the batch
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (0, N, 1), 96) == 0  # a period inside a tile
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (0, 0, 1), 1024) == 0  # one row for all
+    assert cg.residual_map_rows(M, N, v, (1 << 20) + 2, (M * N, N, 1), M) == 0  # base off 16 bytes
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (M * (N + 1), N + 1, 1), M) == 0  # odd row stride
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (M * N, 1, M), M) == 0  # transposed
+    assert cg.residual_map_rows(M, N, v, 1 << 20, (2048 * N * 2, N, 1), 2048) == 0  # batches with a gap
+    assert cg.residual_map_rows(M, N, v, 0, (M * N, N, 1), M) == 0  # no residual

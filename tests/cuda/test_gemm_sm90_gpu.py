@@ -70,6 +70,13 @@ def _check(cg, M, N, K, dtype, *, variant=None, a_mn=False, b_mn=True, bias=Fals
         row = torch.randn(N, device=DEV, dtype=dtype)
         res3 = row.expand(1, M, N)
         res2d = row.expand(M, N)
+    elif res == "pos_tile":  # a pos_embed of 256 rows repeated over the batch: read through a map of its rows
+        pe = torch.randn(256, N, device=DEV, dtype=dtype)
+        res3 = pe.unsqueeze(0).expand(M // 256, 256, N)
+        res2d = res3.reshape(M, N)
+    elif res == "batched":  # (4, M / 4, N), batches back to back: one map over the M rows
+        res2d = torch.randn(M, N, device=DEV, dtype=dtype)
+        res3 = res2d.reshape(4, M // 4, N)
     elif res == "odd":  # odd row stride and a base 2 bytes off: no 32-bit pair loads
         res2d = torch.randn(M, N + 1, device=DEV, dtype=dtype)[:, 1:]
         res3 = res2d.unsqueeze(0)
@@ -126,6 +133,29 @@ def _build_id(b):
 @pytest.mark.parametrize("shape", ODD, ids=str)
 def test_epilogues_odd_shapes(shape, epi):
     _check(_cg(), *shape, torch.bfloat16, **epi)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", ["coop128x256s3", "pp128x128s5"])
+@pytest.mark.parametrize("res", ["full", "batched", "pos_tile", "row", "odd", "transposed"])
+@pytest.mark.parametrize("shape", [(2048, 264, 200), (1024, 1032, 336), (4096, 2048, 2048)], ids=str)
+def test_residual_paths(shape, res, variant):
+    """Each residual layout on the path the launcher gives it - the TMA map into the staging tile (full, batched,
+    a pos_embed whose period holds whole tiles) or element loads (a repeated row, odd alignment, transposed) - with
+    a bias, N tails and several tiles per CTA; the path is asserted so neither can go untested."""
+    cg = _cg()
+    M, N, K = shape
+    v = cg.VARIANTS[variant]
+    expect_map = res in ("full", "batched", "pos_tile")
+    if res == "pos_tile":
+        rs, period = (0, N, 1), 256
+    elif res == "batched":
+        rs, period = (M // 4 * N, N, 1), M // 4
+    else:
+        rs, period = (M * N, N, 1), M
+    if expect_map:
+        assert cg.residual_map_rows(M, N, v, 1 << 20, rs, period) == (256 if res == "pos_tile" else M)
+    _check(cg, M, N, K, torch.bfloat16, variant=variant, bias=True, res=res)
 
 
 @needs_hopper

@@ -75,9 +75,9 @@
 #ifndef TW_NORM_A
 #define TW_NORM_A 0
 #endif
+#include "ptx/mma_sync.cuh"  // ldmatrix_x4 (the RMSNorm prologue's x rows, the residual tile from cbuf)
 #if TW_NORM_A
 #include "ptx/math.cuh"      // quad_sum
-#include "ptx/mma_sync.cuh"  // ldmatrix_x4
 #define TW_KERNEL_NAME tw_rmsnorm_gemm_sm90
 #else
 #define TW_KERNEL_NAME tw_gemm_sm90
@@ -144,8 +144,11 @@ constexpr int XF_BAR_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
 constexpr int RSTD_BAR_OFFSET = XF_BAR_OFFSET + STAGES * 8;
 constexpr int RSTD_OFFSET = (RSTD_BAR_OFFSET + 4 * 8 + 15) & ~15;
 constexpr int SMEM_BYTES = 1024 + RSTD_OFFSET + 2 * BM * 4;
+constexpr int RES_BAR_OFFSET = 0;  // (no residual barriers: RES_TMA is off in the RMSNorm builds)
 #else
-constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;  // + slack to align the base to 1024
+// after full/empty: res_full[2], one per consumer (the residual tile's TMA load, RES_TMA)
+constexpr int RES_BAR_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
+constexpr int SMEM_BYTES = 1024 + RES_BAR_OFFSET + 2 * 8;  // + slack to align the base to 1024
 #endif
 
 // Named barrier ids (0 is __syncthreads): consumer c may start its mainloop on ORDER_BAR + c; epilogue of c on
@@ -165,6 +168,11 @@ static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 168 * 384, "reg
 constexpr bool NORM = TW_NORM_A != 0;
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
 constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
+// The residual tile by TMA into the consumer's output staging buffer while its mainloop runs (when the launcher
+// passes a map: res_rows > 0), then read back with ldmatrix in the accumulator layout, added, and overwritten in
+// place by stmatrix: the epilogue waits for nothing global. Not in the RMSNorm builds (their two-pass forward takes
+// the large sizes, and the -xf builds use the barrier slots after full/empty).
+constexpr bool RES_TMA = TW_RES != 0 && !NORM;
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
 
 // One m64nBNk16 wgmma in the compiled dtype.
@@ -352,12 +360,16 @@ using namespace tw;
 // bias: (N,) (read when TW_BIAS). res (read when TW_RES): element (r, n) at
 // res[(r / res_period) * rs0 + (r % res_period) * rs1 + n * rs2], or null.
 // pair_tiles: 1 -> a CTA takes tiles in adjacent pairs (both consumers of a pingpong CTA work on neighbours).
+// tm_r, res_rows (RES_TMA builds): res_rows > 0 -> the residual is read through tm_r, a map over (N, res_rows) rows
+// with the output's box and swizzle, at row (r % res_rows) - the whole output (res_rows = M) or a period that every
+// consumer tile lies within (a pos_embed repeated over the batch); 0 -> element loads through res / rs* as above.
 // TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
 extern "C" __global__ void __launch_bounds__(384, 1)
     TW_KERNEL_NAME(const __grid_constant__ TwTensorMap tm_a, const __grid_constant__ TwTensorMap tm_b,
                  const __grid_constant__ TwTensorMap tm_c, const unsigned short* __restrict__ bias,
                  const unsigned short* __restrict__ res, long long rs0, long long rs1, long long rs2, int res_period,
-                 int M, int N, int K, int act, int tile_order, int group, int pair_tiles
+                 int M, int N, int K, int act, int tile_order, int group, int pair_tiles,
+                 const __grid_constant__ TwTensorMap tm_r, int res_rows
 #if TW_NORM_A
                  , const unsigned short* __restrict__ norm_w, float* __restrict__ rstd_out, float eps
 #endif
@@ -387,6 +399,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       mbar_init(bar_full + 8 * s, 1);                  // one arrive.expect_tx by the producer + TMA bytes
       mbar_init(bar_empty + 8 * s, COOP ? 2 : 1);      // one arrive per consuming warpgroup
     }
+#if !TW_NORM_XFORM
+    for (int c = 0; c < 2; ++c) mbar_init(sbase + RES_BAR_OFFSET + 8 * c, 1);  // consumer c's tid 0 + TMA bytes
+#endif
 #if TW_NORM_XFORM
     for (int s = 0; s < STAGES; ++s) mbar_init(sbase + XF_BAR_OFFSET + 8 * s, XF_THREADS);  // every transform thread
     for (int b = 0; b < 2; ++b) {
@@ -501,6 +516,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const tw_u32 cbuf = sbase + STAGES * STAGE_BYTES + c * C_WG;
     const int atom0 = COOP ? c * MA : 0;  // first m64 atom of the CTA tile this consumer computes
     float acc[MA][BN / 2];
+    const bool res_by_tma = RES_TMA && res_rows > 0;
+    const tw_u32 res_full = sbase + RES_BAR_OFFSET + 8 * c;
+    tw_u32 res_phase = 0;
 
     if (!COOP && c == 1 && tile_of(0) < num_tiles) named_barrier_arrive(ORDER_BAR + 0, 256);  // consumer 0 first
 
@@ -511,6 +529,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
       const int n0 = pn * BN;
       const int row0 = pm * BM + (COOP ? c * WM : 0);
+
+      // the residual tile into cbuf (RES_TMA; issued by tid 0 during the mainloop, waited for in the epilogue)
+      auto load_residual_tile = [&]() {
+        bulk_wait_group_read<0>();
+        mbar_arrive_expect_tx(res_full, WM * BN * 2);
+#pragma unroll
+        for (int b = 0; b < BN / 64; ++b) tma_load_2d(cbuf + b * WM * 128, &tm_r, res_full, n0 + 64 * b, row0 % res_rows);
+      };
 
       // ---- mainloop ----
       if (!COOP) named_barrier_sync(ORDER_BAR + c, 256);
@@ -598,6 +624,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
         }
         wgmma_commit();
+        // Our previous tile's TMA store must have read cbuf before the residual lands there; one k-block into the
+        // mainloop it long has (waiting before the first k-block would stall this warp's wgmma issue). cbuf's
+        // generic-proxy accesses of that epilogue (ldmatrix, stmatrix) were fenced to the async proxy and joined
+        // at its barrier before the store was issued.
+        if (res_by_tma && tid == 0 && kb == (kt > 1 ? 1 : 0)) load_residual_tile();
         if (kb > 0) {
           wgmma_wait<1>();  // the previous k-block's MMAs are done: release its stage
           if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
@@ -618,6 +649,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // ---- epilogue ----
       if (tid == 0) bulk_wait_group_read<0>();  // our previous TMA store no longer reads cbuf
       named_barrier_sync(EPI_BAR + c, 128);
+      if (res_by_tma) {
+        if (kt == 0 && tid == 0) load_residual_tile();  // (K = 0: no mainloop issued it)
+        mbar_wait(res_full, res_phase);  // the residual tile is in cbuf
+        res_phase ^= 1;
+      }
 
 #if TW_NORM_XFORM
       // rstd of this consumer's rows from the transform warps (buffer it % 2 of the CTA's tile sequence)
@@ -675,13 +711,24 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              res_pk[ma][h][jr] = (TW_RES && row_ok[ma][h] && col < N)
+              res_pk[ma][h][jr] = (TW_RES && !res_by_tma && row_ok[ma][h] && col < N)
                                       ? load_pair(res + res_off[ma][h] + (long long)col * rs2, rs2, col + 1 < N, res_vec)
                                       : 0u;
         }
 #pragma unroll
         for (int j = j0; j < j0 + RES_J; j += 2) {
           tw_u32 packed[MA][4];
+          // the residual of these two column blocks from cbuf (RES_TMA): ldmatrix at the address stmatrix writes
+          // below returns it in the same register layout, packed[ma][2 * jj + h]
+          tw_u32 res_sm[MA][4];
+#pragma unroll
+          for (int ma = 0; ma < MA; ++ma) {
+            if (RES_TMA && res_by_tma) {
+              const int rloc = ma * 64 + warp * 16 + (q & 1) * 8 + r8;
+              const int chunk = j + (q >> 1);
+              ldmatrix_x4(cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4), res_sm[ma]);
+            }
+          }
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj) {
             const float b0 = pair_lo<(TW_FP16 != 0)>(bias_pk[j - j0 + jj]);
@@ -699,8 +746,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] + b1);
 #endif
                 if constexpr (TW_RES) {
-                  v0 += pair_lo<(TW_FP16 != 0)>(res_pk[ma][h][j - j0 + jj]);
-                  v1 += pair_hi<(TW_FP16 != 0)>(res_pk[ma][h][j - j0 + jj]);
+                  const tw_u32 r = (RES_TMA && res_by_tma) ? res_sm[ma][2 * jj + h] : res_pk[ma][h][j - j0 + jj];
+                  v0 += pair_lo<(TW_FP16 != 0)>(r);
+                  v1 += pair_hi<(TW_FP16 != 0)>(r);
                 }
                 packed[ma][2 * jj + h] = pack2(v0, v1);
               }

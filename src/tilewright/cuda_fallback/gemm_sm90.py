@@ -48,7 +48,8 @@ class Variant:
         return self.bm // 2 if self.coop else self.bm
 
     def smem_bytes(self) -> int:
-        return 1024 + self.stages * (self.bm + self.bn) * 128 + 2 * self.wm * self.bn * 2 + 16 * self.stages
+        # alignment slack, the stages, two output staging tiles, full/empty barriers, two residual barriers
+        return 1024 + self.stages * (self.bm + self.bn) * 128 + 2 * self.wm * self.bn * 2 + 16 * self.stages + 16
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
@@ -69,6 +70,9 @@ SMALL_M_VARIANT = "pp128x128s5"    # M <= 256: fewer, smaller tiles; the fastest
 BUILD_CHECK_BUILDS = (
     ("coop128x256s3", False, True, False, 0, False, False), ("coop128x256s3", False, False, True, 0, False, False),
     ("pp128x128s5", False, True, False, 0, False, False), ("pp64x256s4", False, True, False, 0, False, False),
+    # the residual epilogues (TMA residual into the staging tile, or element loads): default variant with bias, a
+    # pingpong one with GELU in fp16 - the register-heaviest epilogue
+    ("coop128x256s3", False, True, False, 0, True, True), ("pp128x128s5", False, True, True, 2, True, True),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")  # wgmma, TMA in and out, setmaxnreg
@@ -92,10 +96,14 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
 # in Triton and 0.60x in this kernel, so M <= 256 stays with Triton.
 # A fused residual (MEASURED_ON[2]): this kernel read it with 2-byte loads after its mainloop (0.82-0.98x
 # cuBLAS+add), Triton's chunked epilogue hid it (0.99-1.14x), so a residual went to Triton. Since the epilogue loads
-# its operands in batches ahead of the stores (MEASURED_ON[6], time / plain cuBLAS GEMM at M 16384, CUDA vs Triton):
-# K 5632 1.094 vs 1.147, K 4096 1.210 vs 1.236 (with bias) and 1.173 vs 1.215, K 2048 1.254 vs 1.255, K 1024 1.591
-# vs 1.477; a pos_embed residual repeated over the batch at K 768 1.596 vs 2.028. So a residual takes this kernel
-# from K 2048 up, a repeated one at any K of the region.
+# bias and residual in batches ahead of its stores, and a residual whose rows are evenly strided comes by TMA into the
+# staging tile during the mainloop (MEASURED_ON[6], time / plain cuBLAS GEMM at M 16384, CUDA vs Triton): K 5632
+# 1.064 vs 1.144, K 4096 1.227 vs 1.252 (with bias) and 1.142 vs 1.223, K 2048 1.204 vs 1.266, K 1024 1.634 vs
+# 1.479; a pos_embed repeated over the batch, K 768: 1.559 vs 2.043. Routing residuals from K 2048 here measured
+# those GEMMs faster, but the ViT-L B8 step's fwd+bwd ran 4.95 ms in that run against 4.42 in the run before it
+# (forward 1.29 vs 1.31; Llama unchanged) - unexplained, and an in-process A/B could not be run in that session. Until
+# it is (perf/LOG.md, session 16), a residual keeps Triton, except one repeated over the batch (a pos_embed: 25%
+# faster here, no such GEMM in the ViT step above the region's FLOPs floor).
 MEASURED_ON = (
     Measurement("H200", "perf/results/h200/cuda_gemm_2026-11-26.csv", "2026-11-26"),
     Measurement("H200", "perf/results/h200/2026-11-26/gemm.csv", "2026-11-26"),
@@ -105,7 +113,6 @@ MEASURED_ON = (
     Measurement("H100", "perf/results/h100/model/gemm_floor_2026-11-27_0205_ab_floor36.csv", "2026-11-27"),
     Measurement("H100", "perf/results/h100/gemm/epilogue_loads_2026-11-27_2100.txt", "2026-11-27"),
 )
-PREFER_RESIDUAL_MIN_K = 2048
 PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
 PREFER_MIN_K = 512
@@ -123,8 +130,8 @@ def preferred(M: int, N: int, K: int, residual: bool | str = False,
     residual when ``residual``: ``"repeated"`` for one whose rows repeat over the batch, a pos_embed), and why: the
     measured win region. ``min_flops``: the host-bound floor of the caller's launch path (the RMSNorm-GEMM build
     passes its own)."""
-    if residual and residual != "repeated" and K < PREFER_RESIDUAL_MIN_K:
-        return False, f"a fused residual at K {K} < {PREFER_RESIDUAL_MIN_K} is faster in Triton (measured)"
+    if residual and residual != "repeated":
+        return False, "a fused residual stays on Triton until the model-level A/B is measured (see MEASURED_ON)"
     region = (f"M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}, M % 64 == 0, N % 128 == 0, "
               f"2MNK >= {min_flops / 1e9:.0f} GFLOP")
     if M >= PREFER_MIN_M and N >= PREFER_MIN_N and K >= PREFER_MIN_K and M % 64 == 0 and N % 128 == 0:
@@ -173,9 +180,33 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     tiles = -(-M // v.bm) * -(-N // v.bn)
     pair = (not v.coop) and tiles >= 2 * sms
     grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
-    args = [tm_a, tm_b, tm_c, *gemm_common.epilogue_args(bias, res_ptr, rs, res_period, M, N, K),
-            ctypes.c_int32(activation), ctypes.c_int32(tile_order), ctypes.c_int32(group), ctypes.c_int32(int(pair))]
+    epilogue = gemm_common.epilogue_args(bias, res_ptr, rs, res_period, M, N, K)
+    res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if source == SOURCE else 0
+    if res_rows:
+        with torch.cuda.device(a.device):
+            tm_r = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), res_ptr, (N, res_rows), (rs[1] * 2,),
+                                               (64, v.wm), 128), "res_ptr")
+        epilogue[1] = ctypes.c_uint64(res_ptr)  # (not read by the kernel then: the map holds the residual's role)
+    else:
+        tm_r = launch.TensorMap()
+    args = [tm_a, tm_b, tm_c, *epilogue, ctypes.c_int32(activation), ctypes.c_int32(tile_order),
+            ctypes.c_int32(group), ctypes.c_int32(int(pair)), tm_r, ctypes.c_int32(res_rows)]
     return fn, grid, args
+
+
+def residual_map_rows(M: int, N: int, v: Variant, res_ptr: int, rs, res_period: int) -> int:
+    """Rows of the TMA map the kernel reads the residual through (row r at r % rows), or 0 for its element loads.
+
+    The residual (R0, P, N) with strides rs, element (r, n) at (r // P, r % P, n): one map over M rows when its
+    rows are evenly strided (R0 == 1, or batches back to back); over the P rows of one period when it repeats over
+    the batch (rs[0] == 0, a pos_embed) and every consumer tile lies within a period (P % wm == 0). TMA needs unit
+    column stride, a 16-byte aligned base and row stride; a row repeated for every output row (rs[1] == 0) is not
+    a map."""
+    if not res_ptr or rs[2] != 1 or res_ptr % 16 or rs[1] <= 0 or (rs[1] * 2) % 16 or rs[1] < N:
+        return 0
+    if rs[0] == 0 and res_period < M:
+        return res_period if res_period % v.wm == 0 else 0
+    return M if (res_period == M or rs[0] == res_period * rs[1]) else 0
 
 
 def cuda_gemm(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None, activation=None, **kw) -> torch.Tensor:
