@@ -64,6 +64,13 @@ class RMSNormLinear(torch.nn.Module):
         self.weight = linear_init.weight
         self.bias = linear_init.bias
 
+    def reset_parameters(self) -> None:
+        """Re-initialise as ``nn.RMSNorm`` + ``nn.Linear`` do (norm weight ones; weight and bias as nn.Linear's):
+        what a meta-device build calls after ``to_empty`` (FSDP2's deferred initialisation)."""
+        with torch.no_grad():
+            self.norm_weight.fill_(1.0)
+        torch.nn.Linear.reset_parameters(self)  # reads self.weight / self.bias only
+
     @classmethod
     def from_modules(cls, rmsnorm: torch.nn.RMSNorm, linear_module: torch.nn.Linear) -> "RMSNormLinear":
         """A fused module sharing the parameters (no copy) of an ``nn.RMSNorm`` + ``nn.Linear`` pair.

@@ -146,3 +146,16 @@ class CheckedValues:
         if len(self._seen) >= self._size:
             self._seen.clear()
         self._seen[self._key(tensors, extra)] = tuple(weakref.ref(t) if t is not None else None for t in tensors)
+
+
+_unsafe_view = torch.ops.aten._unsafe_view.default
+
+
+def output_view(t: torch.Tensor, shape) -> torch.Tensor:
+    """An op's 2-D output in the caller's shape - not as a view of it, as ATen's own F.linear / matmul return theirs
+    (``_unsafe_view``): autograd then treats it as an op output, not a view, so FSDP2's pre-backward hook on a
+    module's output and an in-place op on it behave as on torch's outputs (FSDP2 warned that a view returned by a
+    wrapped module loses its hook under an in-place op). The 2-D output itself is referenced nowhere else."""
+    if t.shape == shape:
+        return t
+    return _unsafe_view(t, shape)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from . import _dtensor
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _functions: dict = {}
 
@@ -96,6 +98,7 @@ def _run_direct(op, impl, args):
     for t in args:
         if isinstance(t, torch.Tensor):
             if type(t) not in _PLAIN:
+                _dtensor.ensure(t)  # a DTensor: the ops' sharding strategies, registered on first sight
                 return _NOT_DIRECT
             record_grad = record_grad or (grad and t.requires_grad)
     if record_grad:

@@ -46,7 +46,7 @@ from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
 from ._checks import check_backend, check_choice, check_same_device, check_same_dtype, check_tensor, unit_last
-from . import _aten, _fast
+from . import _aten, _dtensor, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 
 HEAD_DIMS_TEXT = (f"head dims that are multiples of {HEAD_DIM_MULTIPLE} from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} "
@@ -293,6 +293,7 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
+    grad_lse = _dtensor.unused_output_grad(grad_lse, grad_out)
     dq, dk, dv = call_op(flash_attn_bwd_op, grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.bottom_right,
                          ctx.scale, ctx.softcap, ctx.backend, *ctx.window)
     return dq, dk, dv, None, None, None, None, None, None, None

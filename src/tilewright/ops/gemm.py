@@ -22,8 +22,8 @@ from .._env import interpreting
 from .._record import record
 from ..reference import activation_grad_reference, activation_reference
 from ._checks import (check_backend, check_choice, check_optional_tensor, check_out_dtype, check_same_device,
-                      check_same_dtype, check_tensor, contiguous_vector, dense_grad)
-from . import _aten, _fast
+                      check_same_dtype, check_tensor, contiguous_vector, dense_grad, output_view)
+from . import _aten, _dtensor, _fast
 from ._eager import _PLAIN, call_checked, call_op, register_fast_dispatch, traced
 
 
@@ -168,6 +168,7 @@ def _backward(ctx, grad_out, grad_preact):
             dz = launch_activation_grad(grad_out, preact, ACTIVATIONS[ctx.activation])
         else:
             dz = activation_grad_reference(grad_out, preact, ctx.activation)
+    grad_preact = _dtensor.unused_output_grad(grad_preact, dz)
     if grad_preact is not None and grad_preact.numel():
         dz = dz + grad_preact
     # Each torch call costs 2-8 us of host in a backward that small steps wait on: no-op conversions are skipped, and
@@ -317,9 +318,9 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     save_preact = activation is not None and needs_grad
     args = (a2, b, bias, res3, activation, out_dtype or a.dtype, save_preact, backend)
     if replay is not None:  # with autograd: the replay inside the op's eager autograd.Function
-        return call_checked(gemm_op, replay.impl(4), True, *args)[0].view(out_shape)
+        return output_view(call_checked(gemm_op, replay.impl(4), True, *args)[0], out_shape)
     if key is None:
-        return call_op(gemm_op, *args)[0].view(out_shape)
+        return output_view(call_op(gemm_op, *args)[0], out_shape)
     # roles: launch_gemm's pointer arguments; each must be the caller's tensor itself (a view at its address), so a
     # bias made contiguous or a residual copied by a reshape does not replay. Without autograd the replay returns
     # the caller's output shape; with it, the op's 2-D (out, pre-activation) pair.
@@ -332,7 +333,7 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     out, _ = _fast.run_recorded(_replays, key, lambda: call_op(gemm_op, *args),
                                 {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)},
                                 outputs)
-    return out.view(out_shape)
+    return output_view(out, out_shape)
 
 
 def _check_gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text) -> None:

@@ -29,7 +29,7 @@ import torch
 from .. import router
 from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
-                      contiguous_vector, dense_grad, unit_last)
+                      contiguous_vector, dense_grad, output_view, unit_last)
 from . import _aten, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import gemm_op, plain_gemm
@@ -301,7 +301,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
                                  backend)[0]
             else:
                 y = replay(x.device, x, norm_weight, weight, bias)[0]
-            return y.view(*x.shape[:-1], weight.shape[0])
+            return output_view(y, (*x.shape[:-1], weight.shape[0]))
     check_tensor("x", x, min_dim=1)
     check_tensor("norm_weight", norm_weight, dims=(1,))
     check_tensor("weight", weight, dims=(2,))
@@ -339,10 +339,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
 
     if key is None:
-        return call()[0].view(*x.shape[:-1], N)
+        return output_view(call()[0], (*x.shape[:-1], N))
     # one launch of the GEMM with its norm prologue; fp16's weight-scale kernel is a second launch (its g_scale is
     # no argument of the call): no replay there, nor for a strided norm weight or bias the op made contiguous
     y, _ = _fast.run_recorded(_replays, key, call,
                               {"a_ptr": (0, x), "g_ptr": (1, norm_weight), "b_ptr": (2, weight), "bias_ptr": (3, bias)},
                               lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}, _LAUNCHES)
-    return y.view(*x.shape[:-1], N)
+    return output_view(y, (*x.shape[:-1], N))

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from .._env import interpreting
-from ._checks import check_optional_tensor, check_same_device, check_same_dtype, check_tensor, unit_last
+from ._checks import (check_optional_tensor, check_same_device, check_same_dtype, check_tensor, output_view,
+                      unit_last)
 from . import _aten
 from ._eager import call_op, register_fast_dispatch
 
@@ -149,4 +150,4 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
     lead = x.shape[:-1]
     rows = math.prod(lead)
     y = call_op(swiglu_op, x.reshape(rows, x.shape[-1]), None if up is None else up.reshape(rows, up.shape[-1]))
-    return y.view(*lead, y.shape[-1])
+    return output_view(y, (*lead, y.shape[-1]))

@@ -1,0 +1,260 @@
+"""DTensor arguments (ops/_dtensor.py), CPU tier: a fake two-rank process group (no communication) and a 1-D device
+mesh on CPU. Each case hands the op inputs already in a strategy's placements - so DTensor runs it on rank 0's
+local shards without moving data - and checks the output's placement and its local shard against the same op on
+the full tensors, sliced the way the placement says. What needs real collectives (redistribution, the two-GPU
+training runs) belongs to the multi-GPU tier.
+"""
+import pytest
+import torch
+
+import tilewright
+
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():  # pragma: no cover
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard  # noqa: E402
+
+R = Replicate()
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        yield init_device_mesh("cpu", (2,))
+    finally:
+        dist.destroy_process_group()
+
+
+def dt(t, mesh, placement):
+    """``t`` (the full tensor, the same on every rank) as a DTensor of rank 0's shard under ``placement``."""
+    return DTensor.from_local(t if placement == R else t.chunk(2, dim=placement.dim)[0], mesh, [placement],
+                              run_check=False)
+
+
+def local(x):
+    return x.to_local()
+
+
+def half(t, dim):
+    return t.chunk(2, dim=dim)[0]
+
+
+def close(got, want):
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
+
+
+@pytest.fixture(autouse=True)
+def _kernels(monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_ATEN_BELOW", "0")
+
+
+def _gemm_inputs(M=8, K=16, N=32, dtype=torch.float16):
+    torch.manual_seed(0)
+    return (torch.randn(M, K, dtype=dtype), torch.randn(N, K, dtype=dtype) / 4, torch.randn(N, dtype=dtype),
+            torch.randn(M, N, dtype=dtype))
+
+
+def test_linear_column_parallel_with_the_whole_epilogue(mesh):
+    """Weight sharded over output features (ColwiseParallel): bias and residual follow, the fused GELU + residual
+    epilogue is exact on every shard."""
+    x, w, b, r = _gemm_inputs()
+    y = tilewright.linear(dt(x, mesh, R), dt(w, mesh, Shard(0)), dt(b, mesh, Shard(0)), residual=dt(r, mesh, Shard(1)),
+                          activation="gelu")
+    assert isinstance(y, DTensor) and y.placements == (Shard(1),)
+    close(local(y), half(tilewright.linear(x, w, b, residual=r, activation="gelu"), 1))
+
+
+def test_linear_row_parallel_gives_partial_sums(mesh):
+    """Input and weight sharded over K (RowwiseParallel) without an epilogue: each rank's partial product, reduced
+    by DTensor when the result is used."""
+    x, w, _, _ = _gemm_inputs()
+    y = tilewright.linear(dt(x, mesh, Shard(1)), dt(w, mesh, Shard(1)))
+    assert y.placements == (Partial(),)
+    close(local(y), half(x, 1) @ half(w, 1).t())
+
+
+def test_linear_row_parallel_never_fuses_the_epilogue_into_partial_sums(mesh):
+    """With a bias or an activation, a K-sharded product has no strategy: the op must not return act(partial) +
+    bias as a Partial placement (the sum over ranks would add the bias twice and apply GELU to partial sums)."""
+    x, w, b, _ = _gemm_inputs()
+    for kwargs in ({"bias": dt(b, mesh, R)}, {"activation": "relu"}):
+        y = tilewright.linear(dt(x, mesh, Shard(1)), dt(w, mesh, Shard(1)), **kwargs)
+        assert not any(isinstance(p, Partial) for p in y.placements), kwargs
+
+
+def test_linear_rows_sharded(mesh):
+    """Sequence / data parallel: rows of x sharded, weight replicated."""
+    x, w, b, _ = _gemm_inputs()
+    y = tilewright.linear(dt(x, mesh, Shard(0)), dt(w, mesh, R), dt(b, mesh, R), activation="silu")
+    assert y.placements == (Shard(0),)
+    close(local(y), half(tilewright.linear(x, w, b, activation="silu"), 0))
+
+
+def test_linear_column_parallel_weight_gradient(mesh):
+    """Backward through the op on DTensors: the gradient of a column-sharded weight is its own shard's gradient
+    (computed locally; no collective needed for it)."""
+    x, w, b, _ = _gemm_inputs()
+    wd = dt(w, mesh, Shard(0)).requires_grad_(True)
+    y = tilewright.linear(dt(x, mesh, R), wd, dt(b, mesh, Shard(0)), activation="gelu")
+    y.sum().backward()
+    assert wd.grad.placements == (Shard(0),)
+    wf = w.clone().requires_grad_(True)
+    tilewright.linear(x, wf, b, activation="gelu").sum().backward()
+    close(local(wd.grad), half(wf.grad, 0))
+
+
+def test_attention_heads_sharded(mesh):
+    """Heads sharded (GQA 4 / 2 -> 2 / 1 per rank): output and LSE sharded the same way, values of the local heads."""
+    torch.manual_seed(1)
+    q = torch.randn(1, 4, 16, 16, dtype=torch.float16)
+    k, v = torch.randn(1, 2, 16, 16, dtype=torch.float16), torch.randn(1, 2, 16, 16, dtype=torch.float16)
+    out, lse = tilewright.flash_attention(dt(q, mesh, Shard(1)), dt(k, mesh, Shard(1)), dt(v, mesh, Shard(1)),
+                                          causal=True, return_lse=True)
+    assert out.placements == (Shard(1),) and lse.placements == (Shard(1),)
+    want, want_lse = tilewright.flash_attention(q, k, v, causal=True, return_lse=True)
+    close(local(out), half(want, 1))
+    close(local(lse), half(want_lse, 1))
+
+
+def test_attention_batch_sharded_backward(mesh):
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 16, 16, dtype=torch.float16) for _ in range(3))
+    qd, kd, vd = (dt(t, mesh, Shard(0)).requires_grad_(True) for t in (q, k, v))
+    out = tilewright.flash_attention(qd, kd, vd)
+    assert out.placements == (Shard(0),)
+    out.sum().backward()
+    qf, kf, vf = (t.clone().requires_grad_(True) for t in (q, k, v))
+    tilewright.flash_attention(qf, kf, vf).sum().backward()
+    for got, want in ((qd, qf), (kd, kf), (vd, vf)):
+        assert got.grad.placements == (Shard(0),)
+        close(local(got.grad), half(want.grad, 0))
+
+
+def test_swiglu_rows_sharded(mesh):
+    torch.manual_seed(3)
+    x = torch.randn(6, 2, 16, dtype=torch.float16)
+    y = tilewright.swiglu(dt(x, mesh, Shard(0)))
+    assert y.placements == (Shard(0),)
+    close(local(y), half(tilewright.swiglu(x), 0))
+
+
+def test_rotary_heads_sharded(mesh):
+    torch.manual_seed(4)
+    x = torch.randn(1, 8, 4, 16, dtype=torch.float16)
+    cos, sin = torch.rand(8, 8, dtype=torch.float16), torch.rand(8, 8, dtype=torch.float16)
+    y = tilewright.apply_rotary(dt(x, mesh, Shard(2)), dt(cos, mesh, R), dt(sin, mesh, R))
+    assert y.placements == (Shard(2),)
+    close(local(y), half(tilewright.apply_rotary(x, cos, sin), 2))
+
+
+def test_rms_norm_linear_column_parallel_and_rows_sharded(mesh):
+    torch.manual_seed(5)
+    x, w, b, _ = _gemm_inputs()
+    g = torch.rand(16, dtype=torch.float16) + 0.5
+    y = tilewright.rms_norm_linear(dt(x, mesh, R), dt(g, mesh, R), dt(w, mesh, Shard(0)), dt(b, mesh, Shard(0)))
+    assert y.placements == (Shard(1),)
+    want = tilewright.rms_norm_linear(x, g, w, b)
+    close(local(y), half(want, 1))
+    y = tilewright.rms_norm_linear(dt(x, mesh, Shard(0)), dt(g, mesh, R), dt(w, mesh, R), dt(b, mesh, R))
+    assert y.placements == (Shard(0),)
+    close(local(y), half(want, 0))
+
+
+# --------------------------------------------------------------------------------------------- modules
+class _MLP(torch.nn.Module):
+    def __init__(self, device=None):
+        super().__init__()
+        kw = {"dtype": torch.float16, "device": device}
+        self.norm_up = tilewright.nn.RMSNormLinear(16, 32, **kw)
+        self.down = tilewright.nn.Linear(16, 16, bias=False, **kw)  # after swiglu's 32 -> 16
+
+    def forward(self, x):
+        return self.down(tilewright.swiglu(self.norm_up(x)))
+
+
+def test_parallelize_module_colwise_rowwise(mesh):
+    """torch's tensor-parallel plan on tilewright.nn.Linear (an nn.Linear subclass): ColwiseParallel shards the
+    up projection's weight over output features, RowwiseParallel the down projection's over input features; the
+    rank's result is its partial product (the fake process group's all-reduce leaves it as is)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(6)
+    up = tilewright.nn.Linear(16, 32, activation="gelu", dtype=torch.float16)
+    down = tilewright.nn.Linear(32, 16, bias=False, dtype=torch.float16)
+    model = torch.nn.Sequential(up, down)
+    ref_up, ref_down = up.weight.detach().clone(), down.weight.detach().clone()
+    ref_bias = up.bias.detach().clone()
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    assert up.weight.placements == (Shard(0),) and down.weight.placements == (Shard(1),)
+    x = torch.randn(2, 4, 16, dtype=torch.float16)
+    y = model(x)
+    h = tilewright.linear(x, ref_up, ref_bias, activation="gelu")
+    close(y, half(h, -1) @ half(ref_down, 1).t())
+    y.float().sum().backward()
+    assert up.weight.grad.placements == (Shard(0),) and down.weight.grad.placements == (Shard(1),)
+
+
+def test_fully_shard_tilewright_modules(mesh):
+    """FSDP2 on tilewright modules: parameters sharded as DTensors, a forward and backward, DTensor gradients and
+    state_dict entries; no 'returned a view tensor' warning (the ops' outputs are not views:
+    ops/_checks.output_view)."""
+    import warnings
+
+    from torch.distributed.fsdp import fully_shard
+
+    model = _MLP()
+    for layer in (model.norm_up, model.down):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    assert all(isinstance(p, DTensor) and p.placements == (Shard(0),) for p in model.parameters())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = model(torch.randn(2, 3, 16, dtype=torch.float16))
+        y.float().sum().backward()
+    assert not [w for w in caught if "view tensor" in str(w.message)], [str(w.message) for w in caught]
+    assert y.shape == (2, 3, 16)
+    assert all(isinstance(p.grad, DTensor) for p in model.parameters())
+    assert all(isinstance(v, DTensor) for v in model.state_dict().values())
+
+
+def test_meta_device_build_then_reset_parameters():
+    """Deferred initialisation (FSDP2's meta-device recipe): build on meta, to_empty, reset_parameters - the
+    modules' initialisation matches a direct build's distribution (norm weight ones, weight / bias within nn.Linear's
+    bounds), and a state_dict round trip restores the values exactly."""
+    model = _MLP(device="meta")
+    assert all(p.is_meta for p in model.parameters())
+    model.to_empty(device="cpu")
+    for m in model.modules():
+        if hasattr(m, "reset_parameters") and m is not model:
+            m.reset_parameters()
+    assert torch.equal(model.norm_up.norm_weight, torch.ones(16, dtype=torch.float16))
+    bound = 1 / 16 ** 0.5
+    assert model.norm_up.weight.abs().max() <= bound and model.norm_up.bias.abs().max() <= bound
+    assert model.norm_up.weight.std() > bound / 4  # initialised, not left at to_empty's garbage or zeros
+    other = _MLP()
+    other.load_state_dict(model.state_dict())
+    x = torch.randn(2, 16, dtype=torch.float16)
+    assert torch.equal(other(x), model(x))
+
+
+def test_op_outputs_are_not_views():
+    """A 3-D call's output is the op's own output reshaped, not a view of it (like F.linear's): an in-place add on
+    it keeps gradients right."""
+    torch.manual_seed(7)
+    x = torch.randn(2, 3, 16, requires_grad=True)
+    w = (torch.randn(8, 16) / 4).requires_grad_(True)
+    y = tilewright.linear(x, w, activation="gelu")
+    assert not y._is_view()
+    y.add_(1.0)
+    y.float().square().sum().backward()
+    xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    yr = torch.nn.functional.gelu(xr @ wr.t())
+    yr.add_(1.0)
+    yr.float().square().sum().backward()
+    close(x.grad, xr.grad)
+    close(w.grad, wr.grad)
