@@ -62,7 +62,8 @@ def test_autograd_uses_the_eager_function_with_the_ops_backward(spy):
     b.requires_grad_(True)
     y = tilewright.matmul(a, b, activation="gelu", backend="torch")
     assert spy == ["direct"]
-    assert type(y.grad_fn.next_functions[0][0]).__name__.startswith("Eager_tilewright_gemm")
+    # (the op's output itself: a same-shape result is not re-viewed, ops/_checks.output_view)
+    assert type(y.grad_fn).__name__.startswith("Eager_tilewright_gemm")
     g = torch.randn_like(y)
     da, db = torch.autograd.grad(y, (a, b), g, create_graph=True)
     # the registered op through torch's own autograd kernel (its generated Function; a dispatch mode sends the call

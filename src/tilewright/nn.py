@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from .ops import _dtensor
 from .ops._checks import check_backend, check_choice
 from ._codes import ACTIVATIONS
 from .ops.gemm import linear
@@ -37,7 +38,10 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``activation(x @ weight.T + bias) + residual`` in one kernel (the residual broadcasts to the output, e.g. a
-        (S, N) pos_embed over a (B, S, K) input)."""
+        (S, N) pos_embed over a (B, S, K) input). Under tensor parallelism (a DTensor weight, ``parallelize_module``)
+        a plain residual - the same on every rank, as a transformer's residual stream is - is taken as replicated."""
+        if residual is not None and _dtensor.is_dtensor(self.weight) and not _dtensor.is_dtensor(residual):
+            residual = _dtensor.replicated_like(residual, self.weight)
         return linear(x, self.weight, self.bias, residual=residual, activation=self.activation, backend=self.backend)
 
     def extra_repr(self) -> str:

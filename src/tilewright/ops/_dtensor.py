@@ -50,6 +50,36 @@ def unused_output_grad(grad, like):
     return grad
 
 
+def is_dtensor(t) -> bool:
+    return type(t).__name__ == "DTensor"
+
+
+def k_sharded(a, b) -> bool:
+    """Whether a GEMM's a (M, K) and b (K, N) are DTensors split over K on some mesh dimension (a Shard(1), b
+    Shard(0): row-parallel), so the product is a partial sum per rank."""
+    if not (is_dtensor(a) and is_dtensor(b)):
+        return False
+    return any(getattr(pa, "dim", None) == a.dim() - 1 and getattr(pb, "dim", None) == 0
+               for pa, pb in zip(a.placements, b.placements))
+
+
+def reduced(t):
+    """``t`` with every Partial placement reduced (all-reduce): what an epilogue must read."""
+    from torch.distributed.tensor import Partial, Replicate
+
+    if not any(isinstance(p, Partial) for p in t.placements):
+        return t
+    return t.redistribute(t.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in t.placements])
+
+
+def replicated_like(t, like):
+    """A plain tensor ``t`` (the same on every rank) as a Replicate DTensor on ``like``'s mesh."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    mesh = like.device_mesh
+    return DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
+
+
 def _register() -> None:
     import torch
     from torch.distributed.tensor import Partial, Replicate, Shard

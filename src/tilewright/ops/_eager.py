@@ -80,6 +80,9 @@ def call_op(op, *args):
     with it, the op's eager autograd.Function wraps the same call. (Replays enter through :func:`call_checked`.)"""
     impl = getattr(op, "_init_fn", None)  # CustomOpDef keeps the decorated function (torch >= 2.4)
     if impl is None or traced():
+        for t in args:  # (a DTensor traced by torch.compile reaches the op here, not through _run_direct)
+            if isinstance(t, torch.Tensor) and type(t) not in _PLAIN:
+                _dtensor.ensure(t)
         return op(*args)
     result = _run_direct(op, impl, args)
     return op(*args) if result is _NOT_DIRECT else result

@@ -313,6 +313,13 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
         aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, True)
         if aten is not None:
             return aten(a, b_given, bias, residual)
+    if (bias is not None or activation is not None or residual is not None) and _dtensor.k_sharded(a2, b):
+        # K split over ranks (row-parallel): each rank's product is a partial sum, on which no epilogue is exact
+        # (ops/_dtensor.py). The GEMM runs alone, DTensor reduces it, then the epilogue runs as torch ops.
+        z = _dtensor.reduced(call_op(gemm_op, a2, b, None, None, None, out_dtype or a.dtype, False, backend)[0])
+        z = z.view(out_shape) if bias is None else z.view(out_shape) + bias
+        y = activation_reference(z, activation) if activation is not None else z
+        return y if residual is None else y + residual
     if needs_grad is None:
         needs_grad = _needs_grad(a, b, bias, residual)
     save_preact = activation is not None and needs_grad

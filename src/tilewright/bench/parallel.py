@@ -1,0 +1,252 @@
+"""A small Llama-style model trained under FSDP2 or tensor parallelism, built from tilewright modules and from torch
+modules with the same initial weights: loss curves side by side and tokens/s (issue 18's two-GPU tier).
+
+Run on a machine with two GPUs (NCCL)::
+
+    torchrun --nproc-per-node 2 -m tilewright.bench.parallel --mode fsdp --steps 50 --csv out.csv
+    torchrun --nproc-per-node 2 -m tilewright.bench.parallel --mode tp --steps 50 --csv out.csv
+
+The CPU tier (tests/test_parallel.py) runs :func:`train` on two gloo processes with tiny widths in float32.
+
+The model: per layer, RMSNorm -> q / k / v projections -> RoPE -> causal GQA attention -> output projection plus the
+residual, RMSNorm -> gate and up projections -> SwiGLU -> down projection plus the residual. The tilewright build
+fuses each norm into its projections' GEMMs (``RMSNormLinear``, three sharing one norm weight would change the
+model, so the norm weight is one parameter read by three modules), the residuals into the output / down GEMMs, RoPE
+and SwiGLU into one pass each. Tensor parallelism follows the usual plan: q / k / v / gate / up column-parallel (heads
+and FFN columns split), output / down row-parallel; attention runs on each rank's heads.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    d_model: int = 512
+    n_heads: int = 8
+    n_kv_heads: int = 4
+    ffn: int = 1408
+    layers: int = 2
+    vocab: int = 1024
+    seq: int = 256
+    batch: int = 4
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+TINY = Dims(d_model=32, n_heads=4, n_kv_heads=2, ffn=64, layers=1, vocab=64, seq=8, batch=2)
+
+
+def _rope(seq: int, head_dim: int, device, dtype):
+    inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    ang = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv)
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def _rope_torch(t, cos, sin):
+    """Rotate-half RoPE on (B, S, H, D) with (S, D / 2) tables (tilewright.apply_rotary's convention)."""
+    half = t.shape[-1] // 2
+    c, s = cos[:, None, :], sin[:, None, :]
+    t1, t2 = t[..., :half], t[..., half:]
+    return torch.cat((t1 * c - t2 * s, t2 * c + t1 * s), dim=-1)
+
+
+class Layer(nn.Module):
+    """One decoder layer; ``impl`` "torch" or "tilewright" (same parameter names and shapes)."""
+
+    def __init__(self, dims: Dims, impl: str, device=None, dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype, "bias": False}
+        d, hd = dims.d_model, dims.head_dim
+        self.dims, self.impl = dims, impl
+        self.attn_norm = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
+        self.ffn_norm = nn.Parameter(torch.ones(d, device=device, dtype=dtype))
+        if impl == "tilewright":
+            import tilewright
+
+            self.wq = tilewright.nn.Linear(d, dims.n_heads * hd, **kw)
+            self.wk = tilewright.nn.Linear(d, dims.n_kv_heads * hd, **kw)
+            self.wv = tilewright.nn.Linear(d, dims.n_kv_heads * hd, **kw)
+            self.wo = tilewright.nn.Linear(dims.n_heads * hd, d, **kw)
+            self.w_gate = tilewright.nn.Linear(d, dims.ffn, **kw)
+            self.w_up = tilewright.nn.Linear(d, dims.ffn, **kw)
+            self.w_down = tilewright.nn.Linear(dims.ffn, d, **kw)
+        else:
+            self.wq = nn.Linear(d, dims.n_heads * hd, **kw)
+            self.wk = nn.Linear(d, dims.n_kv_heads * hd, **kw)
+            self.wv = nn.Linear(d, dims.n_kv_heads * hd, **kw)
+            self.wo = nn.Linear(dims.n_heads * hd, d, **kw)
+            self.w_gate = nn.Linear(d, dims.ffn, **kw)
+            self.w_up = nn.Linear(d, dims.ffn, **kw)
+            self.w_down = nn.Linear(dims.ffn, d, **kw)
+
+    def forward(self, x, cos, sin):
+        B, S, _ = x.shape
+        hd, eps = self.dims.head_dim, 1e-6
+        if self.impl == "tilewright":
+            import tilewright
+
+            # the norm fused into each projection's GEMM: one norm weight, read by the three (no duplicate params).
+            # Under tensor parallelism the projection's weight is a column-sharded DTensor: the (replicated)
+            # activations and norm weight join it as Replicate DTensors and the rank keeps its output columns.
+            def proj(mod, h, g):
+                w = mod.weight
+                if not _is_dtensor(w):
+                    return tilewright.rms_norm_linear(h, g, w, None, eps=eps)
+                from torch.distributed.tensor import DTensor, Replicate
+
+                h, g = (DTensor.from_local(t, w.device_mesh, [Replicate()], run_check=False) for t in (h, g))
+                return tilewright.rms_norm_linear(h, g, w, None, eps=eps).to_local()
+
+            q, k, v = (proj(m, x, self.attn_norm) for m in (self.wq, self.wk, self.wv))
+            q = tilewright.apply_rotary(q.view(B, S, -1, hd), cos, sin)
+            k = tilewright.apply_rotary(k.view(B, S, -1, hd), cos, sin)
+            v = v.view(B, S, -1, hd)
+            o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+            h = self.wo(o.transpose(1, 2).reshape(B, S, -1), residual=x)
+            gate, up = proj(self.w_gate, h, self.ffn_norm), proj(self.w_up, h, self.ffn_norm)
+            return self.w_down(tilewright.swiglu(gate, up), residual=h)
+        n = F.rms_norm(x, (x.shape[-1],), self.attn_norm, eps)
+        q = _rope_torch(self.wq(n).view(B, S, -1, hd), cos, sin)
+        k = _rope_torch(self.wk(n).view(B, S, -1, hd), cos, sin)
+        v = self.wv(n).view(B, S, -1, hd)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                           enable_gqa=True)
+        h = x + self.wo(o.transpose(1, 2).reshape(B, S, -1))
+        n = F.rms_norm(h, (h.shape[-1],), self.ffn_norm, eps)
+        return h + self.w_down(F.silu(self.w_gate(n)) * self.w_up(n))
+
+
+class Model(nn.Module):
+    def __init__(self, dims: Dims, impl: str, device=None, dtype=None):
+        super().__init__()
+        self.dims = dims
+        self.embed = nn.Embedding(dims.vocab, dims.d_model, device=device, dtype=dtype)
+        self.layers = nn.ModuleList(Layer(dims, impl, device, dtype) for _ in range(dims.layers))
+        self.norm = nn.Parameter(torch.ones(dims.d_model, device=device, dtype=dtype))
+        self.head = nn.Linear(dims.d_model, dims.vocab, bias=False, device=device, dtype=dtype)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        cos, sin = _rope(tokens.shape[1], self.dims.head_dim, x.device, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.head(F.rms_norm(x, (x.shape[-1],), self.norm, 1e-6))
+
+
+def parallelize(model: Model, mode: str, mesh) -> Model:
+    """FSDP2 (``fully_shard`` per layer, then the model) or tensor parallelism over ``mesh`` (1-D)."""
+    if mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
+    if mode == "tp":
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        plan = {name: ColwiseParallel() for name in ("wq", "wk", "wv", "w_gate", "w_up")}
+        plan.update({name: RowwiseParallel() for name in ("wo", "w_down")})
+        for layer in model.layers:
+            # heads and FFN columns per rank (the layer's views size heads from the local width); the norm weights
+            # stay plain tensors, the same on every rank (their gradients arrive all-reduced through the
+            # column-parallel inputs' backward)
+            parallelize_module(layer, mesh, plan)
+        return model
+    raise ValueError(f"mode: expected 'fsdp' or 'tp', got {mode!r}")
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _is_dtensor(t) -> bool:
+    return type(t).__name__ == "DTensor"
+
+
+def train(mode: str, dims: Dims, steps: int, device, dtype, seed: int = 0, lr: float = 1e-2,
+          same_batch: bool = False) -> dict:
+    """Both builds under ``mode`` on the initialised process group, same initial weights, same batches (one batch
+    repeated with ``same_batch``, so the loss must fall): per-step losses and tokens/s (this rank's view; every rank
+    sees the same losses)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    mesh = init_device_mesh(device.type, (world,))
+    torch.manual_seed(seed)
+    ref = Model(dims, "torch", device, dtype)
+    ours = Model(dims, "tilewright", device, dtype)
+    ours.load_state_dict(ref.state_dict())
+    result = {}
+    for name, model in (("torch", ref), ("tilewright", ours)):
+        model = parallelize(model, mode, mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
+        gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+        losses, tokens, elapsed = [], 0, 0.0
+        for step in range(steps):
+            if step == 0 or not same_batch:
+                batch = torch.randint(0, dims.vocab, (dims.batch, dims.seq + 1), generator=gen).to(device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            logits = model(batch[:, :-1])
+            loss = F.cross_entropy(_local(logits).float().reshape(-1, dims.vocab), batch[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            value = loss.item()  # (a sync)
+            if step >= min(3, steps - 1):  # after warm-up: compiles, tuning
+                elapsed += time.perf_counter() - t0
+                tokens += dims.batch * dims.seq
+            losses.append(value)
+        result[name] = {"losses": losses, "tokens_per_s": tokens / elapsed if elapsed else math.nan}
+    return result
+
+
+def main(argv=None) -> None:
+    """``torchrun --nproc-per-node N -m tilewright.bench.parallel --mode fsdp|tp [--steps 50] [--csv PATH]``."""
+    import torch.distributed as dist
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("fsdp", "tp"), required=True)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--csv", default=None)
+    args = p.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank = dist.get_rank()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dims = Dims() if cuda else TINY
+    dtype = torch.bfloat16 if cuda else torch.float32
+    res = train(args.mode, dims, args.steps, device, dtype)
+    if rank == 0:
+        t, w = res["torch"], res["tilewright"]
+        worst = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(t["losses"], w["losses"]))
+        print(f"{args.mode} x {dist.get_world_size()} ({torch.cuda.get_device_name() if cuda else 'cpu'}): "
+              f"final loss torch {t['losses'][-1]:.4f} tilewright {w['losses'][-1]:.4f}, worst relative loss gap "
+              f"{worst:.2e}; tokens/s torch {t['tokens_per_s']:.0f} tilewright {w['tokens_per_s']:.0f} "
+              f"({w['tokens_per_s'] / t['tokens_per_s']:.3f}x)")
+        if args.csv:
+            with open(args.csv, "w") as f:
+                f.write("mode,world,step,torch_loss,tilewright_loss,torch_tokens_per_s,tilewright_tokens_per_s\n")
+                for i, (a, b) in enumerate(zip(t["losses"], w["losses"])):
+                    f.write(f"{args.mode},{dist.get_world_size()},{i},{a},{b},{t['tokens_per_s']},"
+                            f"{w['tokens_per_s']}\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
