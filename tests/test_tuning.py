@@ -559,3 +559,103 @@ def test_mid_m_problems_with_few_large_tiles_also_get_64_row_tiles():
     many = tiles(4096, 4096, 4096)
     assert (64, 128) not in many and (128, 256) in many
     assert (4096 // 128) * (4096 // 128) >= FEW_TILES
+
+
+# ------------------------------------------------------------------------------- several GPUs, a shared cache
+def test_split_shapes_deals_work_evenly():
+    shapes = [(4096, 4096, 4096), (2048, 2048, 2048), (2048, 2048, 2048), (1024, 1024, 1024), (64, 64, 64)]
+    parts = tuner.split_shapes(shapes, 2)
+    assert sorted(s for p in parts for s in p) == sorted(shapes)  # every shape once
+    assert parts[0] == [(4096, 4096, 4096)]  # 8x a 2048^3: alone on one worker, the rest on the other
+    shapes = [(1024, 1024, 1024)] * 6 + [(512, 1024, 1024)] * 4
+    work = [sum(m * n * k for m, n, k in p) for p in tuner.split_shapes(shapes, 2)]
+    assert work[0] == work[1]  # 8 units each
+    assert tuner.split_shapes(shapes[:1], 3)[1:] == [[], []]
+
+
+def test_gpu_list_parsing(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert cli._gpu_list(None) == []
+    assert cli._gpu_list("all") == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert cli._gpu_list("2") == ["cuda:0", "cuda:1"]
+    assert cli._gpu_list("0,3") == ["cuda:0", "cuda:3"]
+    for bad in ("0,0", "5", "0,4", "x", "0"):
+        with pytest.raises(tuner.TuneError, match="--gpus"):
+            cli._gpu_list(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cli_gpus_without_cuda_is_a_clear_error(capsys):
+    assert cli.main(["tune", "--shapes", "64,64,64", "--no-report", "--gpus", "all"]) == 2
+    assert "no CUDA device here" in capsys.readouterr().err
+
+
+def _entries_of(path):
+    return {k for sec in json.loads(path.read_text())["devices"].values() for k in sec["entries"]}
+
+
+def test_cache_merge_adds_and_newer_tunes_win(tmp_path, capsys):
+    mine, theirs = tmp_path / "mine.json", tmp_path / "theirs.json"
+    dev = torch.device("cpu")
+    old, new = _triton_record("old"), _triton_record("new")
+    cache.store_many([("gemm", torch.float16, 256, 256, 256, {**old, "tuned_at": "2026-01-01T00:00:00+00:00"}),
+                      ("gemm", torch.float16, 512, 512, 512, {**old, "tuned_at": "2026-06-01T00:00:00+00:00"})],
+                     dev, path=mine)
+    cache.store_many([("gemm", torch.float16, 256, 256, 256, {**new, "tuned_at": "2026-03-01T00:00:00+00:00"}),
+                      ("gemm", torch.float16, 512, 512, 512, {**new, "tuned_at": "2026-02-01T00:00:00+00:00"}),
+                      ("gemm", torch.float16, 1024, 1024, 1024, new)], dev, path=theirs)
+    assert cache.merge(theirs, path=mine) == (1, 1)  # 1024 added, 256 replaced (later), 512 kept (ours later)
+    got = {s: cache.lookup("gemm", dev, torch.float16, s, s, s, path=mine)["backends"]["triton"]["name"]
+           for s in (256, 512, 1024)}
+    assert got == {256: "new", 512: "old", 1024: "new"}
+    assert cache.merge(theirs, path=mine) == (0, 0)  # idempotent
+    assert cli.main(["tune", "--merge", str(theirs)]) == 0  # into the autouse fixture's TILEWRIGHT_CACHE_DIR
+    assert "3 entries added" in capsys.readouterr().out
+    assert len(_entries_of(cache.cache_path())) == 3
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"format": 99, "devices": {}}', "[1, 2]"])
+def test_cache_merge_rejects_what_is_not_a_cache(tmp_path, content, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    with pytest.raises(ValueError, match="bad.json"):
+        cache.merge(bad, path=tmp_path / "mine.json")
+    assert cli.main(["tune", "--merge", str(bad)]) == 2
+    assert "--merge" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not readable"):
+        cache.merge(tmp_path / "missing.json", path=tmp_path / "mine.json")
+
+
+def test_concurrent_processes_storing_lose_no_entries(tmp_path):
+    """Two processes storing different shapes into one cache file at the same time (one per GPU in `tune --gpus`):
+    every entry survives (the read-modify-write is locked across processes)."""
+    import subprocess
+    import textwrap
+
+    path = tmp_path / "shared.json"
+    rec = json.dumps(_triton_record("x"))
+    code = textwrap.dedent(f"""
+        import json, sys, torch
+        from tilewright.autotune import cache
+        rec, base = json.loads({rec!r}), int(sys.argv[1])
+        for i in range(25):  # N exact in the bucket key: 25 entries per process
+            cache.store_many([("gemm", torch.float16, 64, 8 * (base + i + 1), 64, rec)], torch.device("cpu"),
+                             path={str(path)!r})
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(b)]) for b in (0, 1000)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    assert len(_entries_of(path)) == 50
+
+
+@pytest.mark.interpreter
+def test_tune_gemm_multi_runs_workers_and_merges(tmp_path):
+    """The worker path of `tune --gpus` on the interpreter (one device here: 'cpu'): a spawned process tunes its
+    share, stores the winners in the shared cache and sends its rows back; a repeated device is refused."""
+    sweep = tuner.tune_gemm_multi([(16, 32, 16), (32, 16, 16)], ["cpu"], backends=["triton"], max_configs=1,
+                                  dtype=torch.float16)
+    assert set(map(tuple, sweep.df[["M", "N", "K"]].drop_duplicates().values.tolist())) == {(16, 32, 16), (32, 16, 16)}
+    assert sweep.meta["devices"] == ["cpu"] and sweep.meta["shapes_per_device"] == {"cpu": 2}
+    assert cache.lookup("gemm", torch.device("cpu"), torch.float16, 16, 32, 16) is not None
+    with pytest.raises(tuner.TuneError, match="distinct"):
+        tuner.tune_gemm_multi([(16, 16, 16)], ["cpu", "cpu"])

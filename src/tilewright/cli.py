@@ -244,6 +244,29 @@ TUNE_OPS = ("gemm",)
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
+def _gpu_list(spec: str | None) -> list[str]:
+    """``--gpus``: None (the current device), "all", a count ("2": the first two) or indices ("0,2")."""
+    if spec is None:
+        return []
+    import torch
+
+    from .tools.tuner import TuneError
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise TuneError(f"--gpus {spec}: no CUDA device here")
+    if spec == "all":
+        return [f"cuda:{i}" for i in range(count)]
+    try:
+        picks = list(range(int(spec))) if "," not in spec else [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise TuneError(f"--gpus {spec}: expected 'all', a count or comma-separated indices") from None
+    bad = [i for i in picks if not 0 <= i < count] or ([] if picks else [spec])
+    if bad or len(set(picks)) != len(picks):
+        raise TuneError(f"--gpus {spec}: this machine has {count} CUDA device(s) (indices 0-{count - 1}), each once")
+    return [f"cuda:{i}" for i in picks]
+
+
 def _tune(args) -> int:
     import torch
 
@@ -258,6 +281,17 @@ def _tune(args) -> int:
         print(f"tilewright tune: error: --op {args.op}: tuning is implemented for {', '.join(TUNE_OPS)} only so far "
               f"(the {args.op} kernel tunes itself on first use through triton.autotune)", file=sys.stderr)
         return 2
+    if args.merge:
+        from .autotune import cache
+
+        try:
+            added, replaced = cache.merge(args.merge)
+        except ValueError as e:
+            print(f"tilewright tune: error: --merge {e}", file=sys.stderr)
+            return 2
+        print(f"merged {args.merge} into {cache.cache_path()}: {added} entries added, {replaced} replaced by later "
+              "tunes")
+        return 0
     if args.shapes:
         shapes = args.shapes
     else:
@@ -275,8 +309,13 @@ def _tune(args) -> int:
             jobs = min(max((os.cpu_count() or 1) - 2, 1), 16) if on_gpu() else 0
         if jobs < 0:
             raise tuner.TuneError(f"--jobs {jobs}: expected 0 or a positive number of processes")
-        sweep = tuner.tune_gemm(shapes, dtype=dtype, backends=args.backend, reuse=not args.force,
-                                max_configs=args.max_configs, jobs=jobs)
+        devices = _gpu_list(args.gpus)
+        kw = dict(dtype=dtype, backends=args.backend, reuse=not args.force, max_configs=args.max_configs)
+        if len(devices) > 1:
+            print(f"tuning on {len(devices)} GPUs ({', '.join(devices)}): one process each, shapes dealt by FLOPs")
+            sweep = tuner.tune_gemm_multi(shapes, devices, jobs=max(jobs // len(devices), 1) if jobs else 0, **kw)
+        else:
+            sweep = tuner.tune_gemm(shapes, device=devices[0] if devices else None, jobs=jobs, **kw)
     except tuner.TuneError as e:
         print(f"tilewright tune: error: {e}", file=sys.stderr)
         return 2
@@ -424,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-plots", action="store_true", help="report without PNG plots")
     p.add_argument("--export-table", default=None, metavar="FILE",
                    help="also write this card's shipped-config table from the cache (every entry tuned here)")
+    p.add_argument("--gpus", default=None, metavar="all|N|I,J",
+                   help="spread the sweep over several GPUs of this machine (one process each; same card model "
+                        "for one merged result)")
+    p.add_argument("--merge", default=None, metavar="CACHE_FILE",
+                   help="merge another machine's autotune.json into this cache (newer tunes win per entry) and exit")
     p.set_defaults(fn=_tune)
     p = sub.add_parser("report", help="re-render a saved tune sweep or bench results (CSV, markdown, HTML, PNG)")
     p.add_argument("path", help="a tune report folder / sweep.csv, or a bench results folder / CSV")

@@ -262,10 +262,32 @@ def store(op: str, device, dtype, M: int, N: int, K: int, record: dict, path: Pa
     return store_many([(op, dtype, M, N, K, record)], device, path)
 
 
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive lock on ``<cache>.lock`` beside the file, across processes (POSIX ``flock``), for one
+    read-modify-write: the atomic replace alone let two tuners that read the same file both write, the later one
+    dropping the other's new entries (one process per GPU in ``tilewright tune --gpus``). Where the lock cannot be
+    taken (no fcntl, a read-only folder) the write goes ahead unlocked, as before."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
 def store_many(items, device, path: Path | None = None, peak: dict | None = None) -> bool:
     """Save several ``(op, dtype, M, N, K, record)`` results (and optionally peak TFLOP/s facts) in one write."""
     path = Path(path or cache_path())
-    with _lock:
+    with _lock, _file_lock(path):
+        _memo.pop(str(path), None)  # (another process may have written within the memo's timestamp resolution)
         data = load(path)
         data = json.loads(json.dumps(data))  # private copy: the memo must not see a half-updated dict
         sec = _device_section(data, device)
@@ -339,3 +361,42 @@ def other_devices(device=None, path: Path | None = None) -> dict[str, int]:
     """Device keys in the file other than ``device``'s, with their number of entries (stale or other cards)."""
     mine = device_key(device)
     return {k: len(v.get("entries") or {}) for k, v in load(path)["devices"].items() if k != mine}
+
+
+def merge(source, path: Path | None = None) -> tuple[int, int]:
+    """Merge another cache file (``source``: e.g. one tuned on another machine with the same card, or a shared
+    ``TILEWRIGHT_CACHE_DIR``'s) into this one: per device section and entry, an entry this file lacks is added and
+    one tuned later (``tuned_at``) replaces this file's. Sections key on the card, its driver and the software stack
+    (:func:`device_key`), so entries only land where they were measured. Returns (added, replaced); a source that is
+    not a valid cache file raises ValueError naming it."""
+    source = Path(source)
+    try:
+        parsed = json.loads(source.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{source}: not readable as a tilewright autotune cache ({type(e).__name__}: {e})") from None
+    if not (isinstance(parsed, dict) and parsed.get("format") == FORMAT and _valid(parsed)):
+        raise ValueError(f"{source}: not a tilewright autotune cache of format {FORMAT}")
+    raw = load(source)  # its entries checked one by one (a bad one is dropped with a warning)
+    path = Path(path or cache_path())
+    added = replaced = 0
+    with _lock, _file_lock(path):
+        _memo.pop(str(path), None)
+        data = json.loads(json.dumps(load(path)))
+        for key, sec in raw["devices"].items():
+            mine = data["devices"].setdefault(key, {"facts": sec.get("facts", {}), "entries": {}})
+            mine.setdefault("entries", {})
+            for name, rec in sec.get("entries", {}).items():
+                old = mine["entries"].get(name)
+                if old is None:
+                    added += 1
+                elif str(rec.get("tuned_at", "")) > str(old.get("tuned_at", "")):
+                    replaced += 1
+                else:
+                    continue
+                mine["entries"][name] = rec
+            if sec.get("peak_tflops"):
+                mine.setdefault("peak_tflops", {}).update(sec["peak_tflops"])
+        if added or replaced:
+            _write(path, data)
+        _memo.pop(str(path), None)
+    return added, replaced

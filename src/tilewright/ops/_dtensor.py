@@ -24,8 +24,11 @@ The rules (per mesh dimension; R = Replicate, S(d) = Shard(d), P = Partial sum):
   rstd R); row-sharded x (x S(0) -> out S(0), rstd S(0)). Not K-sharded: the norm's sum of squares spans K.
   ``rms_norm_backward`` follows: rows sharded, or all R.
 
-Everything else (K-sharded epilogues, sequence-sharded attention) has no strategy: DTensor redistributes to one that
-exists, or raises naming the op and the placements.
+Everything else (sequence-sharded attention, ...) has no strategy: DTensor redistributes to one that exists, or
+raises naming the op and the placements. A K-sharded GEMM with an epilogue - tensor parallelism's row-parallel
+output projection with the residual fused - does not reach the op as one call: ops/gemm.py runs the product alone
+(:func:`k_sharded`), reduces it (:func:`reduced`) and applies the epilogue with torch ops, one all-reduce as
+torch's own row-parallel linear does.
 """
 from __future__ import annotations
 

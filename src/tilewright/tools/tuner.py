@@ -285,6 +285,61 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     return Sweep.from_rows(rows, meta)
 
 
+# ------------------------------------------------------------------------------------------------ several GPUs
+def split_shapes(shapes, n: int) -> list[list[tuple]]:
+    """``shapes`` dealt to ``n`` workers by work: largest (M * N * K) first, each to the least-loaded worker, so
+    the workers finish close together (a sweep's time per shape grows with its FLOPs)."""
+    parts, loads = [[] for _ in range(n)], [0] * n
+    for s in sorted((tuple(int(x) for x in s) for s in shapes), key=lambda s: -math.prod(s)):
+        i = loads.index(min(loads))
+        parts[i].append(s)
+        loads[i] += math.prod(s)
+    return parts
+
+
+def _tune_worker(device: str, shapes, kwargs: dict, queue) -> None:
+    """One process of :func:`tune_gemm_multi`: tune ``shapes`` on ``device``, send back (rows, meta) or an error."""
+    try:
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        sweep = tune_gemm(shapes, device=device, progress=False, log=lambda m: print(f"[{device}] {m}", flush=True),
+                          **kwargs)
+        queue.put((device, sweep.df.to_dict("records"), sweep.meta, None))
+    except BaseException as e:  # reported by the parent, which names the device
+        queue.put((device, [], {}, f"{type(e).__name__}: {e}"))
+
+
+def tune_gemm_multi(shapes, devices, **kwargs):
+    """:func:`tune_gemm` spread over ``devices`` (e.g. ``["cuda:0", "cuda:1"]``): one process per device, each
+    sweeping its share of the shapes (:func:`split_shapes`) and storing its winners in the shared cache (the cache's
+    writes are locked across processes), one merged :class:`Sweep` back. ``kwargs``: tune_gemm's (``jobs`` is per
+    device). Devices of one card model share one cache section, so the result is what one GPU would have stored."""
+    import multiprocessing
+
+    devices = [str(d) for d in devices]
+    if len(set(devices)) != len(devices) or not devices:
+        raise TuneError(f"devices: expected distinct devices, got {devices}")
+    parts = split_shapes(shapes, len(devices))
+    ctx = multiprocessing.get_context("spawn")  # (CUDA cannot be forked; each worker makes its own context)
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_tune_worker, args=(d, p, kwargs, queue)) for d, p in zip(devices, parts) if p]
+    for proc in procs:
+        proc.start()
+    results = [queue.get() for _ in procs]  # (before join: a worker blocks until its result is read)
+    for proc in procs:
+        proc.join()
+    errors = [f"{d}: {err}" for d, _, _, err in results if err]
+    if errors:
+        raise TuneError("tuning failed on " + "; ".join(errors))
+    rows = [r for _, part, _, _ in sorted(results) for r in part]
+    metas = [m for _, _, m, _ in sorted(results)]
+    meta = {**metas[0], "devices": devices, "shapes_per_device": {d: len(p) for d, p in zip(devices, parts)},
+            "cached_shapes": [s for m in metas for s in m.get("cached_shapes", [])]}
+    import pandas as pd
+
+    return Sweep(pd.DataFrame(rows), meta)
+
+
 # ------------------------------------------------------------------------------------------------ precompile
 def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None = None, progress: bool = True,
                       progress_stream=None, log=print) -> dict:
