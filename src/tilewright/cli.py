@@ -261,8 +261,7 @@ def _gpu_list(spec: str | None) -> list[str]:
         picks = list(range(int(spec))) if "," not in spec else [int(x) for x in spec.split(",")]
     except ValueError:
         raise TuneError(f"--gpus {spec}: expected 'all', a count or comma-separated indices") from None
-    bad = [i for i in picks if not 0 <= i < count] or ([] if picks else [spec])
-    if bad or len(set(picks)) != len(picks):
+    if not picks or any(not 0 <= i < count for i in picks) or len(set(picks)) != len(picks):
         raise TuneError(f"--gpus {spec}: this machine has {count} CUDA device(s) (indices 0-{count - 1}), each once")
     return [f"cuda:{i}" for i in picks]
 

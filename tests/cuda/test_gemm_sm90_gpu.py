@@ -155,6 +155,10 @@ def test_residual_paths(shape, res, variant):
         rs, period = (M * N, N, 1), M
     if expect_map:
         assert cg.residual_map_rows(M, N, v, 1 << 20, rs, period) == (256 if res == "pos_tile" else M)
+    else:  # the layouts _check builds for these kinds: element loads
+        rs, period, ptr = {"row": ((0, 0, 1), M, 1 << 20), "odd": ((M * (N + 1), N + 1, 1), M, (1 << 20) + 2),
+                           "transposed": ((M * N, 1, M), M, 1 << 20)}[res]
+        assert cg.residual_map_rows(M, N, v, ptr, rs, period) == 0
     _check(cg, M, N, K, torch.bfloat16, variant=variant, bias=True, res=res)
 
 

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops._dtensor import is_dtensor
+
 
 @dataclasses.dataclass(frozen=True)
 class Dims:
@@ -101,7 +103,7 @@ class Layer(nn.Module):
             # activations and norm weight join it as Replicate DTensors and the rank keeps its output columns.
             def proj(mod, h, g):
                 w = mod.weight
-                if not _is_dtensor(w):
+                if not is_dtensor(w):
                     return tilewright.rms_norm_linear(h, g, w, None, eps=eps)
                 from torch.distributed.tensor import DTensor, Replicate
 
@@ -168,10 +170,6 @@ def parallelize(model: Model, mode: str, mesh) -> Model:
 
 def _local(t):
     return t.to_local() if hasattr(t, "to_local") else t
-
-
-def _is_dtensor(t) -> bool:
-    return type(t).__name__ == "DTensor"
 
 
 def train(mode: str, dims: Dims, steps: int, device, dtype, seed: int = 0, lr: float = 1e-2,

@@ -535,7 +535,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         bulk_wait_group_read<0>();
         mbar_arrive_expect_tx(res_full, WM * BN * 2);
 #pragma unroll
-        for (int b = 0; b < BN / 64; ++b) tma_load_2d(cbuf + b * WM * 128, &tm_r, res_full, n0 + 64 * b, row0 % res_rows);
+        for (int b = 0; b < BN / 64; ++b)
+          tma_load_2d(cbuf + b * WM * 128, &tm_r, res_full, n0 + 64 * b, row0 % res_rows);
       };
 
       // ---- mainloop ----
@@ -694,6 +695,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       const int q = lane >> 3;
       const int r8 = lane & 7;
       const int col_lane = n0 + 2 * (lane & 3);
+      // cbuf address of this lane's row of fragment (ma, column blocks j, j + 1) for stmatrix / ldmatrix: lane
+      // supplies row r8 of matrix q - rows +8 for odd q, the next 8-column chunk for q >= 2 (128B swizzle)
+      auto frag_addr = [&](int ma, int j) -> tw_u32 {
+        const int rloc = ma * 64 + warp * 16 + (q & 1) * 8 + r8;
+        const int chunk = j + (q >> 1);
+        return cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4);
+      };
       // bias and residual reach registers RES_J 8-column blocks at a time, ahead of those blocks' stmatrix stores
       // (load_pair says why): (1 + 2 * MA) * RES_J registers beside the accumulators - 40 at MA 2, within the
       // consumer's budget. The RMSNorm builds hold rstd and the norm's state too: 8 blocks spilled their fp16 GELU +
@@ -711,9 +719,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              res_pk[ma][h][jr] = (TW_RES && !res_by_tma && row_ok[ma][h] && col < N)
-                                      ? load_pair(res + res_off[ma][h] + (long long)col * rs2, rs2, col + 1 < N, res_vec)
-                                      : 0u;
+              res_pk[ma][h][jr] =
+                  (TW_RES && !res_by_tma && row_ok[ma][h] && col < N)
+                      ? load_pair(res + res_off[ma][h] + (long long)col * rs2, rs2, col + 1 < N, res_vec)
+                      : 0u;
         }
 #pragma unroll
         for (int j = j0; j < j0 + RES_J; j += 2) {
@@ -722,13 +731,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           // below returns it in the same register layout, packed[ma][2 * jj + h]
           tw_u32 res_sm[MA][4];
 #pragma unroll
-          for (int ma = 0; ma < MA; ++ma) {
-            if (RES_TMA && res_by_tma) {
-              const int rloc = ma * 64 + warp * 16 + (q & 1) * 8 + r8;
-              const int chunk = j + (q >> 1);
-              ldmatrix_x4(cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4), res_sm[ma]);
-            }
-          }
+          for (int ma = 0; ma < MA; ++ma)
+            if (RES_TMA && res_by_tma) ldmatrix_x4(frag_addr(ma, j), res_sm[ma]);
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj) {
             const float b0 = pair_lo<(TW_FP16 != 0)>(bias_pk[j - j0 + jj]);
@@ -755,13 +759,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             }
           }
 #pragma unroll
-          for (int ma = 0; ma < MA; ++ma) {
-            // lane supplies row r8 of matrix q: rows +8 for odd q, the next 8-column chunk for q >= 2
-            const int rloc = ma * 64 + warp * 16 + (q & 1) * 8 + r8;
-            const int chunk = j + (q >> 1);
-            const tw_u32 addr = cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ r8) << 4);
-            stmatrix_x4(addr, packed[ma][0], packed[ma][1], packed[ma][2], packed[ma][3]);
-          }
+          for (int ma = 0; ma < MA; ++ma)
+            stmatrix_x4(frag_addr(ma, j), packed[ma][0], packed[ma][1], packed[ma][2], packed[ma][3]);
         }
       }
       fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA store (async proxy)

@@ -38,7 +38,7 @@ _registered = False
 def ensure(t) -> None:
     """Register the strategies once, when ``t`` (a tensor subclass reaching an op) is a DTensor."""
     global _registered
-    if _registered or type(t).__name__ != "DTensor":
+    if _registered or not is_dtensor(t):
         return
     _registered = True
     _register()
@@ -48,12 +48,13 @@ def unused_output_grad(grad, like):
     """The gradient ``grad`` of an op's second output (the GEMM's pre-activation, attention's LSE), or None where it
     is autograd's materialized zeros for an unused output of a DTensor call: autograd makes those as a plain tensor,
     while a real gradient of the output comes from the same DTensor graph as ``like`` (the main output's gradient)."""
-    if grad is not None and type(grad) is not type(like) and type(like).__name__ == "DTensor":
+    if grad is not None and type(grad) is not type(like) and is_dtensor(like):
         return None
     return grad
 
 
 def is_dtensor(t) -> bool:
+    """Whether ``t`` is a DTensor, by type name: no torch.distributed import for the plain tensors of every call."""
     return type(t).__name__ == "DTensor"
 
 
