@@ -165,6 +165,32 @@ def test_rms_norm_linear_column_parallel_and_rows_sharded(mesh):
     close(local(y), half(want, 0))
 
 
+def test_rms_norm_linear_column_parallel_backward_moves_no_data(mesh):
+    """Column-parallel backward: du = dy @ W over the rank's output features is a Partial sum, so dx and dg come
+    back Partial (reduced where used, as torch's ColwiseParallel input gradient is) and dW stays the rank's shard -
+    no collective inside the backward. A missing strategy showed on two GPUs as an all-to-all, an all-gather and
+    a reduce-scatter per call (tensor-parallel training at 0.57x torch's tokens/s)."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    torch.manual_seed(7)
+    x, w, b, _ = _gemm_inputs()
+    g = torch.rand(16, dtype=torch.float16) + 0.5
+    xd, gd, wd = dt(x, mesh, R).requires_grad_(), dt(g, mesh, R).requires_grad_(), dt(w, mesh, Shard(0))
+    wd.requires_grad_()
+    y = tilewright.rms_norm_linear(xd, gd, wd, dt(b, mesh, Shard(0)))
+    with CommDebugMode() as comm:
+        y.to_local().sum().backward()  # (ColwiseParallel's local output: the gradient arrives column-sharded)
+    assert comm.get_total_counts() == 0, comm.get_comm_counts()
+    assert xd.grad.placements == (Partial(),) and gd.grad.placements == (Partial(),)
+    assert wd.grad.placements == (Shard(0),)
+    # rank 0's share: the gradients of the half model (its output features only)
+    xf, gf, wf = (t.clone().requires_grad_(True) for t in (x, g, half(w, 0)))
+    tilewright.rms_norm_linear(xf, gf, wf, half(b, 0)).sum().backward()
+    close(local(xd.grad), xf.grad)
+    close(local(gd.grad), gf.grad)
+    close(local(wd.grad), wf.grad)
+
+
 # --------------------------------------------------------------------------------------------- modules
 class _MLP(torch.nn.Module):
     def __init__(self, device=None):

@@ -102,3 +102,21 @@ def test_router_and_launcher_use_the_tuned_winner(tuned):
     # sweep - as fast as with the cache (the two first-call times differed by compile noise only, so they are not
     # compared: the comparison dated from when an empty cache meant a sweep).
     assert not base["autotuned"], "an empty tuning cache made the first call sweep"
+
+
+def test_precompile_worker_compiles_on_its_own_device():
+    """A precompile worker for the second GPU launches its candidates there: left on device 0 it failed every one
+    (Triton refuses a pointer of another device) and the two-GPU sweep compiled them one by one instead."""
+    import torch
+
+    from tilewright.tools import tuner
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    before = torch.cuda.current_device()
+    try:
+        torch.cuda.set_device(0)
+        done, failed = tuner._precompile_chunk(((256, 384, 512), "bfloat16", "cuda:1", 0, 8, 16))
+    finally:
+        torch.cuda.set_device(before)
+    assert failed == 0 and done >= 1, (done, failed)

@@ -312,7 +312,11 @@ def _tune(args) -> int:
         kw = dict(dtype=dtype, backends=args.backend, reuse=not args.force, max_configs=args.max_configs)
         if len(devices) > 1:
             print(f"tuning on {len(devices)} GPUs ({', '.join(devices)}): one process each, shapes dealt by FLOPs")
-            sweep = tuner.tune_gemm_multi(shapes, devices, jobs=max(jobs // len(devices), 1) if jobs else 0, **kw)
+            if args.jobs is None:  # the machine's cores dealt to the GPUs' compile workers, up to 16 each
+                per_device = min(max((os.cpu_count() or 1) // len(devices) - 1, 1), 16)
+            else:  # an explicit --jobs is the total
+                per_device = max(jobs // len(devices), 1) if jobs else 0
+            sweep = tuner.tune_gemm_multi(shapes, devices, jobs=per_device, **kw)
         else:
             sweep = tuner.tune_gemm(shapes, device=devices[0] if devices else None, jobs=jobs, **kw)
     except tuner.TuneError as e:
@@ -456,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-configs", type=_positive_int, default=None, metavar="N", help="at most N configs per backend")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="processes that compile the Triton configs before they are timed (default on a GPU: CPU "
-                        "cores - 2, at most 16; 0: compile each config when the sweep reaches it)")
+                        "cores - 2, at most 16; with --gpus, the cores split between the GPUs, at most 16 each; an explicit N is "
+                        "the total; 0: compile each config when the sweep reaches it)")
     p.add_argument("--out", default=None, help="report folder (default: perf/tune/<card>/<timestamp>)")
     p.add_argument("--no-report", action="store_true", help="only update the cache")
     p.add_argument("--no-plots", action="store_true", help="report without PNG plots")

@@ -505,7 +505,7 @@ def _row(case: Case, kind: str, dtype, provider: str, ms: float) -> dict:
 
 def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = True,
              compile_backend: str | None = None, errors: dict | None = None, warmup_ms: float = 25,
-             rep_ms: float = 100) -> list[dict]:
+             rep_ms: float = 700) -> list[dict]:
     """Rows of one case: first_call, fwd and fwd+bwd for every provider, after the correctness guard.
 
     ``errors`` (optional dict) receives ``"<case>|<kind>|<provider>" -> max rel error`` for every guarded output.
@@ -549,7 +549,11 @@ def run_case(case: Case, device, dtype, *, progress=print, max_autotune: bool = 
         rows.append(_row(case, "first_call", dtype, name, ms))
         del y
 
-    # The providers' timed runs alternate (common.loop_ms_alternating): the host's speed drifts within a call. CPU
+    # The providers' timed runs alternate (common.loop_ms_alternating): the host's speed drifts within a call. Each
+    # run queues ~100 ms of steps (rep_ms over 7 runs): a run of 3 steps, as 100 ms gave the 4 ms ViT-L step, timed
+    # the pipeline's fill - the host launching the first step while the GPU waits - and put tilewright's step at
+    # 5.2 ms in one call where 20 queued steps ran 4.2-4.3 ms in the next (torch 4.2 / 4.1-4.2: it has less host
+    # work per step to fill with). CPU
     # (interpreter): one run each, and no warm-up call - the first call above and the guarded step below have
     # compiled and tuned everything; these numbers only prove the rows exist
     def forward(block, x=x):

@@ -47,6 +47,11 @@ class Dims:
 
 
 TINY = Dims(d_model=32, n_heads=4, n_kv_heads=2, ffn=64, layers=1, vocab=64, seq=8, batch=2)
+# 1B-class Llama widths (the model bench's layer), four layers, a 32k vocabulary: large enough that the GPU, not the
+# host, sets the step time - the size the throughput comparison is made at
+LLAMA = Dims(d_model=2048, n_heads=16, n_kv_heads=4, ffn=5632, layers=4, vocab=32000, seq=2048, batch=2)
+SIZES = {"small": Dims(), "llama": LLAMA}
+LEARNING_RATES = {"small": 1e-2, "llama": 3e-4}  # (bf16 AdamW at 1e-2 diverges at d 2048)
 
 
 def _rope(seq: int, head_dim: int, device, dtype):
@@ -99,24 +104,27 @@ class Layer(nn.Module):
             import tilewright
 
             # the norm fused into each projection's GEMM: one norm weight, read by the three (no duplicate params).
-            # Under tensor parallelism the projection's weight is a column-sharded DTensor: the (replicated)
-            # activations and norm weight join it as Replicate DTensors and the rank keeps its output columns.
-            def proj(mod, h, g):
-                w = mod.weight
+            # Under tensor parallelism the projections' weights are column-sharded DTensors: the (replicated)
+            # activations and norm weight join them as Replicate DTensors - once for the projections that share
+            # them, so their input gradients (Partial sums) add up locally and are all-reduced once, where torch's
+            # ColwiseParallel wraps each module's input and all-reduces each gradient - and the rank keeps its
+            # output columns.
+            def projections(mods, h, g):
+                w = mods[0].weight
                 if not is_dtensor(w):
-                    return tilewright.rms_norm_linear(h, g, w, None, eps=eps)
+                    return [tilewright.rms_norm_linear(h, g, m.weight, None, eps=eps) for m in mods]
                 from torch.distributed.tensor import DTensor, Replicate
 
                 h, g = (DTensor.from_local(t, w.device_mesh, [Replicate()], run_check=False) for t in (h, g))
-                return tilewright.rms_norm_linear(h, g, w, None, eps=eps).to_local()
+                return [tilewright.rms_norm_linear(h, g, m.weight, None, eps=eps).to_local() for m in mods]
 
-            q, k, v = (proj(m, x, self.attn_norm) for m in (self.wq, self.wk, self.wv))
+            q, k, v = projections((self.wq, self.wk, self.wv), x, self.attn_norm)
             q = tilewright.apply_rotary(q.view(B, S, -1, hd), cos, sin)
             k = tilewright.apply_rotary(k.view(B, S, -1, hd), cos, sin)
             v = v.view(B, S, -1, hd)
             o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
             h = self.wo(o.transpose(1, 2).reshape(B, S, -1), residual=x)
-            gate, up = proj(self.w_gate, h, self.ffn_norm), proj(self.w_up, h, self.ffn_norm)
+            gate, up = projections((self.w_gate, self.w_up), h, self.ffn_norm)
             return self.w_down(tilewright.swiglu(gate, up), residual=h)
         n = F.rms_norm(x, (x.shape[-1],), self.attn_norm, eps)
         q = _rope_torch(self.wq(n).view(B, S, -1, hd), cos, sin)
@@ -219,6 +227,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=("fsdp", "tp"), required=True)
     p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--size", choices=tuple(SIZES), default="llama",
+                   help="model widths on a GPU (default: llama, d 2048 x 4 layers; the CPU runs tiny ones)")
     p.add_argument("--csv", default=None)
     args = p.parse_args(argv)
     cuda = torch.cuda.is_available()
@@ -227,22 +237,25 @@ def main(argv=None) -> None:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dims = Dims() if cuda else TINY
+    dims = SIZES[args.size] if cuda else TINY
     dtype = torch.bfloat16 if cuda else torch.float32
-    res = train(args.mode, dims, args.steps, device, dtype)
+    res = train(args.mode, dims, args.steps, device, dtype, lr=LEARNING_RATES[args.size])
     if rank == 0:
         t, w = res["torch"], res["tilewright"]
         worst = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(t["losses"], w["losses"]))
-        print(f"{args.mode} x {dist.get_world_size()} ({torch.cuda.get_device_name() if cuda else 'cpu'}): "
+        card = torch.cuda.get_device_name() if cuda else "cpu"
+        print(f"{args.mode} x {dist.get_world_size()}, {args.size} {dims} ({card}): "
               f"final loss torch {t['losses'][-1]:.4f} tilewright {w['losses'][-1]:.4f}, worst relative loss gap "
               f"{worst:.2e}; tokens/s torch {t['tokens_per_s']:.0f} tilewright {w['tokens_per_s']:.0f} "
               f"({w['tokens_per_s'] / t['tokens_per_s']:.3f}x)")
         if args.csv:
             with open(args.csv, "w") as f:
-                f.write("mode,world,step,torch_loss,tilewright_loss,torch_tokens_per_s,tilewright_tokens_per_s\n")
+                f.write("mode,world,size,device,step,torch_loss,tilewright_loss,torch_tokens_per_s,"
+                        "tilewright_tokens_per_s\n")
+                name = torch.cuda.get_device_name() if cuda else "cpu"
                 for i, (a, b) in enumerate(zip(t["losses"], w["losses"])):
-                    f.write(f"{args.mode},{dist.get_world_size()},{i},{a},{b},{t['tokens_per_s']},"
-                            f"{w['tokens_per_s']}\n")
+                    f.write(f"{args.mode},{dist.get_world_size()},{args.size},{name},{i},{a},{b},"
+                            f"{t['tokens_per_s']},{w['tokens_per_s']}\n")
     dist.destroy_process_group()
 
 

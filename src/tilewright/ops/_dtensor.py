@@ -22,7 +22,7 @@ The rules (per mesh dimension; R = Replicate, S(d) = Shard(d), P = Partial sum):
 * ``rotary`` - x (B, S, H, D), cos / sin (S, D/2): all R, x S(0) or S(2) with the tables R.
 * ``rms_norm_linear`` - x (M, K), g (K,), weight (N, K): all R; column-parallel (weight S(0), bias S(0) -> out S(1),
   rstd R); row-sharded x (x S(0) -> out S(0), rstd S(0)). Not K-sharded: the norm's sum of squares spans K.
-  ``rms_norm_backward`` follows: rows sharded, or all R.
+  ``rms_norm_backward`` follows: rows sharded, all R, or (column parallel) du Partial -> dx, dg Partial.
 
 Everything else (sequence-sharded attention, ...) has no strategy: DTensor redistributes to one that exists, or
 raises naming the op and the placements. A K-sharded GEMM with an epilogue - tensor parallelism's row-parallel
@@ -149,6 +149,11 @@ def _register() -> None:
     def rms_norm_backward(x, du, norm_weight, rstd, need_dx, need_dg, need_u, backend):
         # dg sums over rows: with rows sharded each rank holds a partial sum of it
         rows = lambda need: Shard(0) if need else R
+        # Column parallel: du = dy @ W summed over the rank's output features is a Partial sum, and dx and dg are
+        # linear in du (x, g and rstd fixed), so each rank's are its share of a Partial sum; u does not read du.
+        # Without this strategy DTensor moved du to rows-sharded (all-to-all, all-gather, reduce-scatter a call).
+        partial = lambda need: Partial() if need else R
         return [([R, R, R], [R, R, R, R, None, None, None, None]),
-                ([rows(need_dx), Partial() if need_dg else R, rows(need_u)],
-                 [Shard(0), Shard(0), R, Shard(0), None, None, None, None])]
+                ([rows(need_dx), partial(need_dg), rows(need_u)],
+                 [Shard(0), Shard(0), R, Shard(0), None, None, None, None]),
+                ([partial(need_dx), partial(need_dg), R], [R, Partial(), R, R, None, None, None, None])]

@@ -286,14 +286,26 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
 
 
 # ------------------------------------------------------------------------------------------------ several GPUs
+def sweep_seconds(shape) -> float:
+    """Estimated seconds to sweep one GEMM shape, the cost :func:`split_shapes` balances. Measured on an H100 (one-GPU
+    sweep of the default suite, candidates precompiled): ~5 s of per-candidate overhead whatever the size, plus the
+    candidates' runs (~0.85 s per TFLOP of one product), and ~12 s for a decode shape (M <= DECODE_MAX_M), whose
+    candidates are timed as CUDA-graph replays. FLOPs alone had put both decode shapes and six others on one GPU
+    (a two-GPU tune of that suite took 0.87x the one-GPU time)."""
+    M, N, K = (int(x) for x in shape)
+    if M <= DECODE_MAX_M:
+        return 12.0
+    return 5.0 + 0.85 * 2 * M * N * K / 1e12
+
+
 def split_shapes(shapes, n: int) -> list[list[tuple]]:
-    """``shapes`` dealt to ``n`` workers by work: largest (M * N * K) first, each to the least-loaded worker, so
-    the workers finish close together (a sweep's time per shape grows with its FLOPs)."""
-    parts, loads = [[] for _ in range(n)], [0] * n
-    for s in sorted((tuple(int(x) for x in s) for s in shapes), key=lambda s: -math.prod(s)):
+    """``shapes`` dealt to ``n`` workers by :func:`sweep_seconds`: the costliest first, each to the least-loaded
+    worker, so the workers finish close together."""
+    parts, loads = [[] for _ in range(n)], [0.0] * n
+    for s in sorted((tuple(int(x) for x in s) for s in shapes), key=lambda s: (-sweep_seconds(s), s)):
         i = loads.index(min(loads))
         parts[i].append(s)
-        loads[i] += math.prod(s)
+        loads[i] += sweep_seconds(s)
     return parts
 
 
@@ -386,6 +398,11 @@ def _precompile_chunk(task) -> tuple[int, int]:
     (M, N, K), dtype_name, dev, slot, n, max_configs = task
     dtype = getattr(torch, dtype_name)
     key = (M, N, K, dtype_name, dev)
+    if dev.startswith("cuda") and torch.device(dev).index is not None:
+        # Triton launches on the current device: a worker for cuda:1 left on device 0 failed every candidate
+        # ("cannot be accessed from Triton"), and the sweep then compiled them one by one (two-GPU tune, H100).
+        # (A bare "cuda" is the current device already.)
+        torch.cuda.set_device(torch.device(dev))
     if key not in _chunk_operands:  # one shape's operands per worker, built as _sweep_shape builds them
         _chunk_operands.clear()
         if dev.startswith("cuda"):
