@@ -34,6 +34,24 @@ def test_build_check_sm90a_passes(cache):
 
 
 @needs_compiler
+def test_bias_comes_by_async_copy_into_smem(cache):
+    """The bias builds copy the tile's bias slice with cp.async (SASS LDGSTS) during the mainloop and read it back
+    from shared memory; a build without bias has no such copy."""
+    import re
+
+    builds = {label: defines for label, defines, _ in cg.build_check_builds()}
+    with_bias = next(d for label, d in builds.items() if "bias" in label)
+    without = next(d for label, d in builds.items() if "bias" not in label)
+    counts = []
+    for defines in (with_bias, without):
+        text = build_check.sass(build.compile_source(cg.SOURCE, "sm_90a", defines).cubin)
+        if text is None:
+            pytest.skip("no cuobjdump to read SASS with")
+        counts.append(len(re.findall(r"\bLDGSTS\b", text)))
+    assert counts[0] >= 1 and counts[1] == 0, counts
+
+
+@needs_compiler
 def test_build_check_cli_exit_code(cache, capsys):
     # one kernel (the whole sm_90a set is test_build_check_sm90a_passes'): its rows only, the others not listed
     assert build_check.main_build_check(types.SimpleNamespace(arch=["sm_90a"], kernel=["gemm_sm90.cu"])) == 0

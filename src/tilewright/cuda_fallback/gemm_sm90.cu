@@ -65,6 +65,7 @@
 //     (values live across setmaxnreg reloaded from the stack), 72/216 and 88/208 none, 96/208 8 B.
 //     build-check fails any build that spills.
 #include "ptx/common.cuh"
+#include "ptx/cp_async.cuh"
 #include "ptx/gemm_common.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/stmatrix.cuh"
@@ -146,9 +147,11 @@ constexpr int RSTD_OFFSET = (RSTD_BAR_OFFSET + 4 * 8 + 15) & ~15;
 constexpr int SMEM_BYTES = 1024 + RSTD_OFFSET + 2 * BM * 4;
 constexpr int RES_BAR_OFFSET = 0;  // (no residual barriers: RES_TMA is off in the RMSNorm builds)
 #else
-// after full/empty: res_full[2], one per consumer (the residual tile's TMA load, RES_TMA)
+// after full/empty: res_full[2], one per consumer (the residual tile's TMA load, RES_TMA), then bias[2][BN], one
+// slice of the tile's bias per consumer (cp.async during the mainloop, BIAS_SMEM)
 constexpr int RES_BAR_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
-constexpr int SMEM_BYTES = 1024 + RES_BAR_OFFSET + 2 * 8;  // + slack to align the base to 1024
+constexpr int BIAS_OFFSET = RES_BAR_OFFSET + 2 * 8;
+constexpr int SMEM_BYTES = 1024 + BIAS_OFFSET + 2 * BN * 2;  // + slack to align the base to 1024
 #endif
 
 // Named barrier ids (0 is __syncthreads): consumer c may start its mainloop on ORDER_BAR + c; epilogue of c on
@@ -518,6 +521,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     float acc[MA][BN / 2];
     const bool res_by_tma = RES_TMA && res_rows > 0;
     const tw_u32 res_full = sbase + RES_BAR_OFFSET + 8 * c;
+#if TW_NORM_XFORM || TW_NORM_A
+    // (the RMSNorm builds keep register loads: no slot in the transform builds' layout, and the fragment mainloop
+    // has no copy point)
+    constexpr bool bias_smem = false;
+    const tw_u32 bias_s = 0;
+#else
+    // a 4-byte aligned bias (every pair a cp.async can take) comes through the consumer's smem slice
+    const bool bias_smem = TW_BIAS && bias_vec;
+    const tw_u32 bias_s = sbase + BIAS_OFFSET + c * BN * 2;
+#endif
     tw_u32 res_phase = 0;
 
     if (!COOP && c == 1 && tile_of(0) < num_tiles) named_barrier_arrive(ORDER_BAR + 0, 256);  // consumer 0 first
@@ -530,6 +543,19 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       const int n0 = pn * BN;
       const int row0 = pm * BM + (COOP ? c * WM : 0);
 
+      // this tile's bias columns into the consumer's smem slice (BIAS_SMEM): one 4-byte pair per thread, issued
+      // during the mainloop and waited for at the epilogue's first barrier, so the epilogue reads it from smem
+      // instead of waiting out global loads (a batch of register loads per 8 column blocks still cost a bias-only
+      // 16384 x 3072 x 1024 GEMM 10%). Columns past N copy nothing and read as 0.
+      auto copy_bias_slice = [&]() {
+#if !TW_NORM_XFORM && !TW_NORM_A
+        if (2 * tid < BN) {
+          const int col = n0 + 2 * tid;
+          const int bytes = col + 1 < N ? 4 : (col < N ? 2 : 0);
+          cp_async_4_zfill(bias_s + 4 * tid, bytes ? bias + col : bias, bytes);
+        }
+#endif
+      };
       // the residual tile into cbuf (RES_TMA; issued by tid 0 during the mainloop, waited for in the epilogue)
       auto load_residual_tile = [&]() {
         bulk_wait_group_read<0>();
@@ -625,11 +651,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
         }
         wgmma_commit();
-        // Our previous tile's TMA store must have read cbuf before the residual lands there; one k-block into the
-        // mainloop it long has (waiting before the first k-block would stall this warp's wgmma issue). cbuf's
-        // generic-proxy accesses of that epilogue (ldmatrix, stmatrix) were fenced to the async proxy and joined
-        // at its barrier before the store was issued.
-        if (res_by_tma && tid == 0 && kb == (kt > 1 ? 1 : 0)) load_residual_tile();
+        // Halfway through the mainloop: our previous tile's TMA store must have read cbuf before the residual lands
+        // there, and by now it long has - tid 0's bulk_wait_group_read in load_residual_tile blocks its warp (and so
+        // the warpgroup's next wgmma) while the store drains, which one k-block in measured ~3.8 us a tile. Half
+        // the k-blocks still leave the load (and the bias copies) a mainloop's half to land. cbuf's generic-proxy
+        // accesses of that epilogue (ldmatrix, stmatrix) were fenced to the async proxy and joined at its barrier
+        // before the store was issued.
+        if (kb == kt / 2) {
+          if (res_by_tma && tid == 0) load_residual_tile();
+          if (bias_smem) copy_bias_slice();
+        }
         if (kb > 0) {
           wgmma_wait<1>();  // the previous k-block's MMAs are done: release its stage
           if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
@@ -649,6 +680,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 
       // ---- epilogue ----
       if (tid == 0) bulk_wait_group_read<0>();  // our previous TMA store no longer reads cbuf
+      if (bias_smem) {
+        if (kt == 0) copy_bias_slice();  // (K = 0: no mainloop issued it)
+        cp_async_wait_all();  // this thread's pair landed; the barrier below publishes every thread's
+      }
       named_barrier_sync(EPI_BAR + c, 128);
       if (res_by_tma) {
         if (kt == 0 && tid == 0) load_residual_tile();  // (K = 0: no mainloop issued it)
@@ -714,7 +749,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int jr = 0; jr < RES_J; ++jr) {
           const int col = col_lane + 8 * (j0 + jr);
-          bias_pk[jr] = (TW_BIAS && col < N) ? load_pair(bias + col, 1, col + 1 < N, bias_vec) : 0u;
+          if (bias_smem)  // (uniform: one branch per batch after unswitching; the slice is zero past N)
+            bias_pk[jr] = ld_shared_b32(bias_s + 2 * (col - n0));
+          else
+            bias_pk[jr] = (TW_BIAS && col < N) ? load_pair(bias + col, 1, col + 1 < N, bias_vec) : 0u;
 #pragma unroll
           for (int ma = 0; ma < MA; ++ma)
 #pragma unroll

@@ -48,8 +48,10 @@ class Variant:
         return self.bm // 2 if self.coop else self.bm
 
     def smem_bytes(self) -> int:
-        # alignment slack, the stages, two output staging tiles, full/empty barriers, two residual barriers
-        return 1024 + self.stages * (self.bm + self.bn) * 128 + 2 * self.wm * self.bn * 2 + 16 * self.stages + 16
+        # alignment slack, the stages, two output staging tiles, full/empty barriers, two residual barriers, two
+        # bias slices (one per consumer)
+        return (1024 + self.stages * (self.bm + self.bn) * 128 + 2 * self.wm * self.bn * 2 + 16 * self.stages + 16
+                + 2 * self.bn * 2)
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
