@@ -662,8 +662,11 @@ def test_concurrent_processes_storing_lose_no_entries(tmp_path):
 def test_tune_gemm_multi_runs_workers_and_merges(tmp_path):
     """The worker path of `tune --gpus` on the interpreter (one device here: 'cpu'): a spawned process tunes its
     share, stores the winners in the shared cache and sends its rows back; a repeated device is refused."""
+    logged = []
     sweep = tuner.tune_gemm_multi([(16, 32, 16), (32, 16, 16)], ["cpu"], backends=["triton"], max_configs=1,
-                                  dtype=torch.float16)
+                                  dtype=torch.float16, jobs=1, log=logged.append)
+    # the candidates were compiled once, by the parent's pool, while the worker started
+    assert any(m.startswith("compiled ") and "on 1 processes" in m for m in logged), logged
     assert set(map(tuple, sweep.df[["M", "N", "K"]].drop_duplicates().values.tolist())) == {(16, 32, 16), (32, 16, 16)}
     assert sweep.meta["devices"] == ["cpu"] and sweep.meta["shapes_per_device"] == {"cpu": 2}
     assert cache.lookup("gemm", torch.device("cpu"), torch.float16, 16, 32, 16) is not None
