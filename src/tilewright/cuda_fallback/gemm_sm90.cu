@@ -195,11 +195,6 @@ TW_DEVICE void mma(float (&d)[BN / 2], tw_u64 da, tw_u64 db, int scale_d) {
 #endif
 }
 
-TW_DEVICE tw_u32 pack2(float lo, float hi) {
-  if constexpr (TW_FP16) return pack_f16x2(lo, hi);
-  else return pack_bf16x2(lo, hi);
-}
-
 #if TW_NORM_A
 // Register budget of a consumer (setmaxnreg TW_CONSUMER_REGS = 232; 240 would overflow the 64K file with the 40-reg
 // producer): MA * BN / 2 accumulators (128 for the 64x256 and 128x128 consumer tiles) + the A fragments of one
@@ -211,15 +206,10 @@ constexpr int K16 = BK / 16;
 // Double-buffered fragments only where they fit: with MA = 2 the second set spilled (measured with ptxas -v).
 constexpr bool NORM_DBUF = TW_NORM_DBUF != 0 && MA == 1;
 
-// Two 16-bit elements of one register -> fp32 (exact).
+// Two 16-bit elements of one register of the build's type -> fp32 (exact).
 TW_DEVICE void unpack2(tw_u32 u, float& lo, float& hi) {
-  if constexpr (TW_FP16) {
-    lo = f16_bits_to_f32((unsigned short)(u & 0xFFFFu));
-    hi = f16_bits_to_f32((unsigned short)(u >> 16));
-  } else {
-    lo = __uint_as_float(u << 16);
-    hi = __uint_as_float(u & 0xFFFF0000u);
-  }
+  lo = pair_lo<(TW_FP16 != 0)>(u);
+  hi = pair_hi<(TW_FP16 != 0)>(u);
 }
 
 // This thread's norm weights of k-block k0: pair h of k16 step j is g[k0 + 16 j + 8 h + 2 (lane % 4) + {0, 1}] (the
@@ -258,7 +248,8 @@ TW_DEVICE void norm_fragments(tw_u32 sa, int atom0, int warp, int lane, const tw
         unpack2(x[i], lo, hi);
         unpack2(gv[j][i >> 1], glo, ghi);
         ss[ma][i & 1] = fmaf(lo, lo, fmaf(hi, hi, ss[ma][i & 1]));
-        fr[j][ma][i] = pack2(lo * glo, hi * ghi);  // x * g in fp32, one rounding to the input dtype
+        // x * g in fp32, one rounding to the input dtype
+        fr[j][ma][i] = pack_pair<(TW_FP16 != 0)>(lo * glo, hi * ghi);
       }
     }
   }
@@ -342,7 +333,7 @@ TW_DEVICE void xform_stage(unsigned char* sa, int base_even, int base_odd, int r
           float lo, hi;
           unpack2(w[i], lo, hi);
           ss[p] = fmaf(hi, hi, fmaf(lo, lo, ss[p]));
-          w[i] = pack2(lo * gf[2 * i], hi * gf[2 * i + 1]);
+          w[i] = pack_pair<(TW_FP16 != 0)>(lo * gf[2 * i], hi * gf[2 * i + 1]);
         }
         *reinterpret_cast<uint4*>(sa + ((p & 1) ? base_odd : base_even) + XF_ROWS * 128 * p) =
             make_uint4(w[0], w[1], w[2], w[3]);
@@ -792,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                   v0 += pair_lo<(TW_FP16 != 0)>(r);
                   v1 += pair_hi<(TW_FP16 != 0)>(r);
                 }
-                packed[ma][2 * jj + h] = pack2(v0, v1);
+                packed[ma][2 * jj + h] = pack_pair<(TW_FP16 != 0)>(v0, v1);
               }
             }
           }

@@ -47,6 +47,14 @@ TW_DEVICE tw_u32 pack_f16x2(float lo, float hi) {
   return r;
 }
 
+// Two fp32 values -> one register of two 16-bit elements, fp16 when FP16 else bf16 (round to nearest even); `lo`
+// in the low half. The one packer of every kernel's epilogue and register-A fragments.
+template <bool FP16>
+TW_DEVICE tw_u32 pack_pair(float lo, float hi) {
+  if constexpr (FP16) return pack_f16x2(lo, hi);
+  else return pack_bf16x2(lo, hi);
+}
+
 // fp16 bits -> fp32 (exact).
 TW_DEVICE float f16_bits_to_f32(unsigned short h) {
   float f;

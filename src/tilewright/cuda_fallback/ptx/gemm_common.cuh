@@ -129,11 +129,5 @@ TW_DEVICE float pair_lo(tw_u32 v) { return elem_to_f32<FP16>((unsigned short)(v 
 template <bool FP16>
 TW_DEVICE float pair_hi(tw_u32 v) { return elem_to_f32<FP16>((unsigned short)(v >> 16)); }
 
-// Two fp32 values -> one register of two 16-bit elements (round to nearest even); `lo` in the low half.
-template <bool FP16>
-TW_DEVICE tw_u32 pack_pair(float lo, float hi) {
-  if constexpr (FP16) return pack_f16x2(lo, hi);
-  else return pack_bf16x2(lo, hi);
-}
 
 }  // namespace tw

@@ -9,11 +9,9 @@
 #define TW_FP16 0
 #endif
 
-// Two fp32 values as one register of 16-bit pairs (lo in the low half): the register-A fragment format.
-TW_DEVICE tw_u32 pack2(float lo, float hi) {
-  if constexpr (TW_FP16) return pack_f16x2(lo, hi);
-  else return pack_bf16x2(lo, hi);
-}
+// Two fp32 values as one register of 16-bit pairs of the build's type (lo in the low half): the register-A
+// fragment format.
+TW_DEVICE tw_u32 pack2(float lo, float hi) { return pack_pair<(TW_FP16 != 0)>(lo, hi); }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // D(64 x N) (+)= A(64 x 16) B(16 x N), both from shared memory; K-major by default (TRANS 0, 0), MN-major where
