@@ -168,10 +168,11 @@ _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per prep
 
 
 def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
-            source: str = SOURCE, kernel: str = KERNEL) -> tuple:
+            source: str = SOURCE, kernel: str = KERNEL, residual_tma: bool = True) -> tuple:
     """(function, grid, kernel arguments) of one launch of ``kernel`` in ``source`` - this kernel body, or a build
     of it such as rmsnorm_gemm_sm90.cu, which appends its own arguments: the A/B/out tensor maps, the epilogue,
-    the tile order and the pingpong pairing."""
+    the tile order and the pingpong pairing. ``residual_tma``: whether the build can read the residual through a
+    TMA map (the kernel's RES_TMA; off in the RMSNorm builds, which get the element loads' arguments)."""
     M, K = a.shape
     N = b.shape[1]
     drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(source, kernel, "sm_90a", a, b, v,
@@ -183,7 +184,7 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     pair = (not v.coop) and tiles >= 2 * sms
     grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
     epilogue = gemm_common.epilogue_args(bias, res_ptr, rs, res_period, M, N, K)
-    res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if source == SOURCE else 0
+    res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if residual_tma else 0
     if res_rows:
         with torch.cuda.device(a.device):
             tm_r = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), res_ptr, (N, res_rows), (rs[1] * 2,),

@@ -209,7 +209,7 @@ _prepared: dict = {}
 
 def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd, eps):
     fn, grid, args = gemm_sm90.prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
-                                       num_ctas, SOURCE, KERNEL)
+                                       num_ctas, SOURCE, KERNEL, residual_tma=False)
     args += [launch.pointer("g_ptr", g), launch.pointer("rstd_ptr", rstd), ctypes.c_float(eps)]
     # g's address is baked into the cached arguments: keep a private copy of it alive with them
     return fn, grid, _Args(args, keep=g)
@@ -283,5 +283,5 @@ def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
 
 
 register(cuda_backend("rms_norm_linear", "rmsnorm_gemm_sm90", "sm_90a register-A WGMMA RMSNorm-GEMM", (9,),
-                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "TILEWRIGHT_RMS_TWO_PASS"), constraints=constraints, preferred=preferred,
-                      ready=ready, launch=try_launch, measured=MEASURED_ON))
+                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "TILEWRIGHT_RMS_TWO_PASS"), constraints=constraints,
+                      preferred=preferred, ready=ready, launch=try_launch, measured=MEASURED_ON))
