@@ -191,6 +191,32 @@ def test_rms_norm_linear_column_parallel_backward_moves_no_data(mesh):
     close(local(wd.grad), wf.grad)
 
 
+@pytest.mark.parametrize("rowwise", [False, True])
+def test_scaled_mm_column_rows_and_k_sharded(mesh, rowwise):
+    """FP8 GEMM on DTensors: column-parallel with the bias and a rowwise scale_b following, rows sharded with a
+    rowwise scale_a, and K-sharded into Partial sums (no bias); each shard equal to the full op sliced."""
+    torch.manual_seed(8)
+    M, K, N = 8, 32, 16
+    a = (torch.randn(M, K) * 2).to(torch.float8_e4m3fn)
+    b = torch.randn(N, K).to(torch.float8_e4m3fn).t()  # K-major
+    sa = torch.rand(M if rowwise else 1) + 0.5
+    sb = torch.rand(N if rowwise else 1) + 0.5
+    bias = torch.randn(N, dtype=torch.bfloat16)
+    want = tilewright.scaled_mm(a, b, sa, sb, bias=bias)
+    per = lambda placement: placement if rowwise else R
+    y = tilewright.scaled_mm(dt(a, mesh, R), dt(b, mesh, Shard(1)), dt(sa, mesh, R), dt(sb, mesh, per(Shard(0))),
+                             bias=dt(bias, mesh, Shard(0)))
+    assert y.placements == (Shard(1),)
+    close(local(y), half(want, 1))
+    y = tilewright.scaled_mm(dt(a, mesh, Shard(0)), dt(b, mesh, R), dt(sa, mesh, per(Shard(0))), dt(sb, mesh, R),
+                             bias=dt(bias, mesh, R))
+    assert y.placements == (Shard(0),)
+    close(local(y), half(want, 0))
+    y = tilewright.scaled_mm(dt(a, mesh, Shard(1)), dt(b, mesh, Shard(0)), dt(sa, mesh, R), dt(sb, mesh, R))
+    assert y.placements == (Partial(),)
+    close(local(y), tilewright.scaled_mm(half(a, 1), half(b, 0), sa, sb))
+
+
 # --------------------------------------------------------------------------------------------- modules
 class _MLP(torch.nn.Module):
     def __init__(self, device=None):

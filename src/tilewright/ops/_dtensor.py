@@ -20,6 +20,9 @@ The rules (per mesh dimension; R = Replicate, S(d) = Shard(d), P = Partial sum):
 * ``swiglu`` / ``swiglu_backward`` - (M, 2F) / (M, F) rows: all R, or S(0) on every tensor (the gate / up halves of a
   row stay together).
 * ``rotary`` - x (B, S, H, D), cos / sin (S, D/2): all R, x S(0) or S(2) with the tables R.
+* ``scaled_mm`` (FP8) - as ``gemm`` without residual: all R, column-parallel (b S(1); rowwise scale_b and bias
+  S(0)), rows sharded (a S(0); rowwise scale_a S(0)), K-sharded to Partial sums without a bias; per-tensor scales
+  replicated.
 * ``rms_norm_linear`` - x (M, K), g (K,), weight (N, K): all R; column-parallel (weight S(0), bias S(0) -> out S(1),
   rstd R); row-sharded x (x S(0) -> out S(0), rstd S(0)). Not K-sharded: the norm's sum of squares spans K.
   ``rms_norm_backward`` follows: rows sharded, all R, or (column parallel) du Partial -> dx, dg Partial.
@@ -85,6 +88,8 @@ def replicated_like(t, like):
 
 
 def _register() -> None:
+    import math
+
     import torch
     from torch.distributed.tensor import Partial, Replicate, Shard
     from torch.distributed.tensor.experimental import register_sharding
@@ -138,6 +143,19 @@ def _register() -> None:
     def rotary(x, cos, sin, rotary_dim, backward):
         return [([R], [R, R, R, None, None]), ([Shard(0)], [Shard(0), R, R, None, None]),
                 ([Shard(2)], [Shard(2), R, R, None, None])]
+
+    @register_sharding(ops.scaled_mm.default)
+    def scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, backend):
+        # a scale is one per tensor (1 element: replicated) or one per row of a / column of b, which then follows
+        # that dimension's sharding
+        per = lambda scale, placement: placement if math.prod(getattr(scale, "shape", (1,))) > 1 else R
+        rest = [None, None, None]
+        out = [([R], [R, R, R, R, opt(bias, R), *rest]),
+               ([Shard(1)], [R, Shard(1), R, per(scale_b, Shard(0)), opt(bias, Shard(0)), *rest]),
+               ([Shard(0)], [Shard(0), R, per(scale_a, Shard(0)), R, opt(bias, R), *rest])]
+        if bias is None:  # the scales multiply each rank's partial product: exact as a Partial sum, a bias is not
+            out.append(([Partial()], [Shard(1), Shard(0), R, R, None, *rest]))
+        return out
 
     @register_sharding(ops.rms_norm_linear.default)
     def rms_norm_linear(x, norm_weight, weight, bias, eps, backend):
