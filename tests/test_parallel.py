@@ -1,7 +1,8 @@
 """The small Llama-style model of bench/parallel.py trained under FSDP2 and under tensor parallelism, tilewright
 modules against torch modules with the same initial weights and batches.
 
-CPU tier: two gloo processes, tiny widths, float32, a few AdamW steps - the loss curves must agree to float32 noise
+CPU tier: two gloo processes (four for 2-D FSDP + TP), tiny widths, float32, a few AdamW steps - the loss curves
+must agree to float32 noise
 (the tilewright build's kernels run in the Triton interpreter, so a wrong sharding rule, a missed reduction or a
 fused epilogue on partial sums shows as a different loss). The `gpu` test is the two-GPU tier (NCCL, bf16, 50 steps;
 needs two CUDA devices) - run it with ``pytest -m gpu tests/test_parallel.py`` on a two-GPU machine.
@@ -40,17 +41,18 @@ def _worker(rank, world, port, mode, steps, use_cuda, queue, same_batch):
         dist.destroy_process_group()
 
 
-def _run(mode, steps, use_cuda=False, same_batch=False):
+def _run(mode, steps, use_cuda=False, same_batch=False, world=2):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()  # (both ranks rendezvous on it)
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, mode, steps, use_cuda, queue, same_batch)) for r in range(2)]
+    port = _free_port()  # (every rank rendezvous on it)
+    procs = [ctx.Process(target=_worker, args=(r, world, port, mode, steps, use_cuda, queue, same_batch))
+             for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=600)
     codes = [p.exitcode for p in procs]
-    assert codes == [0, 0], f"worker exit codes {codes}"
+    assert codes == [0] * world, f"worker exit codes {codes}"
     return queue.get(timeout=10)
 
 
@@ -65,6 +67,15 @@ def test_two_rank_training_matches_torch_on_cpu(mode):
     print(mode, "losses tilewright", ours, "torch", ref)
 
 
+def test_four_rank_fsdp_and_tp_matches_torch_on_cpu():
+    """2-D parallelism: 2-way TP inside each of two FSDP groups (four gloo processes)."""
+    result = _run("fsdp+tp", steps=3, same_batch=True, world=4)
+    ours, ref = result["tilewright"]["losses"], result["torch"]["losses"]
+    assert ref[-1] < ref[0] - 0.1
+    for step, (a, b) in enumerate(zip(ours, ref)):
+        assert abs(a - b) <= 1e-4 * abs(b) + 1e-5, (step, ours, ref)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["fsdp", "tp"])
 def test_two_gpu_training_matches_torch(mode):
@@ -75,4 +86,15 @@ def test_two_gpu_training_matches_torch(mode):
     # bf16 noise: the curves agree within a few percent step by step, and end where torch's ends
     assert abs(ours[-1] - ref[-1]) <= 0.03 * abs(ref[-1]), (ours[-5:], ref[-5:])
     print(f"{mode}: tokens/s tilewright {result['tilewright']['tokens_per_s']:.0f} "
+          f"torch {result['torch']['tokens_per_s']:.0f}")
+
+
+@pytest.mark.gpu
+def test_four_gpu_fsdp_and_tp_training_matches_torch():
+    if torch.cuda.device_count() < 4:
+        pytest.skip("needs four CUDA devices")
+    result = _run("fsdp+tp", steps=50, use_cuda=True, world=4)
+    ours, ref = result["tilewright"]["losses"], result["torch"]["losses"]
+    assert abs(ours[-1] - ref[-1]) <= 0.03 * abs(ref[-1]), (ours[-5:], ref[-5:])
+    print(f"fsdp+tp: tokens/s tilewright {result['tilewright']['tokens_per_s']:.0f} "
           f"torch {result['torch']['tokens_per_s']:.0f}")

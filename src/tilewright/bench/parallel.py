@@ -5,6 +5,7 @@ Run on a machine with two GPUs (NCCL)::
 
     torchrun --nproc-per-node 2 -m tilewright.bench.parallel --mode fsdp --steps 50 --csv out.csv
     torchrun --nproc-per-node 2 -m tilewright.bench.parallel --mode tp --steps 50 --csv out.csv
+    torchrun --nproc-per-node 4 -m tilewright.bench.parallel --mode fsdp+tp --steps 50 --csv out.csv
 
 The CPU tier (tests/test_parallel.py) runs :func:`train` on two gloo processes with tiny widths in float32.
 
@@ -154,15 +155,29 @@ class Model(nn.Module):
         return self.head(F.rms_norm(x, (x.shape[-1],), self.norm, 1e-6))
 
 
-def parallelize(model: Model, mode: str, mesh) -> Model:
-    """FSDP2 (``fully_shard`` per layer, then the model) or tensor parallelism over ``mesh`` (1-D)."""
-    if mode == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+MODES = ("fsdp", "tp", "fsdp+tp")
 
-        for layer in model.layers:
-            fully_shard(layer, mesh=mesh)
-        return fully_shard(model, mesh=mesh)
-    if mode == "tp":
+
+def make_mesh(mode: str, device_type: str, world: int):
+    """The device mesh of ``mode``: 1-D over every rank, or for ``fsdp+tp`` 2-D (data-parallel groups x 2-way
+    tensor parallel; the TP pairs are neighbouring ranks, which share the fastest links)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if mode == "fsdp+tp":
+        if world % 2 or world < 4:
+            raise ValueError(f"mode fsdp+tp: needs an even world size of at least 4 (2-way TP x data parallel), "
+                             f"got {world}")
+        return init_device_mesh(device_type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
+    return init_device_mesh(device_type, (world,))
+
+
+def parallelize(model: Model, mode: str, mesh) -> Model:
+    """FSDP2 (``fully_shard`` per layer, then the model), tensor parallelism over a 1-D ``mesh``, or both
+    (``fsdp+tp``: TP over the mesh's "tp" dimension, then FSDP2 over "dp" - the usual 2-D layout)."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    tp_mesh, dp_mesh = (mesh["tp"], mesh["dp"]) if mode == "fsdp+tp" else (mesh, mesh)
+    if mode in ("tp", "fsdp+tp"):
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         plan = {name: ColwiseParallel() for name in ("wq", "wk", "wv", "w_gate", "w_up")}
@@ -171,9 +186,14 @@ def parallelize(model: Model, mode: str, mesh) -> Model:
             # heads and FFN columns per rank (the layer's views size heads from the local width); the norm weights
             # stay plain tensors, the same on every rank (their gradients arrive all-reduced through the
             # column-parallel inputs' backward)
-            parallelize_module(layer, mesh, plan)
-        return model
-    raise ValueError(f"mode: expected 'fsdp' or 'tp', got {mode!r}")
+            parallelize_module(layer, tp_mesh, plan)
+    if mode in ("fsdp", "fsdp+tp"):
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.layers:
+            fully_shard(layer, mesh=dp_mesh)
+        fully_shard(model, mesh=dp_mesh)
+    return model
 
 
 def _local(t):
@@ -186,10 +206,7 @@ def train(mode: str, dims: Dims, steps: int, device, dtype, seed: int = 0, lr: f
     repeated with ``same_batch``, so the loss must fall): per-step losses and tokens/s (this rank's view; every rank
     sees the same losses)."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    world = dist.get_world_size()
-    mesh = init_device_mesh(device.type, (world,))
+    mesh = make_mesh(mode, device.type, dist.get_world_size())
     torch.manual_seed(seed)
     ref = Model(dims, "torch", device, dtype)
     ours = Model(dims, "tilewright", device, dtype)
@@ -221,11 +238,11 @@ def train(mode: str, dims: Dims, steps: int, device, dtype, seed: int = 0, lr: f
 
 
 def main(argv=None) -> None:
-    """``torchrun --nproc-per-node N -m tilewright.bench.parallel --mode fsdp|tp [--steps 50] [--csv PATH]``."""
+    """``torchrun --nproc-per-node N -m tilewright.bench.parallel --mode fsdp|tp|fsdp+tp [--steps 50] [--csv PATH]``."""
     import torch.distributed as dist
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("fsdp", "tp"), required=True)
+    p.add_argument("--mode", choices=MODES, required=True, help="fsdp+tp: 2-D, needs 4+ ranks (an even number)")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--size", choices=tuple(SIZES), default="llama",
                    help="model widths on a GPU (default: llama, d 2048 x 4 layers; the CPU runs tiny ones)")
