@@ -2,10 +2,10 @@
 modules against torch modules with the same initial weights and batches.
 
 CPU tier: two gloo processes (four for 2-D FSDP + TP), tiny widths, float32, a few AdamW steps - the loss curves
-must agree to float32 noise
-(the tilewright build's kernels run in the Triton interpreter, so a wrong sharding rule, a missed reduction or a
-fused epilogue on partial sums shows as a different loss). The `gpu` test is the two-GPU tier (NCCL, bf16, 50 steps;
-needs two CUDA devices) - run it with ``pytest -m gpu tests/test_parallel.py`` on a two-GPU machine.
+must agree to float32 noise (the tilewright build's kernels run in the Triton interpreter, so a wrong sharding rule,
+a missed reduction or a fused epilogue on partial sums shows as a different loss). The `gpu` tests are the two-GPU
+tier (NCCL, bf16, 50 steps; two CUDA devices) and the four-GPU 2-D case - run them with ``pytest -m gpu
+tests/test_parallel.py`` on a machine with two or four GPUs.
 """
 import os
 import socket
