@@ -590,9 +590,12 @@ def test_gpu_list_parsing(monkeypatch):
     assert cli._gpu_list("all") == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     assert cli._gpu_list("2") == ["cuda:0", "cuda:1"]
     assert cli._gpu_list("0,3") == ["cuda:0", "cuda:3"]
-    for bad in ("0,0", "5", "0,4", "x", "0"):
+    assert cli._gpu_list("1,") == ["cuda:1"]  # one index alone
+    for bad in ("0,0", "5", "0,4", "x", "0", ","):
         with pytest.raises(tuner.TuneError, match="--gpus"):
             cli._gpu_list(bad)
+    with pytest.raises(tuner.TuneError, match="at least 1"):  # (a session's '--gpus 0' meant GPU 0)
+        cli._gpu_list("0")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")

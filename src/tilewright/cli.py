@@ -146,14 +146,16 @@ def _info(args) -> int:
     import torch
     import triton
 
-    print(f"tilewright {__import__('tilewright').__version__} | torch {torch.__version__} | triton {triton.__version__}")
+    version = __import__("tilewright").__version__
+    print(f"tilewright {version} | torch {torch.__version__} | triton {triton.__version__}")
     if torch.cuda.is_available():
         cap = torch.cuda.get_device_capability()
         print(f"GPU: {torch.cuda.get_device_name()} (sm_{cap[0]}{cap[1]}), "
               f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs")
         device = "cuda"
     else:
-        print("GPU: none (CPU only" + (", Triton interpreter on)" if os.environ.get("TRITON_INTERPRET") == "1" else ")"))
+        interp = os.environ.get("TRITON_INTERPRET") == "1"
+        print("GPU: none (CPU only" + (", Triton interpreter on)" if interp else ")"))
         device = "cpu"
     print(f"Triton autotune cache: {os.environ.get('TRITON_CACHE_DIR', os.path.expanduser('~/.triton/cache'))}")
     from . import router
@@ -245,7 +247,7 @@ _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def _gpu_list(spec: str | None) -> list[str]:
-    """``--gpus``: None (the current device), "all", a count ("2": the first two) or indices ("0,2")."""
+    """``--gpus``: None (the current device), "all", a count ("2": the first two) or indices ("0,2"; "1,": GPU 1)."""
     if spec is None:
         return []
     import torch
@@ -257,10 +259,13 @@ def _gpu_list(spec: str | None) -> list[str]:
         raise TuneError(f"--gpus {spec}: no CUDA device here")
     if spec == "all":
         return [f"cuda:{i}" for i in range(count)]
-    try:
-        picks = list(range(int(spec))) if "," not in spec else [int(x) for x in spec.split(",")]
+    try:  # a count ("2": the first two), or indices with a comma ("0,2"; one GPU alone: "1,")
+        picks = list(range(int(spec))) if "," not in spec else [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
         raise TuneError(f"--gpus {spec}: expected 'all', a count or comma-separated indices") from None
+    if spec.strip() == "0":
+        raise TuneError("--gpus 0: a count of GPUs must be at least 1 (GPU 0 alone: --gpus 0, - or leave --gpus out "
+                        "to tune on the current device)")
     if not picks or any(not 0 <= i < count for i in picks) or len(set(picks)) != len(picks):
         raise TuneError(f"--gpus {spec}: this machine has {count} CUDA device(s) (indices 0-{count - 1}), each once")
     return [f"cuda:{i}" for i in picks]
@@ -460,8 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-configs", type=_positive_int, default=None, metavar="N", help="at most N configs per backend")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="processes that compile the Triton configs before they are timed (default on a GPU: CPU "
-                        "cores - 2, at most 16; with --gpus, the cores split between the GPUs, at most 16 each; an explicit N is "
-                        "the total; 0: compile each config when the sweep reaches it)")
+                        "cores - 2, at most 16; with --gpus, up to 16 per GPU from the machine's cores; an explicit "
+                        "N is the total; 0: compile each config when the sweep reaches it)")
     p.add_argument("--out", default=None, help="report folder (default: perf/tune/<card>/<timestamp>)")
     p.add_argument("--no-report", action="store_true", help="only update the cache")
     p.add_argument("--no-plots", action="store_true", help="report without PNG plots")
@@ -469,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also write this card's shipped-config table from the cache (every entry tuned here)")
     p.add_argument("--gpus", default=None, metavar="all|N|I,J",
                    help="spread the sweep over several GPUs of this machine (one process each; same card model "
-                        "for one merged result)")
+                        "for one merged result): 'all', a count (the first N) or indices ('0,2'; one alone: '1,')")
     p.add_argument("--merge", default=None, metavar="CACHE_FILE",
                    help="merge another machine's autotune.json into this cache (newer tunes win per entry) and exit")
     p.set_defaults(fn=_tune)
