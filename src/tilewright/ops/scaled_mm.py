@@ -134,3 +134,91 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         if bias.dtype not in (out_dtype, torch.float32):
             raise TypeError(f"bias: dtype {bias.dtype} must be out_dtype ({out_dtype}) or float32")
     return call_op(scaled_mm_op, a, b, sa, sb, bias, out_dtype, bool(use_fast_accum), backend)
+
+
+# ------------------------------------------------------------------------------------------------ quantize_fp8
+QUANT_BLOCKS = ((1, 128), (128, 128))
+
+
+@torch.library.custom_op("tilewright::quantize_fp8", mutates_args=())
+def quantize_fp8_op(x: torch.Tensor, block_m: int, block_k: int, dtype: torch.dtype) -> tuple[torch.Tensor,
+                                                                                                 torch.Tensor]:
+    """2-D core of :func:`quantize_fp8` (arguments checked): the Triton kernel on a CUDA device or under the
+    interpreter, the torch formula (:func:`quantize_fp8_reference`) elsewhere."""
+    from .._env import interpreting
+
+    if x.is_cuda or interpreting():
+        from ..triton_kernels.quantize_fp8 import launch_quantize_fp8
+
+        return launch_quantize_fp8(x, block_m, block_k, dtype)
+    return quantize_fp8_reference(x, (block_m, block_k), dtype)
+
+
+@quantize_fp8_op.register_fake
+def _(x, block_m, block_k, dtype):
+    M, K = x.shape
+    nk = -(-K // block_k)
+    return (x.new_empty((M, K), dtype=dtype),
+            x.new_empty((M if block_m == 1 else -(-M // block_m), nk), dtype=torch.float32))
+
+
+def quantize_fp8_reference(x: torch.Tensor, block=(1, 128), dtype: torch.dtype = torch.float8_e4m3fn):
+    """:func:`quantize_fp8` in torch ops (the tests' oracle; the kernel computes the same fp32 steps, so the results
+    are bit-identical): per block amax of |x| over its finite-or-infinite entries (NaN left out), scale =
+    max(amax, 1e-12) / the format's largest value, q = clamp(x / scale) cast to ``dtype``."""
+    from ..triton_kernels.quantize_fp8 import FP8_MAX, MIN_AMAX
+
+    bm, bk = block
+    M, K = x.shape
+    xf = x.float()
+    ax = torch.where(torch.isnan(xf), torch.zeros_like(xf), xf.abs())
+    pad_m, pad_k = (-M) % bm, (-K) % bk
+    blocks = torch.nn.functional.pad(ax, (0, pad_k, 0, pad_m)).reshape((M + pad_m) // bm, bm, (K + pad_k) // bk, bk)
+    amax = blocks.amax(dim=(1, 3))  # (M / bm, K / bk)
+    scale = torch.where(amax < MIN_AMAX, torch.full_like(amax, MIN_AMAX), amax) / FP8_MAX[dtype]
+    full = scale.repeat_interleave(bm, 0)[:M].repeat_interleave(bk, 1)[:, :K]
+    q = xf / full
+    fmax = FP8_MAX[dtype]
+    q = torch.where(q > fmax, torch.full_like(q, fmax), q)
+    q = torch.where(q < -fmax, torch.full_like(q, -fmax), q)
+    return q.to(dtype), scale
+
+
+def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, 128),
+                 dtype: torch.dtype = torch.float8_e4m3fn) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x`` to FP8 with one scale per block, in one pass (fused absolute maximum, scale and cast).
+
+    Args:
+        x: (..., K) float tensor (bf16, fp16 or fp32), read through its strides. With ``block=(128, 128)`` it must be
+            2-D (a weight).
+        block: (1, 128) - one scale per row and 128 columns (FP8 training's activation recipe) - or (128, 128) - one
+            per 128 x 128 tile (the weight recipe). Tail blocks (K or M not a multiple of 128) are partial.
+        dtype: torch.float8_e4m3fn (largest value 448) or torch.float8_e5m2 (57344).
+    Returns:
+        (q, scale): q in ``dtype`` with x's shape (contiguous); scale fp32, (..., ceil(K / 128)) for (1, 128) and
+        (ceil(M / 128), ceil(K / 128)) for (128, 128). ``scale`` is the dequantization scale - ``x ~ q * scale``
+        block by block, the convention of ``torch._scaled_mm``'s scales: amax / the format's largest value (at
+        least 1e-12 / it, so an all-zero block gives q = 0). NaN entries stay NaN in q and are left out of their
+        block's maximum; an infinite entry makes its block's scale infinite. No gradient.
+
+    ``tilewright.scaled_mm`` takes per-tensor and rowwise scales; a block-scaled GEMM that reads these scales directly
+    is not implemented yet.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"x: dtype {x.dtype} is not supported; use bfloat16, float16 or float32")
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"dtype: expected torch.float8_e4m3fn or torch.float8_e5m2, got {dtype}")
+    block = tuple(block) if isinstance(block, (tuple, list)) else block
+    if block not in QUANT_BLOCKS:
+        raise ValueError(f"block: expected (1, 128) or (128, 128), got {block!r}")
+    if x.dim() < 1 or (block == (128, 128) and x.dim() != 2):
+        raise ValueError(f"x: expected {'2-D' if block == (128, 128) else 'at least 1-D'} for block {block}, got "
+                         f"shape {tuple(x.shape)}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    q, scale = call_op(quantize_fp8_op, x2.detach(), block[0], block[1], dtype)
+    if x.dim() != 2:
+        q, scale = q.reshape(x.shape), scale.reshape(*lead, scale.shape[-1])
+    return q, scale
