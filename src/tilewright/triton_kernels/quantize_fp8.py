@@ -34,12 +34,14 @@ def _quantize_fp8_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
     else:
         amax = tl.max(tl.max(ax, axis=1), axis=0)
     # comparisons, not tl.maximum / tl.minimum: on the GPU those are fmax / fmin, which would drop a NaN
-    scale = tl.where(amax < min_amax, min_amax, amax) / fp8_max
+    # IEEE divisions (div_rn): fp32 `/` compiles to an approximate divide on the GPU, and the scales and q must be
+    # what the torch formula (ops/scaled_mm.quantize_fp8_reference) computes, bit for bit
+    scale = tl.div_rn(tl.where(amax < min_amax, min_amax, amax), fp8_max)
     if PER_ROW:
-        q = x / scale[:, None]
+        q = tl.div_rn(x, scale[:, None])
         tl.store(s_ptr + rows * stride_sm + pid_k * stride_sk, scale, mask=rows < M)
     else:
-        q = x / scale
+        q = tl.div_rn(x, scale)
         tl.store(s_ptr + pid_m * stride_sm + pid_k * stride_sk, scale)
     # |x| <= amax, so |q| exceeds the format's largest value only by the division's rounding: clamp before the cast
     q = tl.where(q > fp8_max, fp8_max, q)
