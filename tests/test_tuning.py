@@ -583,6 +583,27 @@ def test_split_shapes_deals_work_evenly():
     assert tuner.split_shapes(shapes[:1], 3)[1:] == [[], []]
 
 
+def test_multi_gpu_tune_checks_shapes_first_and_never_waits_on_a_dead_worker():
+    """A bad shape is refused before any worker starts; a worker that died without a result stops the tune with
+    an error naming its device instead of a wait that never ends."""
+    import queue
+    import types
+
+    with pytest.raises(tuner.TuneError, match="three positive integers"):
+        tuner.tune_gemm_multi([(16, 16)], ["cpu"])
+    alive, dead = types.SimpleNamespace(exitcode=None, killed=False), types.SimpleNamespace(exitcode=-9, killed=False)
+    for p in (alive, dead):
+        p.kill = lambda p=p: setattr(p, "killed", True)
+    q = queue.Queue()
+    q.put(("cuda:0", [], {}, None))
+    with pytest.raises(tuner.TuneError, match="cuda:1: the worker process exited without a result"):
+        tuner._collect(q, [alive, dead], ["cuda:0", "cuda:1"], poll_s=0.01)
+    assert alive.killed and dead.killed
+    q.put(("cuda:0", [], {}, None))
+    q.put(("cuda:1", [], {}, None))
+    assert len(tuner._collect(q, [alive, types.SimpleNamespace(exitcode=0)], ["cuda:0", "cuda:1"], 0.01)) == 2
+
+
 def test_gpu_list_parsing(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)

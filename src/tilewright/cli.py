@@ -316,7 +316,8 @@ def _tune(args) -> int:
         devices = _gpu_list(args.gpus)
         kw = dict(dtype=dtype, backends=args.backend, reuse=not args.force, max_configs=args.max_configs)
         if len(devices) > 1:
-            print(f"tuning on {len(devices)} GPUs ({', '.join(devices)}): one process each, shapes dealt by FLOPs")
+            print(f"tuning on {len(devices)} GPUs ({', '.join(devices)}): one process each, shapes dealt by their "
+                  "sweep time")
             if args.jobs is None:  # the machine's cores dealt to the GPUs' compile workers, up to 16 each
                 per_device = min(max((os.cpu_count() or 1) // len(devices) - 1, 1), 16)
             else:  # an explicit --jobs is the total

@@ -644,8 +644,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         wgmma_commit();
         // Halfway through the mainloop: our previous tile's TMA store must have read cbuf before the residual lands
         // there, and by now it long has - tid 0's bulk_wait_group_read in load_residual_tile blocks its warp (and so
-        // the warpgroup's next wgmma) while the store drains, which one k-block in measured ~3.8 us a tile. Half
-        // the k-blocks still leave the load (and the bias copies) a mainloop's half to land. cbuf's generic-proxy
+        // the warpgroup's next wgmma) while the store drains, which one k-block in cost an estimated ~3.8 us a tile.
+        // Half the k-blocks still leave the load (and the bias copies) a mainloop's half to land. cbuf's generic-proxy
         // accesses of that epilogue (ldmatrix, stmatrix) were fenced to the async proxy and joined at its barrier
         // before the store was issued.
         if (kb == kt / 2) {

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from .. import router
-from ._checks import check_backend, check_optional_tensor, check_same_device, contiguous_vector
+from ._checks import check_backend, check_optional_tensor, check_same_device, check_tensor, contiguous_vector
 from ._eager import call_op, register_fast_dispatch
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -204,18 +204,12 @@ def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, 128),
     ``tilewright.scaled_mm`` takes per-tensor and rowwise scales; a block-scaled GEMM that reads these scales directly
     is not implemented yet.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise TypeError(f"x: dtype {x.dtype} is not supported; use bfloat16, float16 or float32")
-    if dtype not in FP8_DTYPES:
-        raise TypeError(f"dtype: expected torch.float8_e4m3fn or torch.float8_e5m2, got {dtype}")
     block = tuple(block) if isinstance(block, (tuple, list)) else block
     if block not in QUANT_BLOCKS:
         raise ValueError(f"block: expected (1, 128) or (128, 128), got {block!r}")
-    if x.dim() < 1 or (block == (128, 128) and x.dim() != 2):
-        raise ValueError(f"x: expected {'2-D' if block == (128, 128) else 'at least 1-D'} for block {block}, got "
-                         f"shape {tuple(x.shape)}")
+    check_tensor("x", x, dims=(2,) if block == (128, 128) else None, min_dim=1)
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"dtype: expected torch.float8_e4m3fn or torch.float8_e5m2, got {dtype}")
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
     q, scale = call_op(quantize_fp8_op, x2.detach(), block[0], block[1], dtype)

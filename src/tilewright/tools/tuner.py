@@ -231,6 +231,22 @@ def _winner_label(row) -> str:
     return f"{row['backend']} {row['config']} {row['median_ms']:.4g} ms ({row['tflops']:.4g} TF/s)"
 
 
+def _checked_shapes(shapes) -> list[tuple[int, int, int]]:
+    """``shapes`` as (M, N, K) tuples of ints, or :class:`TuneError` naming the first bad one (or an empty list)."""
+    shapes = [tuple(int(x) for x in s) for s in shapes]
+    if not shapes:
+        raise TuneError("no shapes to tune")
+    for s in shapes:
+        if len(s) != 3 or min(s) <= 0:
+            raise TuneError(f"shape {s}: expected (M, N, K) with three positive integers")
+    return shapes
+
+
+def _default_dtype(device: torch.device) -> torch.dtype:
+    """The sweep's dtype when none is given: bf16 on a GPU, fp16 on the interpreter (its bf16 dot is wrong)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float16
+
+
 def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, progress: bool = True,
               progress_stream=None, check: bool = True, max_configs: int | None = None, reuse: bool = True,
               store: bool = True, peak: float | None = None, log=print, jobs: int = 0) -> Sweep:
@@ -244,15 +260,10 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     :func:`measured_peak`); log: where one-line messages go; jobs: worker processes that compile the Triton
     candidates of every shape first (:func:`precompile_triton`; 0: each compiles when the sweep reaches it).
     """
-    shapes = [tuple(int(x) for x in s) for s in shapes]
-    if not shapes:
-        raise TuneError("no shapes to tune")
-    for s in shapes:
-        if len(s) != 3 or min(s) <= 0:
-            raise TuneError(f"shape {s}: expected (M, N, K) with three positive integers")
+    shapes = _checked_shapes(shapes)
     gpu = torch.cuda.is_available() and not interpreting()
     device = torch.device(device or ("cuda" if gpu else "cpu"))
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float16)
+    dtype = dtype or _default_dtype(device)
     timer = timer or default_timer
     if peak is None and timer is default_timer:
         peak = measured_peak(device, dtype)
@@ -292,7 +303,7 @@ def sweep_seconds(shape) -> float:
     sweep of the default suite, candidates precompiled): ~5 s of per-candidate overhead whatever the size, plus the
     candidates' runs (~0.85 s per TFLOP of one product), and ~12 s for a decode shape (M <= DECODE_MAX_M), whose
     candidates are timed as CUDA-graph replays. FLOPs alone had put both decode shapes and six others on one GPU
-    (a two-GPU tune of that suite took 0.87x the one-GPU time)."""
+    (a two-GPU tune of that suite took 0.84x the one-GPU time, its second GPU's precompile failing too)."""
     M, N, K = (int(x) for x in shape)
     if M <= DECODE_MAX_M:
         return 12.0
@@ -325,6 +336,27 @@ def _tune_worker(device: str, shapes, kwargs: dict, queue, go) -> None:
         queue.put((device, [], {}, f"{type(e).__name__}: {e}"))
 
 
+def _collect(queue, procs, devices, poll_s: float = 5.0) -> list:
+    """One result from each worker ``procs[i]`` (tuning ``devices[i]``). A worker that died without sending one (killed,
+    a crash in the driver) would leave a plain wait hanging forever: every ``poll_s`` the dead workers are checked,
+    and a dead one without a result stops the tune (the others are killed) with an error naming its device."""
+    import queue as queue_module
+
+    results = []
+    while len(results) < len(procs):
+        try:
+            results.append(queue.get(timeout=poll_s))
+        except queue_module.Empty:
+            reported = {r[0] for r in results}
+            dead = [d for d, proc in zip(devices, procs) if d not in reported and proc.exitcode not in (None, 0)]
+            if dead:
+                for proc in procs:
+                    proc.kill()
+                raise TuneError(f"tuning failed on {', '.join(dead)}: the worker process exited without a result "
+                                f"(exit codes {[proc.exitcode for proc in procs]})") from None
+    return results
+
+
 def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     """:func:`tune_gemm` spread over ``devices`` (e.g. ``["cuda:0", "cuda:1"]``): one process per device, each
     sweeping its share of the shapes (:func:`split_shapes`) and storing its winners in the shared cache (the cache's
@@ -339,7 +371,7 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     devices = [str(d) for d in devices]
     if len(set(devices)) != len(devices) or not devices:
         raise TuneError(f"devices: expected distinct devices, got {devices}")
-    shapes = [tuple(int(x) for x in s) for s in shapes]
+    shapes = _checked_shapes(shapes)
     parts = split_shapes(shapes, len(devices))
     ctx = multiprocessing.get_context("spawn")  # (CUDA cannot be forked; each worker makes its own context)
     queue, go = ctx.Queue(), ctx.Event()
@@ -350,14 +382,15 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
         backends = kwargs.get("backends")
         if jobs and (backends is None or "triton" in backends):
             device = torch.device(devices[0])
-            dtype = kwargs.get("dtype") or (torch.bfloat16 if device.type == "cuda" else torch.float16)
+            dtype = kwargs.get("dtype") or _default_dtype(device)
             reuse = kwargs.get("reuse", True)
             todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
             if todo:
                 precompile_triton(todo, dtype, device, jobs * len(devices), kwargs.get("max_configs"), log=log)
     finally:
         go.set()  # (also after a failed precompile: the sweeps compile what they need themselves)
-    results = [queue.get() for _ in procs]  # (before join: a worker blocks until its result is read)
+    # results read before join: a worker blocks until its result is read
+    results = _collect(queue, procs, [d for d, p in zip(devices, parts) if p])
     for proc in procs:
         proc.join()
     errors = [f"{d}: {err}" for d, _, _, err in results if err]

@@ -1,7 +1,7 @@
-"""FP8 quantization with block scales, one pass over the input: each program loads one block of x - ROWS rows x 128
-columns with one scale per row (the 1 x 128 activation recipe of FP8 training), or 128 x 128 with one scale (the
-weight recipe) - takes its absolute maximum, and writes the block's dequantization scale (amax / the format's
-largest value, so that x ~ q * scale) and q = x / scale cast to FP8.
+"""FP8 quantization with block scales, one pass over the input: each program loads one block of x - TILE_M (16)
+rows x 128 columns with one scale per row (the 1 x 128 activation recipe of FP8 training), or 128 x 128 with one
+scale (the weight recipe) - takes its absolute maximum, and writes the block's dequantization scale (amax / the
+format's largest value, so that x ~ q * scale) and q = x / scale cast to FP8.
 
 NaN entries are left out of the maximum (each stays NaN in q; the rest of its block is scaled by the others), an
 infinite one makes its block's scale infinite. Only core ``tl`` ops, so the interpreter runs the same code - except
@@ -53,9 +53,8 @@ def _quantize_fp8_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
 def launch_quantize_fp8(x: torch.Tensor, block_m: int, block_k: int, dtype: torch.dtype):
     """(q (M, K) contiguous in ``dtype``, scale fp32) for a 2-D ``x`` read through its strides; ``block_m`` 1
     (scale (M, ceil(K / block_k))) or equal to ``block_k`` (scale (ceil(M / block_m), ceil(K / block_k)))."""
-    from ._runtime import retry_after_oom
-
     from .._env import interpreting
+    from ._runtime import retry_after_oom
 
     M, K = x.shape
     q = torch.empty((M, K), device=x.device, dtype=torch.float32 if interpreting() else dtype)
