@@ -273,6 +273,26 @@ def test_compiled_graphs_hold_the_ops_from_the_size_limit_up(monkeypatch, limit,
     assert any("tilewright.rotary" in t for t in seen) == expect_op
 
 
+def test_eager_swiglu_takes_the_torch_formula_only_for_small_cuda_calls_with_the_aten_route_on(monkeypatch):
+    """The eager route's decision (ops/_aten.swiglu_formula_eager): a CUDA input under COMPILED_ELEMENTWISE_MIN
+    elements with the ATen route on; never a CPU tensor, a large one, TILEWRIGHT_ATEN_BELOW=0 or a forced backend.
+    (The tensor is a stand-in: this box has no CUDA tensor; the GPU tier runs the real call.)"""
+    from types import SimpleNamespace
+
+    from tilewright.ops import _aten
+
+    small = SimpleNamespace(numel=lambda: _aten.COMPILED_ELEMENTWISE_MIN - 1, is_cuda=True)
+    large = SimpleNamespace(numel=lambda: _aten.COMPILED_ELEMENTWISE_MIN, is_cuda=True)
+    cpu = SimpleNamespace(numel=lambda: 8, is_cuda=False)
+    monkeypatch.delenv("TILEWRIGHT_ATEN_BELOW", raising=False)
+    assert _aten.swiglu_formula_eager(small)
+    assert not _aten.swiglu_formula_eager(large) and not _aten.swiglu_formula_eager(cpu)
+    with tilewright.use_backend("triton"):
+        assert not _aten.swiglu_formula_eager(small)
+    monkeypatch.setenv("TILEWRIGHT_ATEN_BELOW", "0")
+    assert not _aten.swiglu_formula_eager(small)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # sm_90 builds (what the device's launches compile to): spill-free
 # ------------------------------------------------------------------------------------------------------------------

@@ -44,6 +44,27 @@ def test_swiglu_matches_float64_within_twice_torch(dtype, M, F_):
         assert _err(xg.grad, xd.grad) <= 2 * _err(xt.grad, xd.grad)
 
 
+def test_small_eager_swiglu_is_torchs_formula_with_the_aten_route_on(monkeypatch):
+    """With the ATen route on (the suite turns it off), a small eager call on CUDA returns exactly torch's
+    ``F.silu(gate) * up`` and its gradient; a large one - and any call with the route off - keeps the kernel
+    (one-rounding numerics: at least as close to float64 as torch's)."""
+    from tilewright.ops import _aten
+
+    monkeypatch.delenv("TILEWRIGHT_ATEN_BELOW", raising=False)
+    torch.manual_seed(3)
+    x = torch.randn(512, 2 * 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(512, 1000, device="cuda", dtype=torch.bfloat16)
+    y = tilewright.swiglu(x)
+    y.backward(dy)
+    xt = x.detach().clone().requires_grad_()
+    own = F.silu(xt[:, :1000]) * xt[:, 1000:]
+    own.backward(dy)
+    assert torch.equal(y, own) and torch.equal(x.grad, xt.grad)
+    assert y.grad_fn.name() == own.grad_fn.name()  # torch's C++ node, not tilewright's Python one
+    monkeypatch.setattr(_aten, "COMPILED_ELEMENTWISE_MIN", x.numel())  # now "large": the kernel
+    assert "Eager" in type(tilewright.swiglu(x).grad_fn).__name__
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("B,S,Hq,Hkv,D", [(2, 2048, 16, 4, 128), (1, 77, 28, 4, 96), (3, 5, 2, 1, 64)])
 def test_rotary_on_the_qk_heads_of_a_qkv_output_matches_float64_within_twice_torch(dtype, B, S, Hq, Hkv, D):

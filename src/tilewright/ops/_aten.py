@@ -61,6 +61,21 @@ DEFAULT_LIMIT = 2.0 ** 35
 # elements are 32 MB, ~10 us of HBM traffic on an H100: below that the compiled step is host-bound.
 COMPILED_ELEMENTWISE_MIN = 1 << 24
 
+
+def swiglu_formula_eager(x: torch.Tensor) -> bool:
+    """Whether an eager (untraced) ``swiglu`` call on ``x`` runs torch's ``F.silu(gate) * up``: a CUDA tensor under
+    :data:`COMPILED_ELEMENTWISE_MIN` elements with the ATen route on (not ``TILEWRIGHT_ATEN_BELOW=0``, no forced
+    backend).
+
+    Why (H100 host, Llama layer B 1 x S 512, ``perf/results/h100/model/host_stages_2026-11-28_0240.txt``): the kernel's
+    call cost 95 us of host with autograd recording against 36 us for torch's chunk + silu + mul, and its Python
+    backward node was the step's largest self-CPU item after the GEMMs (182 us under the profiler) where torch's are
+    C++ nodes. The formula moves ~24 more bytes per output element over forward + backward (two kernels forward, five
+    backward, against one each): at 2^23 outputs ~65 us of HBM traffic on an H100, under the ~150 us of host it saves.
+    apply_rotary keeps its kernel eagerly: its one launch cost less host than torch's seven-op formula (64 vs 132 us).
+    """
+    return x.numel() < COMPILED_ELEMENTWISE_MIN and x.is_cuda and _limit_unless_forced() > 0
+
 _ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,

@@ -175,7 +175,9 @@ def quantize_fp8_reference(x: torch.Tensor, block=(1, 128), dtype: torch.dtype =
     pad_m, pad_k = (-M) % bm, (-K) % bk
     blocks = torch.nn.functional.pad(ax, (0, pad_k, 0, pad_m)).reshape((M + pad_m) // bm, bm, (K + pad_k) // bk, bk)
     amax = blocks.amax(dim=(1, 3))  # (M / bm, K / bk)
-    scale = torch.where(amax < MIN_AMAX, torch.full_like(amax, MIN_AMAX), amax) / FP8_MAX[dtype]
+    # divided by a tensor, not the Python float: CUDA tensor / scalar is a multiplication by the scalar's reciprocal,
+    # one ulp off the IEEE quotient the kernel computes (and CPU torch) for ~1 in 3 scales, which moves q's ties
+    scale = torch.where(amax < MIN_AMAX, torch.full_like(amax, MIN_AMAX), amax) / torch.full_like(amax, FP8_MAX[dtype])
     full = scale.repeat_interleave(bm, 0)[:M].repeat_interleave(bk, 1)[:, :K]
     q = xf / full
     fmax = FP8_MAX[dtype]

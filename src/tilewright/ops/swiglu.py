@@ -9,11 +9,13 @@ Ops (``torch.library.custom_op``, so torch.compile / export see them; eager call
 * ``tilewright::swiglu(x, up) -> y``: 2-D core. ``up`` None: x is (M, 2F), y (M, F); else x and up are (M, F).
 * ``tilewright::swiglu_backward(dy, x, up) -> (dx, dup)``: dx like x; dup like up (an empty tensor when up is None).
 
-Under torch.compile a call on fewer than ``_aten.COMPILED_ELEMENTWISE_MIN`` elements emits torch's own
-``F.silu(gate) * up`` instead: there the step is host-bound and inductor fuses the formula into a kernel its graph
-launches for a few microseconds, where an opaque op costs a dispatch forward and a Python node backward. Larger calls
-keep the op: inductor's fused forward and backward ran 0.95x / 1.05x this kernel at the Llama layer's B 8 x S 2048
-(H100, perf/results/h100/model/elementwise_2026-11-27.csv).
+A call on fewer than ``_aten.COMPILED_ELEMENTWISE_MIN`` elements runs torch's own ``F.silu(gate) * up`` instead,
+under torch.compile and in eager calls on CUDA tensors alike (``_aten.swiglu_formula_eager``; not with
+``TILEWRIGHT_ATEN_BELOW=0`` or a forced backend): there the step is host-bound; inductor fuses the formula into a
+kernel its graph launches for a few microseconds, and eagerly torch's ops are C++ calls and C++ autograd nodes, where
+this op costs a Python call forward and a Python node backward. Larger calls keep the op: inductor's fused forward
+and backward ran 0.95x / 1.05x this kernel at the Llama layer's B 8 x S 2048 (H100,
+perf/results/h100/model/elementwise_2026-11-27.csv).
 """
 from __future__ import annotations
 
@@ -128,9 +130,10 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
         copied once). The backward writes the gate/up gradient of the one-tensor form as one ``(..., 2F)`` tensor.
 
     Numerics: ``gate * sigmoid(gate) * up`` in fp32 and one rounding to the output dtype; torch's eager formula
-    rounds ``silu(gate)`` to the input dtype first, so this is at least as close to a float64 reference. Under
-    torch.compile a small call (under ``ops._aten.COMPILED_ELEMENTWISE_MIN`` elements of x) emits
-    ``F.silu(gate) * up`` for inductor to fuse (module docstring).
+    rounds ``silu(gate)`` to the input dtype first, so this is at least as close to a float64 reference. A small
+    call on CUDA tensors (under ``ops._aten.COMPILED_ELEMENTWISE_MIN`` elements of x: host-bound) runs
+    ``F.silu(gate) * up`` itself - eagerly, and under torch.compile for inductor to fuse - with torch's numerics;
+    ``TILEWRIGHT_ATEN_BELOW=0`` keeps eager calls on the kernel (module docstring).
     """
     check_tensor("x", x, min_dim=1)
     check_optional_tensor("up", up)
@@ -144,7 +147,11 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
         check_same_device("x", x, up=up)
         if up.shape != x.shape:
             raise ValueError(f"up: expected x's shape {tuple(x.shape)}, got {tuple(up.shape)}")
-    if torch.compiler.is_compiling() and x.numel() < _aten.COMPILED_ELEMENTWISE_MIN:
+    if torch.compiler.is_compiling():
+        formula = x.numel() < _aten.COMPILED_ELEMENTWISE_MIN
+    else:
+        formula = not interpreting() and _aten.swiglu_formula_eager(x)
+    if formula:
         gate, up_ = x.chunk(2, dim=-1) if up is None else (x, up)
         return F.silu(gate) * up_
     lead = x.shape[:-1]
