@@ -10,6 +10,18 @@ from __future__ import annotations
 # Fused activation applied to ``a @ b + bias`` before the residual; 0 = none.
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
+# The fused GELU's normal CDF without erf (the GEMM epilogues' 16-bit outputs): Phi(-|x|) = 2^-(1 + |x| P(|x|)) with
+# P these coefficients, lowest order first (a weighted least-squares fit of log2 of the tail on [0, 9]; beyond 9 the
+# tail keeps falling: under 1e-20 past 13, exactly 0 further out), and Phi(x) = 1 - Phi(-x) for x >= 0. In fp32
+# (tests/test_gelu_fast.py, against math.erfc): |error| of Phi < 5e-7 everywhere, GELU's relative error < 1e-4 from
+# x = -3 up (1/20 of half a bf16 ulp) and < 0.5% on the tail to -9, where the erff formula loses everything to
+# 1 + erf(x) cancelling. Cost: 7 FMAs and one MUFU exponent, where erff takes ~25 FP32 instructions (9 selects
+# between two polynomials) - the epilogue's ALU work was what the fused GELU cost (fc1 + GELU 1.39x the plain GEMM,
+# H100, perf/LOG.md). The CUDA epilogue (cuda_fallback/ptx/gemm_common.cuh) holds the same numbers; a CPU test keeps
+# them equal. fp32 outputs keep the exact erf (the fit's error would be a few fp32 ulps there).
+GELU_TAIL_POLY = (1.151131272315979, 0.4589576721191406, 0.053246382623910904, -0.008055775426328182,
+                  0.0007974200998432934, -4.4086544221499935e-05, 9.997324923460837e-07)
+
 # Order in which a persistent program walks the output tiles (triton_kernels/tile_order.py explains each).
 TILE_ORDERS = {"row_major": 0, "grouped": 1, "morton": 2, "hilbert": 3}
 

@@ -392,7 +392,8 @@ def _epilogue(acc, offs_m, offs_n, M, N, c_desc, c_ptr, stride_cm, stride_cn, bi
     if STORE_PREACT:
         tl.store(preact_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(preact_ptr.dtype.element_ty),
                  mask=mask)
-    acc = apply_activation(acc, ACTIVATION)
+    # a 16-bit output takes the erf-free GELU (triton_kernels/activation.gelu_fast): its error never shows there
+    acc = apply_activation(acc, ACTIVATION, c_ptr.dtype.element_ty == tl.float32)
     if HAS_RESIDUAL:
         res = tl.load(res_rows[:, None] + rn[None, :] * stride_res2, mask=mask, other=0.0)
         acc = acc + res.to(tl.float32)
