@@ -104,18 +104,20 @@ def test_fp8_gemm_compiles_for_sm90_with_qgmma_and_no_spills():
             "M_BUCKET")
     sig = {**{k: types.get(k, "*bf16") for k in ptrs}, **{k: "i32" for k in ints}, "eps": "fp32"}
 
-    def job(scale_mode, precise):
-        bn, split = (128, 2) if precise else (256, 4)
+    def job(scale_mode, precise, bm=128, bn=None):
+        bn, split = (bn, 2) if bn else (128, 2) if precise else (256, 4)
         ce = dict(stride_ak=1, stride_bk=1, stride_cn=1, stride_res2=1, A_K_CONTIG=True, B_K_CONTIG=True,
                   USE_TMA=True, TMA_STORE=True, HAS_BIAS=True, ACTIVATION=0, HAS_RESIDUAL=False, RES_PERIODIC=False,
                   STORE_PREACT=False, NORM=False, RESCALE_G=False, STORE_RSTD=False, SCALE_MODE=scale_mode,
-                  PRECISE_ACC=precise, DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False, BLOCK_M=128,
+                  PRECISE_ACC=precise, DOT_PRECISION="tf32", UPCAST_DOT=False, INDEX_64=False, BLOCK_M=bm,
                   BLOCK_N=bn, BLOCK_K=128, GROUP=8, TILE_ORDER=1, EPI_SPLIT=split, TMA_LOADS=True, PERSISTENT=True,
                   FLATTEN=False)
         return dict(kernel="tilewright.triton_kernels.gemm:_gemm_kernel", signature=sig, constexprs=ce, arch=90,
                     num_warps=8, num_stages=4, divisible_by_16=ptrs + ("stride_am", "stride_bn", "stride_cm"))
 
-    jobs = [job(1, False), job(2, False), job(1, True), job(2, True)]
+    # 3: block scales, promoted per 128-wide K slice beside a second accumulator (the plan keeps precise-mode tiles):
+    # 128 x 128 (one scale of b per slice) and 64 x 256 (a scale per column)
+    jobs = [job(1, False), job(2, False), job(1, True), job(2, True), job(3, True), job(3, True, bm=64, bn=256)]
     for j, rep in zip(jobs, compile_reports(jobs)):
         assert rep.has("QGMMA"), "no FP8 wgmma in SASS"
         assert rep.has("UTMALDG")
@@ -170,3 +172,109 @@ def test_k_zero_gives_zeros_plus_bias_whatever_the_scales_as_torch(scale, rowwis
     got = tilewright.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
     want = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
     assert torch.equal(got, want)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Block scales (FP8 training's recipe): scale_a (M, K / 128), scale_b (K / 128, N / 128)
+# ------------------------------------------------------------------------------------------------------------------
+def _block_scales(M, K, N, outliers=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    kb, nb = -(-K // 128), -(-N // 128)
+    sa = torch.rand(M, kb, generator=g) + 0.5
+    sb = torch.rand(kb, nb, generator=g) + 0.5
+    if outliers:  # a few 100x blocks: what block scaling exists for
+        sa[3, -1] *= 100
+        sb[0, -1] *= 100
+    return sa, sb
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+def test_block_scaled_numerics_with_tails_and_outlier_blocks(dtype):
+    M, K, N = 70, 300, 200  # K: two full 128-blocks and a tail; N: one full 128-block and a tail
+    a, b = _fp8_pair(M, K, N, dtype)
+    sa, sb = _block_scales(M, K, N)
+    _check(tilewright.scaled_mm(a, b, sa, sb), a, b, sa, sb)
+    ours = tilewright.scaled_mm(a, b, sa, sb, backend="torch")
+    torch.testing.assert_close(ours.float(), scaled_mm_reference(a, b, sa, sb).float())
+
+
+def test_block_scaled_with_a_256_wide_tile_reads_a_scale_per_column():
+    """The kernel's other branch: a tile wider than a 128-column block of b (the interpreter's default tile is 64)."""
+    import triton
+
+    from tilewright.triton_kernels.gemm import Dequant, launch_gemm
+
+    M, K, N = 40, 200, 300
+    a, b = _fp8_pair(M, K, N)
+    sa, sb = _block_scales(M, K, N)
+    cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP": 1, "TILE_ORDER": 0, "EPI_SPLIT": 2,
+                         "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "SPLIT_K": 1},
+                        num_warps=4, num_stages=2)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    launch_gemm(a, b, out, dequant=Dequant(sa, sb), config=cfg)
+    _check(out, a, b, sa, sb)
+
+
+def test_block_scaled_config_never_straddles_two_k_blocks():
+    """A config with BLOCK_K 256 (the decode tiles') is cut to 128 for block scales: a slice reads one scale."""
+    import triton
+
+    from tilewright.triton_kernels.gemm import Dequant, launch_gemm
+
+    M, K, N = 16, 512, 64
+    a, b = _fp8_pair(M, K, N)
+    sa, sb = _block_scales(M, K, N)
+    cfg = triton.Config({"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP": 1, "TILE_ORDER": 0, "EPI_SPLIT": 1,
+                         "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "SPLIT_K": 1},
+                        num_warps=4, num_stages=2)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    launch_gemm(a, b, out, dequant=Dequant(sa, sb), config=cfg)
+    _check(out, a, b, sa, sb)
+
+
+def test_quantize_fp8_blocks_feed_scaled_mm():
+    """The training step's recipe end to end: activations quantized per 1 x 128, the weight per 128 x 128 (its
+    transpose is b), one block-scaled GEMM - equal to the dequantized product, and near the bf16 one."""
+    torch.manual_seed(4)
+    M, K, N = 48, 384, 160
+    x = torch.randn(M, K) * torch.logspace(-1, 1, K)  # per-column magnitudes: blocks with different scales
+    w = torch.randn(N, K) / K ** 0.5
+    x8, sx = tilewright.quantize_fp8(x, block=(1, 128))
+    w8, sw = tilewright.quantize_fp8(w, block=(128, 128))
+    out = tilewright.scaled_mm(x8, w8.t(), sx, sw.t(), out_dtype=torch.float32)
+    _check(out, x8, w8.t(), sx, sw.t(), out_dtype=torch.float32)
+    rel = ((out - x @ w.t()).norm() / (x @ w.t()).norm()).item()
+    assert rel < 0.05, f"block-scaled FP8 product {rel:.3f} off the fp32 one"
+
+
+@pytest.mark.skipif(getattr(torch, "float8_e8m0fnu", None) is None, reason="this torch has no float8_e8m0fnu")
+def test_block_scales_in_e8m0_are_read_as_their_powers_of_two():
+    M, K, N = 20, 256, 130
+    a, b = _fp8_pair(M, K, N)
+    g = torch.Generator().manual_seed(5)
+    sa = torch.exp2(torch.randint(-3, 4, (M, 2), generator=g).float())
+    sb = torch.exp2(torch.randint(-3, 4, (2, 2), generator=g).float())
+    e8 = torch.float8_e8m0fnu
+    out = tilewright.scaled_mm(a, b, sa.to(e8), sb.to(e8))
+    assert torch.equal(out, tilewright.scaled_mm(a, b, sa, sb))
+
+
+@pytest.mark.parametrize("sa_shape, sb_shape, exc, needle", [
+    ((20, 3), (2, 2), ValueError, "block scales"),     # K blocks of a's scales wrong
+    ((20, 2), (2, 3), ValueError, "block scales"),     # N blocks wrong
+    ((20, 2), (2, 2), None, None),                      # right
+])
+def test_block_scale_shapes_are_checked(sa_shape, sb_shape, exc, needle):
+    a, b = _fp8_pair(20, 256, 200)
+    sa, sb = torch.rand(sa_shape) + 0.5, torch.rand(sb_shape) + 0.5
+    if exc is None:
+        _check(tilewright.scaled_mm(a, b, sa, sb), a, b, sa, sb)
+    else:
+        with pytest.raises(exc, match=needle):
+            tilewright.scaled_mm(a, b, sa, sb)
+
+
+def test_block_scales_of_another_dtype_name_the_argument():
+    a, b = _fp8_pair(8, 128, 128)
+    with pytest.raises(TypeError, match="scale_b: block scales must be float32"):
+        tilewright.scaled_mm(a, b, torch.ones(8, 1), torch.ones(1, 1, dtype=torch.float16))

@@ -2,7 +2,11 @@
 
 Contract (that of ``torch._scaled_mm``, which is the peer): ``out = (a * scale_a) @ (b * scale_b) (+ bias)`` with
 a (M, K) and b (K, N) in float8_e4m3fn / float8_e5m2, fp32 accumulation, scales fp32 either one per tensor
-(``numel() == 1``) or rowwise (scale_a (M, 1) or (M,), scale_b (1, N) or (N,)), output bf16/fp16/fp32.
+(``numel() == 1``) or rowwise (scale_a (M, 1) or (M,), scale_b (1, N) or (N,)), output bf16/fp16/fp32. Beyond
+torch's contract: **block scales**, the FP8 training recipe's (DeepSeek-V3, TransformerEngine's blockwise recipe) -
+scale_a (M, ceil(K / 128)), one per row of a and 128-wide block of K, and scale_b (ceil(K / 128), ceil(N / 128)), one
+per 128 x 128 block of b - in float32 or float8_e8m0fnu (powers of two), as :func:`quantize_fp8` makes them; the
+kernel promotes each K slice to fp32 with its blocks' scales.
 
 Layout: like ``torch._scaled_mm``, b must be K-major (``b.t()`` contiguous, i.e. an (N, K) weight transposed): FP8
 wgmma on Hopper reads both operands K-major only. No autograd (FP8 training recipes quantize gradients themselves).
@@ -15,6 +19,7 @@ import torch
 
 from .. import router
 from ._checks import check_backend, check_optional_tensor, check_same_device, check_tensor, contiguous_vector
+from . import _dtensor
 from ._eager import call_op, register_fast_dispatch
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -25,13 +30,18 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 def scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                  bias: Optional[torch.Tensor], out_dtype: torch.dtype, use_fast_accum: bool,
                  backend: Optional[str]) -> torch.Tensor:
-    """2-D core of :func:`scaled_mm` (inputs already checked; scales flattened to (1,) or (M,) / (N,))."""
+    """2-D core of :func:`scaled_mm` (inputs already checked; scales flattened to (1,) or (M,) / (N,), or the 2-D
+    float32 block scales)."""
     M, N = a.shape[0], b.shape[1]
     out = torch.empty((M, N), device=a.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return out
     # the kernel reads bias[n] / scale[i] at ptr + n / ptr + i
-    bias, scale_a, scale_b = contiguous_vector(bias), contiguous_vector(scale_a), contiguous_vector(scale_b)
+    bias = contiguous_vector(bias)
+    if scale_a.dim() == 2:  # block scales: read as contiguous (M, K blocks) / (K blocks, N blocks) arrays
+        scale_a, scale_b = scale_a.contiguous(), scale_b.contiguous()
+    else:
+        scale_a, scale_b = contiguous_vector(scale_a), contiguous_vector(scale_b)
     if a.shape[1] == 0:
         # K = 0: the empty sum is 0 whatever the scales - torch._scaled_mm gives zeros (plus the bias) even for Inf /
         # NaN scales, where dequantizing after the product (0 * inf) gave NaN
@@ -59,13 +69,45 @@ register_fast_dispatch(scaled_mm_op)
 
 
 def scaled_mm_reference(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, compute_dtype=torch.float32):
-    """Dequantize and multiply in ``compute_dtype`` (the torch backend; float64 for test references)."""
+    """Dequantize and multiply in ``compute_dtype`` (the torch backend; float64 for test references). Block scales
+    (2-D scale_a (M, K blocks), scale_b (K blocks, N blocks)) dequantize each operand block by block first."""
+    if is_block_layout(scale_a, scale_b, a.shape[0], *b.shape):
+        K, N = b.shape
+        sa = scale_a.to(compute_dtype).repeat_interleave(BLOCK, 1)[:, :K]
+        sb = scale_b.to(compute_dtype).repeat_interleave(BLOCK, 0)[:K].repeat_interleave(BLOCK, 1)[:, :N]
+        y = (a.to(compute_dtype) * sa) @ (b.to(compute_dtype) * sb)
+        return (y if bias is None else y + bias.to(compute_dtype)).to(out_dtype)
     sa = scale_a.to(compute_dtype).reshape(-1, 1) if scale_a.numel() > 1 else scale_a.to(compute_dtype).reshape(())
     sb = scale_b.to(compute_dtype).reshape(1, -1) if scale_b.numel() > 1 else scale_b.to(compute_dtype).reshape(())
     y = (a.to(compute_dtype) @ b.to(compute_dtype)) * sa * sb
     if bias is not None:
         y = y + bias.to(compute_dtype)
     return y.to(out_dtype)
+
+
+BLOCK = 128  # block scales: one per 128 elements of K (and per 128 columns of b)
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+
+def is_block_layout(scale_a, scale_b, M: int, K: int, N: int) -> bool:
+    """Whether the scales are block scales: (M, K / 128) and (K / 128, N / 128), rounded up, and not the rowwise
+    (M, 1) / (1, N) pair (where a shape is both - K <= 128 and N == 1 - both readings give one result)."""
+    if not (isinstance(scale_a, torch.Tensor) and isinstance(scale_b, torch.Tensor)
+            and scale_a.dim() == 2 and scale_b.dim() == 2):
+        return False
+    kb, nb = -(-K // BLOCK), -(-N // BLOCK)
+    return (tuple(scale_a.shape) == (M, kb) and tuple(scale_b.shape) == (kb, nb)
+            and not (tuple(scale_a.shape) == (M, 1) and tuple(scale_b.shape) == (1, N)))
+
+
+def _block_scales(scale_a, scale_b, M: int, K: int, N: int):
+    """``(scale_a, scale_b)`` as float32 when they are block scales (:func:`is_block_layout`), else None."""
+    if not is_block_layout(scale_a, scale_b, M, K, N):
+        return None
+    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if scale.dtype not in (torch.float32, _E8M0):
+            raise TypeError(f"{name}: block scales must be float32 or float8_e8m0fnu, got {scale.dtype}")
+    return scale_a.float(), scale_b.float()  # (e8m0: powers of two, exact in float32)
 
 
 def _flat_scale(name: str, scale, rows: int) -> torch.Tensor:
@@ -76,8 +118,9 @@ def _flat_scale(name: str, scale, rows: int) -> torch.Tensor:
         return scale.reshape(1).contiguous()
     if scale.numel() == rows and (scale.dim() == 1 or scale.dim() == 2 and 1 in scale.shape):
         return scale.reshape(rows).contiguous()
-    raise ValueError(f"{name}: expected one scale per tensor (numel 1) or one per "
-                     f"{'row of a' if name == 'scale_a' else 'column of b'} ({rows}), got shape {tuple(scale.shape)}")
+    raise ValueError(f"{name}: expected one scale per tensor (numel 1), one per "
+                     f"{'row of a' if name == 'scale_a' else 'column of b'} ({rows}), or block scales (scale_a "
+                     f"(M, ceil(K / 128)) with scale_b (ceil(K / 128), ceil(N / 128))), got shape {tuple(scale.shape)}")
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
@@ -89,7 +132,11 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         a: (M, K) float8_e4m3fn or float8_e5m2.
         b: (K, N) float8, K-major (``weight.t()`` of an (N, K) weight), same device.
         scale_a, scale_b: float32, one per tensor (numel 1) or rowwise: (M,)/(M, 1) and (N,)/(1, N); both must
-            use the same granularity.
+            use the same granularity. Or block scales: scale_a (M, ceil(K / 128)) - one per row of a and 128-wide
+            block of K - and scale_b (ceil(K / 128), ceil(N / 128)) - one per 128 x 128 block of b - float32 or
+            float8_e8m0fnu (``quantize_fp8(x, block=(1, 128))`` and ``quantize_fp8(w, block=(128, 128))`` make
+            them: for a weight w (N, K), pass ``b = q.t()`` and ``scale_b = s.t()``). Block-scaled products always
+            promote each 128-wide K slice to fp32 (``use_fast_accum`` has no effect there).
         bias: optional (N,) in ``out_dtype`` (bf16/fp16) or float32.
         out_dtype: bfloat16 (default), float16 or float32.
         use_fast_accum: as in ``torch._scaled_mm``: False (default) accumulates each K slice from zero and adds it
@@ -120,11 +167,18 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     check_backend(backend)
     check_same_device("a", a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)
     M, N = a.shape[0], b.shape[1]
-    sa = _flat_scale("scale_a", scale_a, M)
-    sb = _flat_scale("scale_b", scale_b, N)
-    if (sa.numel() == 1) != (sb.numel() == 1) and not (M == 1 or N == 1):
+    blocks = _block_scales(scale_a, scale_b, M, a.shape[1], N)
+    if blocks is not None:
+        sa, sb = blocks
+        if any(_dtensor.is_dtensor(t) for t in (a, b, sa, sb)):
+            raise NotImplementedError("scaled_mm: block scales with DTensor arguments are not supported; use "
+                                      "rowwise scales, or call it on the local shards")
+    else:
+        sa = _flat_scale("scale_a", scale_a, M)
+        sb = _flat_scale("scale_b", scale_b, N)
+    if blocks is None and (sa.numel() == 1) != (sb.numel() == 1) and not (M == 1 or N == 1):
         raise ValueError("scale_a, scale_b: mix of per-tensor and rowwise scales; use one granularity for both")
-    if sa.numel() != sb.numel() and (sa.numel() == 1 or sb.numel() == 1):
+    if blocks is None and sa.numel() != sb.numel() and (sa.numel() == 1 or sb.numel() == 1):
         # degenerate shapes (M == 1 or N == 1): bring both to rowwise
         sa, sb = sa.expand(M).contiguous(), sb.expand(N).contiguous()
     if bias is not None:

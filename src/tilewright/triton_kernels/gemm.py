@@ -61,14 +61,21 @@ class NormPrologue:
 class Dequant:
     """FP8 inputs (``ops/scaled_mm.py``): dequantisation scales applied to the fp32 accumulator before the bias.
 
-    scale_a, scale_b: fp32, one element each (per tensor) or (M,) and (N,) unit-stride (rowwise). fast_accum: keep
-    the tensor cores' reduced-precision FP8 accumulator across K (``torch._scaled_mm(use_fast_accum=True)``) instead
-    of promoting every BLOCK_K slice to fp32.
+    scale_a, scale_b: fp32, one element each (per tensor) or (M,) and (N,) unit-stride (rowwise), or block-scaled:
+    contiguous (M, ceil(K / 128)) and (ceil(K / 128), ceil(N / 128)) - one scale per row of a and 128-wide K block,
+    one per 128 x 128 block of b - applied in the mainloop as each BLOCK_K slice (<= 128, dividing 128) is added to
+    the fp32 accumulator. fast_accum: keep the tensor cores' reduced-precision FP8 accumulator across K
+    (``torch._scaled_mm(use_fast_accum=True)``) instead of promoting every BLOCK_K slice to fp32 (block-scaled mode
+    always promotes: the scales change from block to block).
     """
 
     scale_a: torch.Tensor
     scale_b: torch.Tensor
     fast_accum: bool = False
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.scale_a.dim() == 2
 
 
 @triton.jit
@@ -85,6 +92,30 @@ def _mma(a, b, acc, zero, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
         # second accumulator, so the pruner keeps <= 64 accumulator values per thread for it.
         return acc + tl.dot(a, b)
     return dot_accumulate(a, b, acc, zero, DOT_PRECISION)  # fp32: tile sums added apart (dot.py)
+
+
+@triton.jit
+def _block_scaled_mma(a, b, acc, scale_a_ptr, scale_b_ptr, offs_m, offs_n, k, M, N, K, UPCAST_DOT: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc + (a @ b) * scale_a[rows, k // 128] * scale_b[k // 128, cols // 128] for the BLOCK_K slice at ``k``: the
+    block-scaled FP8 recipe (1 x 128 activation blocks, 128 x 128 weight blocks), each slice accumulated from zero
+    and promoted to fp32 with its blocks' scales. The slice lies inside one 128-wide K block (BLOCK_K divides 128,
+    the launcher's plan makes sure). Scales are contiguous: (M, ceil(K / 128)) and (ceil(K / 128), ceil(N / 128))."""
+    if UPCAST_DOT:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    kb = k // 128
+    k_blocks = tl.cdiv(K, 128)
+    rows = offs_m + tl.arange(0, BLOCK_M)
+    sa = tl.load(scale_a_ptr + rows.to(tl.int64) * k_blocks + kb, mask=rows < M, other=0.0)
+    if BLOCK_N <= 128:
+        # the tile's columns lie in one 128-wide block of b (BLOCK_N divides 128, offs_n is a multiple of it): one
+        # scale, folded into the row scales - one multiply-add per accumulator element
+        sb = tl.load(scale_b_ptr + kb * tl.cdiv(N, 128) + offs_n // 128)
+        return acc + tl.dot(a, b) * (sa * sb)[:, None]
+    cols = offs_n + tl.arange(0, BLOCK_N)
+    sb = tl.load(scale_b_ptr + kb * tl.cdiv(N, 128) + cols // 128, mask=cols < N, other=0.0)
+    return acc + tl.dot(a, b) * sa[:, None] * sb[None, :]
 
 
 @triton.jit
@@ -123,15 +154,16 @@ def _norm_step(a, ss, g_ptr, g_shift, offs_k, K, RESCALE_G: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, k_first, k_tiles, stride_am,
-             stride_ak, stride_bk, stride_bn, A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr,
+def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, scale_a_ptr, scale_b_ptr, offs_m, offs_n, M, N, K, k_first,
+             k_tiles, stride_am, stride_ak, stride_bk, stride_bn, A_K_CONTIG: tl.constexpr, B_K_CONTIG: tl.constexpr,
              LOAD_DESC: tl.constexpr,
              NORM: tl.constexpr, RESCALE_G: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
-             PRECISE_ACC: tl.constexpr,
+             PRECISE_ACC: tl.constexpr, BLOCK_SCALED: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One output tile's K loop over the ``k_tiles`` BLOCK_K steps from step ``k_first`` (all of K, or one split of
     it): returns the fp32 accumulator and, with NORM (the RMSNorm-fused GEMM), the fp32 row sums of squares of A
-    gathered from the very tiles the loop loads (A scaled by g before the dot).
+    gathered from the very tiles the loop loads (A scaled by g before the dot). BLOCK_SCALED (FP8 with block scales):
+    each slice is promoted with its blocks' scales (:func:`_block_scaled_mma`).
 
     Descriptor loads need no masks (TMA zero-fills out-of-bounds boxes, so tail rows add 0 to the sums); the pointer
     path masks all three dims. (Wrapping rows/columns with `% M` would save the M/N masks but hides the unit-stride
@@ -154,7 +186,11 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
                 b = b_desc.load([offs_k, offs_n])
             if NORM:
                 a, ss = _norm_step(a, ss, g_ptr, g_shift, offs_k, K, RESCALE_G, BLOCK_K)
-            acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
+            if BLOCK_SCALED:
+                acc = _block_scaled_mma(a, b, acc, scale_a_ptr, scale_b_ptr, offs_m, offs_n, offs_k, M, N, K,
+                                        UPCAST_DOT, BLOCK_M, BLOCK_N)
+            else:
+                acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
     else:
         rm = offs_m + tl.arange(0, BLOCK_M)
         rn = offs_n + tl.arange(0, BLOCK_N)
@@ -172,7 +208,11 @@ def mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N,
             b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & mask_n, other=0.0)
             if NORM:
                 a, ss = _norm_step(a, ss, g_ptr, g_shift, (k_first + ki) * BLOCK_K, K, RESCALE_G, BLOCK_K)
-            acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
+            if BLOCK_SCALED:
+                acc = _block_scaled_mma(a, b, acc, scale_a_ptr, scale_b_ptr, offs_m, offs_n, (k_first + ki) * BLOCK_K,
+                                        M, N, K, UPCAST_DOT, BLOCK_M, BLOCK_N)
+            else:
+                acc = _mma(a, b, acc, zero, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC)
             a_ptrs += a_step
             b_ptrs += b_step
     return acc, ss
@@ -212,8 +252,9 @@ def _gemm_kernel(
     # the power of two gscale_ptr[0] and the accumulator by gscale_ptr[1] so x * g cannot overflow (NormPrologue).
     NORM: tl.constexpr, RESCALE_G: tl.constexpr, STORE_RSTD: tl.constexpr,
     # FP8 inputs (scaled_mm): dequantization scales applied to the fp32 accumulator before the bias;
-    # 0: none, 1: one scale per tensor, 2: rowwise (scale_a (M,), scale_b (N,)). PRECISE_ACC: FP8 slices
-    # accumulated from zero and added in fp32 (see _mma); off = "fast accumulation".
+    # 0: none, 1: one scale per tensor, 2: rowwise (scale_a (M,), scale_b (N,)), 3: block-scaled, applied in the
+    # mainloop (Dequant says the layout). PRECISE_ACC: FP8 slices accumulated from zero and added in fp32 (see _mma);
+    # off = "fast accumulation".
     SCALE_MODE: tl.constexpr, PRECISE_ACC: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, INDEX_64: tl.constexpr,
     # tuned
@@ -264,9 +305,10 @@ def _gemm_kernel(
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, TILE_ORDER, GROUP)
         offs_m = pid_m * BLOCK_M
         offs_n = pid_n * BLOCK_N
-        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, offs_m, offs_n, M, N, K, k_first, k_count,
-                           stride_am, stride_ak, stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG, LOAD_DESC, NORM,
-                           RESCALE_G, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc, ss = mainloop(a_desc, b_desc, a_ptr, b_ptr, g_ptr, g_shift, scale_a_ptr, scale_b_ptr, offs_m, offs_n, M, N,
+                           K, k_first, k_count, stride_am, stride_ak, stride_bk, stride_bn, A_K_CONTIG, B_K_CONTIG,
+                           LOAD_DESC, NORM, RESCALE_G, DOT_PRECISION, UPCAST_DOT, PRECISE_ACC, SCALE_MODE == 3,
+                           BLOCK_M, BLOCK_N, BLOCK_K)
         if SPLIT_K == 1:
             _tile_epilogue(acc, ss, offs_m, offs_n, pid_n, M, N, K, eps, c_desc, c_ptr, stride_cm, stride_cn, bias_ptr,
                            res_ptr, stride_res0, stride_res1, stride_res2, RES_PERIOD, preact_ptr, rstd_ptr,
@@ -416,6 +458,8 @@ _TUNING_KEY = ["M_BUCKET", "N", "K", "A_K_CONTIG", "B_K_CONTIG", "USE_TMA", "TMA
 def _early_prune(configs, named_args, **kwargs):
     args = {**named_args, **kwargs}  # launch_gemm passes everything by keyword: named_args is then empty
     a, c = args["a_ptr"], args["c_ptr"]
+    if kwargs.get("SCALE_MODE") == 3:  # block scales: a BLOCK_K slice must lie inside one 128-wide K block
+        configs = [cfg for cfg in configs if 128 % cfg.kwargs["BLOCK_K"] == 0]
     return prune_gemm_configs(configs, args["M"], args["N"], args["K"],
                               a.element_size(), c.element_size(), kwargs.get("TMA_STORE", False),
                               smem_limit=_smem_limit(a.device), use_tma=kwargs.get("USE_TMA", True),
@@ -589,8 +633,10 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
         NORM=norm is not None, RESCALE_G=norm is not None and norm.g_scale is not None,
         # per tensor only when both scales are: with M == 1 (or N == 1) a rowwise scale_b (scale_a) sits beside a
         # one-element scale of the other side, and per-tensor mode would read scale_b[0] for every column
-        SCALE_MODE=0 if dequant is None else 1 if dequant.scale_a.numel() == dequant.scale_b.numel() == 1 else 2,
-        PRECISE_ACC=dequant is not None and not dequant.fast_accum,
+        SCALE_MODE=(0 if dequant is None else 3 if dequant.block_scaled
+                    else 1 if dequant.scale_a.numel() == dequant.scale_b.numel() == 1 else 2),
+        # block-scaled slices are promoted like the precise mode's (a second accumulator: same config pruning)
+        PRECISE_ACC=dequant is not None and (dequant.block_scaled or not dequant.fast_accum),
         STORE_RSTD=norm is not None and norm.rstd is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and a.dtype == torch.bfloat16,
@@ -610,6 +656,10 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
                                      in_bytes=a.element_size(),
                                      out_bytes=out.element_size(), tma_store=tma_store,
                                      smem_limit=_smem_limit(a.device))
+    if config is not None and static["SCALE_MODE"] == 3 and 128 % config.kwargs["BLOCK_K"]:
+        # block scales change every 128 columns of K: a slice must not straddle two blocks (BLOCK_K 256 -> 128)
+        config = triton.Config({**config.kwargs, "BLOCK_K": 128}, num_warps=config.num_warps,
+                               num_stages=config.num_stages)
     if config is not None and config.kwargs.get("SPLIT_K", 1) > 1 and (norm is not None
                                                                        or not split_k_fits(M, N, K, config)):
         # a split-K config at a shape it cannot serve (a nearby bucket's winner, the default beside the RMSNorm
@@ -633,7 +683,7 @@ def _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequ
     return (_tensor_key(a), _tensor_key(b), _tensor_key(out), bias is None, _tensor_key(residual),
             None if preact is None else preact.stride(), activation, use_tma,
             None if norm is None else (norm.rstd is None, norm.g_scale is None),
-            None if dequant is None else (dequant.scale_a.numel(), dequant.scale_b.numel(), dequant.fast_accum),
+            None if dequant is None else (dequant.scale_a.shape, dequant.scale_b.shape, dequant.fast_accum),
             os.environ.get("TILEWRIGHT_AUTOTUNE"), cache.generation)
 
 
@@ -644,7 +694,11 @@ def _check_unit_stride(bias, norm, dequant) -> None:
     if norm is not None:
         vectors += [("norm weight", norm.weight), ("rstd", norm.rstd), ("g_scale", norm.g_scale)]
     if dequant is not None:
-        vectors += [("scale_a", dequant.scale_a), ("scale_b", dequant.scale_b)]
+        if dequant.block_scaled:
+            if not (dequant.scale_a.is_contiguous() and dequant.scale_b.is_contiguous()):
+                raise ValueError("launch_gemm: block scales must be contiguous")
+        else:
+            vectors += [("scale_a", dequant.scale_a), ("scale_b", dequant.scale_b)]
     for name, vec in vectors:
         if vec is not None and vec.numel() > 1 and vec.stride(-1) != 1:
             raise ValueError(f"launch_gemm: {name} must have a unit stride, got stride {vec.stride()}")
