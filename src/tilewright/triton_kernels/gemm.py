@@ -657,9 +657,13 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
                                      out_bytes=out.element_size(), tma_store=tma_store,
                                      smem_limit=_smem_limit(a.device))
     if config is not None and static["SCALE_MODE"] == 3 and 128 % config.kwargs["BLOCK_K"]:
-        # block scales change every 128 columns of K: a slice must not straddle two blocks (BLOCK_K 256 -> 128)
-        config = triton.Config({**config.kwargs, "BLOCK_K": 128}, num_warps=config.num_warps,
-                               num_stages=config.num_stages)
+        # block scales change every 128 columns of K: a slice must not straddle two blocks (BLOCK_K 256 -> 128). The
+        # pipeline gets the stages that keep its bytes in flight (the decode tiles' deep K slices are what keep a
+        # memory-bound GEMM streaming), as far as shared memory allows.
+        deeper = config.num_stages * config.kwargs["BLOCK_K"] // 128
+        config = fit_shared_memory(triton.Config({**config.kwargs, "BLOCK_K": 128}, num_warps=config.num_warps,
+                                                 num_stages=deeper),
+                                   a.element_size(), out.element_size(), tma_store, _smem_limit(a.device))
     if config is not None and config.kwargs.get("SPLIT_K", 1) > 1 and (norm is not None
                                                                        or not split_k_fits(M, N, K, config)):
         # a split-K config at a shape it cannot serve (a nearby bucket's winner, the default beside the RMSNorm
