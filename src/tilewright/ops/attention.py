@@ -23,7 +23,8 @@ Semantics (documented contract):
   the band stay unmasked, blocks outside it are skipped.
 * a row with no visible key (Skv == 0, or bottom-right with Sq > Skv) gives output 0 and LSE -inf, and zero
   gradients; so does a row whose visible scores are all -inf (an infinite input), as SDPA's fused kernels give (the
-  math formula's softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN outputs.
+  math formula's softmax would give NaN). Otherwise NaN/Inf propagate like torch: a +inf score gives LSE +inf and NaN
+  outputs.
   A NaN/Inf in the value (or key) of a key a query cannot see (causal) is implementation-defined for that query, as
   in SDPA's fused kernels: keys in a loaded tile meet a zero probability (0 * NaN = NaN), keys past it are not read.
   An Inf in v gives Inf in the outputs that weigh it, or NaN where the weight underflowed to exactly 0 in fp32.
@@ -422,6 +423,8 @@ def _replay_key(q, k, v, causal, scale, backend, *extra):
     """The eager replay key of a forward call (ops/_fast.py), or None when it may not replay (see _fast.py; options
     of a type the full path must judge also go there). Whether autograd records is in it: the kernels' launch is
     the same either way, but the ATen route's decision is not (ops/_aten.cudnn_faster)."""
+    if torch.compiler.is_compiling():
+        return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
     if not (type(causal) is bool and type(scale) in (float, int, type(None)) and type(backend) in (str, type(None))):
         return None
     if not _fast.eligible(q, k, v):

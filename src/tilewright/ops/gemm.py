@@ -266,6 +266,8 @@ def _replay_key(a, b, bias, residual, activation, out_dtype, backend, entry: str
     plain CUDA tensor, tracing, or an option of a type the full path must judge. Autograd recording is in the key:
     with an activation it makes the kernel also store the pre-activation, and the replay then runs inside the op's
     eager autograd.Function."""
+    if torch.compiler.is_compiling():
+        return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
     if not (type(activation) in (str, type(None)) and type(backend) in (str, type(None))
             and (out_dtype is None or isinstance(out_dtype, torch.dtype))):
         return None

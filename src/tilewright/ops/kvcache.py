@@ -264,6 +264,8 @@ def _replay_key(q, k_cache, v_cache, cache_seqlens, k, v, block_table, causal, s
     """The eager replay key of a call (ops/_fast.py), or None when it may not replay: a length given as an int, only
     one of k / v, a q that requires grad under grad mode (refused by the full path), tracing, a tensor subclass, a CPU
     tensor, or an option the full path must judge (an unhashable window, a non-bool causal)."""
+    if torch.compiler.is_compiling():
+        return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
     if not isinstance(cache_seqlens, torch.Tensor) or type(causal) is not bool or (k is None) != (v is None):
         return None
     if (torch.is_grad_enabled() and q.requires_grad) or not _fast.eligible(q, k_cache, v_cache, cache_seqlens,

@@ -246,6 +246,8 @@ def _replay_key(x, norm_weight, weight, bias, eps, backend):
     """The eager replay key of a call (ops/_fast.py), or None when it may not replay. Whether autograd records is
     its second-to-last entry: the forward launch is the same either way (it always stores the rstd the backward
     reads), but the ATen route (ops/_aten.py) is taken only by calls that record."""
+    if torch.compiler.is_compiling():
+        return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
     if not (type(eps) is float and type(backend) in (str, type(None))):
         return None
     if not _fast.eligible(x, norm_weight, weight, bias):
