@@ -27,10 +27,9 @@ launches would not be replayed. An error raised by the full path is raised again
 signature, since nothing was recorded.
 
 Under torch.compile each op's ``_replay_key`` returns None before anything else: a traced call never replays, and
-dynamo guards every function and module global its trace reads - checks the compiled graph then runs on every call
-(the compiled Llama B1 block's cache lookup cost 94 us against torch's 37 on the H100 host, 213 guards against 66;
-perf/LOG.md session 18). Checking here, not in :func:`eligible`, keeps ``eligible``, ``traced`` and the key's helpers
-out of the trace.
+where dynamo traces an op's Python (the ops that are not single graph nodes, ops/_opaque.py) it guards every function
+and module global the trace reads - checks the compiled graph then runs on every call. Returning in the key function
+itself, before :func:`eligible`, keeps ``eligible``, ``traced`` and the key's helpers out of the trace.
 """
 from __future__ import annotations
 
