@@ -211,7 +211,7 @@ def test_block_scaled_with_a_256_wide_tile_reads_a_scale_per_column():
                          "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "SPLIT_K": 1},
                         num_warps=4, num_stages=2)
     out = torch.empty(M, N, dtype=torch.bfloat16)
-    launch_gemm(a, b, out, dequant=Dequant(sa, sb), config=cfg)
+    launch_gemm(a, b, out, dequant=Dequant(sa, sb, block_scaled=True), config=cfg)
     _check(out, a, b, sa, sb)
 
 
@@ -228,7 +228,7 @@ def test_block_scaled_config_never_straddles_two_k_blocks():
                          "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "SPLIT_K": 1},
                         num_warps=4, num_stages=2)
     out = torch.empty(M, N, dtype=torch.bfloat16)
-    launch_gemm(a, b, out, dequant=Dequant(sa, sb), config=cfg)
+    launch_gemm(a, b, out, dequant=Dequant(sa, sb, block_scaled=True), config=cfg)
     _check(out, a, b, sa, sb)
 
 
@@ -272,6 +272,16 @@ def test_block_scale_shapes_are_checked(sa_shape, sb_shape, exc, needle):
     else:
         with pytest.raises(exc, match=needle):
             tilewright.scaled_mm(a, b, sa, sb)
+
+
+def test_launch_gemm_never_guesses_block_scales_from_their_shapes():
+    """(M, 1) is a rowwise scale_a and a block one (K <= 128): the launcher takes block scales only when told."""
+    from tilewright.triton_kernels.gemm import Dequant, launch_gemm
+
+    a, b = _fp8_pair(16, 64, 32)
+    with pytest.raises(ValueError, match="block_scaled=True"):
+        launch_gemm(a, b, torch.empty(16, 32, dtype=torch.bfloat16),
+                    dequant=Dequant(torch.rand(16, 1) + 0.5, torch.rand(1, 1) + 0.5))
 
 
 def test_block_scales_of_another_dtype_name_the_argument():

@@ -56,7 +56,8 @@ def scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
         return out
     from ..triton_kernels.gemm import Dequant, launch_gemm
 
-    launch_gemm(a, b, out, bias=bias, dequant=Dequant(scale_a, scale_b, use_fast_accum))
+    dequant = Dequant(scale_a, scale_b, use_fast_accum, block_scaled=scale_a.dim() == 2)  # (rowwise ones are 1-D here)
+    launch_gemm(a, b, out, bias=bias, dequant=dequant)
     return out
 
 

@@ -72,10 +72,7 @@ class Dequant:
     scale_a: torch.Tensor
     scale_b: torch.Tensor
     fast_accum: bool = False
-
-    @property
-    def block_scaled(self) -> bool:
-        return self.scale_a.dim() == 2
+    block_scaled: bool = False  # said, never guessed from the shapes: (M, 1) is a rowwise scale_a and a block one
 
 
 @triton.jit
@@ -701,6 +698,9 @@ def _check_unit_stride(bias, norm, dequant) -> None:
         if dequant.block_scaled:
             if not (dequant.scale_a.is_contiguous() and dequant.scale_b.is_contiguous()):
                 raise ValueError("launch_gemm: block scales must be contiguous")
+        elif dequant.scale_a.dim() > 1 or dequant.scale_b.dim() > 1:
+            raise ValueError("launch_gemm: per-tensor / rowwise scales are 1-D ((1,), (M,), (N,)); block scales need "
+                             "Dequant(..., block_scaled=True)")
         else:
             vectors += [("scale_a", dequant.scale_a), ("scale_b", dequant.scale_b)]
     for name, vec in vectors:
