@@ -26,7 +26,21 @@ def test_registration_waits_for_dynamo_and_follows_its_import():
         "       tilewright.scaled_dot_product_attention, tilewright.apply_rotary, tilewright.swiglu]\n"
         "assert all(trace_rules.is_callable_allowed(f) for f in fns)\n"
         "assert not trace_rules.is_callable_allowed(tilewright.flash_attention_with_kvcache)  # mutates its cache\n"
+        "from tilewright.ops import _opaque\n"
+        "assert not any(isinstance(f, _opaque._AfterDynamoImport) for f in sys.meta_path)  # the hook went\n"
         "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_registration_when_dynamo_came_first():
+    code = ("import torch._dynamo, tilewright\n"
+            "from torch._dynamo import trace_rules\n"
+            "assert trace_rules.is_callable_allowed(tilewright.linear)\n"
+            "import sys\n"
+            "from tilewright.ops import _opaque\n"
+            "assert not any(isinstance(f, _opaque._AfterDynamoImport) for f in sys.meta_path)  # no hook left behind\n"
+            "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
