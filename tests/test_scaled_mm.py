@@ -198,38 +198,42 @@ def test_block_scaled_numerics_with_tails_and_outlier_blocks(dtype):
     torch.testing.assert_close(ours.float(), scaled_mm_reference(a, b, sa, sb).float())
 
 
-def test_block_scaled_with_a_256_wide_tile_reads_a_scale_per_column():
-    """The kernel's other branch: a tile wider than a 128-column block of b (the interpreter's default tile is 64)."""
+def _launch_block_scaled(M, K, N, block_m, block_n, block_k, epi_split):
+    """launch_gemm with block scales and one given config (not the interpreter's default tile), checked."""
     import triton
 
     from tilewright.triton_kernels.gemm import Dequant, launch_gemm
 
-    M, K, N = 40, 200, 300
     a, b = _fp8_pair(M, K, N)
     sa, sb = _block_scales(M, K, N)
-    cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP": 1, "TILE_ORDER": 0, "EPI_SPLIT": 2,
-                         "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "SPLIT_K": 1},
-                        num_warps=4, num_stages=2)
+    cfg = triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP": 1, "TILE_ORDER": 0,
+                         "EPI_SPLIT": epi_split, "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False,
+                         "SPLIT_K": 1}, num_warps=4, num_stages=2)
     out = torch.empty(M, N, dtype=torch.bfloat16)
     launch_gemm(a, b, out, dequant=Dequant(sa, sb, block_scaled=True), config=cfg)
     _check(out, a, b, sa, sb)
+
+
+def test_block_scaled_with_a_256_wide_tile_reads_a_scale_per_column():
+    """The kernel's other branch: a tile wider than a 128-column block of b (the interpreter's default tile is 64)."""
+    _launch_block_scaled(40, 200, 300, block_m=32, block_n=256, block_k=64, epi_split=2)
 
 
 def test_block_scaled_config_never_straddles_two_k_blocks():
     """A config with BLOCK_K 256 (the decode tiles') is cut to 128 for block scales: a slice reads one scale."""
-    import triton
+    _launch_block_scaled(16, 512, 64, block_m=16, block_n=64, block_k=256, epi_split=1)
 
+
+def test_launch_gemm_rejects_block_scales_of_the_wrong_shape():
+    """The kernel indexes block scales without masks on the block: a wrong shape must raise, not read past them."""
     from tilewright.triton_kernels.gemm import Dequant, launch_gemm
 
-    M, K, N = 16, 512, 64
-    a, b = _fp8_pair(M, K, N)
-    sa, sb = _block_scales(M, K, N)
-    cfg = triton.Config({"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP": 1, "TILE_ORDER": 0, "EPI_SPLIT": 1,
-                         "TMA_LOADS": True, "PERSISTENT": True, "FLATTEN": False, "SPLIT_K": 1},
-                        num_warps=4, num_stages=2)
-    out = torch.empty(M, N, dtype=torch.bfloat16)
-    launch_gemm(a, b, out, dequant=Dequant(sa, sb, block_scaled=True), config=cfg)
-    _check(out, a, b, sa, sb)
+    a, b = _fp8_pair(16, 256, 130)
+    sa, sb = _block_scales(16, 256, 130)
+    out = torch.empty(16, 130, dtype=torch.bfloat16)
+    for bad_a, bad_b in ((sa[:, :1].contiguous(), sb), (sa, sb[:, :1].contiguous())):
+        with pytest.raises(ValueError, match="block scales must be"):
+            launch_gemm(a, b, out, dequant=Dequant(bad_a, bad_b, block_scaled=True))
 
 
 def test_quantize_fp8_blocks_feed_scaled_mm():

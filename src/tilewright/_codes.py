@@ -22,6 +22,10 @@ ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 GELU_TAIL_POLY = (1.151131272315979, 0.4589576721191406, 0.053246382623910904, -0.008055775426328182,
                   0.0007974200998432934, -4.4086544221499935e-05, 9.997324923460837e-07)
 
+# Block-scaled FP8 (scaled_mm, quantize_fp8): one scale per FP8_SCALE_BLOCK elements of K - per row of a, per
+# FP8_SCALE_BLOCK x FP8_SCALE_BLOCK block of b - the DeepSeek-V3 / TransformerEngine blockwise recipe's 128.
+FP8_SCALE_BLOCK = 128
+
 # Order in which a persistent program walks the output tiles (triton_kernels/tile_order.py explains each).
 TILE_ORDERS = {"row_major": 0, "grouped": 1, "morton": 2, "hilbert": 3}
 

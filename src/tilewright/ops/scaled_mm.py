@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from .. import router
+from .._codes import FP8_SCALE_BLOCK
 from ._checks import check_backend, check_optional_tensor, check_same_device, check_tensor, contiguous_vector
 from . import _dtensor
 from ._eager import call_op, register_fast_dispatch
@@ -74,8 +75,8 @@ def scaled_mm_reference(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloa
     (2-D scale_a (M, K blocks), scale_b (K blocks, N blocks)) dequantize each operand block by block first."""
     if is_block_layout(scale_a, scale_b, a.shape[0], *b.shape):
         K, N = b.shape
-        sa = scale_a.to(compute_dtype).repeat_interleave(BLOCK, 1)[:, :K]
-        sb = scale_b.to(compute_dtype).repeat_interleave(BLOCK, 0)[:K].repeat_interleave(BLOCK, 1)[:, :N]
+        sa = _per_element(scale_a.to(compute_dtype), 1, BLOCK, a.shape[0], K)
+        sb = _per_element(scale_b.to(compute_dtype), BLOCK, BLOCK, K, N)
         y = (a.to(compute_dtype) * sa) @ (b.to(compute_dtype) * sb)
         return (y if bias is None else y + bias.to(compute_dtype)).to(out_dtype)
     sa = scale_a.to(compute_dtype).reshape(-1, 1) if scale_a.numel() > 1 else scale_a.to(compute_dtype).reshape(())
@@ -86,8 +87,13 @@ def scaled_mm_reference(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloa
     return y.to(out_dtype)
 
 
-BLOCK = 128  # block scales: one per 128 elements of K (and per 128 columns of b)
+BLOCK = FP8_SCALE_BLOCK  # block scales: one per 128 elements of K (and per 128 columns of b)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+
+def _per_element(scale: torch.Tensor, bm: int, bk: int, rows: int, cols: int) -> torch.Tensor:
+    """A (ceil(rows / bm), ceil(cols / bk)) grid of block scales repeated to one per element, (rows, cols)."""
+    return scale.repeat_interleave(bm, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
 
 
 def is_block_layout(scale_a, scale_b, M: int, K: int, N: int) -> bool:
@@ -192,7 +198,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
 
 # ------------------------------------------------------------------------------------------------ quantize_fp8
-QUANT_BLOCKS = ((1, 128), (128, 128))
+QUANT_BLOCKS = ((1, BLOCK), (BLOCK, BLOCK))
 
 
 @torch.library.custom_op("tilewright::quantize_fp8", mutates_args=())
@@ -233,8 +239,7 @@ def quantize_fp8_reference(x: torch.Tensor, block=(1, 128), dtype: torch.dtype =
     # divided by a tensor, not the Python float: CUDA tensor / scalar is a multiplication by the scalar's reciprocal,
     # one ulp off the IEEE quotient the kernel computes (and CPU torch) for ~1 in 3 scales, which moves q's ties
     scale = torch.where(amax < MIN_AMAX, torch.full_like(amax, MIN_AMAX), amax) / torch.full_like(amax, FP8_MAX[dtype])
-    full = scale.repeat_interleave(bm, 0)[:M].repeat_interleave(bk, 1)[:, :K]
-    q = xf / full
+    q = xf / _per_element(scale, bm, bk, M, K)
     fmax = FP8_MAX[dtype]
     q = torch.where(q > fmax, torch.full_like(q, fmax), q)
     q = torch.where(q < -fmax, torch.full_like(q, -fmax), q)
@@ -258,8 +263,9 @@ def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, 128),
         least 1e-12 / it, so an all-zero block gives q = 0). NaN entries stay NaN in q and are left out of their
         block's maximum; an infinite entry makes its block's scale infinite. No gradient.
 
-    ``tilewright.scaled_mm`` takes per-tensor and rowwise scales; a block-scaled GEMM that reads these scales directly
-    is not implemented yet.
+    ``tilewright.scaled_mm`` reads these scales directly (block-scaled FP8 GEMM): for activations x (M, K) and a
+    weight w (N, K), ``scaled_mm(x8, w8.t(), sx, sw.t())`` with ``x8, sx = quantize_fp8(x, (1, 128))`` and
+    ``w8, sw = quantize_fp8(w, (128, 128))``.
     """
     block = tuple(block) if isinstance(block, (tuple, list)) else block
     if block not in QUANT_BLOCKS:

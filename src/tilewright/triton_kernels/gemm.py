@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._codes import FP8_SCALE_BLOCK
 from .._env import SMEM_OPTIN_BYTES, full_autotune, interpreting
 from ..autotune.space import (INTERPRETER_CONFIG, SPLIT_K_MAX_TILES, SPLIT_K_WORKSPACE_BYTES, default_gemm_config,
                               fit_shared_memory, gemm_configs, prune_gemm_configs, split_k_fits)
@@ -91,6 +92,9 @@ def _mma(a, b, acc, zero, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     return dot_accumulate(a, b, acc, zero, DOT_PRECISION)  # fp32: tile sums added apart (dot.py)
 
 
+_SCALE_BLOCK = tl.constexpr(FP8_SCALE_BLOCK)
+
+
 @triton.jit
 def _block_scaled_mma(a, b, acc, scale_a_ptr, scale_b_ptr, offs_m, offs_n, k, M, N, K, UPCAST_DOT: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -101,17 +105,17 @@ def _block_scaled_mma(a, b, acc, scale_a_ptr, scale_b_ptr, offs_m, offs_n, k, M,
     if UPCAST_DOT:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
-    kb = k // 128
-    k_blocks = tl.cdiv(K, 128)
+    kb = k // _SCALE_BLOCK
+    k_blocks = tl.cdiv(K, _SCALE_BLOCK)
     rows = offs_m + tl.arange(0, BLOCK_M)
     sa = tl.load(scale_a_ptr + rows.to(tl.int64) * k_blocks + kb, mask=rows < M, other=0.0)
-    if BLOCK_N <= 128:
+    if BLOCK_N <= _SCALE_BLOCK:
         # the tile's columns lie in one 128-wide block of b (BLOCK_N divides 128, offs_n is a multiple of it): one
         # scale, folded into the row scales - one multiply-add per accumulator element
-        sb = tl.load(scale_b_ptr + kb * tl.cdiv(N, 128) + offs_n // 128)
+        sb = tl.load(scale_b_ptr + kb * tl.cdiv(N, _SCALE_BLOCK) + offs_n // _SCALE_BLOCK)
         return acc + tl.dot(a, b) * (sa * sb)[:, None]
     cols = offs_n + tl.arange(0, BLOCK_N)
-    sb = tl.load(scale_b_ptr + kb * tl.cdiv(N, 128) + cols // 128, mask=cols < N, other=0.0)
+    sb = tl.load(scale_b_ptr + kb * tl.cdiv(N, _SCALE_BLOCK) + cols // _SCALE_BLOCK, mask=cols < N, other=0.0)
     return acc + tl.dot(a, b) * sa[:, None] * sb[None, :]
 
 
@@ -456,7 +460,7 @@ def _early_prune(configs, named_args, **kwargs):
     args = {**named_args, **kwargs}  # launch_gemm passes everything by keyword: named_args is then empty
     a, c = args["a_ptr"], args["c_ptr"]
     if kwargs.get("SCALE_MODE") == 3:  # block scales: a BLOCK_K slice must lie inside one 128-wide K block
-        configs = [cfg for cfg in configs if 128 % cfg.kwargs["BLOCK_K"] == 0]
+        configs = [cfg for cfg in configs if FP8_SCALE_BLOCK % cfg.kwargs["BLOCK_K"] == 0]
     return prune_gemm_configs(configs, args["M"], args["N"], args["K"],
                               a.element_size(), c.element_size(), kwargs.get("TMA_STORE", False),
                               smem_limit=_smem_limit(a.device), use_tma=kwargs.get("USE_TMA", True),
@@ -653,12 +657,13 @@ def _make_plan(a, b, out, bias, residual, activation, preact, use_tma, config, n
                                      in_bytes=a.element_size(),
                                      out_bytes=out.element_size(), tma_store=tma_store,
                                      smem_limit=_smem_limit(a.device))
-    if config is not None and static["SCALE_MODE"] == 3 and 128 % config.kwargs["BLOCK_K"]:
+    if config is not None and static["SCALE_MODE"] == 3 and FP8_SCALE_BLOCK % config.kwargs["BLOCK_K"]:
         # block scales change every 128 columns of K: a slice must not straddle two blocks (BLOCK_K 256 -> 128). The
         # pipeline gets the stages that keep its bytes in flight (the decode tiles' deep K slices are what keep a
         # memory-bound GEMM streaming), as far as shared memory allows.
-        deeper = config.num_stages * config.kwargs["BLOCK_K"] // 128
-        config = fit_shared_memory(triton.Config({**config.kwargs, "BLOCK_K": 128}, num_warps=config.num_warps,
+        deeper = config.num_stages * config.kwargs["BLOCK_K"] // FP8_SCALE_BLOCK
+        config = fit_shared_memory(triton.Config({**config.kwargs, "BLOCK_K": FP8_SCALE_BLOCK},
+                                                 num_warps=config.num_warps,
                                                  num_stages=deeper),
                                    a.element_size(), out.element_size(), tma_store, _smem_limit(a.device))
     if config is not None and config.kwargs.get("SPLIT_K", 1) > 1 and (norm is not None
@@ -688,9 +693,10 @@ def _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequ
             os.environ.get("TILEWRIGHT_AUTOTUNE"), cache.generation)
 
 
-def _check_unit_stride(bias, norm, dequant) -> None:
-    """The kernel reads 1-D parameters as ``ptr + i``; the op layer makes them unit-stride
-    (ops/_checks.contiguous_vector). A direct caller passing a sliced or expanded vector gets an error, not garbage."""
+def _check_parameters(a, b, bias, norm, dequant) -> None:
+    """The kernel reads 1-D parameters as ``ptr + i`` and block scales by block index; the op layer makes them
+    unit-stride (ops/_checks.contiguous_vector) and checks the blocks' shapes. A direct caller passing a sliced or
+    expanded vector, or block scales of the wrong shape, gets an error, not garbage."""
     vectors = [("bias", bias)]
     if norm is not None:
         vectors += [("norm weight", norm.weight), ("rstd", norm.rstd), ("g_scale", norm.g_scale)]
@@ -698,6 +704,12 @@ def _check_unit_stride(bias, norm, dequant) -> None:
         if dequant.block_scaled:
             if not (dequant.scale_a.is_contiguous() and dequant.scale_b.is_contiguous()):
                 raise ValueError("launch_gemm: block scales must be contiguous")
+            # the kernel indexes them by block without masks on the K / N block: a wrong shape would read past them
+            M, K, N = a.shape[0], a.shape[1], b.shape[1]
+            kb, nb = triton.cdiv(K, FP8_SCALE_BLOCK), triton.cdiv(N, FP8_SCALE_BLOCK)
+            if tuple(dequant.scale_a.shape) != (M, kb) or tuple(dequant.scale_b.shape) != (kb, nb):
+                raise ValueError(f"launch_gemm: block scales must be ({M}, {kb}) and ({kb}, {nb}), got "
+                                 f"{tuple(dequant.scale_a.shape)} and {tuple(dequant.scale_b.shape)}")
         elif dequant.scale_a.dim() > 1 or dequant.scale_b.dim() > 1:
             raise ValueError("launch_gemm: per-tensor / rowwise scales are 1-D ((1,), (M,), (N,)); block scales need "
                              "Dequant(..., block_scaled=True)")
@@ -761,7 +773,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     at a new shape; ``TILEWRIGHT_AUTOTUNE=full`` runs Triton's sweep for buckets nothing measured instead. The launch
     plan (everything but the pointers) is cached per call signature on the GPU.
     """
-    _check_unit_stride(bias, norm, dequant)
+    _check_parameters(a, b, bias, norm, dequant)
     key = None
     if a.is_cuda and not INTERPRET and config is None and num_programs is None:
         key = _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequant)
