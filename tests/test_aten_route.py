@@ -328,8 +328,8 @@ def test_gpu_small_calls_are_aten_bit_for_bit(monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_large_training_attention_runs_cudnn_on_h100(monkeypatch):
-    """A training call over the FLOPs limit on sm_90 with cuDNN's SDPA on: the route, with SDPA's values and
-    gradients bit for bit; the same call without autograd keeps the kernels at head dim 128."""
+    """A training call over the FLOPs limit on sm_90 with cuDNN's SDPA on: the route, with SDPA's values bit for
+    bit and its gradients to rounding; the same call without autograd keeps the kernels at head dim 128."""
     if torch.cuda.get_device_capability() != (9, 0) or not torch.backends.cuda.cudnn_sdp_enabled():
         pytest.skip("the cuDNN region is sm_90 with cuDNN's SDPA enabled")
     monkeypatch.delenv(_aten.ENV, raising=False)
@@ -343,7 +343,13 @@ def test_gpu_large_training_attention_runs_cudnn_on_h100(monkeypatch):
         gq, gk, gv = torch.autograd.grad(got, (q, k, v), do)
         want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         wq, wk, wv = torch.autograd.grad(want, (q, k, v), do)
-        assert torch.equal(got, want) and torch.equal(gq, wq) and torch.equal(gk, wk) and torch.equal(gv, wv)
+        # the route shows in the autograd node and the forward's bits; the gradients agree to bf16 rounding only:
+        # on an H100 cuDNN's dq of the routed call and of a second SDPA call differed in low bits (run-dependent
+        # accumulation order; on an H200 they were equal)
+        assert got.grad_fn.name() == want.grad_fn.name() == "ScaledDotProductCudnnAttentionBackward0"
+        assert torch.equal(got, want)
+        for g, w in ((gq, wq), (gk, wk), (gv, wv)):
+            torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2 * w.abs().max().item())
     assert _entries(attention_ops._replays) == ["AtenAttention"]
     kernels = []
     forward = attention_ops._forward

@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import router
+from ._checks import traced_into_graph
 
 ENV = "TILEWRIGHT_ATEN_BELOW"
 DEFAULT_LIMIT = 2.0 ** 35
@@ -120,7 +121,7 @@ def compiling(t: torch.Tensor) -> bool:
     gets ATen's ops for a small problem (same rule and limit as eager calls, both with and without autograd - inductor
     fuses the elementwise ATen ops with their neighbours, and a custom op costs a dispatch per call in the compiled
     graph too)."""
-    return torch.compiler.is_compiling() and t.device.type == "cuda"
+    return t.device.type == "cuda" and traced_into_graph(t)
 
 
 class AtenGemm:
@@ -229,7 +230,7 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
     choice function does not trace); the compiled graph's SDPA then picks its backend at run time as eager SDPA does."""
     if q.device.type != "cuda" or not cudnn_region(q.device.index, q.shape[-1], q.dtype.itemsize, records_grad):
         return False
-    return torch.compiler.is_compiling() or sdpa_choice(q, k, v, causal, scale, gqa) == "cudnn"
+    return traced_into_graph(q) or sdpa_choice(q, k, v, causal, scale, gqa) == "cudnn"
 
 
 def cudnn_region(device_index, head_dim: int, itemsize: int, records_grad: bool) -> bool:

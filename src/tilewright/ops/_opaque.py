@@ -5,8 +5,10 @@ guards on every call. Traced through, one tilewright op read ~30-90 guards' wort
 call plumbing (8.5-16 us of checking a call on the dev box against 3-7 us for the same computation in torch ops;
 the compiled Llama block's cache lookup 94 us against torch's 37 on the H100 host, perf/LOG.md session 18). With
 ``torch._dynamo.allow_in_graph`` the op is one node of dynamo's graph - guarded only through its tensor arguments -
-and AOT autograd runs the same Python on its fake tensors (``torch.compiler.is_compiling()`` is True there too), so
-the ATen route's formulas, the custom ops and the checks' errors are what they were.
+and AOT autograd runs the same Python on its fake tensors, so the ATen route's formulas, the custom ops and the
+checks' errors are what they were - provided the ops know that run for a trace: torch 2.11 leaves
+``torch.compiler.is_compiling()`` False there (2.13 does not), hence ``_checks.traced_into_graph``, which also asks
+whether the tensors are fake.
 
 How, without importing torch._dynamo at ``import tilewright`` (1.7-2.2 s; a user who never compiles must not pay
 it): if it is already imported, the functions are registered now; otherwise a one-shot import hook registers them

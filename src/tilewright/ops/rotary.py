@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .._env import interpreting
-from ._checks import check_same_device, check_same_dtype, check_tensor, unit_last
+from ._checks import check_same_device, check_same_dtype, check_tensor, traced_into_graph, unit_last
 from ._eager import call_op, register_fast_dispatch
 from . import _aten
 
@@ -131,6 +131,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
                          f"rotary_dim = {rotary_dim} (full tables); pass rotary_dim= for a partial rotation")
     if cos3.stride() != sin3.stride():  # the kernel reads both tables through one set of strides
         cos3, sin3 = cos3.contiguous(), sin3.contiguous()
-    if torch.compiler.is_compiling() and x.numel() < _aten.COMPILED_ELEMENTWISE_MIN:
+    if traced_into_graph(x) and x.numel() < _aten.COMPILED_ELEMENTWISE_MIN:
         return _rotate_torch(x, cos3, sin3, rotary_dim, False)
     return call_op(rotary_op, x, cos3, sin3, rotary_dim, False)

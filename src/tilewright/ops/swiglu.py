@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .._env import interpreting
 from ._checks import (check_optional_tensor, check_same_device, check_same_dtype, check_tensor, output_view,
-                      unit_last)
+                      traced_into_graph, unit_last)
 from . import _aten
 from ._eager import call_op, register_fast_dispatch
 
@@ -147,7 +147,7 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
         check_same_device("x", x, up=up)
         if up.shape != x.shape:
             raise ValueError(f"up: expected x's shape {tuple(x.shape)}, got {tuple(up.shape)}")
-    if torch.compiler.is_compiling():
+    if traced_into_graph(x):
         formula = x.numel() < _aten.COMPILED_ELEMENTWISE_MIN
     else:
         formula = not interpreting() and _aten.swiglu_formula_eager(x)
