@@ -149,9 +149,10 @@ def test_forced_cuda_gemm_backward_falls_back_per_call(monkeypatch):
     torch.testing.assert_close(gw, torch.ones(5, 7).t() @ x.detach())
 
 
-def test_forcing_a_backend_the_op_lacks(fake_op):
-    with pytest.raises(ValueError, match="cuda: no cuda implementation of scaled_mm"):
-        router.decide("scaled_mm", torch.randn(4, 4), torch.randn(4, 4), backend="cuda")
+def test_forcing_a_backend_the_op_lacks(fake_op, monkeypatch):
+    monkeypatch.delitem(backends.REGISTRY, (OP, "fake_sm90"))
+    with pytest.raises(ValueError, match=f"cuda: no cuda implementation of {OP}"):
+        router.decide(OP, _x(), backend="cuda")
     with pytest.raises(ValueError, match="unknown op 'conv'"):
         router.decide("conv", _x())
 
@@ -311,6 +312,11 @@ def test_every_op_explains_the_info_command_s_probe(monkeypatch, fake_compiler):
     assert "q, k, v must be tensors" in texts["attention"]
     assert "expects tensors x, norm_weight, weight" in texts["rms_norm_linear"]
     assert "dtype torch.bfloat16 not supported for scaled_mm" in texts["scaled_mm"]
+    f8 = torch.empty(256, 256, dtype=torch.float8_e4m3fn)
+    assert "cuda: a must be row-major and b column-major" in router.explain("scaled_mm", f8, f8)
+    # with scaled_mm's layout the FP8 kernel's region answers for its defaults (row-wise scales, bf16 out, accurate)
+    small = torch.empty(64, 256, dtype=torch.float8_e4m3fn)
+    assert "cuda: M = 64 < 256" in router.explain("scaled_mm", small, f8.t())
 
 
 # ---- the first-use self-check loop every CUDA family shares (runtime/guard.run_self_check) ---------------------------

@@ -26,7 +26,7 @@ def _inputs(M, N, K, dtype=torch.float8_e4m3fn):
     return a, b
 
 
-def _peer(a, b, sa, sb, fast):
+def _peer(a, b, sa, sb, fast, out_dtype=torch.bfloat16):
     """torch._scaled_mm on the problem zero-padded to multiples of 16 (its requirement), sliced back."""
     M, K = a.shape
     N = b.shape[1]
@@ -35,7 +35,7 @@ def _peer(a, b, sa, sb, fast):
     b_p = F.pad(b.t().contiguous().view(torch.uint8), (0, pk, 0, pn)).view(b.dtype).t()
     sa_p = F.pad(sa.reshape(-1, 1), (0, 0, 0, pm), value=1.0) if sa.numel() > 1 else sa
     sb_p = F.pad(sb.reshape(1, -1), (0, pn), value=1.0) if sb.numel() > 1 else sb
-    out = torch._scaled_mm(a_p, b_p, sa_p, sb_p, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    out = torch._scaled_mm(a_p, b_p, sa_p, sb_p, out_dtype=out_dtype, use_fast_accum=fast)
     return out[:M, :N]
 
 
@@ -58,6 +58,26 @@ def test_fp8_within_cublaslt_error(shape, rowwise, fast):
     peer_err = (peer.double() - ref).abs().max().item()
     assert torch.isfinite(out).all()
     assert err <= 2 * peer_err + 1e-6, (err, peer_err)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["accurate", "fast_accum"])
+@pytest.mark.parametrize("shape", [(256, 512, 1024), (1000, 3008, 1536), (512, 512, 8192), (1000, 1288, 520)])
+def test_fp32_output_rowwise_within_cublaslt_error(shape, fast):
+    """The fp32-output row-wise case: an fp32 output shows the FP8 tensor-core accumulation that a bf16 rounding
+    hides, so a test against an fp32 emulation flags ~1-3% of elements for cuBLASLt itself. Against float64 the
+    accurate mode must be no worse than cuBLASLt (H100: equal or 1.5-1.7x smaller), fast mode within 2x."""
+    M, N, K = shape
+    a, b = _inputs(M, N, K)
+    sa = torch.rand(M, 1, device="cuda") + 0.5
+    sb = torch.rand(1, N, device="cuda") + 0.5
+    out = tilewright.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=fast)
+    assert out.dtype == torch.float32
+    ref = scaled_mm_reference(a, b, sa, sb, None, torch.float64, torch.float64)
+    peer = _peer(a, b, sa, sb, fast, torch.float32)
+    err = (out.double() - ref).abs().max().item()
+    peer_err = (peer.double() - ref).abs().max().item()
+    bound = (2.0 if fast else 1.0) * peer_err * (1 + 1e-3) + 1e-6  # (the 1e-3: an fp32 ulp of the sums, not a slack)
+    assert err <= bound, (err, peer_err)
 
 
 def _outlier_inputs(M, N, K, seed=0):

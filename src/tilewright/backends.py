@@ -30,6 +30,7 @@ IMPLEMENTATIONS = (
     "tilewright.cuda_fallback.gemm_sm120",
     "tilewright.cuda_fallback.attention_sm90",
     "tilewright.cuda_fallback.rmsnorm_gemm_sm90",
+    "tilewright.cuda_fallback.fp8_gemm_sm90",
 )
 
 Check = Callable[..., "tuple[bool, str]"]

@@ -54,9 +54,6 @@
 #ifndef TW_B_MN
 #define TW_B_MN 0
 #endif
-#ifndef TW_FP8
-#define TW_FP8 0
-#endif
 #ifndef TW_CTA2
 #define TW_CTA2 0
 #endif
@@ -65,15 +62,7 @@
 #else
 #define TW_CLUSTER_ATTR
 #endif
-#ifndef TW_SCALE
-#define TW_SCALE (TW_FP8 ? 1 : 0)
-#endif
-#if TW_FP8
-// per-tensor: one fp32 each; row-wise: fp32 (M,) and (N,) - device pointers, so a graph can update them in place
-#define TW_SCALE_PARAMS , const float* __restrict__ scale_a, const float* __restrict__ scale_b
-#else
-#define TW_SCALE_PARAMS
-#endif
+#include "ptx/fp8_scale.cuh"  // TW_FP8 (default 0), TW_SCALE, TW_SCALE_PARAMS
 
 namespace tw {
 

@@ -20,6 +20,22 @@
 // thread, made the kernel ~300 KB of SASS and the epilogue instruction-fetch bound (measured: half the throughput
 // of the 128x256 tiles at K = 4096). All PTX lives in ptx/*.cuh.
 //
+// TW_FP8=1 (e4m3) or 2 (e5m2) for A, TW_FP8_B likewise for B (default: A's format): the FP8 GEMM of scaled_mm,
+// out = act(scale * (A @ B) + bias) + residual with the torch._scaled_mm scales, 16-bit output (TW_FP16 picks fp16).
+//   * A 128-byte swizzle row holds BK = 128 fp8 elements, so a stage has the same bytes, boxes and descriptors as the
+//     16-bit build and each of the k-block's four wgmmas (m64nNk32) starts 32 bytes further into the row. K-major A
+//     and B only: PTX's FP8 wgmma has no transpose immediates (the layout torch._scaled_mm requires anyway).
+//   * Hopper's FP8 tensor-core sums keep fewer mantissa bits than fp32 over a long K (the error torch's "fast
+//     accumulation" accepts). TW_FP8_PROMOTE=1 (the accurate mode): each k-block's four wgmmas write a fresh fp32
+//     partial tile, which is added into the tile's accumulator in ordinary FP32 adds once they retire - promotion
+//     every 128 K elements. That needs the k-block's wgmmas retired (wait 0) before the adds, so one warpgroup's
+//     tensor work stops for its promotion; the cooperative tiles keep the other consumer's wgmmas in flight
+//     meanwhile, and the partial tile doubles the accumulator registers (128 x 128 tiles: 64 + 64 per thread).
+//     TW_FP8_PROMOTE=0 accumulates in the tensor cores across all of K (fast mode).
+//   * The epilogue dequantizes the fp32 accumulator before bias / activation / residual (the torch._scaled_mm
+//     order): TW_SCALE=1 per-tensor (scale_a[0] * scale_b[0]), 2 row-wise (scale_a[row] * scale_b[col], fp32
+//     vectors of M and N).
+//
 // TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
 // GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
 //   * A (= x, K-major only) goes smem -> registers (ldmatrix, swizzle-aware), each thread adds the fp32 squares of
@@ -80,6 +96,8 @@
 #if TW_NORM_A
 #include "ptx/math.cuh"      // quad_sum
 #define TW_KERNEL_NAME tw_rmsnorm_gemm_sm90
+#elif defined(TW_FP8) && TW_FP8
+#define TW_KERNEL_NAME tw_fp8_gemm_sm90
 #else
 #define TW_KERNEL_NAME tw_gemm_sm90
 #endif
@@ -91,6 +109,14 @@
 #endif
 #ifndef TW_NORM_XFORM
 #define TW_NORM_XFORM 0
+#endif
+
+#include "ptx/fp8_scale.cuh"  // TW_FP8 (default 0), TW_SCALE, TW_SCALE_PARAMS
+#ifndef TW_FP8_B
+#define TW_FP8_B TW_FP8
+#endif
+#ifndef TW_FP8_PROMOTE
+#define TW_FP8_PROMOTE (TW_FP8 ? 1 : 0)
 #endif
 
 #ifndef TW_BM
@@ -127,15 +153,20 @@ namespace tw {
 
 constexpr int BM = TW_BM;
 constexpr int BN = TW_BN;
-constexpr int BK = 64;  // one 128-byte swizzle row of 16-bit elements
+constexpr bool FP8 = TW_FP8 != 0;
+constexpr bool FP8_PROMOTE = FP8 && TW_FP8_PROMOTE != 0;
+constexpr int SCALE = TW_SCALE;
+constexpr int ELEM_BYTES = FP8 ? 1 : 2;
+constexpr int BK = 128 / ELEM_BYTES;  // one 128-byte swizzle row: 64 16-bit or 128 fp8 elements
+constexpr int K_STEPS = 4;            // wgmmas per k-block (k16 of 16-bit, k32 of fp8): each 32 bytes into the row
 constexpr int STAGES = TW_STAGES;
 constexpr bool COOP = TW_COOP != 0;
 constexpr bool A_MN = TW_A_MN != 0;
 constexpr bool B_MN = TW_B_MN != 0;
 constexpr int WM = COOP ? BM / 2 : BM;  // rows owned by one consumer warpgroup
 constexpr int MA = WM / 64;             // m64 wgmma atoms per consumer
-constexpr int A_STAGE = BM * BK * 2;
-constexpr int B_STAGE = BN * BK * 2;
+constexpr int A_STAGE = BM * BK * ELEM_BYTES;
+constexpr int B_STAGE = BN * BK * ELEM_BYTES;
 constexpr int STAGE_BYTES = A_STAGE + B_STAGE;
 constexpr int C_WG = WM * BN * 2;  // one consumer's output staging tile
 constexpr int BAR_OFFSET = STAGES * STAGE_BYTES + 2 * C_WG;
@@ -169,6 +200,12 @@ static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 p
 static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 168 * 384, "register split over the CTA's allocation");
 
 constexpr bool NORM = TW_NORM_A != 0;
+static_assert(!FP8 || (!A_MN && !B_MN && !NORM), "FP8 build: K-major A and B only, no RMSNorm prologue");
+static_assert(FP8 ? (SCALE == 1 || SCALE == 2) : SCALE == 0, "TW_SCALE: 1 per-tensor / 2 row-wise, FP8 builds only");
+static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
+static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 128 and 256");
+// the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
+static_assert(!FP8_PROMOTE || MA * BN / 2 <= 64, "TW_FP8_PROMOTE: consumer tiles of 64 x 128 (accumulator + partial)");
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
 constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 // The residual tile by TMA into the consumer's output staging buffer while its mainloop runs (when the launcher
@@ -178,11 +215,35 @@ constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 constexpr bool RES_TMA = TW_RES != 0 && !NORM;
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
 
-// One m64nBNk16 wgmma in the compiled dtype.
+// One m64nNk32 FP8 wgmma of the compiled formats (K-major operands); a template so the other width's call is
+// discarded.
+template <int N>
+TW_DEVICE void mma_fp8(float (&d)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TW_FP8_MMA(N, TA, TB) wgmma_m64n##N##k32_##TA##_##TB(d, da, db, scale_d)
+#define TW_FP8_MMA_N(N)                                        \
+  if constexpr (TW_FP8 == 1 && TW_FP8_B == 1) TW_FP8_MMA(N, e4m3, e4m3); \
+  else if constexpr (TW_FP8 == 1) TW_FP8_MMA(N, e4m3, e5m2);            \
+  else if constexpr (TW_FP8_B == 1) TW_FP8_MMA(N, e5m2, e4m3);          \
+  else TW_FP8_MMA(N, e5m2, e5m2);
+  if constexpr (N == 256) {
+    TW_FP8_MMA_N(256)
+  } else {
+    static_assert(N == 128, "FP8 wgmma widths 128 and 256");
+    TW_FP8_MMA_N(128)
+  }
+#undef TW_FP8_MMA_N
+#undef TW_FP8_MMA
+#endif
+}
+
+// One m64nBNk16 wgmma in the compiled dtype (k32 in the FP8 builds).
 template <int TA, int TB>
 TW_DEVICE void mma(float (&d)[BN / 2], tw_u64 da, tw_u64 db, int scale_d) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (BN == 256) {
+  if constexpr (FP8) {
+    mma_fp8<BN>(d, da, db, scale_d);
+  } else if constexpr (BN == 256) {
     if constexpr (TW_FP16) wgmma_m64n256k16_f16<TA, TB>(d, da, db, scale_d);
     else wgmma_m64n256k16_bf16<TA, TB>(d, da, db, scale_d);
   } else if constexpr (BN == 128) {
@@ -358,6 +419,7 @@ using namespace tw;
 // with the output's box and swizzle, at row (r % res_rows) - the whole output (res_rows = M) or a period that every
 // consumer tile lies within (a pos_embed repeated over the batch); 0 -> element loads through res / rs* as above.
 // TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
+// TW_FP8: scale_a, scale_b fp32 - one element each (TW_SCALE 1) or (M,) and (N,) contiguous vectors (TW_SCALE 2).
 extern "C" __global__ void __launch_bounds__(384, 1)
     TW_KERNEL_NAME(const __grid_constant__ TwTensorMap tm_a, const __grid_constant__ TwTensorMap tm_b,
                  const __grid_constant__ TwTensorMap tm_c, const unsigned short* __restrict__ bias,
@@ -367,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if TW_NORM_A
                  , const unsigned short* __restrict__ norm_w, float* __restrict__ rstd_out, float eps
 #endif
-                 ) {
+                 TW_SCALE_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
@@ -619,6 +681,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       wgmma_wait<0>();
       if (NORM_DBUF && tid == 0) mbar_arrive(bar_empty + 8 * prev);
 #else
+#if TW_FP8_PROMOTE
+      // the tile's fp32 accumulator starts at zero and takes each k-block's partial tile (header: TW_FP8_PROMOTE)
+      float part[MA][BN / 2];
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[ma][i] = 0.0f;
+#endif
       for (int kb = 0; kb < kt; ++kb) {
 #if TW_NORM_XFORM
         mbar_wait(sbase + XF_BAR_OFFSET + 8 * s, phase);  // TMA landed and the transform warps wrote x * g
@@ -629,16 +699,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const tw_u32 sb = sa + A_STAGE;
         wgmma_fence();
 #pragma unroll
-        for (int k16 = 0; k16 < BK / 16; ++k16) {
+        for (int ks = 0; ks < K_STEPS; ++ks) {  // k16 steps (k32 in FP8): 32 bytes each into the K-major row
           tw_u64 db;
-          if constexpr (B_MN) db = wgmma_desc_sw128(sb + k16 * 16 * 128, BK * 128, 1024);
-          else db = wgmma_desc_sw128(sb + k16 * 32, 16, 1024);
+          if constexpr (B_MN) db = wgmma_desc_sw128(sb + ks * 16 * 128, BK * 128, 1024);
+          else db = wgmma_desc_sw128(sb + ks * 32, 16, 1024);
 #pragma unroll
           for (int ma = 0; ma < MA; ++ma) {
             tw_u64 da;
-            if constexpr (A_MN) da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + k16 * 16 * 128, BK * 128, 1024);
-            else da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + k16 * 32, 16, 1024);
-            mma<A_MN ? 1 : 0, B_MN ? 1 : 0>(acc[ma], da, db, (kb | k16) != 0);
+            if constexpr (A_MN) da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + ks * 16 * 128, BK * 128, 1024);
+            else da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + ks * 32, 16, 1024);
+#if TW_FP8_PROMOTE
+            mma<0, 0>(part[ma], da, db, ks != 0);  // a fresh partial tile per k-block
+#else
+            mma<A_MN ? 1 : 0, B_MN ? 1 : 0>(acc[ma], da, db, (kb | ks) != 0);
+#endif
           }
         }
         wgmma_commit();
@@ -652,18 +726,32 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if (res_by_tma && tid == 0) load_residual_tile();
           if (bias_smem) copy_bias_slice();
         }
+#if TW_FP8_PROMOTE
+        // promotion: the partial tile is complete once this k-block's wgmmas retire, which also frees the stage
+        wgmma_wait<0>();
+        if (tid == 0) mbar_arrive(bar_empty + 8 * s);
+#pragma unroll
+        for (int ma = 0; ma < MA; ++ma) {
+          wgmma_reg_fence(part[ma]);
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) acc[ma][i] += part[ma][i];
+        }
+#else
         if (kb > 0) {
           wgmma_wait<1>();  // the previous k-block's MMAs are done: release its stage
           if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
         }
+#endif
         prev = s;
         if (++s == STAGES) {
           s = 0;
           phase ^= 1;
         }
       }
+#if !TW_FP8_PROMOTE
       wgmma_wait<0>();
       if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
+#endif
 #endif
 #pragma unroll
       for (int ma = 0; ma < MA; ++ma) wgmma_reg_fence(acc[ma]);
@@ -718,6 +806,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           res_off[ma][h] = TW_RES ? (long long)(r / res_period) * rs0 + (long long)(r % res_period) * rs1 : 0;
         }
       }
+#if TW_FP8
+      // dequantization of the fp8 product, before bias (scaled_mm semantics): this thread's rows' factor here, the
+      // columns' scale_b (row-wise) with the bias below
+      float row_scale[MA][2];
+      {
+        const float tensor_scale = SCALE == 1 ? scale_a[0] * scale_b[0] : 1.0f;
+#pragma unroll
+        for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
+            row_scale[ma][h] = SCALE == 2 ? (row_ok[ma][h] ? scale_a[r] : 0.0f) : tensor_scale;  // no read past M
+          }
+      }
+#endif
       const int q = lane >> 3;
       const int r8 = lane & 7;
       const int col_lane = n0 + 2 * (lane & 3);
@@ -737,9 +840,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       for (int j0 = 0; j0 < BN / 8; j0 += RES_J) {
         tw_u32 bias_pk[RES_J];
         tw_u32 res_pk[MA][2][RES_J];
+#if TW_FP8
+        float col_scale[RES_J][2];  // scale_b of the thread's two columns per block (row-wise), else 1
+#endif
 #pragma unroll
         for (int jr = 0; jr < RES_J; ++jr) {
           const int col = col_lane + 8 * (j0 + jr);
+#if TW_FP8
+          col_scale[jr][0] = (SCALE == 2 && col < N) ? scale_b[col] : 1.0f;
+          col_scale[jr][1] = (SCALE == 2 && col + 1 < N) ? scale_b[col + 1] : 1.0f;
+#endif
           if (bias_smem)  // (uniform: one branch per batch after unswitching; the slice is zero past N)
             bias_pk[jr] = ld_shared_b32(bias_s + 2 * (col - n0));
           else
@@ -774,6 +884,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 // rstd before the bias, as the Triton kernel (acc * rstd, then the GEMM epilogue)
                 float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] * rstd[ma][h] + b0);
                 float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] * rstd[ma][h] + b1);
+#elif TW_FP8
+                const float* cs = col_scale[j - j0 + jj];
+                float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] * (row_scale[ma][h] * cs[0]) + b0);
+                float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] * (row_scale[ma][h] * cs[1]) + b1);
 #else
                 float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] + b0);
                 float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] + b1);

@@ -1,4 +1,5 @@
-"""FP8 GEMM: ``tilewright.scaled_mm`` - the Triton GEMM on float8 inputs with dequantization scales.
+"""FP8 GEMM: ``tilewright.scaled_mm`` - the Triton GEMM on float8 inputs with dequantization scales, or on Hopper
+the sm_90a CUDA FP8 kernel (cuda_fallback/fp8_gemm_sm90.py) where the router measured it faster.
 
 Contract (that of ``torch._scaled_mm``, which is the peer): ``out = (a * scale_a) @ (b * scale_b) (+ bias)`` with
 a (M, K) and b (K, N) in float8_e4m3fn / float8_e5m2, fp32 accumulation, scales fp32 either one per tensor
@@ -51,10 +52,17 @@ def scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
         else:
             out.copy_(bias.to(out_dtype).expand(M, N))
         return out
-    choice = router.dispatch("scaled_mm", a, b, backend=backend)
+    scales = "block" if scale_a.dim() == 2 else ("tensor" if scale_a.numel() == 1 and scale_b.numel() == 1 else "row")
+    choice = router.dispatch("scaled_mm", a, b, scales, out_dtype, None if bias is None else bias.dtype,
+                             use_fast_accum, backend=backend)
     if choice == "torch":
         out.copy_(scaled_mm_reference(a, b, scale_a, scale_b, bias, out_dtype))
         return out
+    if choice == "cuda":
+        from ..cuda_fallback import fp8_gemm_sm90
+
+        if fp8_gemm_sm90.try_launch(a, b, scale_a, scale_b, out, bias, use_fast_accum):
+            return out  # (else the family was disabled or declined: Triton serves)
     from ..triton_kernels.gemm import Dequant, launch_gemm
 
     dequant = Dequant(scale_a, scale_b, use_fast_accum, block_scaled=scale_a.dim() == 2)  # (rowwise ones are 1-D here)
@@ -149,7 +157,9 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         use_fast_accum: as in ``torch._scaled_mm``: False (default) accumulates each K slice from zero and adds it
             in fp32 (cuBLASLt's accurate mode); True keeps the tensor cores' reduced-precision FP8 accumulator across
             K on sm_90 - faster, with errors growing with K.
-        backend: None (router), "triton" or "torch".
+        backend: None (router), "cuda" (the sm_90a FP8 kernel: row-wise or per-tensor scales, 16-bit out, bias in
+            out_dtype, K a multiple of 16, N of 8), "triton" or "torch". The router takes the CUDA kernel on Hopper
+            in accurate mode from M = 256 (cuda_fallback/fp8_gemm_sm90.py says why), Triton elsewhere.
 
     Non-finite scales: an Inf or NaN scale makes its row (scale_a) or column (scale_b) of the output non-finite,
     but whether an entry is +Inf, -Inf or NaN follows the sign (and exact zeroness) of the FP8 accumulator, which

@@ -22,7 +22,8 @@ from ..._record import is_recording, record
 from .build import Build, CudaUnavailable
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-TMA_DTYPE = {"float16": 6, "bfloat16": 9, "float32": 7}
+# CUtensorMapDataType codes; the 8-bit floats travel as UINT8 (TMA copies bytes; the MMA reads the format)
+TMA_DTYPE = {"float16": 6, "bfloat16": 9, "float32": 7, "float8_e4m3fn": 0, "float8_e5m2": 0}
 TMA_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 TMA_L2_PROMOTION_256B = 3
 

@@ -1,0 +1,28 @@
+"""sm_90a CUDA FP8 GEMM (fp8_gemm_sm90) vs cuBLASLt (torch._scaled_mm), row-wise scales, bf16 output, accurate and
+fast accumulation; CUDA-graph timed, providers interleaved (bench.common). The Triton scaled_mm's figures are in
+block_scaled_*.txt (its first calls tune, longer than this script's device slot). Argument: MxNxK,... shapes."""
+import sys
+import torch
+from tilewright.bench.common import graph_ms_alternating
+from tilewright.cuda_fallback import fp8_gemm_sm90 as f8
+print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+SHAPES = [(8192, 8192, 8192), (8192, 28672, 4096), (4096, 4096, 4096), (1000, 3008, 1536), (16, 4096, 4096)]
+if len(sys.argv) > 1:
+    SHAPES = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1].split(",")]
+for M, N, K in SHAPES:
+    a = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(M, 1, device="cuda") + 0.5, torch.rand(1, N, device="cuda") + 0.5
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    fns = {"cublaslt": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+           "cuda": lambda: f8.launch_fp8_gemm(a, b, sa, sb, out),
+           "cublaslt_fast": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True),
+           "cuda_fast": lambda: f8.launch_fp8_gemm(a, b, sa, sb, out, use_fast_accum=True)}
+    for f in fns.values():
+        f()
+    torch.cuda.synchronize()
+    ms = dict(zip(fns, graph_ms_alternating(list(fns.values()))))
+    fl = 2 * M * N * K
+    print(f"{M}x{N}x{K} " + "  ".join(f"{k} {m * 1e3:.1f} us ({fl / m / 1e9:.0f} TF/s)" for k, m in ms.items())
+          + f" | cuda/cublaslt {ms['cublaslt'] / ms['cuda']:.3f}, fast {ms['cublaslt_fast'] / ms['cuda_fast']:.3f}",
+          flush=True)

@@ -1,0 +1,109 @@
+"""CPU tier for the sm_90a FP8 GEMM (fp8_gemm_sm90.cu, the TW_FP8 build of gemm_sm90.cu): its variants' switches,
+the promotion compiled into the accurate build, and the operand checks. Numerics: test_fp8_gemm_sm90_gpu.py."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from tilewright.cuda_fallback import build_check
+from tilewright.cuda_fallback import fp8_gemm_sm90 as f8
+from tilewright.cuda_fallback.runtime import build
+
+needs_compiler = pytest.mark.skipif(build.toolchain() is None, reason="no CUDA compiler (nvcc or NVRTC)")
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def test_variant_switches_follow_the_operands():
+    v = f8.ACCURATE_VARIANT.with_operands(1, (2, 1))
+    d = v.defines(False, False, True)
+    assert (d["TW_FP8"], d["TW_FP8_B"], d["TW_SCALE"], d["TW_FP8_PROMOTE"], d["TW_FP16"]) == (2, 1, 1, 1, 1)
+    assert v.name == "coop128x128s6f8-e5m2xe4m3" and f8.FAST_VARIANT.name == "coop128x256s3f8rowfast"
+    assert f8.FAST_VARIANT.defines(False, False, False)["TW_FP8_PROMOTE"] == 0
+    # a stage is the 16-bit GEMM's bytes: 128-byte rows of 128 fp8 elements
+    assert f8.ACCURATE_VARIANT.smem_bytes() <= f8.gemm_sm90.SMEM_LIMIT
+
+
+@needs_compiler
+def test_accurate_build_promotes_every_k_block(cache):
+    """The accurate build adds each k-block's partial tile into the accumulator (64 FADDs a thread per k-block at
+    64 x 128 per consumer) after waiting for its wgmmas; the fast build accumulates in the tensor cores."""
+    def sass(v):
+        return build_check.sass(build.compile_source(f8.SOURCE, "sm_90a", v.defines(False, False, False)).cubin)
+
+    accurate, fast = sass(f8.ACCURATE_VARIANT), sass(f8.FAST_VARIANT)
+    assert len(re.findall(r"\bFADD\b", accurate)) >= 64
+    assert len(re.findall(r"\bFADD\b", fast)) < 16
+    assert re.search(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3", accurate), "m64n128k32 e4m3 wgmma"
+    assert re.search(r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3", fast)
+
+
+def _operands(M=256, N=512, K=1024, fa=E4M3, fb=E4M3):
+    a = torch.randn(M, K).to(fa)
+    b = torch.randn(N, K).to(fb).t()
+    return a, b, torch.rand(M, 1) + 0.5, torch.rand(1, N) + 0.5
+
+
+def test_constraints_accept_scaled_mm_operands():
+    a, b, sa, sb = _operands()
+    assert f8.constraints(a, b, sa, sb)[0]
+    assert f8.constraints(a, b, torch.tensor(0.5), torch.tensor(2.0))[0]
+    a, b, sa, sb = _operands(fa=E5M2)
+    assert f8.constraints(a, b, sa, sb, torch.randn(512).to(torch.float16), torch.float16)[0]
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("bf16 operands", "float8"), ("row-major b", "K-major"), ("K % 16", "16-byte"), ("N % 8", "N = 20"),
+    ("fp16 scales", "float32"), ("block scales", "one element each"), ("fp32 out", "out_dtype"),
+    ("bias dtype", "bias"), ("empty", "empty"),
+])
+def test_constraints_name_what_they_refuse(case, needle):
+    a, b, sa, sb = _operands()
+    kw = {}
+    if case == "bf16 operands":
+        a = a.to(torch.bfloat16)
+    elif case == "row-major b":
+        b = b.contiguous()
+    elif case == "K % 16":
+        a, b, sa, sb = _operands(K=1000)
+    elif case == "N % 8":
+        a, b, sa, sb = _operands(N=20)
+    elif case == "fp16 scales":
+        sa = sa.half()
+    elif case == "block scales":
+        sa = torch.rand(256, 8)
+    elif case == "fp32 out":
+        kw["out_dtype"] = torch.float32
+    elif case == "bias dtype":
+        kw["bias"] = torch.randn(512)
+    elif case == "empty":
+        a, b, sa, sb = _operands(M=0)
+    ok, why = f8.constraints(a, b, sa, sb, **kw)
+    assert not ok and needle in why, why
+
+
+def test_launch_refuses_before_any_compile_or_launch():
+    a, b, sa, sb = _operands()
+    with pytest.raises(ValueError, match="fp8 gemm: .*K-major"):
+        f8.launch_fp8_gemm(a, b.contiguous(), sa, sb, torch.empty(256, 512, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="out: expected"):
+        f8.launch_fp8_gemm(a, b, sa, sb, torch.empty(512, 256, dtype=torch.bfloat16).t())
+
+
+def test_router_region_and_refusals():
+    """The scaled_mm record answers the router's (a, b, scales, out_dtype, bias_dtype, use_fast_accum) call: block
+    scales and a bias of another dtype go elsewhere by constraint; fast mode and decode-sized M by preference."""
+    a, b, _, _ = _operands(M=512)
+    assert f8._router_constraints(a, b, "row", torch.bfloat16, None, False)[0]
+    assert f8._router_constraints(a, b, "tensor", torch.float16, torch.float16, False)[0]
+    ok, why = f8._router_constraints(a, b, "block", torch.bfloat16, None, False)
+    assert not ok and "block scales: Triton" in why
+    ok, why = f8._router_constraints(a, b, "row", torch.bfloat16, torch.float32, False)
+    assert not ok and "bias" in why
+    assert not f8._router_constraints(a, b, "row", torch.float32, None, False)[0]
+    assert f8.preferred(a, b, "row", torch.bfloat16, None, False)[0]
+    assert not f8.preferred(a, b, "row", torch.bfloat16, None, True)[0]
+    small, _, _, _ = _operands(M=64)
+    ok, why = f8.preferred(small, b, "row", torch.bfloat16, None, False)
+    assert not ok and "M = 64 < 256" in why

@@ -1,0 +1,75 @@
+"""GPU tier for the sm_90a FP8 GEMM (Hopper only): error against a float64 reference no worse than cuBLASLt's
+(torch._scaled_mm) in the same accumulation mode - accurate: cuBLASLt's plus half a bf16 ulp of the largest output
+(both round to bf16, and a sum a hair apart can round to the other neighbour), fast: <= 2x -
+on tails that are not tile multiples, per-tensor and row-wise scales, both formats, bias and fp16 output; every
+output element written (the output starts as NaN)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tilewright.cuda_fallback import fp8_gemm_sm90 as f8
+from tilewright.ops.scaled_mm import scaled_mm_reference
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def _case(M, N, K, fa=E4M3, fb=E4M3, rowwise=True, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = (torch.randn(M, K, device="cuda", generator=g) * 2).to(fa)
+    b = torch.randn(N, K, device="cuda", generator=g).to(fb).t()
+    if rowwise:
+        sa = torch.rand(M, 1, device="cuda", generator=g) + 0.5
+        sb = torch.rand(1, N, device="cuda", generator=g) + 0.5
+    else:
+        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+    return a, b, sa, sb
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["accurate", "fast"])
+@pytest.mark.parametrize("shape", [(256, 512, 1024), (1000, 3008, 1536), (16, 4096, 4096), (333, 1296, 8192),
+                                   (2048, 2048, 16384)])
+@pytest.mark.parametrize("rowwise", [True, False], ids=["rowwise", "tensor"])
+def test_error_within_cublaslt(shape, rowwise, fast):
+    M, N, K = shape
+    a, b, sa, sb = _case(M, N, K, rowwise=rowwise)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    f8.launch_fp8_gemm(a, b, sa, sb, out, use_fast_accum=fast)
+    ref = scaled_mm_reference(a, b, sa, sb, None, torch.float64, torch.float64)
+    # cuBLASLt's error in the same mode (its dims must be multiples of 16: M padded with zero rows)
+    pm = -M % 16
+    a_p = torch.nn.functional.pad(a.view(torch.uint8), (0, 0, 0, pm)).view(a.dtype)
+    sa_p = torch.nn.functional.pad(sa, (0, 0, 0, pm), value=1.0) if rowwise else sa
+    peer = torch._scaled_mm(a_p, b, sa_p, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)[:M]
+    assert torch.isfinite(out).all()
+    err = (out.double() - ref).abs().max().item()
+    peer_err = (peer.double() - ref).abs().max().item()
+    bound = 2 * peer_err if fast else peer_err + 2 ** -9 * ref.abs().max().item()
+    assert err <= bound + 1e-6, (err, peer_err)
+
+
+@pytest.mark.parametrize("fa, fb, out_dtype", [(E5M2, E4M3, torch.float16), (E4M3, E5M2, torch.bfloat16),
+                                               (E5M2, E5M2, torch.bfloat16)])
+def test_formats_bias_and_fp16_output(fa, fb, out_dtype):
+    M, N, K = 517, 768, 2048
+    a, b, sa, sb = _case(M, N, K, fa, fb)
+    bias = torch.randn(N, device="cuda").to(out_dtype)
+    out = f8.fp8_gemm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    ref = scaled_mm_reference(a, b, sa, sb, bias, torch.float64, torch.float64)
+    tol = 4 * 2 ** -8 * ref.abs().max().item()  # four bf16 ulps of the largest output (the inputs are exact)
+    assert out.dtype == out_dtype and (out.double() - ref).abs().max().item() <= tol
+
+
+def test_scaled_mm_routes_here_in_accurate_mode_from_m_256():
+    """tilewright.scaled_mm on Hopper: accurate mode at M >= 256 runs this kernel (the same bits as a direct launch),
+    fast mode and M < 256 stay on Triton."""
+    import tilewright
+    from tilewright import router
+
+    a, b, sa, sb = _case(512, 1024, 2048)
+    got = tilewright.scaled_mm(a, b, sa, sb)
+    assert torch.equal(got, f8.fp8_gemm(a, b, sa.reshape(-1), sb.reshape(-1)))
+    assert router.dispatch("scaled_mm", a, b, "row", torch.bfloat16, None, False) == "cuda"
+    assert router.dispatch("scaled_mm", a, b, "row", torch.bfloat16, None, True) == "triton"
+    assert router.dispatch("scaled_mm", a[:64], b, "row", torch.bfloat16, None, False) == "triton"
