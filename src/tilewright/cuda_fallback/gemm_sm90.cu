@@ -31,6 +31,10 @@
 //     every 128 K elements. That needs the k-block's wgmmas retired (wait 0) before the adds, so one warpgroup's
 //     tensor work stops for its promotion; the cooperative tiles keep the other consumer's wgmmas in flight
 //     meanwhile, and the partial tile doubles the accumulator registers (128 x 128 tiles: 64 + 64 per thread).
+//     Why not two partial tiles, adding k-block kb - 1's while kb's wgmmas run (wait 1, as the 16-bit mainloop):
+//     built that way (the k-loop unrolled by two), ptxas serialized the wgmmas (C7514: non-wgmma instructions read
+//     accumulator registers inside a wgmma pipeline stage - it does not tell the retired partial from the one in
+//     flight) and spilled 568 B.
 //     TW_FP8_PROMOTE=0 accumulates in the tensor cores across all of K (fast mode).
 //   * The epilogue dequantizes the fp32 accumulator before bias / activation / residual (the torch._scaled_mm
 //     order): TW_SCALE=1 per-tensor (scale_a[0] * scale_b[0]), 2 row-wise (scale_a[row] * scale_b[col], fp32
