@@ -73,3 +73,18 @@ def test_scaled_mm_routes_here_in_accurate_mode_from_m_256():
     assert router.dispatch("scaled_mm", a, b, "row", torch.bfloat16, None, False) == "cuda"
     assert router.dispatch("scaled_mm", a, b, "row", torch.bfloat16, None, True) == "triton"
     assert router.dispatch("scaled_mm", a[:64], b, "row", torch.bfloat16, None, False) == "triton"
+
+
+@pytest.mark.parametrize("shape", [(1000, 3008, 1536), (2048, 2048, 16384)])
+def test_promotion_every_two_k_blocks_stays_within_twice_cublaslt(shape):
+    """PROMOTE2_VARIANT (fp32 promotion every 256 K elements, a candidate default): the scaled_mm rule (<= 2x
+    cuBLASLt's accurate-mode error vs float64); the ratio it reaches is printed for the log."""
+    M, N, K = shape
+    a, b, sa, sb = _case(M, N, K)
+    out = f8.fp8_gemm(a, b, sa, sb, variant=f8.PROMOTE2_VARIANT)
+    ref = scaled_mm_reference(a, b, sa, sb, None, torch.float64, torch.float64)
+    peer = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    err = (out.double() - ref).abs().max().item()
+    peer_err = (peer.double() - ref).abs().max().item()
+    print(f"promote every 2 k-blocks {shape}: error {err:.4g} vs cuBLASLt {peer_err:.4g} ({err / peer_err:.2f}x)")
+    assert err <= 2 * peer_err, (err, peer_err)

@@ -28,7 +28,8 @@
 //   * Hopper's FP8 tensor-core sums keep fewer mantissa bits than fp32 over a long K (the error torch's "fast
 //     accumulation" accepts). TW_FP8_PROMOTE=1 (the accurate mode): each k-block's four wgmmas write a fresh fp32
 //     partial tile, which is added into the tile's accumulator in ordinary FP32 adds once they retire - promotion
-//     every 128 K elements. That needs the k-block's wgmmas retired (wait 0) before the adds, so one warpgroup's
+//     every 128 K elements (TW_FP8_PROMOTE=N: every N k-blocks, the tensor cores summing N x 128 between two
+//     promotions). That needs the k-block's wgmmas retired (wait 0) before the adds, so one warpgroup's
 //     tensor work stops for its promotion; the cooperative tiles keep the other consumer's wgmmas in flight
 //     meanwhile, and the partial tile doubles the accumulator registers (128 x 128 tiles: 64 + 64 per thread).
 //     Why not two partial tiles, adding k-block kb - 1's while kb's wgmmas run (wait 1, as the 16-bit mainloop):
@@ -120,7 +121,7 @@
 #define TW_FP8_B TW_FP8
 #endif
 #ifndef TW_FP8_PROMOTE
-#define TW_FP8_PROMOTE (TW_FP8 ? 1 : 0)
+#define TW_FP8_PROMOTE (TW_FP8 ? 1 : 0)  // k-blocks per promotion; 0: fast mode
 #endif
 
 #ifndef TW_BM
@@ -713,7 +714,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             if constexpr (A_MN) da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + ks * 16 * 128, BK * 128, 1024);
             else da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + ks * 32, 16, 1024);
 #if TW_FP8_PROMOTE
-            mma<0, 0>(part[ma], da, db, ks != 0);  // a fresh partial tile per k-block
+            mma<0, 0>(part[ma], da, db, ((kb % TW_FP8_PROMOTE) | ks) != 0);  // a fresh partial tile per group
 #else
             mma<A_MN ? 1 : 0, B_MN ? 1 : 0>(acc[ma], da, db, (kb | ks) != 0);
 #endif
@@ -731,14 +732,22 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if (bias_smem) copy_bias_slice();
         }
 #if TW_FP8_PROMOTE
-        // promotion: the partial tile is complete once this k-block's wgmmas retire, which also frees the stage
-        wgmma_wait<0>();
-        if (tid == 0) mbar_arrive(bar_empty + 8 * s);
+        if ((kb + 1) % TW_FP8_PROMOTE == 0 || kb + 1 == kt) {
+          // promotion: the group's partial tile is complete once its wgmmas retire, which also frees the stage
+          wgmma_wait<0>();
+          if (tid == 0) {
+            if (kb % TW_FP8_PROMOTE != 0) mbar_arrive(bar_empty + 8 * prev);  // (the group's previous k-block)
+            mbar_arrive(bar_empty + 8 * s);
+          }
 #pragma unroll
-        for (int ma = 0; ma < MA; ++ma) {
-          wgmma_reg_fence(part[ma]);
+          for (int ma = 0; ma < MA; ++ma) {
+            wgmma_reg_fence(part[ma]);
 #pragma unroll
-          for (int i = 0; i < BN / 2; ++i) acc[ma][i] += part[ma][i];
+            for (int i = 0; i < BN / 2; ++i) acc[ma][i] += part[ma][i];
+          }
+        } else if (kb % TW_FP8_PROMOTE != 0) {
+          wgmma_wait<1>();  // inside a group: the previous k-block's wgmmas are done, release its stage
+          if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
         }
 #else
         if (kb > 0) {

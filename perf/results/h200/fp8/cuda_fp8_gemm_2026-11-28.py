@@ -1,8 +1,9 @@
-"""sm_90a CUDA FP8 GEMM (fp8_gemm_sm90) vs cuBLASLt (torch._scaled_mm), row-wise scales, bf16 output, accurate and
-fast accumulation; CUDA-graph timed, providers interleaved (bench.common). The Triton scaled_mm's figures are in
-block_scaled_*.txt (its first calls tune, longer than this script's device slot). Argument: MxNxK,... shapes."""
+"""sm_90a CUDA FP8 GEMM (fp8_gemm_sm90) vs cuBLASLt (torch._scaled_mm) and the Triton scaled_mm, row-wise scales,
+bf16 output, accurate (promotion every k-block, and every 2: cuda_p2) and fast accumulation; CUDA-graph timed,
+providers interleaved (bench.common). Argument: MxNxK,... shapes. (The 0725 run had neither cuda_p2 nor triton.)"""
 import sys
 import torch
+import tilewright
 from tilewright.bench.common import graph_ms_alternating
 from tilewright.cuda_fallback import fp8_gemm_sm90 as f8
 print(torch.cuda.get_device_name(), torch.__version__, flush=True)
@@ -16,6 +17,8 @@ for M, N, K in SHAPES:
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     fns = {"cublaslt": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
            "cuda": lambda: f8.launch_fp8_gemm(a, b, sa, sb, out),
+           "cuda_p2": lambda: f8.launch_fp8_gemm(a, b, sa, sb, out, variant=f8.PROMOTE2_VARIANT),
+           "triton": lambda: tilewright.scaled_mm(a, b, sa, sb, backend="triton"),
            "cublaslt_fast": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True),
            "cuda_fast": lambda: f8.launch_fp8_gemm(a, b, sa, sb, out, use_fast_accum=True)}
     for f in fns.values():
@@ -24,5 +27,6 @@ for M, N, K in SHAPES:
     ms = dict(zip(fns, graph_ms_alternating(list(fns.values()))))
     fl = 2 * M * N * K
     print(f"{M}x{N}x{K} " + "  ".join(f"{k} {m * 1e3:.1f} us ({fl / m / 1e9:.0f} TF/s)" for k, m in ms.items())
-          + f" | cuda/cublaslt {ms['cublaslt'] / ms['cuda']:.3f}, fast {ms['cublaslt_fast'] / ms['cuda_fast']:.3f}",
+          + f" | cuda/cublaslt {ms['cublaslt'] / ms['cuda']:.3f}, p2 {ms['cublaslt'] / ms['cuda_p2']:.3f}, "
+          f"triton {ms['cublaslt'] / ms['triton']:.3f}, fast {ms['cublaslt_fast'] / ms['cuda_fast']:.3f}",
           flush=True)
