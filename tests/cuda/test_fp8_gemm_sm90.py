@@ -58,6 +58,7 @@ def test_constraints_accept_scaled_mm_operands():
 @pytest.mark.parametrize("case, needle", [
     ("bf16 operands", "float8"), ("row-major b", "K-major"), ("K % 16", "16-byte"), ("N % 8", "N = 20"),
     ("fp16 scales", "float32"), ("block scales", "one element each"), ("fp32 out", "out_dtype"),
+    ("e8m0 block scales", "float32"),
     ("bias dtype", "bias"), ("empty", "empty"),
 ])
 def test_constraints_name_what_they_refuse(case, needle):
@@ -74,7 +75,9 @@ def test_constraints_name_what_they_refuse(case, needle):
     elif case == "fp16 scales":
         sa = sa.half()
     elif case == "block scales":
-        sa = torch.rand(256, 8)
+        sa = torch.rand(256, 9)  # K / 128 = 8 blocks
+    elif case == "e8m0 block scales":
+        sa, sb = torch.rand(256, 8).to(torch.float8_e8m0fnu), torch.rand(8, 4).to(torch.float8_e8m0fnu)
     elif case == "fp32 out":
         kw["out_dtype"] = torch.float32
     elif case == "bias dtype":
@@ -100,7 +103,7 @@ def test_router_region_and_refusals():
     assert f8._router_constraints(a, b, "row", torch.bfloat16, None, False)[0]
     assert f8._router_constraints(a, b, "tensor", torch.float16, torch.float16, False)[0]
     ok, why = f8._router_constraints(a, b, "block", torch.bfloat16, None, False)
-    assert not ok and "block scales: Triton" in why
+    assert not ok and "the Triton kernel serves block scales" in why
     ok, why = f8._router_constraints(a, b, "row", torch.bfloat16, torch.float32, False)
     assert not ok and "bias" in why
     assert not f8._router_constraints(a, b, "row", torch.float32, None, False)[0]
@@ -109,3 +112,19 @@ def test_router_region_and_refusals():
     small, _, _, _ = _operands(M=64)
     ok, why = f8.preferred(small, b, "row", torch.bfloat16, None, False)
     assert not ok and "M = 64 < 256" in why
+
+
+def test_block_scales_are_recognised_by_shape():
+    a, b, _, _ = _operands(M=256, N=300, K=1000)  # K / 128 -> 8 blocks, N / 128 -> 3
+    a, b = a[:, :992], b[:992]  # (K a multiple of 16 for TMA)
+    assert f8._scale_mode(torch.rand(256, 8), torch.rand(8, 3), 256, 300, 992) == 3
+    assert f8._scale_mode(torch.rand(256, 1), torch.rand(1, 300), 256, 300, 992) == 2
+    assert f8._scale_mode(torch.rand(1), torch.rand(1), 256, 300, 992) == 1
+    assert f8.constraints(a, b, torch.rand(256, 8), torch.rand(8, 3))[0] is False  # N = 300: not a multiple of 8
+    a, b, _, _ = _operands(M=256, N=384, K=1024)
+    assert f8.constraints(a, b, torch.rand(256, 8), torch.rand(8, 3))[0]
+    blk = f8.ACCURATE_VARIANT.with_operands(3, (1, 1))
+    assert blk.name == "coop128x128s6f8blk" and blk.defines(False, False, False)["TW_SCALE"] == 3
+    with pytest.raises(ValueError, match="block scales need promotion every k-block"):
+        f8.launch_fp8_gemm(a, b, torch.rand(256, 8), torch.rand(8, 3), torch.empty(256, 384, dtype=torch.bfloat16),
+                           variant=f8.FAST_VARIANT)

@@ -88,3 +88,30 @@ def test_promotion_every_two_k_blocks_stays_within_twice_cublaslt(shape):
     peer_err = (peer.double() - ref).abs().max().item()
     print(f"promote every 2 k-blocks {shape}: error {err:.4g} vs cuBLASLt {peer_err:.4g} ({err / peer_err:.2f}x)")
     assert err <= 2 * peer_err, (err, peer_err)
+
+
+@pytest.mark.parametrize("shape", [(512, 1024, 2048), (333, 1296, 1000 // 16 * 16), (16, 4096, 4096)])
+def test_block_scales_within_the_triton_kernels_error(shape):
+    """TW_SCALE 3 (scale_a (M, K/128), scale_b (K/128, N/128), applied at each k-block's promotion) on activations
+    with a few 100x blocks, quantized as FP8 training does: error vs float64 no worse than the Triton block-scaled
+    kernel's plus half a bf16 ulp of the largest output; tails in M, N and K."""
+    import tilewright
+
+    M, N, K = shape
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(M, K, device="cuda", generator=g)
+    kb = -(-K // 128)
+    for i in range(8):
+        x[(i * 7919) % M, ((i * 104729) % kb) * 128:][:128] *= 100
+    w = torch.randn(N, K, device="cuda", generator=g) / K ** 0.5
+    a, sa = tilewright.quantize_fp8(x, block=(1, 128))
+    q, sw = tilewright.quantize_fp8(w, block=(128, 128))
+    b, sb = q.t(), sw.t().contiguous()
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    f8.launch_fp8_gemm(a, b, sa, sb, out)
+    ref = scaled_mm_reference(a, b, sa, sb, None, torch.float64, torch.float64)
+    peer = tilewright.scaled_mm(a, b, sa, sb, backend="triton")
+    err = (out.double() - ref).abs().max().item()
+    peer_err = (peer.double() - ref).abs().max().item()
+    assert torch.isfinite(out).all()
+    assert err <= peer_err + 2 ** -9 * ref.abs().max().item() + 1e-6, (err, peer_err)

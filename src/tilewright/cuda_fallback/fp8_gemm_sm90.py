@@ -9,8 +9,9 @@ Entry points:
   self-check per build), ``try_launch`` (the op's entry; False lets Triton serve).
 
 Operands follow torch._scaled_mm: ``a`` (M, K) row-major, ``b`` (K, N) column-major (the transpose of an (N, K)
-row-major weight), e4m3 or e5m2 (mixed allowed); ``scale_a`` / ``scale_b`` fp32, one element each (per-tensor) or
-(M, 1) / (1, N) (row-wise); bf16 or fp16 output. ``use_fast_accum`` False (default, accurate): the kernel promotes
+row-major weight), e4m3 or e5m2 (mixed allowed); ``scale_a`` / ``scale_b`` fp32, one element each (per-tensor),
+(M, 1) / (1, N) (row-wise) or (M, ceil(K/128)) / (ceil(K/128), ceil(N/128)) row-major (block scales, applied at
+each k-block's promotion); bf16 or fp16 output. ``use_fast_accum`` False (default, accurate): the kernel promotes
 the tensor cores' FP8 sums into fp32 registers every 128 K elements; True: the tensor cores accumulate all of K.
 
 Measured (MEASURED_ON, H200, cuBLASLt in the same run, bf16 out, row-wise): accurate mode 0.86-0.93x cuBLASLt on
@@ -38,9 +39,9 @@ OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 @dataclass(frozen=True)
 class FP8Variant(gemm_sm90.Variant):
-    """A GEMM tile variant built for FP8 operands: scale mode (1 per-tensor, 2 row-wise), k-blocks of 128 per fp32
-    promotion (accurate mode; 0: fast mode, the tensor cores sum all of K) and the operands' formats (1 e4m3,
-    2 e5m2)."""
+    """A GEMM tile variant built for FP8 operands: scale mode (1 per-tensor, 2 row-wise, 3 block), k-blocks of 128
+    per fp32 promotion (accurate mode; 0: fast mode, the tensor cores sum all of K) and the operands' formats
+    (1 e4m3, 2 e5m2)."""
 
     fp8_scale: int = 2
     promote: int = 1
@@ -50,7 +51,7 @@ class FP8Variant(gemm_sm90.Variant):
     def name(self) -> str:
         fmt = "" if self.formats == (1, 1) else "-" + "x".join(("e4m3", "e5m2")[f - 1] for f in self.formats)
         promote = "fast" if not self.promote else "" if self.promote == 1 else f"p{self.promote}"
-        return super().name + ("", "f8", "f8row")[self.fp8_scale] + promote + fmt
+        return super().name + ("", "f8", "f8row", "f8blk")[self.fp8_scale] + promote + fmt
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
@@ -84,6 +85,7 @@ BUILD_CHECK_BUILDS = (
     (ACCURATE_VARIANT, False, False, False, 2, True, True),
     (FAST_VARIANT.with_operands(2, (2, 1)), False, False, True, 0, False, False),
     (PROMOTE2_VARIANT, False, False, False, 0, False, False),
+    (ACCURATE_VARIANT.with_operands(3, (1, 1)), False, False, False, 0, True, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # QGMMA: the FP8 wgmma; TMA in and out, setmaxnreg, stmatrix as the 16-bit GEMM
@@ -96,7 +98,13 @@ def build_check_builds() -> list:
     return gemm_common.build_check_rows([(v.name, *rest) for v, *rest in BUILD_CHECK_BUILDS], variants)
 
 
-def _scale_mode(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int) -> int | None:
+def _scale_mode(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int, K: int) -> int | None:
+    """1 per-tensor, 2 row-wise, 3 block scales (scale_a (M, ceil(K/128)), scale_b (ceil(K/128), ceil(N/128))), or
+    None for other shapes."""
+    kb, nb = -(-K // 128), -(-N // 128)
+    # (a shape that fits two readings - K <= 128 with N <= 1, or M = N = 1 - means the same product under both)
+    if scale_a.dim() == 2 and scale_a.shape == (M, kb) and scale_b.shape == (kb, nb):
+        return 3
     if scale_a.numel() == 1 and scale_b.numel() == 1:
         return 1
     if scale_a.shape in ((M, 1), (M,)) and scale_b.shape in ((1, N), (N,)):
@@ -125,8 +133,9 @@ def constraints(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b
         return False, f"N = {N}: the output's TMA store needs rows of a multiple of 16 bytes"
     if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32:
         return False, "scales must be float32"
-    if _scale_mode(scale_a, scale_b, M, N) is None:
-        return False, (f"scales {tuple(scale_a.shape)} / {tuple(scale_b.shape)}: one element each or (M, 1) / (1, N)")
+    if _scale_mode(scale_a, scale_b, M, N, K) is None:
+        return False, (f"scales {tuple(scale_a.shape)} / {tuple(scale_b.shape)}: one element each, (M, 1) / (1, N), or "
+                       "blocks (M, ceil(K/128)) / (ceil(K/128), ceil(N/128))")
     if not (scale_a.is_contiguous() and scale_b.is_contiguous()):
         return False, "scales must be contiguous"
     if bias is not None and (bias.dtype != out_dtype or bias.shape != (N,) or bias.stride(0) != 1):
@@ -154,8 +163,12 @@ def launch_fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
     activation = (gemm_common.ACTIVATIONS[activation] if isinstance(activation, str) or activation is None
                   else int(activation))
     tile_order = gemm_common.TILE_ORDERS[tile_order] if isinstance(tile_order, str) else int(tile_order)
-    base = variant or (FAST_VARIANT if use_fast_accum else ACCURATE_VARIANT)
-    v = base.with_operands(_scale_mode(scale_a, scale_b, M, N), (FP8_FORMATS[a.dtype], FP8_FORMATS[b.dtype]))
+    mode = _scale_mode(scale_a, scale_b, M, N, K)
+    # block scales are applied at every k-block's promotion (use_fast_accum has no effect, as in the Triton path)
+    base = variant or (FAST_VARIANT if use_fast_accum and mode != 3 else ACCURATE_VARIANT)
+    if mode == 3 and (base.promote != 1 or base.bn != 128):
+        raise ValueError(f"variant {base.name}: block scales need promotion every k-block and 128-column tiles")
+    v = base.with_operands(mode, (FP8_FORMATS[a.dtype], FP8_FORMATS[b.dtype]))
     key = (a.device.index, a.data_ptr(), a.shape, a.stride(), b.data_ptr(), b.stride(), out.data_ptr(), out.stride(),
            out.dtype, v, bias.data_ptr() if bias is not None else 0, scale_a.data_ptr(), scale_b.data_ptr(),
            activation, tile_order, group, num_ctas)
@@ -211,7 +224,8 @@ SCALES = {"tensor": 1, "row": 2}
 def _router_constraints(a, b, scales="row", out_dtype=torch.bfloat16, bias_dtype=None,
                         use_fast_accum=False) -> tuple[bool, str]:
     if scales not in SCALES:
-        return False, f"{scales} scales: the kernel takes per-tensor and row-wise scales (block scales: Triton)"
+        return False, (f"{scales} scales: routed here per-tensor and row-wise only (its block-scaled build has not "
+                       "run on a GPU yet: the Triton kernel serves block scales)")
     if bias_dtype is not None and bias_dtype != out_dtype:
         return False, f"a {bias_dtype} bias with {out_dtype} output (the kernel adds a bias of the output's dtype)"
     M, N = a.shape[0], b.shape[1]

@@ -39,7 +39,10 @@
 //     TW_FP8_PROMOTE=0 accumulates in the tensor cores across all of K (fast mode).
 //   * The epilogue dequantizes the fp32 accumulator before bias / activation / residual (the torch._scaled_mm
 //     order): TW_SCALE=1 per-tensor (scale_a[0] * scale_b[0]), 2 row-wise (scale_a[row] * scale_b[col], fp32
-//     vectors of M and N).
+//     vectors of M and N). TW_SCALE=3, block scales (FP8 training's 1 x 128 activation / 128 x 128 weight recipe):
+//     scale_a (M, K/128) and scale_b (K/128, N/128), fp32 row-major; each k-block is one 128-wide scale block, so
+//     the promotion adds partial * scale_a[row, kb] * scale_b[kb, n0 / 128] (128-column tiles: one B block each)
+//     and the epilogue applies nothing more.
 //
 // TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
 // GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
@@ -206,7 +209,10 @@ static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 168 * 384, "reg
 
 constexpr bool NORM = TW_NORM_A != 0;
 static_assert(!FP8 || (!A_MN && !B_MN && !NORM), "FP8 build: K-major A and B only, no RMSNorm prologue");
-static_assert(FP8 ? (SCALE == 1 || SCALE == 2) : SCALE == 0, "TW_SCALE: 1 per-tensor / 2 row-wise, FP8 builds only");
+static_assert(FP8 ? (SCALE >= 1 && SCALE <= 3) : SCALE == 0, "TW_SCALE: 1 per-tensor / 2 row-wise / 3 block, FP8 only");
+// block scales are applied at each promotion, one B block per tile: promotion every k-block (128 K = one scale
+// block) and 128-column tiles (one scale_b block each)
+static_assert(SCALE != 3 || (TW_FP8_PROMOTE == 1 && BN == 128), "TW_SCALE 3: promotion every k-block, BN = 128");
 static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
 static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 128 and 256");
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
@@ -424,7 +430,8 @@ using namespace tw;
 // with the output's box and swizzle, at row (r % res_rows) - the whole output (res_rows = M) or a period that every
 // consumer tile lies within (a pos_embed repeated over the batch); 0 -> element loads through res / rs* as above.
 // TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
-// TW_FP8: scale_a, scale_b fp32 - one element each (TW_SCALE 1) or (M,) and (N,) contiguous vectors (TW_SCALE 2).
+// TW_FP8: scale_a, scale_b fp32 - one element each (TW_SCALE 1), (M,) and (N,) contiguous vectors (TW_SCALE 2), or
+// the row-major (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)) block scales (TW_SCALE 3).
 extern "C" __global__ void __launch_bounds__(384, 1)
     TW_KERNEL_NAME(const __grid_constant__ TwTensorMap tm_a, const __grid_constant__ TwTensorMap tm_b,
                  const __grid_constant__ TwTensorMap tm_c, const unsigned short* __restrict__ bias,
@@ -450,6 +457,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int num_m = (M + BM - 1) / BM;
   const int num_n = (N + BN - 1) / BN;
   const int num_tiles = num_m * num_n;
+#if TW_SCALE == 3
+  const int num_nb = (N + 127) / 128;  // scale_b's blocks per K row
+#endif
   const int kt = (K + BK - 1) / BK;
   const int W = pair_tiles ? 2 : 1;
   // Every role walks the same sequence of tiles: iteration it of this CTA computes tile_of(it).
@@ -733,6 +743,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         }
 #if TW_FP8_PROMOTE
         if ((kb + 1) % TW_FP8_PROMOTE == 0 || kb + 1 == kt) {
+#if TW_SCALE == 3
+          // block scales (header): this k-block's scale of each of the thread's rows times the tile's B block
+          // scale, loaded before the wait so their latency hides under the k-block's wgmmas
+          float kscale[MA][2];
+          {
+            const float sbk = scale_b[(long long)kb * num_nb + n0 / 128];
+#pragma unroll
+            for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
+                kscale[ma][h] = (r < M ? scale_a[(long long)r * kt + kb] : 0.0f) * sbk;  // no read past M
+              }
+          }
+#endif
           // promotion: the group's partial tile is complete once its wgmmas retire, which also frees the stage
           wgmma_wait<0>();
           if (tid == 0) {
@@ -743,7 +768,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           for (int ma = 0; ma < MA; ++ma) {
             wgmma_reg_fence(part[ma]);
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[ma][i] += part[ma][i];
+            for (int i = 0; i < BN / 2; ++i) {
+#if TW_SCALE == 3
+              acc[ma][i] = fmaf(part[ma][i], kscale[ma][(i >> 1) & 1], acc[ma][i]);  // register i: row half (i/2)%2
+#else
+              acc[ma][i] += part[ma][i];
+#endif
+            }
           }
         } else if (kb % TW_FP8_PROMOTE != 0) {
           wgmma_wait<1>();  // inside a group: the previous k-block's wgmmas are done, release its stage
