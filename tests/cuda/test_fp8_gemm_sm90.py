@@ -22,6 +22,7 @@ def test_variant_switches_follow_the_operands():
     assert v.name == "coop128x128s6f8-e5m2xe4m3" and f8.FAST_VARIANT.name == "coop128x256s3f8rowfast"
     assert f8.FAST_VARIANT.defines(False, False, False)["TW_FP8_PROMOTE"] == 0
     assert f8.PROMOTE2_VARIANT.name == "coop128x128s6f8rowp2"
+    assert f8.FAST_SMALL_M_VARIANT.name == "coop128x128s6f8rowfast" and f8.FAST_SMALL_M_VARIANT.bn == 128
     assert f8.PROMOTE2_VARIANT.defines(False, False, False)["TW_FP8_PROMOTE"] == 2
     # a stage is the 16-bit GEMM's bytes: 128-byte rows of 128 fp8 elements
     assert f8.ACCURATE_VARIANT.smem_bytes() <= f8.gemm_sm90.SMEM_LIMIT

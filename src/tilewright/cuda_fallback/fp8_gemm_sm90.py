@@ -17,7 +17,7 @@ the tensor cores' FP8 sums into fp32 registers every 128 K elements; True: the t
 Measured (MEASURED_ON, H200, cuBLASLt in the same run, bf16 out, row-wise): accurate mode 0.86-0.93x cuBLASLt on
 8192^3, 8192 x 28672 x 4096, 4096^3, 1000 x 3008 x 1536 and 0.92-0.97x at M 16 / 64, where the Triton kernel's
 accurate mode ran 0.52-0.55x on the large rows (H100, its own same-run cuBLASLt); fast mode 0.88-0.96x on the large
-rows, 0.57x at M <= 64 (the 128 x 256 tile leaves SMs idle).
+rows, 0.57x at M <= 64 with the 128 x 256 tile (too few tiles; M <= 256 now takes 128 x 128 - not measured yet).
 """
 from __future__ import annotations
 
@@ -73,18 +73,24 @@ class FP8Variant(gemm_sm90.Variant):
 # (Measured only as these defaults: MEASURED_ON.)
 ACCURATE_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=1)
 FAST_VARIANT = FP8Variant(128, 256, 3, coop=True, fp8_scale=2, promote=0)
+# Fast mode at M <= 256: the 128 x 256 tile ran 0.57x cuBLASLt at M 16 / 64 (too few tiles for 132 SMs) where the
+# accurate 128 x 128 tile ran 0.92-0.97x; this is that tile without the promotion (not yet measured itself).
+FAST_SMALL_M_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=0)
+SMALL_M = 256
 # Promotion every 2 k-blocks (256 K elements): half the tensor-pipe stalls, more FP8 accumulation between them.
 # Build-checked; its speed and error against cuBLASLt's are the next device run's (perf/LOG.md, session 19).
 PROMOTE2_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=2)
 
 BUILD_CHECK_BUILDS = (
     # (variant, a_mn, b_mn, fp16 output, act, bias, res): both schedules row-wise, per-tensor plain, the full
-    # epilogue (bias + GELU + residual) on the accurate tile, fp16 output from e5m2 x e4m3
+    # epilogue (bias + GELU + residual) on the accurate tile, fp16 output from e5m2 x e4m3, promotion every 2
+    # k-blocks, the small-M fast tile, block scales
     (ACCURATE_VARIANT, False, False, False, 0, False, False), (FAST_VARIANT, False, False, False, 0, True, False),
     (ACCURATE_VARIANT.with_operands(1, (1, 1)), False, False, False, 0, False, False),
     (ACCURATE_VARIANT, False, False, False, 2, True, True),
     (FAST_VARIANT.with_operands(2, (2, 1)), False, False, True, 0, False, False),
     (PROMOTE2_VARIANT, False, False, False, 0, False, False),
+    (FAST_SMALL_M_VARIANT, False, False, False, 0, False, False),
     (ACCURATE_VARIANT.with_operands(3, (1, 1)), False, False, False, 0, True, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
@@ -165,7 +171,8 @@ def launch_fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
     tile_order = gemm_common.TILE_ORDERS[tile_order] if isinstance(tile_order, str) else int(tile_order)
     mode = _scale_mode(scale_a, scale_b, M, N, K)
     # block scales are applied at every k-block's promotion (use_fast_accum has no effect, as in the Triton path)
-    base = variant or (FAST_VARIANT if use_fast_accum and mode != 3 else ACCURATE_VARIANT)
+    fast = FAST_VARIANT if M > SMALL_M else FAST_SMALL_M_VARIANT
+    base = variant or (fast if use_fast_accum and mode != 3 else ACCURATE_VARIANT)
     if mode == 3 and (base.promote != 1 or base.bn != 128):
         raise ValueError(f"variant {base.name}: block scales need promotion every k-block and 128-column tiles")
     v = base.with_operands(mode, (FP8_FORMATS[a.dtype], FP8_FORMATS[b.dtype]))
@@ -273,7 +280,8 @@ def ready(a, b, scales="row", out_dtype=torch.bfloat16, bias_dtype=None, use_fas
     blocked = GUARD.blocked(_router_constraints(a, b, scales, out_dtype, bias_dtype, use_fast_accum))
     if blocked:
         return blocked
-    base = FAST_VARIANT if use_fast_accum else ACCURATE_VARIANT
+    fast = FAST_VARIANT if a.shape[0] > SMALL_M else FAST_SMALL_M_VARIANT
+    base = fast if use_fast_accum else ACCURATE_VARIANT
     v = base.with_operands(SCALES[scales], (FP8_FORMATS[a.dtype], FP8_FORMATS[b.dtype]))
     with_bias = bias_dtype is not None
     return GUARD.check(a.device, v.name, (out_dtype, with_bias), lambda: _self_check(a.device, v, out_dtype, with_bias))
