@@ -292,3 +292,28 @@ def test_block_scales_of_another_dtype_name_the_argument():
     a, b = _fp8_pair(8, 128, 128)
     with pytest.raises(TypeError, match="scale_b: block scales must be float32"):
         tilewright.scaled_mm(a, b, torch.ones(8, 1), torch.ones(1, 1, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("kernel_runs", [True, False])
+def test_the_op_hands_the_cuda_route_its_call_and_falls_back_to_triton(monkeypatch, kernel_runs):
+    """When the router picks the sm_90a FP8 kernel (faked here: no GPU), the op passes it the checked call - flat
+    row-wise scales, its output, bias and mode - and returns that output; when the kernel declines (disabled, a
+    failed launch) the Triton kernel serves the same call."""
+    from tilewright import router
+    from tilewright.cuda_fallback import fp8_gemm_sm90
+
+    seen = {}
+
+    def try_launch(a, b, sa, sb, out, bias, use_fast_accum):
+        seen.update(sa=tuple(sa.shape), sb=tuple(sb.shape), out=(tuple(out.shape), out.dtype), fast=use_fast_accum)
+        if kernel_runs:
+            out.copy_(scaled_mm_reference(a, b, sa, sb, bias, out.dtype))
+        return kernel_runs
+
+    monkeypatch.setattr(router, "dispatch", lambda op, *args, backend=None: "cuda")
+    monkeypatch.setattr(fp8_gemm_sm90, "try_launch", try_launch)
+    a, b = _fp8_pair(33, 64, 40)
+    sa, sb = torch.rand(33, 1) + 0.5, torch.rand(1, 40) + 0.5
+    out = tilewright.scaled_mm(a, b, sa, sb)
+    assert seen == dict(sa=(33,), sb=(40,), out=((33, 40), torch.bfloat16), fast=False)
+    _check(out, a, b, sa, sb)  # the reference above, or the Triton kernel after the decline

@@ -129,3 +129,23 @@ def test_block_scales_are_recognised_by_shape():
     with pytest.raises(ValueError, match="block scales need promotion every k-block"):
         f8.launch_fp8_gemm(a, b, torch.rand(256, 8), torch.rand(8, 3), torch.empty(256, 384, dtype=torch.bfloat16),
                            variant=f8.FAST_VARIANT)
+
+
+@pytest.mark.parametrize("bug", [None, "no scale", "transposed"])
+def test_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, bug):
+    """The router's first-use self-check (run on the device the first time scaled_mm routes here) with the launch
+    replaced by torch's formula on the CPU: it passes the right product and fails a missing scale or a wrong layout."""
+    from tilewright.ops.scaled_mm import scaled_mm_reference
+
+    def launch(a, b, sa, sb, out, bias=None, variant=None, **kw):
+        if bug == "no scale":
+            sa = torch.ones_like(sa)
+        if bug == "transposed":
+            b = b.t().contiguous().reshape(b.shape)
+        out.copy_(scaled_mm_reference(a, b, sa, sb, bias, out.dtype))
+        return out
+
+    monkeypatch.setattr(f8, "launch_fp8_gemm", launch)
+    for v in (f8.ACCURATE_VARIANT, f8.ACCURATE_VARIANT.with_operands(1, (2, 1)), f8.FAST_VARIANT):
+        ok, why = f8._self_check(torch.device("cpu"), v, torch.bfloat16, True)
+        assert ok == (bug is None), (v.name, why)
