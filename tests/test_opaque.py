@@ -29,6 +29,11 @@ def test_registration_waits_for_dynamo_and_follows_its_import():
         "from tilewright.ops import _opaque\n"
         "assert not any(isinstance(f, _opaque._AfterDynamoImport) for f in sys.meta_path)  # the hook went\n"
         "print('ok')\n")
+    _run_fresh(code)
+
+
+def _run_fresh(code: str) -> None:
+    """``code`` in a fresh interpreter (import order is the subject); it must print ok."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
@@ -41,8 +46,7 @@ def test_registration_when_dynamo_came_first():
             "from tilewright.ops import _opaque\n"
             "assert not any(isinstance(f, _opaque._AfterDynamoImport) for f in sys.meta_path)  # no hook left behind\n"
             "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    _run_fresh(code)
 
 
 def _guard_count(fn) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ._codes import FP8_SCALE_BLOCK
+
 
 def activation_reference(x: torch.Tensor, activation: str | None) -> torch.Tensor:
     """activation(x) with torch's own functions."""
@@ -217,3 +219,41 @@ def attention_grad_reference(grad_out: torch.Tensor, q: torch.Tensor, k: torch.T
 def rms_norm_linear_reference(x, norm_weight, weight, bias=None, eps: float = 1e-6) -> torch.Tensor:
     """``F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)``: the unfused pipeline, in x's dtype."""
     return F.linear(F.rms_norm(x, (x.shape[-1],), norm_weight, eps), weight, bias)
+
+
+# ---- FP8 (scaled_mm) ----
+FP8_BLOCK = FP8_SCALE_BLOCK  # block scales: one per 128 elements of K (and per 128 columns of b)
+
+
+def per_element_scales(scale: torch.Tensor, bm: int, bk: int, rows: int, cols: int) -> torch.Tensor:
+    """A (ceil(rows / bm), ceil(cols / bk)) grid of block scales repeated to one per element, (rows, cols)."""
+    return scale.repeat_interleave(bm, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
+
+
+def is_block_layout(scale_a, scale_b, M: int, K: int, N: int) -> bool:
+    """Whether FP8 scales are block scales: (M, K / 128) and (K / 128, N / 128), rounded up, and not the rowwise
+    (M, 1) / (1, N) pair (where a shape is both - K <= 128 and N == 1 - both readings give one result)."""
+    if not (isinstance(scale_a, torch.Tensor) and isinstance(scale_b, torch.Tensor)
+            and scale_a.dim() == 2 and scale_b.dim() == 2):
+        return False
+    kb, nb = -(-K // FP8_BLOCK), -(-N // FP8_BLOCK)
+    return (tuple(scale_a.shape) == (M, kb) and tuple(scale_b.shape) == (kb, nb)
+            and not (tuple(scale_a.shape) == (M, 1) and tuple(scale_b.shape) == (1, N)))
+
+
+def scaled_mm_reference(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, compute_dtype=torch.float32):
+    """``tilewright.scaled_mm`` in torch: dequantize and multiply in ``compute_dtype`` (the torch backend; float64
+    for test references). Block scales (2-D scale_a (M, K blocks), scale_b (K blocks, N blocks)) dequantize each
+    operand block by block first."""
+    if is_block_layout(scale_a, scale_b, a.shape[0], *b.shape):
+        K, N = b.shape
+        sa = per_element_scales(scale_a.to(compute_dtype), 1, FP8_BLOCK, a.shape[0], K)
+        sb = per_element_scales(scale_b.to(compute_dtype), FP8_BLOCK, FP8_BLOCK, K, N)
+        y = (a.to(compute_dtype) * sa) @ (b.to(compute_dtype) * sb)
+        return (y if bias is None else y + bias.to(compute_dtype)).to(out_dtype)
+    sa = scale_a.to(compute_dtype).reshape(-1, 1) if scale_a.numel() > 1 else scale_a.to(compute_dtype).reshape(())
+    sb = scale_b.to(compute_dtype).reshape(1, -1) if scale_b.numel() > 1 else scale_b.to(compute_dtype).reshape(())
+    y = (a.to(compute_dtype) @ b.to(compute_dtype)) * sa * sb
+    if bias is not None:
+        y = y + bias.to(compute_dtype)
+    return y.to(out_dtype)

@@ -58,8 +58,9 @@ def test_constraints_accept_scaled_mm_operands():
 
 @pytest.mark.parametrize("case, needle", [
     ("bf16 operands", "float8"), ("row-major b", "K-major"), ("K % 16", "16-byte"), ("N % 8", "N = 20"),
-    ("fp16 scales", "float32"), ("block scales", "one element each"), ("fp32 out", "out_dtype"),
-    ("e8m0 block scales", "float32"),
+    ("fp16 scales", "scale_a: torch.float16, the kernel reads float32"), ("block scales", "one element each"),
+    ("fp32 out", "out_dtype"), ("e8m0 block scales", "scale_a: torch.float8_e8m0fnu"),
+    ("strided scale_b", "scale_b: must be contiguous"),
     ("bias dtype", "bias"), ("empty", "empty"),
 ])
 def test_constraints_name_what_they_refuse(case, needle):
@@ -79,6 +80,8 @@ def test_constraints_name_what_they_refuse(case, needle):
         sa = torch.rand(256, 9)  # K / 128 = 8 blocks
     elif case == "e8m0 block scales":
         sa, sb = torch.rand(256, 8).to(torch.float8_e8m0fnu), torch.rand(8, 4).to(torch.float8_e8m0fnu)
+    elif case == "strided scale_b":
+        sb = torch.rand(1, 1024)[:, ::2]  # (1, 512) read every other element
     elif case == "fp32 out":
         kw["out_dtype"] = torch.float32
     elif case == "bias dtype":
@@ -135,7 +138,7 @@ def test_block_scales_are_recognised_by_shape():
 def test_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, bug):
     """The router's first-use self-check (run on the device the first time scaled_mm routes here) with the launch
     replaced by torch's formula on the CPU: it passes the right product and fails a missing scale or a wrong layout."""
-    from tilewright.ops.scaled_mm import scaled_mm_reference
+    from tilewright.reference import scaled_mm_reference
 
     def launch(a, b, sa, sb, out, bias=None, variant=None, **kw):
         if bug == "no scale":
@@ -149,3 +152,48 @@ def test_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, bug):
     for v in (f8.ACCURATE_VARIANT, f8.ACCURATE_VARIANT.with_operands(1, (2, 1)), f8.FAST_VARIANT):
         ok, why = f8._self_check(torch.device("cpu"), v, torch.bfloat16, True)
         assert ok == (bug is None), (v.name, why)
+
+
+def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
+    """The launcher on a fake driver (no GPU): the build's switches, K-major TMA maps whose box is one 128-byte row
+    of fp8 (128 elements) by the tile's rows, the 16-bit output map, and the scales as the last two arguments."""
+    import contextlib
+    import types
+
+    from tilewright.cuda_fallback.runtime import launch
+
+    maps, launches, builds = [], [], []
+
+    class FakeDriver:
+        def function(self, bld, name, smem):
+            assert name == f8.KERNEL
+            return ("fn", smem)
+
+        def encode_tiled(self, dtype, ptr, dims, strides, box, swizzle):
+            maps.append((dtype, ptr, tuple(dims), tuple(strides), tuple(box), swizzle))
+            return launch.TensorMap()
+
+        def launch(self, fn, grid, block, smem, stream, args):
+            launches.append((grid, block, smem, args))
+
+    monkeypatch.setattr(build, "compile_source", lambda src, arch, d: builds.append((src, arch, dict(d))) or "bld")
+    monkeypatch.setattr(launch, "driver", lambda: FakeDriver())
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(f8, "_prepared", {})
+    M, N, K = 300, 520, 1024
+    a, b, sa, sb = _operands(M, N, K, fb=E5M2)
+    out = torch.empty(M, N, dtype=torch.float16)
+    f8.launch_fp8_gemm(a, b, sa, sb, out)
+    (src, arch, d), = builds
+    assert (src, arch) == (f8.SOURCE, "sm_90a")
+    assert {k: d[k] for k in ("TW_FP8", "TW_FP8_B", "TW_SCALE", "TW_FP8_PROMOTE", "TW_FP16", "TW_A_MN", "TW_B_MN",
+                              "TW_BM", "TW_BN")} == dict(TW_FP8=1, TW_FP8_B=2, TW_SCALE=2, TW_FP8_PROMOTE=1, TW_FP16=1,
+                                                          TW_A_MN=0, TW_B_MN=0, TW_BM=128, TW_BN=128)
+    assert maps == [("float8_e4m3fn", a.data_ptr(), (K, M), (K,), (128, 128), 128),
+                    ("float8_e5m2", b.data_ptr(), (K, N), (K,), (128, 128), 128),
+                    ("float16", out.data_ptr(), (N, M), (2 * N,), (64, 64), 128)]
+    (grid, block, smem, args), = launches
+    assert grid == (min(132, 3 * 5), 1, 1) and block == (384, 1, 1) and smem == f8.ACCURATE_VARIANT.smem_bytes()
+    assert [x.value for x in args[-2:]] == [sa.data_ptr(), sb.data_ptr()]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tilewright.cuda_fallback import fp8_gemm_sm90 as f8
-from tilewright.ops.scaled_mm import scaled_mm_reference
+from tilewright.reference import scaled_mm_reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import torch
 
 from ..backends import Measurement, register
+from ..reference import is_block_layout, scaled_mm_reference
 from . import gemm_sm90
-from .runtime import build, cuda_backend, gemm_common, launch
+from .runtime import cuda_backend, gemm_common, launch
 from .runtime.guard import Guard
 
 SOURCE = "fp8_gemm_sm90.cu"
@@ -107,9 +108,7 @@ def build_check_builds() -> list:
 def _scale_mode(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int, K: int) -> int | None:
     """1 per-tensor, 2 row-wise, 3 block scales (scale_a (M, ceil(K/128)), scale_b (ceil(K/128), ceil(N/128))), or
     None for other shapes."""
-    kb, nb = -(-K // 128), -(-N // 128)
-    # (a shape that fits two readings - K <= 128 with N <= 1, or M = N = 1 - means the same product under both)
-    if scale_a.dim() == 2 and scale_a.shape == (M, kb) and scale_b.shape == (kb, nb):
+    if is_block_layout(scale_a, scale_b, M, K, N):  # (the shape rule scaled_mm and its reference use)
         return 3
     if scale_a.numel() == 1 and scale_b.numel() == 1:
         return 1
@@ -138,12 +137,13 @@ def constraints(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b
     if N % 8:
         return False, f"N = {N}: the output's TMA store needs rows of a multiple of 16 bytes"
     if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32:
-        return False, "scales must be float32"
+        bad = "scale_a" if scale_a.dtype != torch.float32 else "scale_b"
+        return False, f"{bad}: {(scale_a if bad == 'scale_a' else scale_b).dtype}, the kernel reads float32 scales"
     if _scale_mode(scale_a, scale_b, M, N, K) is None:
         return False, (f"scales {tuple(scale_a.shape)} / {tuple(scale_b.shape)}: one element each, (M, 1) / (1, N), or "
                        "blocks (M, ceil(K/128)) / (ceil(K/128), ceil(N/128))")
     if not (scale_a.is_contiguous() and scale_b.is_contiguous()):
-        return False, "scales must be contiguous"
+        return False, f"{'scale_a' if not scale_a.is_contiguous() else 'scale_b'}: must be contiguous"
     if bias is not None and (bias.dtype != out_dtype or bias.shape != (N,) or bias.stride(0) != 1):
         return False, f"bias must be a contiguous ({N},) {out_dtype} vector"
     return True, "FP8 operands the sm_90a kernel takes"
@@ -188,17 +188,12 @@ def launch_fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
 def _prepare(a, b, scale_a, scale_b, out, v: FP8Variant, bias, activation, tile_order, group, num_ctas) -> tuple:
     M, K = a.shape
     N = b.shape[1]
-    bld = build.compile_source(SOURCE, "sm_90a", v.defines(False, False, out.dtype == torch.float16, activation,
-                                                           bias is not None, False))
-    drv = launch.driver()
+    # the 16-bit GEMM's build and operand maps (one 128-byte swizzle row of fp8 per K box), its output map and grid
+    drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(
+        SOURCE, KERNEL, "sm_90a", a, b, v, activation, bias, 0, fp16=out.dtype == torch.float16)
     with torch.cuda.device(a.device):
-        fn = drv.function(bld, KERNEL, v.smem_bytes())
-        # K-major boxes of one 128-byte swizzle row (128 fp8 elements) by the tile's rows
-        tm_a = drv.encode_tiled(launch.tma_dtype(a.dtype), a.data_ptr(), (K, M), (a.stride(0),), (128, v.bm), 128)
-        tm_b = drv.encode_tiled(launch.tma_dtype(b.dtype), b.data_ptr(), (K, N), (b.stride(1),), (128, v.bn), 128)
         tm_c = drv.encode_tiled(launch.tma_dtype(out.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,),
                                 (64, v.wm), 128)
-        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     tiles = -(-M // v.bm) * -(-N // v.bn)
     grid = num_ctas or min(sms, tiles)
     epilogue = gemm_common.epilogue_args(bias, 0, (0, 0, 0), M, M, N, K)
@@ -256,8 +251,6 @@ def preferred(a, b, scales="row", out_dtype=torch.bfloat16, bias_dtype=None, use
 
 def _self_check(device, v: FP8Variant, out_dtype, with_bias: bool) -> tuple[bool, str]:
     """One small problem with tails in M and N (K a multiple of 16, as TMA needs) against an fp32 reference."""
-    from ..ops.scaled_mm import scaled_mm_reference
-
     g = torch.Generator(device="cpu").manual_seed(1234)
     M, N, K = 296, 264, 272
     fa, fb = (next(t for t, code in FP8_FORMATS.items() if code == c) for c in v.formats)

@@ -20,6 +20,7 @@ import torch
 
 from .. import router
 from .._codes import FP8_SCALE_BLOCK
+from ..reference import is_block_layout, per_element_scales, scaled_mm_reference  # noqa: F401 (re-exported)
 from ._checks import check_backend, check_optional_tensor, check_same_device, check_tensor, contiguous_vector
 from . import _dtensor
 from ._eager import call_op, register_fast_dispatch
@@ -78,41 +79,8 @@ def _(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, backend):
 register_fast_dispatch(scaled_mm_op)
 
 
-def scaled_mm_reference(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, compute_dtype=torch.float32):
-    """Dequantize and multiply in ``compute_dtype`` (the torch backend; float64 for test references). Block scales
-    (2-D scale_a (M, K blocks), scale_b (K blocks, N blocks)) dequantize each operand block by block first."""
-    if is_block_layout(scale_a, scale_b, a.shape[0], *b.shape):
-        K, N = b.shape
-        sa = _per_element(scale_a.to(compute_dtype), 1, BLOCK, a.shape[0], K)
-        sb = _per_element(scale_b.to(compute_dtype), BLOCK, BLOCK, K, N)
-        y = (a.to(compute_dtype) * sa) @ (b.to(compute_dtype) * sb)
-        return (y if bias is None else y + bias.to(compute_dtype)).to(out_dtype)
-    sa = scale_a.to(compute_dtype).reshape(-1, 1) if scale_a.numel() > 1 else scale_a.to(compute_dtype).reshape(())
-    sb = scale_b.to(compute_dtype).reshape(1, -1) if scale_b.numel() > 1 else scale_b.to(compute_dtype).reshape(())
-    y = (a.to(compute_dtype) @ b.to(compute_dtype)) * sa * sb
-    if bias is not None:
-        y = y + bias.to(compute_dtype)
-    return y.to(out_dtype)
-
-
 BLOCK = FP8_SCALE_BLOCK  # block scales: one per 128 elements of K (and per 128 columns of b)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
-
-
-def _per_element(scale: torch.Tensor, bm: int, bk: int, rows: int, cols: int) -> torch.Tensor:
-    """A (ceil(rows / bm), ceil(cols / bk)) grid of block scales repeated to one per element, (rows, cols)."""
-    return scale.repeat_interleave(bm, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
-
-
-def is_block_layout(scale_a, scale_b, M: int, K: int, N: int) -> bool:
-    """Whether the scales are block scales: (M, K / 128) and (K / 128, N / 128), rounded up, and not the rowwise
-    (M, 1) / (1, N) pair (where a shape is both - K <= 128 and N == 1 - both readings give one result)."""
-    if not (isinstance(scale_a, torch.Tensor) and isinstance(scale_b, torch.Tensor)
-            and scale_a.dim() == 2 and scale_b.dim() == 2):
-        return False
-    kb, nb = -(-K // BLOCK), -(-N // BLOCK)
-    return (tuple(scale_a.shape) == (M, kb) and tuple(scale_b.shape) == (kb, nb)
-            and not (tuple(scale_a.shape) == (M, 1) and tuple(scale_b.shape) == (1, N)))
 
 
 def _block_scales(scale_a, scale_b, M: int, K: int, N: int):
@@ -249,7 +217,7 @@ def quantize_fp8_reference(x: torch.Tensor, block=(1, 128), dtype: torch.dtype =
     # divided by a tensor, not the Python float: CUDA tensor / scalar is a multiplication by the scalar's reciprocal,
     # one ulp off the IEEE quotient the kernel computes (and CPU torch) for ~1 in 3 scales, which moves q's ties
     scale = torch.where(amax < MIN_AMAX, torch.full_like(amax, MIN_AMAX), amax) / torch.full_like(amax, FP8_MAX[dtype])
-    q = xf / _per_element(scale, bm, bk, M, K)
+    q = xf / per_element_scales(scale, bm, bk, M, K)
     fmax = FP8_MAX[dtype]
     q = torch.where(q > fmax, torch.full_like(q, fmax), q)
     q = torch.where(q < -fmax, torch.full_like(q, -fmax), q)

@@ -148,29 +148,33 @@ def prepared_key(a, b, out, v, bias, *rest) -> tuple:
             out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, *rest)
 
 
-def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activation, bias, res_ptr):
-    """Compile ``v``'s build of ``source`` for ``arch`` (layouts, dtype and epilogue from the operands), load
-    ``kernel`` and encode A's and B's 128B-swizzled TMA maps (64-element K box; a K-major box of (64, v.bm) for A and
-    (64, v.bn) for B). Returns (driver, function, tm_a, tm_b, a_mn, b_mn, SM count)."""
+def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activation, bias, res_ptr,
+                           fp16: bool | None = None):
+    """Compile ``v``'s build of ``source`` for ``arch`` (layouts, dtype and epilogue from the operands; ``fp16``: the
+    build's 16-bit type when it is not a's - the FP8 builds' output), load ``kernel`` and encode A's and B's
+    128B-swizzled TMA maps, whose K box is one 128-byte swizzle row (64 16-bit or 128 8-bit elements): a K-major
+    box of (row, v.bm) for A and (row, v.bn) for B. Returns (driver, function, tm_a, tm_b, a_mn, b_mn, SM count)."""
     M, K = a.shape
     N = b.shape[1]
     (a_mn, lda), _ = layout(a, "a")
     (b_kcontig_first, ldb), _ = layout(b, "b")
     b_mn = not b_kcontig_first  # b (K, N) with unit stride on N -> N-major
-    dt = launch.tma_dtype(a.dtype)
-    bld = build.compile_source(source, arch, v.defines(a_mn, b_mn, a.dtype == torch.float16, activation,
-                                                       bias is not None, res_ptr != 0))
+    dt, dt_b = launch.tma_dtype(a.dtype), launch.tma_dtype(b.dtype)  # (FP8: e4m3 x e5m2 may mix)
+    es = a.element_size()
+    row = 128 // es
+    fp16 = a.dtype == torch.float16 if fp16 is None else fp16
+    bld = build.compile_source(source, arch, v.defines(a_mn, b_mn, fp16, activation, bias is not None, res_ptr != 0))
     drv = launch.driver()
     with torch.cuda.device(a.device):
         fn = drv.function(bld, kernel, v.smem_bytes())
         if a_mn:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * 2,), (64, 64), 128)
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (M, K), (lda * es,), (row, 64), 128)
         else:
-            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * 2,), (64, v.bm), 128)
+            tm_a = drv.encode_tiled(dt, a.data_ptr(), (K, M), (lda * es,), (row, v.bm), 128)
         if b_mn:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (N, K), (ldb * 2,), (64, 64), 128)
+            tm_b = drv.encode_tiled(dt_b, b.data_ptr(), (N, K), (ldb * es,), (row, 64), 128)
         else:
-            tm_b = drv.encode_tiled(dt, b.data_ptr(), (K, N), (ldb * 2,), (64, v.bn), 128)
+            tm_b = drv.encode_tiled(dt_b, b.data_ptr(), (K, N), (ldb * es,), (row, v.bn), 128)
         launch.tag(tm_a, "a_ptr")
         launch.tag(tm_b, "b_ptr")
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count
