@@ -101,21 +101,25 @@ def test_launch_refuses_before_any_compile_or_launch():
 
 
 def test_router_region_and_refusals():
-    """The scaled_mm record answers the router's (a, b, scales, out_dtype, bias_dtype, use_fast_accum) call: block
-    scales and a bias of another dtype go elsewhere by constraint; fast mode and decode-sized M by preference."""
+    """The scaled_mm record answers the router's (a, b, scales, out_dtype, bias_dtype, use_fast_accum) call: a bias
+    of another dtype and fp32 output go elsewhere by constraint; fast mode (row-wise) and decode-sized M by
+    preference; block scales are preferred from M = 256 in either mode (they ignore use_fast_accum)."""
     a, b, _, _ = _operands(M=512)
     assert f8._router_constraints(a, b, "row", torch.bfloat16, None, False)[0]
     assert f8._router_constraints(a, b, "tensor", torch.float16, torch.float16, False)[0]
-    ok, why = f8._router_constraints(a, b, "block", torch.bfloat16, None, False)
-    assert not ok and "the Triton kernel serves block scales" in why
+    assert f8._router_constraints(a, b, "block", torch.bfloat16, None, False)[0]
+    ok, why = f8._router_constraints(a, b, "blocks", torch.bfloat16, None, False)
+    assert not ok and "scales 'blocks'" in why
+    assert f8.preferred(a, b, "block", torch.bfloat16, None, True)[0]
     ok, why = f8._router_constraints(a, b, "row", torch.bfloat16, torch.float32, False)
     assert not ok and "bias" in why
     assert not f8._router_constraints(a, b, "row", torch.float32, None, False)[0]
     assert f8.preferred(a, b, "row", torch.bfloat16, None, False)[0]
     assert not f8.preferred(a, b, "row", torch.bfloat16, None, True)[0]
     small, _, _, _ = _operands(M=64)
-    ok, why = f8.preferred(small, b, "row", torch.bfloat16, None, False)
-    assert not ok and "M = 64 < 256" in why
+    for scales in ("row", "block"):
+        ok, why = f8.preferred(small, b, scales, torch.bfloat16, None, False)
+        assert not ok and "M = 64 < 256" in why
 
 
 def test_block_scales_are_recognised_by_shape():
@@ -149,7 +153,8 @@ def test_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, bug):
         return out
 
     monkeypatch.setattr(f8, "launch_fp8_gemm", launch)
-    for v in (f8.ACCURATE_VARIANT, f8.ACCURATE_VARIANT.with_operands(1, (2, 1)), f8.FAST_VARIANT):
+    for v in (f8.ACCURATE_VARIANT, f8.ACCURATE_VARIANT.with_operands(1, (2, 1)), f8.FAST_VARIANT,
+              f8.ACCURATE_VARIANT.with_operands(3, (1, 1))):
         ok, why = f8._self_check(torch.device("cpu"), v, torch.bfloat16, True)
         assert ok == (bug is None), (v.name, why)
 

@@ -75,6 +75,28 @@ def test_scaled_mm_routes_here_in_accurate_mode_from_m_256():
     assert router.dispatch("scaled_mm", a[:64], b, "row", torch.bfloat16, None, False) == "triton"
 
 
+def test_scaled_mm_routes_block_scales_here_from_m_256():
+    """Block scales from quantize_fp8 (the weight's as a transposed view, float32 and e8m0) through
+    tilewright.scaled_mm at M >= 256: the same bits as a direct launch on contiguous float32 scales; M < 256 stays on
+    Triton."""
+    import tilewright
+    from tilewright import router
+
+    M, N, K = 512, 640, 1000 // 16 * 16
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a, sa = tilewright.quantize_fp8(torch.randn(M, K, device="cuda", generator=g), block=(1, 128))
+    q, sw = tilewright.quantize_fp8(torch.randn(N, K, device="cuda", generator=g), block=(128, 128))
+    b = q.t()
+    assert router.dispatch("scaled_mm", a, b, "block", torch.bfloat16, None, False) == "cuda"
+    assert router.dispatch("scaled_mm", a, b, "block", torch.bfloat16, None, True) == "cuda"
+    assert router.dispatch("scaled_mm", a[:64], b, "block", torch.bfloat16, None, False) == "triton"
+    got = tilewright.scaled_mm(a, b, sa, sw.t())
+    assert torch.equal(got, f8.fp8_gemm(a, b, sa, sw.t().contiguous()))
+    sa8, sw8 = sa.to(torch.float8_e8m0fnu), sw.to(torch.float8_e8m0fnu)
+    got = tilewright.scaled_mm(a, b, sa8, sw8.t())
+    assert torch.equal(got, f8.fp8_gemm(a, b, sa8.float(), sw8.t().float().contiguous()))
+
+
 @pytest.mark.parametrize("shape", [(1000, 3008, 1536), (2048, 2048, 16384)])
 def test_promotion_every_two_k_blocks_stays_within_twice_cublaslt(shape):
     """PROMOTE2_VARIANT (fp32 promotion every 256 K elements, a candidate default): the scaled_mm rule (<= 2x

@@ -125,9 +125,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         use_fast_accum: as in ``torch._scaled_mm``: False (default) accumulates each K slice from zero and adds it
             in fp32 (cuBLASLt's accurate mode); True keeps the tensor cores' reduced-precision FP8 accumulator across
             K on sm_90 - faster, with errors growing with K.
-        backend: None (router), "cuda" (the sm_90a FP8 kernel: row-wise or per-tensor scales, 16-bit out, bias in
-            out_dtype, K a multiple of 16, N of 8), "triton" or "torch". The router takes the CUDA kernel on Hopper
-            in accurate mode from M = 256 (cuda_fallback/fp8_gemm_sm90.py says why), Triton elsewhere.
+        backend: None (router), "cuda" (the sm_90a FP8 kernel: per-tensor, row-wise or block scales, 16-bit out,
+            bias in out_dtype, K a multiple of 16, N of 8), "triton" or "torch". The router takes the CUDA kernel on
+            Hopper from M = 256 in accurate mode and for block scales (cuda_fallback/fp8_gemm_sm90.py says why),
+            Triton elsewhere.
 
     Non-finite scales: an Inf or NaN scale makes its row (scale_a) or column (scale_b) of the output non-finite,
     but whether an entry is +Inf, -Inf or NaN follows the sign (and exact zeroness) of the FP8 accumulator, which
