@@ -29,6 +29,17 @@ def recording():
             previous.extend(launches)
 
 
+@contextlib.contextmanager
+def paused():
+    """Inside: no recording (launches made here are not the caller's op's: a backend's first-use self-check)."""
+    previous = getattr(_local, "launches", None)
+    _local.launches = None
+    try:
+        yield
+    finally:
+        _local.launches = previous
+
+
 def is_recording() -> bool:
     """Whether a launcher should bind its launch for :func:`record` (binding costs a few microseconds)."""
     return getattr(_local, "launches", None) is not None

@@ -149,6 +149,7 @@ def implementation_modules() -> list:
 # for a piece of its work): build-check compiles them like the families.
 KERNEL_PARTS = (
     "tilewright.cuda_fallback.attention_bwd_sm90",  # the attention backward's dK / dV kernel (ops/attention.py)
+    "tilewright.cuda_fallback.rstd_gemm_sm90",  # the folded RMSNorm-linear's GEMM (ops/rms_norm_linear.py)
 )
 
 

@@ -50,15 +50,19 @@ def activation_grad_reference(grad: torch.Tensor, preact: torch.Tensor, activati
     return (g * d).to(grad.dtype)
 
 
-def gemm_reference(a, b, bias=None, residual=None, activation=None, out_dtype=None) -> torch.Tensor:
-    """activation(a @ b + bias) + residual, unfused, in the inputs' dtype, cast to out_dtype at the end."""
-    y = a @ b
+def epilogue_reference(y, bias=None, activation=None, residual=None) -> torch.Tensor:
+    """activation(y + bias) + residual in y's dtype: the fused epilogues' order, on a product computed elsewhere."""
     if bias is not None:
-        y = y + bias
+        y = y + bias.to(y.dtype)
     y = activation_reference(y, activation)
     if residual is not None:
-        y = y + residual
-    return y.to(out_dtype or a.dtype)
+        y = y + residual.to(y.dtype)
+    return y
+
+
+def gemm_reference(a, b, bias=None, residual=None, activation=None, out_dtype=None) -> torch.Tensor:
+    """activation(a @ b + bias) + residual, unfused, in the inputs' dtype, cast to out_dtype at the end."""
+    return epilogue_reference(a @ b, bias, activation, residual).to(out_dtype or a.dtype)
 
 
 def causal_visible(Sq: int, Skv: int, bottom_right: bool, device) -> torch.Tensor:

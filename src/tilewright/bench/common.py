@@ -85,9 +85,9 @@ def graph_ms(fn, *, flush_mb: int = 256, calls: int = 20, replays: int = 15) -> 
 def graph_ms_alternating(fns, *, flush_mb: int = 256, calls: int = 20, replays: int = 15) -> list[float]:
     """:func:`graph_ms` of each of ``fns`` (the providers of one comparison), their replays interleaved: round r
     replays the flush-only graph and every provider's graph once, and each provider's time is the median over rounds
-    of (its graph - that round's flush graph) / ``calls``. The lent GPUs' clocks drift after heavy rows (one provider
-    timed 9% slow right after a 2.7 ms-a-call row, then the others at their usual speed); interleaved, a drift
-    affects every provider of a row alike."""
+    of (its graph - that round's flush graph) / ``calls``; round r starts at provider r (mod the count). The lent
+    GPUs' clocks drift after heavy rows (one provider timed 9% slow right after a 2.7 ms-a-call row, then the others
+    at their usual speed); interleaved, a drift affects every provider of a row alike."""
     if not on_gpu():
         return [time_ms(fn, cpu_runs=1) for fn in fns]
     flush = torch.empty(flush_mb << 20, dtype=torch.int8, device="cuda")
@@ -108,16 +108,20 @@ def graph_ms_alternating(fns, *, flush_mb: int = 256, calls: int = 20, replays: 
             graphs.append(g)
     torch.cuda.synchronize()
     diffs: list[list[float]] = [[] for _ in fns]
-    for _ in range(replays):
-        t = []
-        for g in graphs:
+    n = len(fns)
+    for r in range(replays):
+        t = [0.0] * (n + 1)
+        # each round starts at another provider: at ~1,300 TF/s (FP8) a graph inherited the power-limited clocks of
+        # the fastest provider before it and timed 15% slower than the same kernel elsewhere in the order; rotated,
+        # every provider follows every other one across the rounds and the median sees each position
+        for i in (0, *((r + j) % n + 1 for j in range(n))):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            g.replay()
+            graphs[i].replay()
             end.record()
             end.synchronize()
-            t.append(start.elapsed_time(end))
-        for i in range(len(fns)):
+            t[i] = start.elapsed_time(end)
+        for i in range(n):
             diffs[i].append((t[i + 1] - t[0]) / calls)
     return [sorted(d)[len(d) // 2] for d in diffs]
 

@@ -58,6 +58,14 @@
 //   TW_NORM_SS_DEBUG=1 (debug only, correct only for g == 1): the wgmmas read A from smem as the plain GEMM does
 //   while the prologue still computes the row sums - a failure that disappears here is in the register-A fragments.
 //
+// TW_NORM_SUMSQ=1 (kernel tw_rstd_gemm_sm90) is the RMSNorm-linear with the norm moved out of the mainloop entirely:
+//   y = act(rstd * (x @ (g * W)^T) + bias) + residual, where the host folds g into the weight once (B = g * W,
+//   rounded once) and the row's fp32 sum of squares comes in as row_sumsq (M,) - from a read-only pass over x, or
+//   from whatever wrote x (a residual epilogue). The mainloop is the plain GEMM's, untouched; the epilogue computes
+//   rstd = 1/sqrt(ss/K + eps) per row (as the fused builds do) and scales the accumulator before the bias. Why: every
+//   design that does norm work per k-block (register-A, transform warps, Triton's prologue) ran 1.19-1.37x a bare
+//   GEMM; here the only extra cost is reading M floats in the epilogue.
+//
 // TW_NORM_XFORM=1 (with TW_NORM_A; the host's "-xf" variants) moves all per-element norm work off the consumers:
 //   Why: the register-A build puts ldmatrix, the g multiply, the sum of squares and the packs in front of every
 //   k-block's wgmmas on the consumers' critical path (ncu at 8192^3: tensor pipe 72.7% vs 94.3% for the plain GEMM,
@@ -101,11 +109,16 @@
 #define TW_NORM_A 0
 #endif
 #include "ptx/mma_sync.cuh"  // ldmatrix_x4 (the RMSNorm prologue's x rows, the residual tile from cbuf)
+#ifndef TW_NORM_SUMSQ
+#define TW_NORM_SUMSQ 0
+#endif
 #if TW_NORM_A
 #include "ptx/math.cuh"      // quad_sum
 #define TW_KERNEL_NAME tw_rmsnorm_gemm_sm90
 #elif defined(TW_FP8) && TW_FP8
 #define TW_KERNEL_NAME tw_fp8_gemm_sm90
+#elif TW_NORM_SUMSQ
+#define TW_KERNEL_NAME tw_rstd_gemm_sm90
 #else
 #define TW_KERNEL_NAME tw_gemm_sm90
 #endif
@@ -218,6 +231,7 @@ static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 1
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
 static_assert(!FP8_PROMOTE || MA * BN / 2 <= 64, "TW_FP8_PROMOTE: consumer tiles of 64 x 128 (accumulator + partial)");
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
+static_assert(!TW_NORM_SUMSQ || (!FP8 && !NORM), "TW_NORM_SUMSQ: a 16-bit build without the norm prologue");
 constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 // The residual tile by TMA into the consumer's output staging buffer while its mainloop runs (when the launcher
 // passes a map: res_rows > 0), then read back with ldmatrix in the accumulator layout, added, and overwritten in
@@ -430,6 +444,7 @@ using namespace tw;
 // with the output's box and swizzle, at row (r % res_rows) - the whole output (res_rows = M) or a period that every
 // consumer tile lies within (a pos_embed repeated over the batch); 0 -> element loads through res / rs* as above.
 // TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
+// TW_NORM_SUMSQ: row_sumsq (M,) fp32, each row's sum of x^2; rstd_out (M,) fp32 or null; eps.
 // TW_FP8: scale_a, scale_b fp32 - one element each (TW_SCALE 1), (M,) and (N,) contiguous vectors (TW_SCALE 2), or
 // the row-major (M, ceil(K/128)) and (ceil(K/128), ceil(N/128)) block scales (TW_SCALE 3).
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -440,6 +455,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  const __grid_constant__ TwTensorMap tm_r, int res_rows
 #if TW_NORM_A
                  , const unsigned short* __restrict__ norm_w, float* __restrict__ rstd_out, float eps
+#endif
+#if TW_NORM_SUMSQ
+                 , const float* __restrict__ row_sumsq, float* __restrict__ rstd_out, float eps
 #endif
                  TW_SCALE_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -838,6 +856,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
         }
       }
+#elif TW_NORM_SUMSQ
+      // rstd of the thread's two rows per 64-row block from their sums of squares (header: TW_NORM_SUMSQ); the
+      // tiles of the first N column store it for the backward, as the fused builds do
+      float rstd[MA][2];
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
+          const float v = r < M ? row_sumsq[r] : 0.0f;  // no read past M
+          rstd[ma][h] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(v, (float)K) + eps));
+          if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
+        }
+      }
 #endif
       long long res_off[MA][2];
       bool row_ok[MA][2];
@@ -924,7 +956,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int ma = 0; ma < MA; ++ma) {
 #pragma unroll
               for (int h = 0; h < 2; ++h) {
-#if TW_NORM_A
+#if TW_NORM_A || TW_NORM_SUMSQ
                 // rstd before the bias, as the Triton kernel (acc * rstd, then the GEMM epilogue)
                 float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] * rstd[ma][h] + b0);
                 float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] * rstd[ma][h] + b1);

@@ -229,15 +229,9 @@ def reference(x, norm_weight, weight, bias, eps, activation=None, residual=None)
     xf = x.float()
     rstd = torch.rsqrt(xf.pow(2).mean(-1) + eps)
     u = (xf * norm_weight.float()).to(x.dtype).float()
-    z = (u @ weight.float().t()) * rstd[:, None]
-    if bias is not None:
-        z = z + bias.float()
-    from ..reference import activation_reference
+    from ..reference import epilogue_reference
 
-    z = activation_reference(z, activation)
-    if residual is not None:
-        z = z + residual.float()
-    return z, rstd
+    return epilogue_reference((u @ weight.float().t()) * rstd[:, None], bias, activation, residual), rstd
 
 
 def _self_check_one(device, v, dtype) -> tuple[bool, str]:
@@ -283,5 +277,6 @@ def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
 
 
 register(cuda_backend("rms_norm_linear", "rmsnorm_gemm_sm90", "sm_90a register-A WGMMA RMSNorm-GEMM", (9,),
-                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "TILEWRIGHT_RMS_TWO_PASS"), constraints=constraints,
+                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "TILEWRIGHT_RMS_TWO_PASS", "TILEWRIGHT_RMS_FOLDED"),
+                      constraints=constraints,
                       preferred=preferred, ready=ready, launch=try_launch, measured=MEASURED_ON))

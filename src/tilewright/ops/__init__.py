@@ -2,7 +2,7 @@
 from .attention import flash_attention, scaled_dot_product_attention
 from .gemm import linear, matmul
 from .kvcache import flash_attention_with_kvcache
-from .rms_norm_linear import rms_norm_linear
+from .rms_norm_linear import clear_folded, rms_norm_linear
 from .rotary import apply_rotary
 from .scaled_mm import quantize_fp8, scaled_mm
 from .swiglu import swiglu

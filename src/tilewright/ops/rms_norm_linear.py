@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from numbers import Real
 from typing import Optional
 
@@ -69,6 +70,8 @@ def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
             y.copy_(rms_norm_linear_reference(x, norm_weight, weight, bias, eps))
         return y, rstd
     if two_pass_applies(decision, x, N):
+        if _folded(x, norm_weight, weight, bias, eps, y, rstd):
+            return y, rstd
         return _two_pass(x, norm_weight, weight, bias, eps, rstd)
     if choice == "cuda":
         # False: the kernel failed once (warned, now disabled): Triton serves, unless "cuda" was forced
@@ -123,6 +126,113 @@ def _two_pass(x, norm_weight, weight, bias, eps, rstd):
     u = launch_rmsnorm_fwd(unit_last(x), norm_weight, rstd, eps)
     y = call_op(gemm_op, u, weight.t(), bias, None, None, x.dtype, False, None)[0]
     return y, rstd
+
+
+# "0": never the folded forward (A/B measurements); "nocache": fold the weight on every call instead of keeping it
+FOLDED_ENV = "TILEWRIGHT_RMS_FOLDED"
+
+
+def _folded(x, norm_weight, weight, bias, eps, y, rstd) -> bool:
+    """The folded forward where the sm_90 CUDA GEMM is the plain GEMM's choice: the norm weight folded into the
+    weight once (``g * W``, rounded once, kept beside the weight: :func:`folded_weight`), one read-only pass for
+    each row's sum of squares, then the GEMM with rstd in its epilogue (cuda_fallback/rstd_gemm_sm90.py) - the norm
+    costs a read of x where the two passes read x, write u and read u. False (the two passes run) where it does not
+    apply or the kernel declines."""
+    if not folded_applies(x, weight.shape[0], weight, norm_weight):
+        return False
+    from ..cuda_fallback import rstd_gemm_sm90
+    from ..triton_kernels.rmsnorm_gemm import launch_row_sumsq
+
+    M = x.shape[0]
+    sumsq = torch.empty((M,), device=x.device, dtype=torch.float32)
+    if not rstd_gemm_sm90.ready(x, weight.t(), sumsq, bias)[0]:  # (the folded weight has the weight's layout)
+        return False
+    wg = folded_weight(weight, norm_weight, cache=_keeps_fold(weight))
+    launch_row_sumsq(x, sumsq)
+    return rstd_gemm_sm90.try_launch(x, wg.t(), y, sumsq, rstd, eps, bias=bias)
+
+
+def folded_applies(x: torch.Tensor, N: int, weight: torch.Tensor | None = None,
+                   norm_weight: torch.Tensor | None = None) -> bool:
+    """Whether a two-pass call (:func:`two_pass_applies`) runs folded instead (:func:`_folded`): a unit-stride bf16
+    x on an sm_90 GPU, a shape inside the plain sm_90 GEMM's measured win region (``gemm_sm90.preferred``: elsewhere
+    cuBLAS runs the two passes' GEMM faster - 3000 x 5120 x 5120: 214.6 vs 199.6 us, H200), ``TILEWRIGHT_RMS_FOLDED``
+    not "0", and a fold that is paid once: the weight's folded copy is current or will be kept for the next calls
+    (:func:`_keeps_fold`: a weight that does not train - inference, frozen weights). A training step would fold
+    every call: on traffic alone that pays where 3N < M (6NK bytes of fold against the 2MK the two passes' u costs
+    more than the sum of squares), but measured (H200, fwd+bwd loops) the folded call's full Python path - it cannot
+    replay, its weight operand being a copy - made those steps host-bound (0.58-0.83x eager where the two passes ran
+    0.97-0.99x), so training keeps the two passes. Without ``weight`` only the first conditions are checked. (The
+    kernel's first-use self-check can still send a call to the two passes.)"""
+    if os.environ.get(FOLDED_ENV) == "0" or not x.is_cuda or x.stride(-1) != 1 or x.dtype != torch.bfloat16:
+        return False  # (fp16: g * W could overflow where torch's pipeline does not - docs/numerics_rmsnorm.md)
+    from ..cuda_fallback import gemm_sm90
+
+    M, K = x.shape
+    if torch.cuda.get_device_capability(x.device)[0] != 9 or not gemm_sm90.preferred(M, N, K)[0]:
+        return False
+    return weight is None or _keeps_fold(weight) or _folded_is_current(weight, norm_weight)
+
+
+# Whether autograd records the public call in progress (set by rms_norm_linear around its op call; None for the op
+# called directly or from a compiled graph). Inside the op it cannot be read off grad mode: a custom op's forward
+# runs with grad mode off whenever autograd records it.
+_call_state = threading.local()
+
+
+def _keeps_fold(weight: torch.Tensor) -> bool:
+    """Whether the folded copy is kept on the weight for the next call: not when asked not to
+    (``TILEWRIGHT_RMS_FOLDED=nocache``), nor in a call autograd records (a training step: its weight changes every
+    step, and its two-pass forward replays - see :func:`folded_applies`); for the op called directly, not for a
+    weight that requires grad."""
+    if os.environ.get(FOLDED_ENV) == "nocache":
+        return False
+    records = getattr(_call_state, "records", None)
+    return not (records if records is not None else weight.requires_grad)
+
+
+def _version(t: torch.Tensor):
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor keeps no version counter: it is never cached
+        return None
+
+
+def _fold_key(weight, norm_weight) -> tuple:
+    return (weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, _version(weight),
+            norm_weight.data_ptr(), norm_weight.stride(), _version(norm_weight))
+
+
+def _folded_is_current(weight, norm_weight) -> bool:
+    if os.environ.get(FOLDED_ENV) == "nocache":
+        return False  # (folded_weight ignores a kept copy then)
+    held = getattr(weight, "_tilewright_folded", None)
+    return held is not None and held[0] == _fold_key(weight, norm_weight)
+
+
+def folded_weight(weight: torch.Tensor, norm_weight: torch.Tensor, cache: bool = True) -> torch.Tensor:
+    """``weight * norm_weight`` ((N, K) * (K,), computed in fp32 and rounded once to the weight's dtype), kept on the
+    weight tensor while neither tensor changes: the key holds both tensors' addresses, layouts and version counters,
+    which every in-place update through the tensor (optimizer steps, ``copy_``, ``load_state_dict``) advances.
+    Writes through ``.data`` bypass version counters (as they bypass autograd's own checks): after such a write call
+    :func:`clear_folded` or set ``TILEWRIGHT_RMS_FOLDED=nocache``. Costs one extra copy of the weight's memory."""
+    key = _fold_key(weight, norm_weight)
+    held = getattr(weight, "_tilewright_folded", None) if cache else None
+    if held is not None and held[0] == key and None not in key:
+        return held[1]
+    wg = torch.mul(weight, norm_weight)
+    if cache and None not in key:
+        try:
+            weight._tilewright_folded = (key, wg)
+        except (AttributeError, RuntimeError):  # a tensor subclass without Python attributes: no cache
+            pass
+    return wg
+
+
+def clear_folded(weight: torch.Tensor) -> None:
+    """Drop the folded copy :func:`folded_weight` keeps on ``weight`` (frees its memory; the next call folds again)."""
+    if hasattr(weight, "_tilewright_folded"):
+        del weight._tilewright_folded
 
 
 def _rstd_torch(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -287,6 +397,14 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     1.19-1.40x a bare GEMM there (their per-K-step norm work sits in front of the tensor cores), the two passes
     torch's own unfused cost. ``TILEWRIGHT_RMS_TWO_PASS=0`` keeps the fused kernels. The backward is the same.
 
+    Folded forward (:func:`folded_applies`): on sm_90, in bf16, for a call autograd does not record (inference, or
+    frozen weights under no_grad) at a shape in the plain WGMMA GEMM's region, the norm weight is folded into the
+    weight once - ``g * W``, kept on the weight tensor until either tensor changes (:func:`folded_weight`; memory:
+    one more copy of the weight; ``TILEWRIGHT_RMS_FOLDED=nocache`` folds per call instead, ``=0`` never folds) - one
+    read-only pass sums each row's squares, and the GEMM applies rstd in its epilogue: 1.02-1.06x torch eager on the
+    large rows where the two passes run 0.99-1.01x (H200). Writes through ``.data`` bypass the version counters:
+    call ``tilewright.clear_folded(weight)`` after them.
+
     With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
     traces - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics);
     ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the fused kernel.
@@ -338,7 +456,12 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
 
     def call():
-        return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
+        _call_state.records = key[-2] if key is not None else (
+            torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, norm_weight, weight, bias)))
+        try:
+            return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
+        finally:
+            _call_state.records = None
 
     if key is None:
         return output_view(call()[0], (*x.shape[:-1], N))

@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from ... import backends
+from ... import _record, backends
 from . import build
 
 NOT_RUN_NOTE = "not yet run on this hardware by the project's tests"
@@ -109,7 +109,10 @@ class Guard:
         with self.lock:
             if full not in self.checked:
                 try:
-                    self.checked[full] = run()
+                    # (its launches are not the calling op's: recorded, they kept that op's first call from
+                    # replaying - more launches than its replay holds)
+                    with _record.paused():
+                        self.checked[full] = run()
                 except build.CompileError as e:
                     warn_once(f"{self.name}-compile",
                               f"tilewright: the {self.name} did not compile; Triton serves instead.\n{e}")

@@ -1,0 +1,118 @@
+"""GPU tier of the folded RMSNorm-linear (cuda_fallback/rstd_gemm_sm90.py and ops/rms_norm_linear._folded): the
+kernel against its fp32 contract on shapes with M / N / K tails and every epilogue, bf16 and fp16, rstd within 1e-5;
+the op on a shape where the folded path runs: error vs fp64 within 2x torch's unfused pipeline's, rstd, gradients,
+an in-place weight update (the folded copy is refreshed), a CUDA graph; the row sum-of-squares pass."""
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+from _cuda_gpu import cuda_family
+
+import tilewright
+from tilewright.reference import rms_norm_linear_reference
+
+pytestmark = pytest.mark.gpu
+EPS = 1e-6
+rms = importlib.import_module("tilewright.ops.rms_norm_linear")
+
+
+@pytest.fixture
+def rg():
+    return cuda_family("rstd_gemm_sm90", (9,))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,N,K,act,use_res", [(296, 264, 200, "gelu", True), (8, 64, 72, None, False),
+                                               (1000, 3000, 1536, "silu", False), (4096, 4096, 2048, None, True)])
+def test_kernel_matches_its_contract(rg, M, N, K, act, use_res, dtype):
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    x = (3 * torch.randn(M, K, device="cuda", generator=g)).to(dtype)
+    w = (torch.randn(N, K, device="cuda", generator=g) / math.sqrt(K)).to(dtype)
+    sumsq = x.float().pow(2).sum(1)
+    bias = torch.randn(N, device="cuda", generator=g).to(dtype)
+    res = torch.randn(M, N, device="cuda", generator=g).to(dtype) if use_res else None
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+    rstd = torch.full((M,), float("nan"), device="cuda")
+    rg.launch_cuda_rstd_gemm(x, w.t(), out, sumsq, rstd, EPS, bias=bias,
+                             residual=None if res is None else res.reshape(1, M, N), activation=act or 0)
+    ref, ref_rstd = rg.reference(x, w, sumsq, bias, EPS, act, res)
+    assert torch.isfinite(out).all()
+    rel = ((out.float() - ref).norm() / ref.norm()).item()
+    assert rel < 2 ** -8, rel  # one output rounding plus fp32 accumulation order
+    assert ((rstd - ref_rstd).abs() / ref_rstd).max().item() < 1e-5
+
+
+def _inputs(M, N, K, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    g = (1 + 0.5 * torch.randn(K, device="cuda", generator=gen)).bfloat16()
+    w = (torch.randn(N, K, device="cuda", generator=gen) / math.sqrt(K)).bfloat16()
+    b = (0.1 * torch.randn(N, device="cuda", generator=gen)).bfloat16()
+    return x, g, w, b
+
+
+SHAPE = (4096, 4096, 2048)  # 2^36 FLOPs: the plain sm_90 GEMM's measured region, where the op folds
+
+
+def test_op_runs_folded_within_twice_torchs_error(rg, monkeypatch):
+    calls = []
+    real = rg.try_launch
+    monkeypatch.setattr(rg, "try_launch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    M, N, K = SHAPE
+    x, g, w, b = _inputs(M, N, K)
+    assert rms.folded_applies(x, N)
+    y, rstd = torch.ops.tilewright.rms_norm_linear(x, g, w, b, EPS, None)
+    assert calls, "the folded kernel did not run"
+    y64 = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
+    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
+    e, e_t = (y.double() - y64), (y_torch.double() - y64)
+    assert e.abs().max() <= 2 * e_t.abs().max() and e.norm() <= 2 * e_t.norm(), (e.abs().max(), e_t.abs().max())
+    r64 = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
+    assert ((rstd.double() - r64).abs() / r64).max() < 1e-6
+
+
+def test_in_place_weight_updates_refresh_the_folded_copy():
+    M, N, K = SHAPE
+    x, g, w, b = _inputs(M, N, K, seed=1)
+    tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+    for update in (lambda: w.mul_(-0.5), lambda: g.add_(1), lambda: w.copy_(torch.randn_like(w) / 64)):
+        update()
+        y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+        ref = rms_norm_linear_reference(x.float(), g.float(), w.float(), b.float(), EPS)
+        assert ((y.float() - ref).norm() / ref.norm()).item() < 2 ** -7
+
+
+def test_gradients_within_torchs_error():
+    from test_rms_norm_linear import gradient_errors
+
+    M, N, K = SHAPE
+    x, g, w, b = _inputs(M, N, K, seed=2)
+    dy = torch.randn(M, N, device="cuda").bfloat16()
+    for name, e_ours, e_torch, _ in gradient_errors(x, g, w, b, dy, EPS):
+        assert e_ours <= 1.5 * e_torch, (name, e_ours, e_torch)
+
+
+def test_cuda_graph_replays_the_folded_forward():
+    M, N, K = SHAPE
+    x, g, w, b = _inputs(M, N, K, seed=3)
+    y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y2 = tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, y2)
+
+
+@pytest.mark.parametrize("M,K", [(1, 8), (4099, 5000), (8192, 4096)])
+def test_row_sumsq_on_the_gpu(M, K):
+    from tilewright.triton_kernels.rmsnorm_gemm import launch_row_sumsq
+
+    x = (4 * torch.randn(M, K + 8, device="cuda")).bfloat16()[:, :K]
+    got = launch_row_sumsq(x)
+    want = x.double().pow(2).sum(1)
+    assert torch.allclose(got.double(), want, rtol=1e-5, atol=0)

@@ -1,0 +1,151 @@
+"""CPU tier of the folded RMSNorm-linear forward (ops/rms_norm_linear._folded): the row sum-of-squares pass (Triton,
+interpreter), the folded weight's cache and when it is refreshed, the rule that picks the path, the CUDA kernel's
+host constraints and launch arguments. The kernel itself runs in tests/cuda/test_rstd_gemm_sm90_gpu.py."""
+import importlib
+
+import pytest
+import torch
+
+from tilewright.cuda_fallback import rstd_gemm_sm90 as rg
+from tilewright.triton_kernels.rmsnorm_gemm import launch_row_sumsq
+
+rms = importlib.import_module("tilewright.ops.rms_norm_linear")  # (the package attribute is the function)
+
+
+@pytest.mark.parametrize("M,K", [(1, 1), (7, 123), (33, 1000), (5, 5000), (130, 64)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_row_sumsq_matches_torch(M, K, dtype):
+    """Tails in M and K, rows longer than one 512-wide step, and a row stride wider than K (a slice of x)."""
+    wide = torch.randn(M, K + 9, dtype=dtype) * 3
+    x = wide[:, 3:3 + K]
+    got = torch.full((M,), float("nan"))
+    launch_row_sumsq(x, got)
+    want = x.double().pow(2).sum(1)
+    assert torch.allclose(got.double(), want, rtol=1e-5, atol=0), (got, want)
+
+
+def test_folded_weight_is_kept_until_either_tensor_changes():
+    g = (1 + 0.5 * torch.randn(48)).bfloat16()
+    w = torch.randn(24, 48).bfloat16()
+
+    def expected():
+        return (w.float() * g.float()).bfloat16()
+
+    f1 = rms.folded_weight(w, g)
+    assert torch.equal(f1, expected())
+    assert rms.folded_weight(w, g) is f1  # kept
+    w.add_(1)  # an optimizer step: the version counter moves
+    f2 = rms.folded_weight(w, g)
+    assert f2 is not f1 and torch.equal(f2, expected())
+    g.mul_(2)
+    f3 = rms.folded_weight(w, g)
+    assert f3 is not f2 and torch.equal(f3, expected())
+    w.data.mul_(3)  # bypasses the version counter: the documented case for clear_folded
+    rms.clear_folded(w)
+    assert torch.equal(rms.folded_weight(w, g), expected())
+    other = torch.randn(24, 48).bfloat16()
+    f4 = rms.folded_weight(other, g, cache=False)
+    assert not hasattr(other, "_tilewright_folded") and rms.folded_weight(other, g, cache=False) is not f4
+
+
+def test_folded_weight_of_inference_tensors_is_never_cached():
+    with torch.inference_mode():
+        w = torch.randn(8, 16).bfloat16()
+        g = torch.randn(16).bfloat16()
+        f = rms.folded_weight(w, g)
+        assert torch.equal(f, (w.float() * g.float()).bfloat16())
+        assert not hasattr(w, "_tilewright_folded")
+
+
+def test_folded_path_is_not_taken_off_the_gpu_or_when_switched_off(monkeypatch):
+    x = torch.randn(4096, 2048).bfloat16()
+    assert not rms.folded_applies(x, 4096)  # a CPU tensor
+    assert not rms._folded(x, torch.ones(2048).bfloat16(), torch.randn(4096, 2048).bfloat16(), None, 1e-6,
+                           torch.empty(4096, 4096).bfloat16(), torch.empty(4096))
+    monkeypatch.setenv(rms.FOLDED_ENV, "0")
+    assert not rms.folded_applies(x, 4096)
+
+
+def test_rstd_gemm_constraints_name_the_argument():
+    x = torch.randn(256, 512).bfloat16()
+    b = torch.randn(1024, 512).bfloat16().t()
+    assert rg.constraints(x, b, torch.empty(256))[0]
+    for bad in (torch.empty(256, dtype=torch.float16), torch.empty(255), torch.empty(512)[::2], None):
+        ok, why = rg.constraints(x, b, bad)
+        assert not ok and why.startswith("sumsq:"), why
+    with pytest.raises(ValueError, match="rstd must be"):
+        rg.launch_cuda_rstd_gemm(x, b, torch.empty(256, 1024).bfloat16(), torch.empty(256), torch.empty(256).half(),
+                                 1e-6)
+    with pytest.raises(ValueError, match="eps"):
+        rg.launch_cuda_rstd_gemm(x, b, torch.empty(256, 1024).bfloat16(), torch.empty(256), None, 0.0)
+
+
+def test_launch_appends_sumsq_rstd_and_eps_to_the_gemm_arguments(monkeypatch):
+    """The build is the GEMM's variant with TW_NORM_SUMSQ, and the kernel's three extra arguments follow the GEMM's."""
+    from tilewright.cuda_fallback import gemm_sm90
+    from tilewright.cuda_fallback.runtime import launch
+
+    seen = {}
+
+    def prepare(x, b, out, v, *rest, **kw):
+        seen["variant"], seen["source"] = v, rest[-2:]
+        return "fn", 1, ["gemm args"]
+
+    def launch_cached(cache, key, make, device, threads, smem, roles):
+        seen["prepared"], seen["roles"], seen["threads"] = make(), roles, threads
+
+    monkeypatch.setattr(gemm_sm90, "prepare", prepare)
+    monkeypatch.setattr(launch, "launch_cached", launch_cached)
+    x = torch.randn(512, 512).bfloat16()
+    b = torch.randn(1024, 512).bfloat16().t()
+    out, sumsq, rstd = torch.empty(512, 1024).bfloat16(), torch.empty(512), torch.empty(512)
+    rg.launch_cuda_rstd_gemm(x, b, out, sumsq, rstd, 1e-5)
+    fn, grid, args = seen["prepared"]
+    assert seen["source"] == (rg.SOURCE, rg.KERNEL) and seen["threads"] == 384
+    assert seen["variant"].defines(False, False, False)["TW_NORM_SUMSQ"] == 1
+    assert seen["variant"].name == gemm_sm90.pick_variant(512, 1024, 512).name + "-rstd"
+    assert args[0] == "gemm args" and [a.value for a in args[1:3]] == [sumsq.data_ptr(), rstd.data_ptr()]
+    assert abs(args[3].value - 1e-5) < 1e-12
+    assert seen["roles"]["sumsq_ptr"] is sumsq and seen["roles"]["rstd_ptr"] is rstd
+
+
+def test_the_fold_is_kept_only_for_weights_that_do_not_train(monkeypatch):
+    """A call autograd records (a training step) keeps no folded copy (and runs its two passes, which replay); a call
+    it does not record keeps one, unless TILEWRIGHT_RMS_FOLDED=nocache; the op called directly decides by the
+    weight's requires_grad."""
+    w = torch.randn(8, 16).bfloat16()
+    g = torch.randn(16).bfloat16()
+    assert rms._keeps_fold(w)
+    w.requires_grad_()
+    assert not rms._keeps_fold(w)  # the op called directly: a weight that requires grad trains
+    rms._call_state.records = False  # what rms_norm_linear sets for a call autograd does not record (no_grad)
+    try:
+        assert rms._keeps_fold(w)
+        monkeypatch.setenv(rms.FOLDED_ENV, "nocache")
+        assert not rms._keeps_fold(w)
+        monkeypatch.delenv(rms.FOLDED_ENV)
+        rms._call_state.records = True
+        assert not rms._keeps_fold(torch.randn(8, 16))  # a recorded call (frozen weight, x with grad): two passes
+    finally:
+        rms._call_state.records = None
+    w2 = w.detach()
+    assert not rms._folded_is_current(w2, g)
+    rms.folded_weight(w2, g)
+    assert rms._folded_is_current(w2, g)
+    w2.add_(1)
+    assert not rms._folded_is_current(w2, g)
+
+
+def test_a_self_check_run_inside_an_op_is_not_recorded(monkeypatch):
+    """A backend's first-use self-check launches kernels while the calling op records its launches for the eager
+    replay: recorded, they made the op's first call hold more launches than its replay (no replay for it)."""
+    from tilewright._record import record, recording
+    from tilewright.cuda_fallback.runtime import guard
+
+    monkeypatch.setattr(guard, "device_model", lambda device: "test card")
+    g = guard.Guard("test family")
+    with recording() as launches:
+        record("the op's launch", {})
+        ok, _ = g.check("cpu", "v1", (), lambda: (record("a self-check launch", {}), (True, "fine"))[1])
+        record("the op's second launch", {})
+    assert ok and [bound for bound, *_ in launches] == ["the op's launch", "the op's second launch"]
