@@ -116,3 +116,28 @@ def test_row_sumsq_on_the_gpu(M, K):
     got = launch_row_sumsq(x)
     want = x.double().pow(2).sum(1)
     assert torch.allclose(got.double(), want, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("variant", ["coop128x256s3-xf-ro", "pp128x128s5-xf-ro"])
+@pytest.mark.parametrize("M,N,K,act,use_res", [(296, 264, 200, "gelu", True), (1000, 3000, 1536, None, False),
+                                               (4096, 4096, 2048, "silu", True)])
+def test_in_kernel_sum_of_squares_build_matches_the_folded_contract(M, N, K, act, use_res, variant):
+    """The RMSNorm-GEMM's read-only transform build (TW_NORM_XFORM_RO): B = the folded weight, rstd from the row sums
+    its transform warps take from shared memory - the same contract as the rstd GEMM's."""
+    rn = cuda_family("rmsnorm_gemm_sm90", (9,))
+    rgm = cuda_family("rstd_gemm_sm90", (9,))
+    gen = torch.Generator(device="cuda").manual_seed(M * 7 + K)
+    x = (3 * torch.randn(M, K, device="cuda", generator=gen)).bfloat16()
+    wg = (torch.randn(N, K, device="cuda", generator=gen) / math.sqrt(K)).bfloat16()
+    bias = torch.randn(N, device="cuda", generator=gen).bfloat16()
+    res = torch.randn(M, N, device="cuda", generator=gen).bfloat16() if use_res else None
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    rstd = torch.full((M,), float("nan"), device="cuda")
+    ones = torch.ones(K, device="cuda", dtype=torch.bfloat16)
+    rn.launch_cuda_rmsnorm_gemm(x, ones, wg.t(), out, rstd, EPS, bias=bias,
+                                residual=None if res is None else res.reshape(1, M, N), activation=act or 0,
+                                variant=variant)
+    ref, ref_rstd = rgm.reference(x, wg, x.float().pow(2).sum(1), bias, EPS, act, res)
+    assert torch.isfinite(out).all()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 2 ** -8
+    assert ((rstd - ref_rstd).abs() / ref_rstd).max().item() < 1e-5

@@ -96,6 +96,12 @@
 //     (pp128x128). Measured with ptxas -v (coop128x256s3-xf bf16): 40/232 spilled 172 B, 56/224 92 B, 64/224 84 B
 //     (values live across setmaxnreg reloaded from the stack), 72/216 and 88/208 none, 96/208 8 B.
 //     build-check fails any build that spills.
+// TW_NORM_XFORM_RO=1 (with TW_NORM_XFORM; the host's "-ro" variants) is the folded RMSNorm-linear's in-kernel sum of
+//   squares: the host folds g into B (B = g * W, as TW_NORM_SUMSQ), so the transform warps only read each x stage and
+//   add its squares to the row sums - no g loads, no write-back, no proxy fence - and the rstd path is the -xf one.
+//   Why: the folded forward's separate read-only pass costs 3-6% of the GEMM at K 2048-4096 (x read once more from
+//   HBM); here the x tile is read from shared memory where the TMA already put it. The consumers still wait on the
+//   stage's "transformed" barrier, so a stage is released only after its reads (no change to the ring's protocol).
 #include "ptx/common.cuh"
 #include "ptx/cp_async.cuh"
 #include "ptx/gemm_common.cuh"
@@ -130,6 +136,9 @@
 #endif
 #ifndef TW_NORM_XFORM
 #define TW_NORM_XFORM 0
+#endif
+#ifndef TW_NORM_XFORM_RO
+#define TW_NORM_XFORM_RO 0
 #endif
 
 #include "ptx/fp8_scale.cuh"  // TW_FP8 (default 0), TW_SCALE, TW_SCALE_PARAMS
@@ -239,6 +248,8 @@ constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 // the large sizes, and the -xf builds use the barrier slots after full/empty).
 constexpr bool RES_TMA = TW_RES != 0 && !NORM;
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
+constexpr bool XF_READ_ONLY = TW_NORM_XFORM_RO != 0;
+static_assert(!XF_READ_ONLY || NORM_XFORM, "TW_NORM_XFORM_RO is a variant of the TW_NORM_XFORM build");
 
 // One m64nNk32 FP8 wgmma of the compiled formats (K-major operands); a template so the other width's call is
 // discarded.
@@ -419,10 +430,11 @@ TW_DEVICE void xform_stage(unsigned char* sa, int base_even, int base_odd, int r
           float lo, hi;
           unpack2(w[i], lo, hi);
           ss[p] = fmaf(hi, hi, fmaf(lo, lo, ss[p]));
-          w[i] = pack_pair<(TW_FP16 != 0)>(lo * gf[2 * i], hi * gf[2 * i + 1]);
+          if constexpr (!XF_READ_ONLY) w[i] = pack_pair<(TW_FP16 != 0)>(lo * gf[2 * i], hi * gf[2 * i + 1]);
         }
-        *reinterpret_cast<uint4*>(sa + ((p & 1) ? base_odd : base_even) + XF_ROWS * 128 * p) =
-            make_uint4(w[0], w[1], w[2], w[3]);
+        if constexpr (!XF_READ_ONLY)
+          *reinterpret_cast<uint4*>(sa + ((p & 1) ? base_odd : base_even) + XF_ROWS * 128 * p) =
+              make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
   }
@@ -555,11 +567,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         for (int kb = 0; kb < kt; ++kb) {
           const int pos = it * kt + kb;  // ring position, as the producer and the consumers count it
           const int s = pos % STAGES;
-          float gf[8];
-          load_g8(norm_w, kb * BK + 8 * lc, K, gf);        // before the wait: its latency hides under it
+          float gf[8] = {};
+          if constexpr (!XF_READ_ONLY)
+            load_g8(norm_w, kb * BK + 8 * lc, K, gf);        // before the wait: its latency hides under it
           mbar_wait(bar_full + 8 * s, (pos / STAGES) & 1);  // TMA bytes of this stage landed
           xform_stage(sptr + s * STAGE_BYTES, base_even, base_odd, r0, gf, ss);
-          fence_proxy_async_smem();     // our st.shared -> visible to the consumers' wgmma reads (async proxy)
+          // our st.shared -> visible to the consumers' wgmma reads (async proxy); a read-only pass wrote nothing
+          if constexpr (!XF_READ_ONLY) fence_proxy_async_smem();
           mbar_arrive(bar_xf + 8 * s);  // release: the consumers wait for all 96 arrivals
         }
         // row sums: the 8 lanes of a row (an aligned octet of the warp) hold its 8 chunks -> butterfly over the octet;

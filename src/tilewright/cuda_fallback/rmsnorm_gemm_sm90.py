@@ -46,11 +46,14 @@ class NormVariant(gemm_sm90.Variant):
     dbuf: bool = True
     ss_debug: bool = False  # A from smem, g ignored (correct only for g == 1): localises a fragment-layout bug
     xform: bool = False  # transform warps (TW_NORM_XFORM): x * g in smem by the producer warpgroup, SS wgmma
+    # with xform: the transform warps only sum squares (TW_NORM_XFORM_RO) - for B = g * W folded by the host (g
+    # itself is not read: the kernel computes rstd * (x @ B))
+    read_only: bool = False
 
     @property
     def name(self) -> str:
         return (super().name + ("" if self.dbuf else "-sb") + ("-ssdebug" if self.ss_debug else "")
-                + ("-xf" if self.xform else ""))
+                + ("-xf" if self.xform else "") + ("-ro" if self.read_only else ""))
 
     def smem_bytes(self) -> int:
         """The GEMM's plus, for -xf: per-stage transformed barriers, rstd_full/empty[2], padding, rstd[2][BM] fp32."""
@@ -66,6 +69,8 @@ class NormVariant(gemm_sm90.Variant):
             d["TW_NORM_SS_DEBUG"] = 1
         if self.xform:
             d["TW_NORM_XFORM"] = 1
+        if self.read_only:
+            d["TW_NORM_XFORM_RO"] = 1
         return d
 
 
@@ -76,6 +81,10 @@ VARIANTS = {v.name: v for v in (
     NormVariant(128, 128, 5), NormVariant(64, 256, 4), NormVariant(64, 256, 4, dbuf=False),
     NormVariant(256, 128, 3, coop=True),
 )}
+# the folded forward's in-kernel sum of squares (B = g * W from the host; never picked by the router: the op layer
+# names it - ops/rms_norm_linear.py)
+READ_ONLY_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, xform=True, read_only=True),
+                                          NormVariant(128, 128, 5, xform=True, read_only=True))}
 # debug builds (tests/cuda/test_rmsnorm_gemm_sm90_gpu.py, with g = 1); never picked by the router
 DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
 # H200 (MEASURED_ON), time / cuBLAS GEMM geomean over the 8 large shapes: register-A coop128x256s3 1.219x, its
@@ -101,6 +110,8 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("coop128x256s3-sb", False, False, False, 0, False, False),
     ("coop128x256s3", False, False, True, 2, True, True),
     ("pp128x128s5", False, False, False, 0, True, False),
+    ("coop128x256s3-xf-ro", False, False, False, 0, False, False),
+    ("coop128x256s3-xf-ro", False, False, True, 2, True, True),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # the sm_90 GEMM's: HGMMA, TMA in and out, setmaxnreg, stmatrix; per variant (build_markers) LDSM for the
@@ -110,13 +121,13 @@ BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
 
 def build_check_builds() -> list:
     """``tilewright build-check`` rows (label, defines, dynamic smem, per-build markers) of BUILD_CHECK_BUILDS."""
-    return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS, build_markers)
+    return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, {**VARIANTS, **READ_ONLY_VARIANTS}, build_markers)
 
 
 def build_markers(v: NormVariant) -> tuple:
     """SASS markers of a build beyond the kernel's (build-check): the -xf transform warps' 16-byte shared loads and
-    stores; the register-A builds' ldmatrix."""
-    return ("LDS.128", "STS.128") if v.xform else ("LDSM",)
+    stores (-ro: loads only); the register-A builds' ldmatrix."""
+    return ("LDS.128",) if v.read_only else ("LDS.128", "STS.128") if v.xform else ("LDSM",)
 
 
 def pick_variant(M: int, N: int, K: int) -> NormVariant:
@@ -189,7 +200,7 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
         raise ValueError(f"cuda rmsnorm gemm: eps must be finite and > 0, got {eps}")
     activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
         "cuda rmsnorm gemm", x, b, out, bias, residual, activation, tile_order, group, out_align=16)
-    v = gemm_common.resolve_variant(VARIANTS, pick_variant, variant, M, N, K)
+    v = gemm_common.resolve_variant({**VARIANTS, **READ_ONLY_VARIANTS}, pick_variant, variant, M, N, K)
     g = _norm_weight_arg(norm_weight)
     rstd_ptr = rstd.data_ptr() if rstd is not None else 0
     key = gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
