@@ -118,12 +118,15 @@ def test_row_sumsq_on_the_gpu(M, K):
     assert torch.allclose(got.double(), want, rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("variant", ["coop128x256s3-xf-ro", "pp128x128s5-xf-ro"])
+@pytest.mark.parametrize("variant", ["coop128x256s3-xf-ro", "pp128x128s5-xf-ro", "coop128x256s3-xf-roov",
+                                     "pp128x128s5-xf-roov"])
 @pytest.mark.parametrize("M,N,K,act,use_res", [(296, 264, 200, "gelu", True), (1000, 3000, 1536, None, False),
                                                (4096, 4096, 2048, "silu", True)])
 def test_in_kernel_sum_of_squares_build_matches_the_folded_contract(M, N, K, act, use_res, variant):
-    """The RMSNorm-GEMM's read-only transform build (TW_NORM_XFORM_RO): B = the folded weight, rstd from the row sums
-    its transform warps take from shared memory - the same contract as the rstd GEMM's."""
+    """The RMSNorm-GEMM's read-only transform builds (TW_NORM_XFORM_RO 1 and 2, "-ro" / "-roov"): B = the folded
+    weight, rstd from the row sums its transform warps take from shared memory - the same contract as the rstd
+    GEMM's. The many-tile shape runs each CTA's ring around many times (a reader lapped by the refill, or a stage
+    refilled under the readers, shows as wrong rows there)."""
     rn = cuda_family("rmsnorm_gemm_sm90", (9,))
     rgm = cuda_family("rstd_gemm_sm90", (9,))
     gen = torch.Generator(device="cuda").manual_seed(M * 7 + K)

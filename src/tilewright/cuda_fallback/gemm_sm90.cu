@@ -100,8 +100,12 @@
 //   squares: the host folds g into B (B = g * W, as TW_NORM_SUMSQ), so the transform warps only read each x stage and
 //   add its squares to the row sums - no g loads, no write-back, no proxy fence - and the rstd path is the -xf one.
 //   Why: the folded forward's separate read-only pass costs 3-6% of the GEMM at K 2048-4096 (x read once more from
-//   HBM); here the x tile is read from shared memory where the TMA already put it. The consumers still wait on the
-//   stage's "transformed" barrier, so a stage is released only after its reads (no change to the ring's protocol).
+//   HBM); here the x tile is read from shared memory where the TMA already put it. With TW_NORM_XFORM_RO=1 the
+//   consumers still wait on the stage's "transformed" barrier, so the readers' latency sits in front of every
+//   k-block's wgmmas (measured 1.13-1.16x a bare GEMM, slower than the separate pass). TW_NORM_XFORM_RO=2 takes them
+//   off that path: the consumers wait on the full barrier as the plain GEMM does, and the readers join the stage's
+//   release instead - the empty barrier counts their 96 arrivals beside the consumers', so the producer refills a
+//   stage only after both the wgmmas and the reads are done with it, and a reader can never be lapped by the ring.
 #include "ptx/common.cuh"
 #include "ptx/cp_async.cuh"
 #include "ptx/gemm_common.cuh"
@@ -249,6 +253,9 @@ constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 constexpr bool RES_TMA = TW_RES != 0 && !NORM;
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
 constexpr bool XF_READ_ONLY = TW_NORM_XFORM_RO != 0;
+// TW_NORM_XFORM_RO=2: the readers overlap the wgmmas (header)
+constexpr bool XF_OVERLAP = TW_NORM_XFORM_RO == 2;
+constexpr int XF_RELEASE_ARRIVALS = XF_OVERLAP ? 96 : 0;  // the reader threads' arrivals on a stage's empty barrier
 static_assert(!XF_READ_ONLY || NORM_XFORM, "TW_NORM_XFORM_RO is a variant of the TW_NORM_XFORM build");
 
 // One m64nNk32 FP8 wgmma of the compiled formats (K-major operands); a template so the other width's call is
@@ -380,6 +387,7 @@ TW_DEVICE void mma_rs(float (&d)[BN / 2], const tw_u32 (&a)[4], tw_u64 db, int s
 
 #if TW_NORM_XFORM
 constexpr int XF_THREADS = 96;                           // warps 1-3 of the producer warpgroup
+static_assert(!XF_OVERLAP || XF_RELEASE_ARRIVALS == XF_THREADS, "every reader thread arrives on the empty barrier");
 constexpr int XF_ROWS = XF_THREADS / 8;                  // rows per pass: one thread per 16-byte chunk of a row
 constexpr int XF_PASSES = (BM + XF_ROWS - 1) / XF_ROWS;  // row sums per thread (11 for BM = 128)
 
@@ -498,7 +506,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bar_full + 8 * s, 1);                  // one arrive.expect_tx by the producer + TMA bytes
-      mbar_init(bar_empty + 8 * s, COOP ? 2 : 1);      // one arrive per consuming warpgroup
+      // one arrive per consuming warpgroup (and, overlapped read-only transform, one per reader thread)
+      mbar_init(bar_empty + 8 * s, (COOP ? 2 : 1) + XF_RELEASE_ARRIVALS);
     }
 #if !TW_NORM_XFORM
     for (int c = 0; c < 2; ++c) mbar_init(sbase + RES_BAR_OFFSET + 8 * c, 1);  // consumer c's tid 0 + TMA bytes
@@ -574,7 +583,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           xform_stage(sptr + s * STAGE_BYTES, base_even, base_odd, r0, gf, ss);
           // our st.shared -> visible to the consumers' wgmma reads (async proxy); a read-only pass wrote nothing
           if constexpr (!XF_READ_ONLY) fence_proxy_async_smem();
-          mbar_arrive(bar_xf + 8 * s);  // release: the consumers wait for all 96 arrivals
+          // release: the consumers wait for all 96 arrivals - or, overlapped, the producer's refill does
+          mbar_arrive((XF_OVERLAP ? bar_empty : bar_xf) + 8 * s);
         }
         // row sums: the 8 lanes of a row (an aligned octet of the warp) hold its 8 chunks -> butterfly over the octet;
         // then lane lc of the octet takes passes lc, lc + 8, ... so each lane runs ceil(XF_PASSES / 8) IEEE
@@ -738,7 +748,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
       for (int kb = 0; kb < kt; ++kb) {
 #if TW_NORM_XFORM
-        mbar_wait(sbase + XF_BAR_OFFSET + 8 * s, phase);  // TMA landed and the transform warps wrote x * g
+        // TMA landed and the transform warps wrote x * g (overlapped read-only: TMA landed)
+        mbar_wait((XF_OVERLAP ? bar_full : sbase + XF_BAR_OFFSET) + 8 * s, phase);
 #else
         mbar_wait(bar_full + 8 * s, phase);
 #endif

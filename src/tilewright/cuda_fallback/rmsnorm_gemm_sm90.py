@@ -47,13 +47,15 @@ class NormVariant(gemm_sm90.Variant):
     ss_debug: bool = False  # A from smem, g ignored (correct only for g == 1): localises a fragment-layout bug
     xform: bool = False  # transform warps (TW_NORM_XFORM): x * g in smem by the producer warpgroup, SS wgmma
     # with xform: the transform warps only sum squares (TW_NORM_XFORM_RO) - for B = g * W folded by the host (g
-    # itself is not read: the kernel computes rstd * (x @ B))
+    # itself is not read: the kernel computes rstd * (x @ B)); overlap: the readers join the stage's release
+    # instead of gating the consumers (TW_NORM_XFORM_RO=2)
     read_only: bool = False
+    overlap: bool = False
 
     @property
     def name(self) -> str:
         return (super().name + ("" if self.dbuf else "-sb") + ("-ssdebug" if self.ss_debug else "")
-                + ("-xf" if self.xform else "") + ("-ro" if self.read_only else ""))
+                + ("-xf" if self.xform else "") + ("-ro" if self.read_only else "") + ("ov" if self.overlap else ""))
 
     def smem_bytes(self) -> int:
         """The GEMM's plus, for -xf: per-stage transformed barriers, rstd_full/empty[2], padding, rstd[2][BM] fp32."""
@@ -70,7 +72,7 @@ class NormVariant(gemm_sm90.Variant):
         if self.xform:
             d["TW_NORM_XFORM"] = 1
         if self.read_only:
-            d["TW_NORM_XFORM_RO"] = 1
+            d["TW_NORM_XFORM_RO"] = 2 if self.overlap else 1
         return d
 
 
@@ -84,7 +86,10 @@ VARIANTS = {v.name: v for v in (
 # the folded forward's in-kernel sum of squares (B = g * W from the host; never picked by the router: the op layer
 # names it - ops/rms_norm_linear.py)
 READ_ONLY_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, xform=True, read_only=True),
-                                          NormVariant(128, 128, 5, xform=True, read_only=True))}
+                                          NormVariant(128, 128, 5, xform=True, read_only=True),
+                                          NormVariant(128, 256, 3, coop=True, xform=True, read_only=True,
+                                                      overlap=True),
+                                          NormVariant(128, 128, 5, xform=True, read_only=True, overlap=True))}
 # debug builds (tests/cuda/test_rmsnorm_gemm_sm90_gpu.py, with g = 1); never picked by the router
 DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
 # H200 (MEASURED_ON), time / cuBLAS GEMM geomean over the 8 large shapes: register-A coop128x256s3 1.219x, its
@@ -112,6 +117,8 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("pp128x128s5", False, False, False, 0, True, False),
     ("coop128x256s3-xf-ro", False, False, False, 0, False, False),
     ("coop128x256s3-xf-ro", False, False, True, 2, True, True),
+    ("coop128x256s3-xf-roov", False, False, False, 0, False, False),
+    ("pp128x128s5-xf-roov", False, False, False, 0, True, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # the sm_90 GEMM's: HGMMA, TMA in and out, setmaxnreg, stmatrix; per variant (build_markers) LDSM for the
