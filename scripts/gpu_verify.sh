@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the GPU test tier (thin wrapper over pytest): each phase is one pytest run under its own time
 # limit, so a hang shows up as a timed-out phase instead of eating the lease; logs land flat in $OUT, a summary prints
-# last. The stress phase adds --stress (10,000-launch tests), the sanitizer phase --sanitizer (compute-sanitizer runs).
+# last. The stress phase adds --stress (10,000-launch tests), the sanitizer phase --sanitizer (compute-sanitizer runs),
+# the gemm phase --long (the whole tuning space, not the default tier's sample).
 # Usage on the device: bash scripts/gpu_verify.sh [phases...]
 #   phases (default all): gemm rms attn kvcache varlen fp8 tune cuda stress sanitizer
 # Timings and per-variant comparisons are `tilewright diag --what ...`; the peer benchmark is scripts/bench.sh.
@@ -18,7 +19,7 @@ phase() {
   local ph=$1 rc
   SECONDS=0
   case $ph in
-    gemm) timeout 420 $PYTEST tests/test_gemm_gpu.py tests/test_cublas_routes_gpu.py ;;
+    gemm) timeout 420 $PYTEST tests/test_gemm_gpu.py tests/test_cublas_routes_gpu.py --long ;;
     rms) timeout 300 $PYTEST tests/test_rms_norm_linear_gpu.py ;;
     attn) TILEWRIGHT_AUTOTUNE=0 timeout 400 $PYTEST tests/test_attention_gpu.py ;;
     kvcache) timeout 200 $PYTEST tests/test_kvcache_gpu.py ;;

@@ -3,10 +3,11 @@ the device) and skip without it. Files mirror the source: tests/test_<op>.py, te
 
 The ATen route of small eager calls (ops/_aten.py) is off in tests unless set (below).
 
-Two opt-in modes of the GPU tier (scripts/gpu_verify.sh turns both on): ``--stress`` runs the 10,000-launch checks
-(randomized and repeated launches: the persistent-kernel bug class that is fine once and wrong after many runs), and
-``--sanitizer`` runs small launches under compute-sanitizer in a subprocess. Without the option those tests skip and
-say which option runs them.
+Three opt-in modes of the GPU tier (scripts/gpu_verify.sh turns them on): ``--stress`` runs the 10,000-launch checks
+(randomized and repeated launches: the persistent-kernel bug class that is fine once and wrong after many runs),
+``--sanitizer`` runs small launches under compute-sanitizer in a subprocess, and ``--long`` runs the long sweeps whole
+(every config of the GEMM's tuning space: ~200 compiles; the default tier takes a fixed sample of them). Without the
+option the stress and sanitizer tests skip and say which option runs them.
 
 TRITON_INTERPRET must be set before triton is imported (the @triton.jit decorator reads it), so it is decided here,
 before any test module imports tilewright: interpret on a machine without a GPU unless the caller chose.
@@ -43,6 +44,8 @@ def pytest_addoption(parser):
     g.addoption("--stress-launches", type=int, default=10000, help="launches per stress test (default 10000)")
     g.addoption("--sanitizer", action="store_true", default=False,
                 help="run the compute-sanitizer tests (memcheck / racecheck / synccheck on small launches)")
+    g.addoption("--long", action="store_true", default=False,
+                help="run the long sweeps whole (the default GPU tier samples them to stay under 5 minutes a file)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -92,6 +95,12 @@ def fake_compiler(monkeypatch):
 
 
 # ---- opt-in modes of the GPU tier ----
+@pytest.fixture
+def long_sweep(request) -> bool:
+    """Whether pytest ran with --long (a sweep test then covers its whole space, else a fixed sample of it)."""
+    return request.config.getoption("--long")
+
+
 @pytest.fixture
 def stress_launches(request) -> int:
     """The launch count of a stress test; skips the test unless pytest ran with --stress."""
