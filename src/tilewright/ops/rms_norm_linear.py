@@ -128,7 +128,9 @@ def _two_pass(x, norm_weight, weight, bias, eps, rstd):
     return y, rstd
 
 
-# "0": never the folded forward (A/B measurements); "nocache": fold the weight on every call instead of keeping it
+# "0": never the folded forward (A/B measurements); "nocache": fold the weight on every call instead of keeping it;
+# "capture": fold inside CUDA-graph capture too (see folded_applies: the caller promises no in-place weight update
+# before the graph's replays)
 FOLDED_ENV = "TILEWRIGHT_RMS_FOLDED"
 
 
@@ -157,15 +159,23 @@ def folded_applies(x: torch.Tensor, N: int, weight: torch.Tensor | None = None,
     """Whether a two-pass call (:func:`two_pass_applies`) runs folded instead (:func:`_folded`): a unit-stride bf16
     x on an sm_90 GPU, a shape inside the plain sm_90 GEMM's measured win region (``gemm_sm90.preferred``: elsewhere
     cuBLAS runs the two passes' GEMM faster - 3000 x 5120 x 5120: 214.6 vs 199.6 us, H200), ``TILEWRIGHT_RMS_FOLDED``
-    not "0", and a fold that is paid once: the weight's folded copy is current or will be kept for the next calls
-    (:func:`_keeps_fold`: a weight that does not train - inference, frozen weights). A training step would fold
+    not "0", no CUDA-graph capture in progress (unless ``TILEWRIGHT_RMS_FOLDED=capture``: a graph would hold the
+    folded copy and miss later in-place weight updates), and a fold that is paid once: the weight's folded copy is
+    current or will be kept for the next calls (:func:`_keeps_fold`: a weight that does not train - inference,
+    frozen weights). A training step would fold
     every call: on traffic alone that pays where 3N < M (6NK bytes of fold against the 2MK the two passes' u costs
     more than the sum of squares), but measured (H200, fwd+bwd loops) the folded call's full Python path - it cannot
     replay, its weight operand being a copy - made those steps host-bound (0.58-0.83x eager where the two passes ran
     0.97-0.99x), so training keeps the two passes. Without ``weight`` only the first conditions are checked. (The
     kernel's first-use self-check can still send a call to the two passes.)"""
-    if os.environ.get(FOLDED_ENV) == "0" or not x.is_cuda or x.stride(-1) != 1 or x.dtype != torch.bfloat16:
+    mode = os.environ.get(FOLDED_ENV)
+    if mode == "0" or not x.is_cuda or x.stride(-1) != 1 or x.dtype != torch.bfloat16:
         return False  # (fp16: g * W could overflow where torch's pipeline does not - docs/numerics_rmsnorm.md)
+    if mode != "capture" and torch.cuda.is_current_stream_capturing():
+        # a captured graph would read the folded copy, not the weight: an in-place weight update between replays
+        # (inference engines load new weights into the same tensors) would go unseen - silently stale outputs. The
+        # two passes read the weight itself.
+        return False
     from ..cuda_fallback import gemm_sm90
 
     M, K = x.shape
@@ -403,7 +413,9 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     one more copy of the weight; ``TILEWRIGHT_RMS_FOLDED=nocache`` folds per call instead, ``=0`` never folds) - one
     read-only pass sums each row's squares, and the GEMM applies rstd in its epilogue: 1.02-1.06x torch eager on the
     large rows where the two passes run 0.99-1.01x (H200). Writes through ``.data`` bypass the version counters:
-    call ``tilewright.clear_folded(weight)`` after them.
+    call ``tilewright.clear_folded(weight)`` after them. A call captured in a CUDA graph runs the two passes (the
+    graph then reads the weight itself, so in-place weight updates between replays are seen);
+    ``TILEWRIGHT_RMS_FOLDED=capture`` folds there too, for graphs whose weights never change in place.
 
     With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
     traces - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics);

@@ -4,7 +4,9 @@ pass, rstd in the GEMM's epilogue), the two passes (``TILEWRIGHT_RMS_FOLDED=0``)
 torch.compile of the pair, the bare cuBLAS GEMM and the bare sm_90a CUDA GEMM (x @ W^T, no norm); bf16, CUDA-graph
 timed, providers interleaved with rotating order, cold L2. Then fwd+bwd (steady-state loop; the weights train, so
 tilewright runs its two passes) vs eager vs compile. Argument: the CSV path; optional MxNxK,... shapes.
-(The 0933 run's "nocache" columns used a kept fold by mistake; the 0939 run's fold every call.)"""
+(The 0933 run's "nocache" columns used a kept fold by mistake; the 0939 run's fold every call. Since those runs a
+call under CUDA-graph capture runs the two passes unless TILEWRIGHT_RMS_FOLDED=capture, which the folded column
+now sets: it times the folded path's GPU work, what an eager inference call runs.)"""
 import os, sys, csv, torch, torch.nn.functional as F
 import tilewright
 from tilewright.bench.common import graph_ms_alternating, loop_ms_alternating, environment
@@ -35,13 +37,13 @@ for M, N, K in SHAPES:
     w = (torch.randn(N, K, device="cuda") / K ** 0.5).bfloat16()
     ref = F.linear(F.rms_norm(x.double(), (K,), g.double(), EPS), w.double())
     errs = {}
-    for name, f in (("folded", tw(None)), ("two_pass", tw("0")), ("eager", pair)):
+    for name, f in (("folded", tw("capture")), ("two_pass", tw("0")), ("eager", pair)):
         errs[name] = ((f(x, g, w).double() - ref).abs().max() / ref.abs().max()).item()
     os.environ.pop(ENV, None)
     path = "folded" if rms.folded_applies(x, N) and rms.two_pass_applies(
         tilewright.router.decide("rms_norm_linear", x, g, w, None), x, N) else "not folded"
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-    provs = {"folded": tw(None), "two_pass": tw("0"), "eager": pair,
+    provs = {"folded": tw("capture"), "two_pass": tw("0"), "eager": pair,
              "compile": pair_c, "bare_cublas": lambda x, g, w: F.linear(x, w),
              "bare_cuda": lambda x, g, w: gemm_sm90.launch_cuda_gemm(x, w.t(), out)}
     with torch.no_grad():
