@@ -149,3 +149,32 @@ def test_a_self_check_run_inside_an_op_is_not_recorded(monkeypatch):
         ok, _ = g.check("cpu", "v1", (), lambda: (record("a self-check launch", {}), (True, "fine"))[1])
         record("the op's second launch", {})
     assert ok and [bound for bound, *_ in launches] == ["the op's launch", "the op's second launch"]
+
+
+def test_when_the_folded_path_applies(monkeypatch):
+    """folded_applies' rules on CPU tensors posing as an sm_90 device's: bf16 only, the plain GEMM's region, no
+    CUDA-graph capture (unless TILEWRIGHT_RMS_FOLDED=capture: a graph would hold the folded copy), a weight that does
+    not train (or a kept copy that is current)."""
+    state = {"capturing": False}
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
+    M, N, K = 4096, 4096, 2048
+    x = torch.randn(M, K).bfloat16()
+    w, g = torch.randn(N, K).bfloat16(), torch.randn(K).bfloat16()
+    assert rms.folded_applies(x, N, w, g)
+    assert not rms.folded_applies(x.half(), N, w.half(), g.half())  # fp16: g * W could overflow
+    assert not rms.folded_applies(x[:3000], N, w, g)  # M % 64: outside the sm_90 GEMM's region (cuBLAS is faster)
+    assert not rms.folded_applies(x.t().contiguous().t(), N, w, g)  # x not unit-stride along K
+    state["capturing"] = True
+    assert not rms.folded_applies(x, N, w, g)
+    monkeypatch.setenv(rms.FOLDED_ENV, "capture")
+    assert rms.folded_applies(x, N, w, g)
+    state["capturing"] = False
+    monkeypatch.setenv(rms.FOLDED_ENV, "0")
+    assert not rms.folded_applies(x, N, w, g)
+    monkeypatch.delenv(rms.FOLDED_ENV)
+    w.requires_grad_()  # the op called directly with a trainable weight: the two passes, unless a current copy is kept
+    assert not rms.folded_applies(x, N, w, g)
+    rms.folded_weight(w.detach(), g)  # (a copy on another tensor object is not this weight's)
+    assert not rms.folded_applies(x, N, w, g)
