@@ -105,9 +105,10 @@ def launch_cuda_rstd_gemm(x: torch.Tensor, b: torch.Tensor, out: torch.Tensor, s
                         rstd, eps)
 
     if residual is None:
-        # Bound per signature, not per address: the op calls this with fresh x, out, sumsq and rstd buffers every
-        # call, and re-preparing (tensor maps encoded through ctypes) cost ~500 us of host a call in a training
-        # loop; the bound launch re-encodes only a map whose address it has not seen (runtime.launch)
+        # Bound per signature, not per address: the op calls this with fresh out, sumsq and rstd buffers every call,
+        # and a prepare per new address (the tensor maps encoded through ctypes) is the 130-450 us of host that
+        # runtime.launch.BoundCudaLaunch exists to avoid; the bound launch re-encodes only a map whose address it has
+        # not seen
         sig = (tuple(tensor_signature(t) for t in roles.values()), tuple(roles), v, activation, tile_order, group,
                num_ctas, float(eps))
         bound = _bound.get(sig)
