@@ -14,14 +14,55 @@ rms = importlib.import_module("tilewright.ops.rms_norm_linear")  # (the package 
 
 @pytest.mark.parametrize("M,K", [(1, 1), (7, 123), (33, 1000), (5, 5000), (130, 64)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-def test_row_sumsq_matches_torch(M, K, dtype):
-    """Tails in M and K, rows longer than one 512-wide step, and a row stride wider than K (a slice of x)."""
-    wide = torch.randn(M, K + 9, dtype=dtype) * 3
-    x = wide[:, 3:3 + K]
+@pytest.mark.parametrize("layout", ["row_slice", "column_major"])
+def test_row_sumsq_matches_torch(M, K, dtype, layout):
+    """Tails in M and K, rows longer than one 2048-wide step, a row stride wider than K (a slice of x) and x read
+    through a non-unit K stride (a transposed tensor)."""
+    if layout == "row_slice":
+        x = (torch.randn(M, K + 9, dtype=dtype) * 3)[:, 3:3 + K]
+    else:
+        x = (torch.randn(K, M, dtype=dtype) * 3).t()
     got = torch.full((M,), float("nan"))
     launch_row_sumsq(x, got)
     want = x.double().pow(2).sum(1)
     assert torch.allclose(got.double(), want, rtol=1e-5, atol=0), (got, want)
+
+
+def test_row_sumsq_refuses_a_wrong_out_by_name():
+    x = torch.randn(8, 16)
+    for bad in (torch.empty(8, dtype=torch.float16), torch.empty(9), torch.empty(16)[::2]):
+        with pytest.raises(ValueError, match="out: expected a contiguous float32"):
+            launch_row_sumsq(x, bad)
+
+
+@pytest.mark.parametrize("family", ["rmsnorm_gemm_sm90", "rstd_gemm_sm90"])
+@pytest.mark.parametrize("bug", [None, "no rstd", "rstd not stored"])
+def test_norm_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, family, bug):
+    """The norm GEMMs' shared first-use self-check with each launcher replaced by its torch contract on the CPU: it
+    passes the right result and fails an output without rstd or an rstd never written."""
+    import importlib
+
+    mod = importlib.import_module(f"tilewright.cuda_fallback.{family}")
+
+    def launch(x, *args, bias=None, residual=None, activation=0, variant=None):
+        if family == "rmsnorm_gemm_sm90":
+            g, b, out, rstd, eps = args
+            y, r = mod.reference(x, g, b.t(), bias, eps, activation, None if residual is None else residual[0])
+        else:
+            b, out, sumsq, rstd, eps = args
+            y, r = mod.reference(x, b.t(), sumsq, bias, eps, activation, None if residual is None else residual[0])
+        if bug == "no rstd":
+            y = y / r[:, None]
+        out.copy_(y)
+        if bug != "rstd not stored":
+            rstd.copy_(r)
+        return out
+
+    monkeypatch.setattr(mod, "launch_cuda_rmsnorm_gemm" if family == "rmsnorm_gemm_sm90" else "launch_cuda_rstd_gemm",
+                        launch)
+    v = next(iter(mod.VARIANTS.values()))
+    ok, why = mod._self_check_one(torch.device("cpu"), v, torch.bfloat16)
+    assert ok == (bug is None), why
 
 
 def test_folded_weight_is_kept_until_either_tensor_changes():

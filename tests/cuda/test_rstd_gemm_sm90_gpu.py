@@ -86,6 +86,8 @@ def test_in_place_weight_updates_refresh_the_folded_copy():
 
 
 def test_gradients_within_torchs_error():
+    """At the folded shape with autograd recording: the call runs the two passes (training keeps them), and the
+    gradients stay within torch's error - the folded path must not leak into a recorded call."""
     from test_rms_norm_linear import gradient_errors
 
     M, N, K = SHAPE

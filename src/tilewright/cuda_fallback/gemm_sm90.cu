@@ -258,6 +258,12 @@ constexpr bool XF_OVERLAP = TW_NORM_XFORM_RO == 2;
 constexpr int XF_RELEASE_ARRIVALS = XF_OVERLAP ? 96 : 0;  // the reader threads' arrivals on a stage's empty barrier
 static_assert(!XF_READ_ONLY || NORM_XFORM, "TW_NORM_XFORM_RO is a variant of the TW_NORM_XFORM build");
 
+// rstd of a row from its fp32 sum of squares over K: IEEE division and square root, the Triton kernels'
+// 1/sqrt_rn(ss/K + eps) bit for bit (every norm build: register-A, transform warps, given sums)
+TW_DEVICE float rstd_of(float ss, int K, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(ss, (float)K) + eps));
+}
+
 // One m64nNk32 FP8 wgmma of the compiled formats (K-major operands); a template so the other width's call is
 // discarded.
 template <int N>
@@ -605,7 +611,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         float rs[NPER];
 #pragma unroll
         for (int j = 0; j < NPER; ++j)
-          rs[j] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(mine[j], (float)K) + eps));  // as Triton: 1/sqrt_rn(ss/K+eps)
+          rs[j] = rstd_of(mine[j], K, eps);
         mbar_wait(rstd_empty + 8 * b, ((it >> 1) & 1) ^ 1);  // the consumers of tile it - 2 read this buffer
 #pragma unroll
         for (int j = 0; j < NPER; ++j) {
@@ -876,7 +882,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float v = quad_sum(ss[ma][h]);
-          rstd[ma][h] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(v, (float)K) + eps));  // as Triton: 1/sqrt_rn(ss/K+eps)
+          rstd[ma][h] = rstd_of(v, K, eps);
           const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
           if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
         }
@@ -891,7 +897,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         for (int h = 0; h < 2; ++h) {
           const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
           const float v = r < M ? row_sumsq[r] : 0.0f;  // no read past M
-          rstd[ma][h] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(v, (float)K) + eps));
+          rstd[ma][h] = rstd_of(v, K, eps);
           if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
         }
       }

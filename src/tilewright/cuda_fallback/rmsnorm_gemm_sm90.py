@@ -252,21 +252,21 @@ def reference(x, norm_weight, weight, bias, eps, activation=None, residual=None)
     return epilogue_reference((u @ weight.float().t()) * rstd[:, None], bias, activation, residual), rstd
 
 
-def _self_check_one(device, v, dtype) -> tuple[bool, str]:
-    """Small problems with M/N/K tails, a non-trivial g, bias + gelu + residual and rstd, against :func:`reference`."""
-    gen = torch.Generator(device="cpu").manual_seed(4321)
+def run_norm_self_check(device, v, dtype, seed: int, case) -> tuple[bool, str]:
+    """The first-use self-check of the norm GEMM builds (this kernel and rstd_gemm_sm90's): problems with M/N/K tails
+    and one of several tiles per dimension, bias + gelu + residual, outputs pre-filled with NaN. ``case(x, w, bias,
+    residual, out, rstd, activation, gen)`` launches the build into ``out`` / ``rstd`` and returns its fp32 reference
+    (y, rstd); the output must be within 2e-2 relative and rstd within 1e-5."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
 
     def measure(M, N, K, act, use_res):
         x = (torch.randn(M, K, generator=gen) * 3).to(device=device, dtype=dtype)
-        g = (1 + 0.5 * torch.randn(K, generator=gen)).to(device=device, dtype=dtype)
         w = (torch.randn(N, K, generator=gen) / math.sqrt(K)).to(device=device, dtype=dtype)
         bias = torch.randn(N, generator=gen).to(device=device, dtype=dtype)
         res = torch.randn(M, N, generator=gen).to(device=device, dtype=dtype) if use_res else None
         out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
         rstd = torch.full((M,), float("nan"), device=device, dtype=torch.float32)
-        launch_cuda_rmsnorm_gemm(x, g, w.t(), out, rstd, 1e-6, bias=bias,
-                                 residual=None if res is None else res.reshape(1, M, N), activation=act, variant=v)
-        ref, ref_rstd = reference(x, g, w, bias, 1e-6, act, res)
+        ref, ref_rstd = case(x, w, bias, res, out, rstd, act, gen)
         synchronize(device)
         return {"relative error": (relative_error(out, ref), 2e-2),
                 "rstd error": (((rstd - ref_rstd).abs() / ref_rstd).max().item(), 1e-5)}
@@ -274,6 +274,18 @@ def _self_check_one(device, v, dtype) -> tuple[bool, str]:
     shapes = ((296, 264, 200, "gelu", True), (8, 64, 72, None, False), (2 * v.bm + 8, 3 * v.bn + 8, 1000, "gelu", True))
     return run_self_check(v.name, ((f"({M}, {N}, {K})", lambda c=(M, N, K, act, res): measure(*c))
                                    for M, N, K, act, res in shapes))
+
+
+def _self_check_one(device, v, dtype) -> tuple[bool, str]:
+    """:func:`run_norm_self_check` with a non-trivial g, against :func:`reference`."""
+    def case(x, w, bias, res, out, rstd, act, gen):
+        g = (1 + 0.5 * torch.randn(x.shape[1], generator=gen)).to(device=x.device, dtype=x.dtype)
+        M, N = out.shape
+        launch_cuda_rmsnorm_gemm(x, g, w.t(), out, rstd, 1e-6, bias=bias,
+                                 residual=None if res is None else res.reshape(1, M, N), activation=act, variant=v)
+        return reference(x, g, w, bias, 1e-6, act, res)
+
+    return run_norm_self_check(device, v, dtype, 4321, case)
 
 
 GUARD = Guard("CUDA RMSNorm-GEMM", "sm_90a RMSNorm-GEMM ", MEASURED_ON)

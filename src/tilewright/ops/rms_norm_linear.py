@@ -165,9 +165,10 @@ def folded_applies(x: torch.Tensor, N: int, weight: torch.Tensor | None = None,
     frozen weights). A training step would fold
     every call: on traffic alone that pays where 3N < M (6NK bytes of fold against the 2MK the two passes' u costs
     more than the sum of squares), but measured (H200, fwd+bwd loops) the folded call's full Python path - it cannot
-    replay, its weight operand being a copy - made those steps host-bound (0.58-0.83x eager where the two passes ran
-    0.97-0.99x), so training keeps the two passes. Without ``weight`` only the first conditions are checked. (The
-    kernel's first-use self-check can still send a call to the two passes.)"""
+    replay, its weight operand being a copy - made those steps host-bound (0.58-1.00x eager on the five folded rows,
+    three of them 0.58-0.83x, where the two passes ran 0.97-1.01x), so training keeps the two passes. Without
+    ``weight`` only the first conditions are checked. (The kernel's first-use self-check can still send a call to
+    the two passes.)"""
     mode = os.environ.get(FOLDED_ENV)
     if mode == "0" or not x.is_cuda or x.stride(-1) != 1 or x.dtype != torch.bfloat16:
         return False  # (fp16: g * W could overflow where torch's pipeline does not - docs/numerics_rmsnorm.md)
@@ -209,8 +210,8 @@ def _version(t: torch.Tensor):
 
 
 def _fold_key(weight, norm_weight) -> tuple:
-    return (weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, _version(weight),
-            norm_weight.data_ptr(), norm_weight.stride(), _version(norm_weight))
+    return (weight.device, weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, _version(weight),
+            norm_weight.data_ptr(), norm_weight.stride(), norm_weight.dtype, _version(norm_weight))
 
 
 def _folded_is_current(weight, norm_weight) -> bool:
@@ -373,9 +374,13 @@ def _replay_key(x, norm_weight, weight, bias, eps, backend):
     if not _fast.eligible(x, norm_weight, weight, bias):
         return None
     sig = _fast.sig
-    records = torch.is_grad_enabled() and (x.requires_grad or norm_weight.requires_grad or weight.requires_grad
-                                           or (bias is not None and bias.requires_grad))
-    return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend, records, _fast.state())
+    return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend,
+            _autograd_records(x, norm_weight, weight, bias), _fast.state())
+
+
+def _autograd_records(*tensors) -> bool:
+    """Whether autograd records a call on ``tensors`` (None entries skipped)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
@@ -468,8 +473,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
 
     def call():
-        _call_state.records = key[-2] if key is not None else (
-            torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, norm_weight, weight, bias)))
+        _call_state.records = key[-2] if key is not None else _autograd_records(x, norm_weight, weight, bias)
         try:
             return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
         finally:

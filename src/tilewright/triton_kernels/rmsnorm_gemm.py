@@ -176,7 +176,7 @@ def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.T
 
 
 @triton.jit
-def _row_sumsq_kernel(a_ptr, ss_ptr, M, K, stride_xm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+def _row_sumsq_kernel(a_ptr, ss_ptr, M, K, stride_xm, stride_xk, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """Program p: the fp32 sums of squares of rows [p * BLOCK_M, (p + 1) * BLOCK_M) of x, a (BLOCK_M, BLOCK_K) tile
     of loads in flight per step (a read-only pass: the folded forward's only traffic besides its GEMM)."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -185,15 +185,20 @@ def _row_sumsq_kernel(a_ptr, ss_ptr, M, K, stride_xm, BLOCK_M: tl.constexpr, BLO
     acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ck = k0 + rk
-        x = tl.load(rows + ck[None, :], mask=(rm[:, None] < M) & (ck[None, :] < K), other=0.0).to(tl.float32)
+        x = tl.load(rows + ck[None, :] * stride_xk, mask=(rm[:, None] < M) & (ck[None, :] < K),
+                    other=0.0).to(tl.float32)
         acc += x * x
     tl.store(ss_ptr + rm, tl.sum(acc, axis=1), mask=rm < M)
 
 
 def launch_row_sumsq(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Each row's sum of squares of x (M, K) with unit last stride, as fp32 (M,) (into ``out`` when given): the folded
-    forward's pass over x (ops/rms_norm_linear.py; the CUDA GEMM turns it into rstd in its epilogue)."""
+    """Each row's sum of squares of x (M, K), read through its strides, as fp32 (M,) (into ``out``, a contiguous fp32
+    (M,) tensor, when given): the folded forward's pass over x (ops/rms_norm_linear.py; the CUDA GEMM turns it into
+    rstd in its epilogue)."""
     M, K = x.shape
+    if out is not None and (out.dtype != torch.float32 or out.shape != (M,) or out.stride(0) != 1
+                            or out.device != x.device):
+        raise ValueError(f"out: expected a contiguous float32 ({M},) tensor on {x.device}")
     ss = torch.empty((M,), device=x.device, dtype=torch.float32) if out is None else out
     if M == 0:
         return ss
@@ -202,8 +207,8 @@ def launch_row_sumsq(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.
     # gives 1,024 / 4,096 programs
     block_k = min(triton.next_power_of_2(max(K, 16)), 2048)
     block_m = max(1, 4096 // block_k)
-    _row_sumsq_kernel[(triton.cdiv(M, block_m),)](x, ss, M, K, x.stride(0), BLOCK_M=block_m, BLOCK_K=block_k,
-                                                  num_warps=8)
+    _row_sumsq_kernel[(triton.cdiv(M, block_m),)](x, ss, M, K, x.stride(0), x.stride(1), BLOCK_M=block_m,
+                                                  BLOCK_K=block_k, num_warps=8)
     if is_recording():
         record(None, {})  # its GEMM reads a folded copy of the weight that a replay could not refresh: no replay
     return ss
