@@ -75,6 +75,25 @@ def test_router_hands_measured_plain_gemms_to_cublas_only(sm90, monkeypatch):
     assert router.decide("gemm", a, b, None, None, None).backend == "triton"  # measured on sm_90 only
 
 
+def test_decode_and_small_plain_gemms_go_to_cublas_but_not_at_16_rows(sm90):
+    """The H200 decode points (Triton wins at M <= 16, cuBLAS from 32 rows) and the small-problem rule for shapes
+    no point covers: more than 16 rows and under 2^36 FLOPs go to cuBLAS; large or 16-row problems far from every
+    point keep tilewright's kernels."""
+    def backend(M, N, K, b_t=True):
+        return router.decide("gemm", *_operands(M, N, K, b_t=b_t), None, None, None)
+
+    assert backend(16, 4096, 4096).backend == "triton"  # measured 1.06x cuBLAS
+    assert backend(1, 4096, 4096).backend == "triton"
+    d = backend(128, 4096, 4096)  # measured 0.86x
+    assert d.backend == "torch" and "NVIDIA H200" in str(d), str(d)
+    d = backend(128, 1024, 1024)  # no point near: the small-problem rule
+    assert d.backend == "torch" and "no measured point near" in str(d), str(d)
+    assert backend(16, 256, 256).backend == "triton"  # 16 rows: the decode tiles win there
+    assert backend(20000, 20000, 512, b_t=False).backend == "triton"  # far and large: ours
+    big_k = backend(16384, 256, 65536)  # 2^39 FLOPs far from every point: ours
+    assert big_k.backend == "triton", str(big_k)
+
+
 def test_cublas_launch_reads_the_recorded_layout_from_a_replay_s_tensors():
     """A replay of ``linear`` hands the launch the caller's 3-D input and the (N, K) weight at the addresses the 2-D
     views had; the launch views them back and writes the caller's output."""

@@ -35,17 +35,25 @@ def test_row_sumsq_refuses_a_wrong_out_by_name():
             launch_row_sumsq(x, bad)
 
 
-@pytest.mark.parametrize("family", ["rmsnorm_gemm_sm90", "rstd_gemm_sm90"])
-@pytest.mark.parametrize("bug", [None, "no rstd", "rstd not stored"])
+@pytest.mark.parametrize("family,bug", [(f, b) for f in ("rmsnorm_gemm_sm90", "rstd_gemm_sm90", "folded")
+                                        for b in (None, "no rstd", "rstd not stored")] + [("folded", "g applied")])
 def test_norm_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, family, bug):
     """The norm GEMMs' shared first-use self-check with each launcher replaced by its torch contract on the CPU: it
-    passes the right result and fails an output without rstd or an rstd never written."""
+    passes the right result and fails an output without rstd or an rstd never written; the folded (in-kernel sum of
+    squares) build's check also fails a launch that applies g on top of the folded weight."""
     import importlib
 
-    mod = importlib.import_module(f"tilewright.cuda_fallback.{family}")
+    mod = importlib.import_module(f"tilewright.cuda_fallback.{family if family != 'folded' else 'rmsnorm_gemm_sm90'}")
 
     def launch(x, *args, bias=None, residual=None, activation=0, variant=None):
-        if family == "rmsnorm_gemm_sm90":
+        if family == "folded":
+            g, b, out, rstd, eps = args
+            assert variant.name == mod.FOLDED_VARIANT
+            if bug == "g applied":  # a build that multiplied x by the g argument as the -xf build does
+                x = (x.float() * g.float()).to(x.dtype)
+            y, r = rg.reference(x, b.t(), x.float().pow(2).sum(1), bias, eps, activation,
+                                None if residual is None else residual[0])
+        elif family == "rmsnorm_gemm_sm90":
             g, b, out, rstd, eps = args
             y, r = mod.reference(x, g, b.t(), bias, eps, activation, None if residual is None else residual[0])
         else:
@@ -58,10 +66,12 @@ def test_norm_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, fami
             rstd.copy_(r)
         return out
 
-    monkeypatch.setattr(mod, "launch_cuda_rmsnorm_gemm" if family == "rmsnorm_gemm_sm90" else "launch_cuda_rstd_gemm",
+    monkeypatch.setattr(mod, "launch_cuda_rstd_gemm" if family == "rstd_gemm_sm90" else "launch_cuda_rmsnorm_gemm",
                         launch)
-    v = next(iter(mod.VARIANTS.values()))
-    ok, why = mod._self_check_one(torch.device("cpu"), v, torch.bfloat16)
+    if family == "folded":
+        ok, why = mod._folded_self_check(torch.device("cpu"), torch.bfloat16)
+    else:
+        ok, why = mod._self_check_one(torch.device("cpu"), next(iter(mod.VARIANTS.values())), torch.bfloat16)
     assert ok == (bug is None), why
 
 
@@ -219,3 +229,81 @@ def test_when_the_folded_path_applies(monkeypatch):
     assert not rms.folded_applies(x, N, w, g)
     rms.folded_weight(w.detach(), g)  # (a copy on another tensor object is not this weight's)
     assert not rms.folded_applies(x, N, w, g)
+
+
+@pytest.mark.parametrize("in_kernel", ["runs", "not ready", "launch fails"])
+def test_folded_forward_takes_the_in_kernel_sum_of_squares_build_first(monkeypatch, in_kernel):
+    """_folded launches the one-kernel build (sums of squares from the x tiles in shared memory) with the folded
+    weight; where that build is not ready or its launch fails, the read-only pass and the rstd GEMM run instead."""
+    from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as rn
+    from tilewright.triton_kernels import rmsnorm_gemm as trn
+
+    calls = []
+    monkeypatch.setattr(rms, "folded_applies", lambda *a: True)
+    monkeypatch.setattr(rn, "folded_ready", lambda x, w, bias: (in_kernel != "not ready", "test"))
+    monkeypatch.setattr(rn, "try_launch_folded",
+                        lambda x, wg, y, rstd, eps, bias=None: calls.append(("in-kernel", wg)) or in_kernel == "runs")
+    monkeypatch.setattr(rg, "ready", lambda *a: (True, "test"))
+    monkeypatch.setattr(trn, "launch_row_sumsq", lambda x, ss: calls.append(("pass", None)))
+    monkeypatch.setattr(rg, "try_launch",
+                        lambda x, b, y, ss, rstd, eps, bias=None: calls.append(("rstd", b.t())) or True)
+    g = (1 + 0.5 * torch.randn(64)).bfloat16()
+    w = torch.randn(32, 64).bfloat16()
+    x = torch.randn(16, 64).bfloat16()
+    assert rms._folded(x, g, w, None, 1e-6, torch.empty(16, 32).bfloat16(), torch.empty(16))
+    want = (w.float() * g.float()).bfloat16()
+    kinds = [k for k, _ in calls]
+    assert kinds == {"runs": ["in-kernel"], "not ready": ["pass", "rstd"],
+                     "launch fails": ["in-kernel", "pass", "rstd"]}[in_kernel]
+    assert all(torch.equal(wg, want) for k, wg in calls if wg is not None)  # every GEMM got the folded weight
+
+
+def test_a_bound_launch_is_cached_per_signature_and_an_unbindable_one_is_prepared_once(monkeypatch):
+    """runtime/launch.launch_bound: one prepare per signature; the bound launch gets the roles' addresses each call;
+    a prepared launch that cannot be bound answers False from then on without preparing again."""
+    from tilewright.cuda_fallback.runtime import launch
+
+    prepares, launched = [], []
+
+    class Bound:
+        def __call__(self, *ptrs):
+            launched.append(ptrs)
+
+    bindable = {"yes": True}
+    monkeypatch.setattr(launch, "bind_cuda", lambda *a: Bound() if bindable["yes"] else None)
+    cache = {}
+    t1, t2 = torch.empty(4), torch.empty(4)
+
+    def prepare():
+        prepares.append(1)
+        return "fn", 1, []
+
+    assert launch.launch_bound(cache, ("sig",), prepare, torch.device("cpu"), 128, 0, {"a": t1})
+    assert launch.launch_bound(cache, ("sig",), prepare, torch.device("cpu"), 128, 0, {"a": t2})
+    assert len(prepares) == 1 and launched == [(t1.data_ptr(),), (t2.data_ptr(),)]
+    bindable["yes"] = False
+    assert not launch.launch_bound(cache, ("other",), prepare, torch.device("cpu"), 128, 0, {"a": t1})
+    assert not launch.launch_bound(cache, ("other",), prepare, torch.device("cpu"), 128, 0, {"a": t1})
+    assert len(prepares) == 2 and len(launched) == 2
+
+
+def test_a_self_check_is_deferred_during_cuda_graph_capture(monkeypatch):
+    """A first-use self-check reached inside a CUDA-graph capture (where its synchronize and host copies are illegal)
+    is not run: the call is declined without a verdict and the readiness epoch moves, so the router re-decides; the
+    first call outside capture runs it."""
+    from tilewright import backends
+    from tilewright.cuda_fallback.runtime import guard
+
+    monkeypatch.setattr(guard, "device_model", lambda device: "test card")
+    capturing = {"now": True}
+    monkeypatch.setattr(guard, "_capturing", lambda device: capturing["now"])
+    g = guard.Guard("test family")
+    runs = []
+    epoch = backends.readiness_epoch
+    ok, why = g.check("cuda", "v1", (), lambda: runs.append(1) or (True, "fine"))
+    assert not ok and "deferred" in why and not runs and backends.readiness_epoch > epoch and not g.disabled
+    capturing["now"] = False
+    ok, why = g.check("cuda", "v1", (), lambda: runs.append(1) or (True, "fine"))
+    assert ok and runs == [1]
+    capturing["now"] = True  # checked already: capture no longer matters
+    assert g.check("cuda", "v1", (), lambda: runs.append(1) or (True, "fine"))[0] and runs == [1]

@@ -587,10 +587,21 @@ def test_the_two_pass_rule(monkeypatch):
 
     cuda, triton = NS(backend="cuda", forced=False), NS(backend="triton", forced=False)
     assert rule(cuda, x(), 4096) and rule(cuda, x(M=128), 4096)  # the CUDA kernel's own region decides its size
-    assert rule(triton, x(3000, 5120), 5120) and not rule(triton, x(128), 4096)  # 2^36 FLOPs for the Triton pick
+    assert rule(triton, x(3000, 5120), 5120) and not rule(triton, x(512), 4096)  # 2^36 FLOPs for the Triton pick
+    assert rule(triton, x(128), 4096) and rule(triton, x(16), 4096)  # decode rows: two passes
     assert not rule(NS(backend="cuda", forced=True), x(), 4096)
     assert not rule(NS(backend="torch", forced=False), x(), 4096)
     assert not rule(cuda, x(dtype=torch.float32), 4096) and not rule(cuda, x(cuda=False), 4096)
+    # given the weight: where the plain GEMM would go to cuBLAS (decode, small problems), two passes
+    from tilewright import cublas_routes
+
+    w = torch.empty(4096, 4096, dtype=torch.bfloat16)
+    asked = []
+    monkeypatch.setattr(cublas_routes, "cublas_preferred",
+                        lambda a, b, bias=None: (asked.append((a.shape, b.shape, b.stride())) or True, "test"))
+    assert rule(triton, x(512), 4096, w) and asked == [((512, 4096), (4096, 4096), (1, 4096))]  # b = weight.t()
+    monkeypatch.setattr(cublas_routes, "cublas_preferred", lambda a, b, bias=None: (False, "test"))
+    assert not rule(triton, x(512), 4096, w)
     monkeypatch.setenv("TILEWRIGHT_RMS_TWO_PASS", "0")
     assert not rule(cuda, x(), 4096)
 

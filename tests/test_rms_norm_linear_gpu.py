@@ -77,7 +77,8 @@ def test_bf16_errors_vs_fp64_against_torch_unfused(tag, M, N, K, g_kind, backend
     # The exact-class check: against the exact value of what the path computes, the error is one output rounding
     # plus fp32 accumulation. Fused kernels: operand bf16(x * g), rstd on the fp32 dot. Two-pass forward (where the
     # rule of ops/rms_norm_linear.two_pass_applies holds): operand bf16(x * rstd * g), a plain GEMM.
-    two_pass = backend is None and _rms_module().two_pass_applies(router.decide("rms_norm_linear", x, g, w, None), x, N)
+    two_pass = backend is None and _rms_module().two_pass_applies(router.decide("rms_norm_linear", x, g, w, None), x, N,
+                                                                  w)
     if two_pass and _rms_module().folded_applies(x, N, w, g):
         # folded forward: operands x and bf16(g * W), rstd on the fp32 dot
         y_same_op = rstd * (x64 @ (w64 * g64).bfloat16().double().t())
@@ -176,7 +177,7 @@ def test_two_pass_forward_with_bias_and_in_a_cuda_graph(monkeypatch):
     M, N, K = 4096, 4096, 4000  # >= 2^36 FLOPs: inside the fused CUDA kernel's measured region
     x, g, w = _inputs(M, N, K, "randn")
     b = (0.1 * torch.randn(N, device="cuda")).bfloat16()
-    assert _rms_module().two_pass_applies(router.decide("rms_norm_linear", x, g, w, b), x, N)
+    assert _rms_module().two_pass_applies(router.decide("rms_norm_linear", x, g, w, b), x, N, w, b)
     y, rstd = torch.ops.tilewright.rms_norm_linear(x, g, w, b, EPS, None)
     y64 = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
     y_torch = rms_norm_linear_reference(x, g, w, b, EPS)

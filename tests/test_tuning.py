@@ -561,6 +561,14 @@ def test_mid_m_problems_with_few_large_tiles_also_get_64_row_tiles():
     assert (4096 // 128) * (4096 // 128) >= FEW_TILES
 
 
+def test_short_problems_are_timed_as_graph_replays():
+    """Decode rows and problems under 2^36 FLOPs: a candidate's launch (full Python path, explicit config) would set
+    the pace of an event-timed loop; large problems keep do_bench."""
+    assert tuner.graph_timed(16, 4096, 4096) and tuner.graph_timed(256, 8192, 8192)
+    assert tuner.graph_timed(512, 2048, 2048) and tuner.graph_timed(1024, 3000, 1536)
+    assert not tuner.graph_timed(4096, 4096, 4096) and not tuner.graph_timed(1024, 4096, 16384)
+
+
 # ------------------------------------------------------------------------------- several GPUs, a shared cache
 def test_split_shapes_deals_work_evenly():
     shapes = [(4096, 4096, 4096), (2048, 2048, 2048), (2048, 2048, 2048), (1024, 1024, 1024), (64, 64, 64)]

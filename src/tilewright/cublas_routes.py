@@ -13,8 +13,9 @@ shrinks as they do.
 How: :data:`TABLE` holds the measured points (layout, M, N, K, router's pick / cuBLAS speed ratio). A problem takes
 the nearest point of its own layout within :data:`NEAREST_MAX_LOG2` (sum over M, N, K of |log2 ratio|), else the
 nearest of any layout within it (the mid-size gap did not depend on the layout), and goes to cuBLAS when that point's
-ratio is below :data:`PREFER_BELOW`. Problems far from every point keep tilewright's kernels: nothing is
-extrapolated. Only bf16 / fp16 on sm_90 (the card the table was measured on; fp32 GEMMs stay: torch.mm's TF32
+ratio is below :data:`PREFER_BELOW`. Problems far from every point keep tilewright's kernels, except small ones
+(:data:`SMALL_PROBLEM_FLOPS`, more than :data:`SMALL_MAX_ROWS_OWN` rows), where every measured neighbour but two lost.
+Only bf16 / fp16 on sm_90 (H100 points, and H200 decode / small-M points; fp32 GEMMs stay: torch.mm's TF32
 setting would change their numerics). ``TILEWRIGHT_CUBLAS=0`` turns the routing off (e.g. to benchmark tilewright's
 own kernels through the router).
 """
@@ -90,21 +91,57 @@ NT 3000 5000 4000 0.74
 NN 3000 5000 4000 0.77
 NT 2048 5120 5120 0.82
 NT 4096 5120 5120 1.00
+# H200, 2026-11-28: decode and small-M rows, tilewright's own pick with the H200 config table against cuBLAS, CUDA-graph
+# timed, cold L2, interleaved (perf/results/h200/gemm/route_points_2026-11-28.csv, script beside it). The Triton
+# kernel wins at M <= 16 (its 16-row tiles stream the weight; cuBLAS pads to larger tiles) and loses from M = 32 on.
+NT 1 4096 4096 1.01
+NT 16 4096 4096 1.06
+NT 16 14336 4096 1.00
+NT 32 4096 4096 0.92
+NT 64 4096 4096 0.83
+NT 64 6144 4096 0.96
+NT 128 4096 4096 0.86
+NT 128 14336 4096 0.87
+NT 128 4096 14336 0.99
+NT 128 3000 1536 0.67
+NT 256 4096 4096 0.69
+NT 256 5120 1536 0.38
+NT 96 2560 5120 0.68
+NT 1100 5000 3000 0.60
+NN 16 4096 4096 1.04
+NN 16 14336 4096 1.00
+NN 128 4096 4096 0.83
+NN 128 14336 4096 0.89
+NN 128 4096 14336 0.95
+NN 128 3000 1536 0.66
+NN 1100 5000 3000 0.60
 """
-# The last six points: CUDA-graph timed, cold L2, interleaved (perf/results/h100/gemm/odd_routes_2026-11-27.log,
-# script beside it) - the GEMM of rms_norm_linear's two-pass forward at 3000 x 5120 x 5120 (issue 17's row) and the
-# gemm suite's odd shape.
+# The six points before the H200 block: CUDA-graph timed, cold L2, interleaved
+# (perf/results/h100/gemm/odd_routes_2026-11-27.log, script beside it) - the GEMM of rms_norm_linear's two-pass forward
+# at 3000 x 5120 x 5120 (issue 17's row) and the gemm suite's odd shape.
+
+# Far from every point: a plain GEMM of more than SMALL_MAX_ROWS_OWN rows and under SMALL_PROBLEM_FLOPS goes to cuBLAS.
+# Every measured point in that region (both cards, 31 of them: decode M 32-256, mid-size M 500-3000 with odd N and K)
+# ran below PREFER_BELOW but two (0.99, 0.96 at 128 x 4096 x 14336 and 64 x 6144 x 4096); shapes there that no point
+# covers (e.g. M 128 x 1024 x 1024) would otherwise get the kernel that lost on all its neighbours.
+SMALL_PROBLEM_FLOPS = 2.0 ** 36
+SMALL_MAX_ROWS_OWN = 16
 
 
-def _parse(text: str) -> list[tuple[str, int, int, int, float]]:
-    points = []
+def _parse(text: str) -> tuple[list[tuple[str, int, int, int, float]], dict]:
+    """The table's points, and the card each was measured on (:data:`CARD` until a "# H200" comment line)."""
+    points, cards, card = [], {}, CARD
     for line in text.strip().splitlines():
+        if line.startswith("#"):
+            card = "NVIDIA H200" if line.startswith("# H200") else card
+            continue
         layout, m, n, k, ratio = line.split()
         points.append((layout, int(m), int(n), int(k), float(ratio)))
-    return points
+        cards[points[-1][:4]] = card
+    return points, cards
 
 
-TABLE = _parse(_TABLE_TEXT)
+TABLE, _CARD_OF = _parse(_TABLE_TEXT)
 _ENV_NAMES = ((ENV,), (ENV.encode(),))
 
 
@@ -150,12 +187,15 @@ def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
         return False, f"cuBLAS routing off ({ENV}=0)"
     cap = capability(a.device)
     if cap is None or cap[0] != 9:
-        return False, f"the cuBLAS table was measured on sm_90 ({CARD})"
+        return False, "the cuBLAS table was measured on sm_90 (H100, H200)"
     M, K = a.shape
     N = b.shape[1]
     point = nearest(layout(a, b), M, N, K)
     if point is None:
+        if M > SMALL_MAX_ROWS_OWN and 2.0 * M * N * K < SMALL_PROBLEM_FLOPS:
+            return True, (f"no measured point near; a plain GEMM of > {SMALL_MAX_ROWS_OWN} rows under 2^36 FLOPs "
+                          "(tilewright's kernels lost to cuBLAS on every measured neighbour but two)")
         return False, "no measured cuBLAS point near this shape"
     lay, m, n, k, ratio = point
-    where = f"measured {lay} {m}x{n}x{k}: tilewright {ratio:.2f}x cuBLAS ({CARD})"
+    where = f"measured {lay} {m}x{n}x{k}: tilewright {ratio:.2f}x cuBLAS ({_CARD_OF[point[:4]]})"
     return ratio < PREFER_BELOW, where

@@ -57,15 +57,25 @@ def _inputs(M, N, K, seed=0):
 SHAPE = (4096, 4096, 2048)  # 2^36 FLOPs: the plain sm_90 GEMM's measured region, where the op folds
 
 
-def test_op_runs_folded_within_twice_torchs_error(rg, monkeypatch):
+@pytest.mark.parametrize("path", ["in-kernel sums", "pre-pass"])
+def test_op_runs_folded_within_twice_torchs_error(rg, monkeypatch, path):
+    """The op's folded forward through its first choice (the -roov build: sums of squares in-kernel) and, with that
+    build declined, through the read-only pass and the rstd GEMM."""
+    from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as rn
+
     calls = []
-    real = rg.try_launch
-    monkeypatch.setattr(rg, "try_launch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    if path == "pre-pass":
+        monkeypatch.setattr(rn, "folded_ready", lambda *a: (False, "declined by the test"))
+        real = rg.try_launch
+        monkeypatch.setattr(rg, "try_launch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    else:
+        real = rn.try_launch_folded
+        monkeypatch.setattr(rn, "try_launch_folded", lambda *a, **k: calls.append(1) or real(*a, **k))
     M, N, K = SHAPE
     x, g, w, b = _inputs(M, N, K)
     assert rms.folded_applies(x, N)
     y, rstd = torch.ops.tilewright.rms_norm_linear(x, g, w, b, EPS, None)
-    assert calls, "the folded kernel did not run"
+    assert calls, f"the folded kernel ({path}) did not run"
     y64 = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
     y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
     e, e_t = (y.double() - y64), (y_torch.double() - y64)

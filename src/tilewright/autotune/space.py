@@ -47,6 +47,14 @@ _SMALL_M_TILES = [  # (tiles that spilled with pointer loads and an epilogue wer
     (64, 64, 128, 4, 4),
     (64, 128, 64, 4, 4),
     (128, 32, 128, 4, 4),
+    # Deeper rings and a wider N tile, from a decode sweep on the H200 (M 1-128, pointer loads; 6-8 stages keep
+    # 150-200 KB of B in flight per SM): 16x32x256 s6 ran 14.7 us at 16 x 4096 x 4096 (s4: 15.4), 64x32x128 s8
+    # 15.3 us at 64 x 4096 x 4096, 64x64x128 s6 17.0 us at 128 x 4096 x 4096 (the space's best before: 21.4),
+    # 16x128x128 37.7 us at 16 x 14336 x 4096 (perf/results/h200/gemm/decode_sweep_2026-11-28.txt).
+    (16, 32, 256, 4, 6),
+    (16, 128, 128, 4, 4),
+    (64, 32, 128, 4, 8),
+    (64, 64, 128, 4, 6),
 ]
 
 # Split-K (SPLIT_K programs share one tile's K loop; gemm._split_k_combine adds their fp32 partial tiles in a fixed

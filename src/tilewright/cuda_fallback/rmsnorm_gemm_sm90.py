@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._record import tensor_signature
 from ..backends import Measurement, register
 from . import gemm_sm90
 from .runtime import cuda_backend, gemm_common, launch
@@ -216,13 +217,22 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
     roles["g_ptr"] = g  # a private copy (see _norm_weight_arg) is at another address than the op's input: no replay
     if rstd is not None:
         roles["rstd_ptr"] = rstd
-    launch.launch_cached(_prepared, key, lambda: _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation,
-                                                          tile_order, group, num_ctas, g, rstd, eps),
-                         x.device, 384, v.smem_bytes(), roles)
+
+    def prepare():
+        return _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g,
+                        rstd, eps)
+
+    if residual is None:  # (a residual's map and period stay on the per-address path)
+        sig = (tuple(tensor_signature(t) for t in roles.values()), tuple(roles), v, activation, tile_order, group,
+               num_ctas, float(eps))
+        if launch.launch_bound(_bound, sig, prepare, x.device, 384, v.smem_bytes(), roles):
+            return out
+    launch.launch_cached(_prepared, key, prepare, x.device, 384, v.smem_bytes(), roles)
     return out
 
 
 _prepared: dict = {}
+_bound: dict = {}  # BoundCudaLaunch per signature (launches without a residual; runtime/launch.launch_bound)
 
 
 def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd, eps):
@@ -304,6 +314,64 @@ def ready(x, norm_weight, weight, bias=None) -> tuple[bool, str]:
 def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
     """The op layer's forward: launch, or False (Triton then runs) after one warning on a failure; never raises."""
     return GUARD.run(launch_cuda_rmsnorm_gemm, x, norm_weight, weight.t(), out, rstd, eps, bias=bias)
+
+
+# ------------------------------------------------------------------------------------------------ folded forward
+# The folded RMSNorm-linear's in-kernel sum of squares (ops/rms_norm_linear._folded): b = (g * W)^T folded on the
+# host, so the -xf build's three transform warps only read each x stage from shared memory and add its squares to the
+# row sums (TW_NORM_XFORM_RO=2, "-roov": they join the stage's release rather than gating the consumers, whose
+# mainloop is the plain GEMM's). Contract: rstd_gemm_sm90's, with the sums of squares taken in-kernel.
+# H200, same run, time over the best bare GEMM on five large rows: 1.034-1.072, where the read-only pre-pass + rstd
+# GEMM ran 1.047-1.119 (2048 x 14336 x 4096: 1.055 vs 1.047, the one row it did not win) - the pre-pass's read of x
+# (3-6% of the GEMM at K 2048-4096) hides under the wgmmas; the rest over bare is the -xf build's smaller register
+# budget for the consumers (perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt).
+FOLDED_VARIANT = "coop128x256s3-xf-roov"
+FOLDED_MEASURED_ON = (
+    Measurement("H200", "perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt", "2026-11-28"),
+    Measurement("H200", "perf/results/h200/rms_norm_linear/ops_2026-11-28_1250.txt", "2026-11-28"),
+)
+# Its own guard: a failed folded launch disables this build, not the fused kernels the router picks.
+FOLDED_GUARD = Guard("CUDA folded RMSNorm-GEMM", "sm_90a in-kernel sum-of-squares RMSNorm-GEMM ", FOLDED_MEASURED_ON)
+
+
+def _folded_self_check(device, dtype) -> tuple[bool, str]:
+    """:func:`run_norm_self_check` of :data:`FOLDED_VARIANT` with a folded weight and a g argument the build must
+    not apply, against rstd_gemm_sm90's reference (x's row sums of squares in fp32)."""
+    from .rstd_gemm_sm90 import reference as folded_reference
+
+    v = READ_ONLY_VARIANTS[FOLDED_VARIANT]
+
+    def case(x, w, bias, res, out, rstd, act, gen):
+        M, N = out.shape
+        # a g far from 1 that the build must ignore (g is inside the folded weight): one that applied it fails
+        unused_g = (1 + 0.5 * torch.randn(x.shape[1], generator=gen)).to(device=x.device, dtype=x.dtype)
+        launch_cuda_rmsnorm_gemm(x, unused_g, w.t(), out, rstd, 1e-6, bias=bias,
+                                 residual=None if res is None else res.reshape(1, M, N), activation=act, variant=v)
+        return folded_reference(x, w, x.float().pow(2).sum(1), bias, 1e-6, act, res)
+
+    return run_norm_self_check(device, v, dtype, 4323, case)
+
+
+def folded_ready(x, folded, bias=None) -> tuple[bool, str]:
+    """Whether :func:`try_launch_folded` can take x (M, K) and the folded weight (N, K): bf16 / fp16 TMA operands,
+    an sm_90 GPU, and the build's first-use self-check (once per process and device model)."""
+    if not (isinstance(x, torch.Tensor) and isinstance(folded, torch.Tensor) and x.dim() == folded.dim() == 2):
+        return False, "expects x (M, K) and the folded weight (N, K)"
+    blocked = FOLDED_GUARD.blocked(constraints(x, folded[0], folded, bias))
+    if blocked:
+        return blocked
+    if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
+        return False, "needs an sm_90 GPU"
+    return FOLDED_GUARD.check(x.device, FOLDED_VARIANT, (x.dtype,), lambda: _folded_self_check(x.device, x.dtype))
+
+
+def try_launch_folded(x, folded, out, rstd, eps, bias=None) -> bool:
+    """``out = rstd * (x @ folded^T) + bias`` with rstd from x's row sums of squares, taken in-kernel and stored in
+    ``rstd``. The kernel's g argument gets ``folded[0]`` (any (K,) row of x's dtype: the read-only build never loads
+    g, which is inside ``folded``). False (the caller's other path then runs) after one warning on a failure; never
+    raises."""
+    return FOLDED_GUARD.run(launch_cuda_rmsnorm_gemm, x, folded[0], folded.t(), out, rstd, eps, bias=bias,
+                            variant=FOLDED_VARIANT)
 
 
 register(cuda_backend("rms_norm_linear", "rmsnorm_gemm_sm90", "sm_90a register-A WGMMA RMSNorm-GEMM", (9,),

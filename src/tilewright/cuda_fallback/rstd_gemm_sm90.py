@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .._record import is_recording, record, tensor_signature
+from .._record import tensor_signature
 from ..backends import Measurement
 from . import gemm_sm90
 from .runtime import gemm_common, launch
@@ -106,26 +106,10 @@ def launch_cuda_rstd_gemm(x: torch.Tensor, b: torch.Tensor, out: torch.Tensor, s
         return _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, sumsq,
                         rstd, eps)
 
-    if residual is None:
-        # Bound per signature, not per address: the op calls this with fresh out, sumsq and rstd buffers every call,
-        # and a prepare per new address (the tensor maps encoded through ctypes) is the 130-450 us of host that
-        # runtime.launch.BoundCudaLaunch exists to avoid; the bound launch re-encodes only a map whose address it has
-        # not seen
+    if residual is None:  # (a residual's map and period stay on the per-address path)
         sig = (tuple(tensor_signature(t) for t in roles.values()), tuple(roles), v, activation, tile_order, group,
                num_ctas, float(eps))
-        bound = _bound.get(sig)
-        if bound is None:
-            fn, grid, args = prepare()
-            bound = launch.bind_cuda(fn, grid if isinstance(grid, tuple) else (grid, 1, 1), 384, v.smem_bytes(),
-                                     args, roles, x.device)
-            if bound is not None:
-                if len(_bound) >= launch.PREPARED_MAX:
-                    _bound.pop(next(iter(_bound)))
-                _bound[sig] = bound
-        if bound is not None:
-            bound(*[t.data_ptr() for t in roles.values()])
-            if is_recording():
-                record(bound, roles)
+        if launch.launch_bound(_bound, sig, prepare, x.device, 384, v.smem_bytes(), roles):
             return out
     key = gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
                                    num_ctas, sumsq.data_ptr(), rstd.data_ptr() if rstd is not None else 0, float(eps))

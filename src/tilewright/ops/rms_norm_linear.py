@@ -69,7 +69,7 @@ def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
         if N:
             y.copy_(rms_norm_linear_reference(x, norm_weight, weight, bias, eps))
         return y, rstd
-    if two_pass_applies(decision, x, N):
+    if two_pass_applies(decision, x, N, weight, bias):
         if _folded(x, norm_weight, weight, bias, eps, y, rstd):
             return y, rstd
         return _two_pass(x, norm_weight, weight, bias, eps, rstd)
@@ -92,22 +92,33 @@ TWO_PASS_ENV = "TILEWRIGHT_RMS_TWO_PASS"
 
 
 TWO_PASS_MIN_FLOPS = 2.0 ** 36
+# Decode rows: the fused Triton kernel ran 31.0-31.9 us at M 16-128 x 4096 x 4096 where the plain GEMM alone takes
+# 15.1-16.7 and the norm pass ~2.4 (H200, perf/results/h200/gemm/decode_probe_2026-11-28.txt)
+TWO_PASS_MAX_ROWS = 256
 
 
-def two_pass_applies(decision, x: torch.Tensor, N: int) -> bool:
+def two_pass_applies(decision, x: torch.Tensor, N: int, weight: torch.Tensor | None = None, bias=None) -> bool:
     """Whether the forward runs in two passes (:func:`_two_pass`) for this router decision: nothing forced, a CUDA
     tensor in bf16 / fp16, ``TILEWRIGHT_RMS_TWO_PASS`` not "0", and either the router picked the fused CUDA kernel
-    (its measured region) or the fused Triton kernel at >= 2^36 FLOPs (H100: 3000 x 5120 x 5120 ran 1.40x a bare GEMM
-    fused, 1.14x as torch's unfused pair). Smaller calls keep the fused kernel: one launch, so an eager call replays
-    (ops/_fast.py), while two launches take the full Python path every call - at those sizes the host sets the pace
-    (the fused kernel's GPU time there is the open part of the work, perf/LOG.md session 15): the two-pass
-    replay holds two launches and a scratch buffer, more host work than the fused kernel's one launch."""
+    (its measured region), or the fused Triton kernel at >= 2^36 FLOPs (H100: 3000 x 5120 x 5120 ran 1.40x a bare GEMM
+    fused, 1.14x as torch's unfused pair), or at most :data:`TWO_PASS_MAX_ROWS` rows (decode), or (given ``weight``)
+    the plain GEMM would go to cuBLAS
+    (cublas_routes.cublas_preferred: decode and small problems): there the fused kernel's GEMM is the Triton one that
+    lost to cuBLAS - 128 x 4096 x 4096 on an H200 ran 31.9 us fused where cuBLAS alone takes 16.0 and the norm pass
+    ~2.5 (perf/results/h200/gemm/decode_probe_2026-11-28.txt). Other small calls keep the fused kernel. Both passes'
+    launches replay (ops/_fast.py), so the second launch costs the host little."""
     if decision.forced or decision.backend not in ("cuda", "triton") or not x.is_cuda or x.dtype == torch.float32:
         return False
     if os.environ.get(TWO_PASS_ENV) == "0":
         return False
     M, K = x.shape
-    return decision.backend == "cuda" or 2.0 * M * N * K >= TWO_PASS_MIN_FLOPS
+    if decision.backend == "cuda" or 2.0 * M * N * K >= TWO_PASS_MIN_FLOPS or M <= TWO_PASS_MAX_ROWS:
+        return True
+    if weight is None:
+        return False
+    from ..cublas_routes import cublas_preferred
+
+    return cublas_preferred(x, weight.t(), bias)[0]
 
 
 def _two_pass(x, norm_weight, weight, bias, eps, rstd):
@@ -136,13 +147,22 @@ FOLDED_ENV = "TILEWRIGHT_RMS_FOLDED"
 
 def _folded(x, norm_weight, weight, bias, eps, y, rstd) -> bool:
     """The folded forward where the sm_90 CUDA GEMM is the plain GEMM's choice: the norm weight folded into the
-    weight once (``g * W``, rounded once, kept beside the weight: :func:`folded_weight`), one read-only pass for
-    each row's sum of squares, then the GEMM with rstd in its epilogue (cuda_fallback/rstd_gemm_sm90.py) - the norm
-    costs a read of x where the two passes read x, write u and read u. False (the two passes run) where it does not
-    apply or the kernel declines."""
+    weight once (``g * W``, rounded once, kept beside the weight: :func:`folded_weight`), then one GEMM with rstd in
+    its epilogue whose producer warpgroup sums each row's squares from the x tiles already in shared memory
+    (cuda_fallback/rmsnorm_gemm_sm90.FOLDED_VARIANT) - the norm costs no pass of its own. Where that build declines,
+    a read-only pass for the sums of squares and the rstd GEMM (cuda_fallback/rstd_gemm_sm90.py): a read of x where
+    the two passes read x, write u and read u. False (the two passes run) where neither applies."""
     if not folded_applies(x, weight.shape[0], weight, norm_weight):
         return False
-    from ..cuda_fallback import rstd_gemm_sm90
+    from ..cuda_fallback import rmsnorm_gemm_sm90, rstd_gemm_sm90
+
+    # First choice: one kernel whose idle producer warps take the sums of squares from the x tiles in shared memory
+    # (rmsnorm_gemm_sm90.FOLDED_VARIANT, 2-5% faster than the pass below on the measured rows); the weight's layout
+    # stands in for the folded copy's in the check, so a declined call folds nothing.
+    if rmsnorm_gemm_sm90.folded_ready(x, weight, bias)[0]:
+        wg = folded_weight(weight, norm_weight, cache=_keeps_fold(weight))
+        if rmsnorm_gemm_sm90.try_launch_folded(x, wg, y, rstd, eps, bias=bias):
+            return True
     from ..triton_kernels.rmsnorm_gemm import launch_row_sumsq
 
     M = x.shape[0]
@@ -407,7 +427,8 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     ``x * norm_weight`` past 65504 would give NaN rows). See docs/numerics_rmsnorm.md.
 
     Two-pass forward: with no backend forced, a bf16 / fp16 call on a GPU where the router picks the fused CUDA
-    kernel, or the fused Triton kernel at >= 2^36 FLOPs, runs one pass writing ``x * rstd * g`` (rounded once) and
+    kernel, or the fused Triton kernel at >= 2^36 FLOPs, at <= 256 rows (decode) or where the plain GEMM goes to
+    cuBLAS (small problems), runs one pass writing ``x * rstd * g`` (rounded once) and
     rstd, then the plain GEMM on the router's backend (:func:`two_pass_applies`): the fused kernels measured
     1.19-1.40x a bare GEMM there (their per-K-step norm work sits in front of the tensor cores), the two passes
     torch's own unfused cost. ``TILEWRIGHT_RMS_TWO_PASS=0`` keeps the fused kernels. The backward is the same.

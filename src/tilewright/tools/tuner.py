@@ -31,6 +31,16 @@ from .report import Sweep, winners
 PEER_BACKEND = "peer"
 TUNABLE_BACKENDS = ("triton", "cuda")
 DECODE_MAX_M = 256  # time CUDA-graph replays below this M (microsecond kernels; as bench/gemm.py)
+# ... and below this many FLOPs: a candidate's launch with an explicit config takes the kernel's full Python path
+# (~60-100 us of host), so event timing of a loop of launches measured that, not the kernel - on an H200 every
+# candidate of 512 x 2048 x 2048 timed 82-110 us (cuBLAS 12.6) and the M 512-1024 rows' winners were noise
+# (perf/tune/h200/2026-11-28_1218/report.md).
+GRAPH_MAX_FLOPS = 2.0 ** 36
+
+
+def graph_timed(M: int, N: int, K: int) -> bool:
+    """Whether the sweep times a shape's candidates as CUDA-graph replays (see :data:`GRAPH_MAX_FLOPS`)."""
+    return M <= DECODE_MAX_M or 2.0 * M * N * K < GRAPH_MAX_FLOPS
 MAX_REL_ERR = 1e-2
 
 
@@ -301,11 +311,11 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
 def sweep_seconds(shape) -> float:
     """Estimated seconds to sweep one GEMM shape, the cost :func:`split_shapes` balances. Measured on an H100 (one-GPU
     sweep of the default suite, candidates precompiled): ~5 s of per-candidate overhead whatever the size, plus the
-    candidates' runs (~0.85 s per TFLOP of one product), and ~12 s for a decode shape (M <= DECODE_MAX_M), whose
-    candidates are timed as CUDA-graph replays. FLOPs alone had put both decode shapes and six others on one GPU
+    candidates' runs (~0.85 s per TFLOP of one product), and ~12 s for a decode or small shape (:func:`graph_timed`),
+    whose candidates are timed as CUDA-graph replays. FLOPs alone had put both decode shapes and six others on one GPU
     (a two-GPU tune of that suite took 0.84x the one-GPU time, its second GPU's precompile failing too)."""
     M, N, K = (int(x) for x in shape)
-    if M <= DECODE_MAX_M:
+    if graph_timed(M, N, K):
         return 12.0
     return 5.0 + 0.85 * 2 * M * N * K / 1e12
 
@@ -489,7 +499,7 @@ def _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_str
         cands += _triton_candidates(a, b, out, max_configs)
     if "cuda" in names:
         cands += _cuda_candidates(a, b, out, max_configs)
-    graphed = device.type == "cuda" and M <= DECODE_MAX_M
+    graphed = device.type == "cuda" and graph_timed(M, N, K)
     for c in cands:
         c.cudagraph = graphed
     bar = make_progress(len(cands), f"tune gemm {M}x{N}x{K}", progress_stream) if progress else None

@@ -56,6 +56,11 @@ def synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _capturing(device) -> bool:
+    """Whether the current stream of ``device`` (a CUDA device) is capturing a CUDA graph."""
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def device_model(device) -> str:
     """The self-check's unit: the device's name and compute capability, e.g. "NVIDIA H200 (sm_90)"."""
     import torch
@@ -107,6 +112,14 @@ class Guard:
         model, run once per process and remembered; the reason names the variant."""
         full = (device_model(device), variant, *key)
         with self.lock:
+            if full not in self.checked and _capturing(device):
+                # A self-check synchronizes and copies results to the host, neither of which a CUDA-graph capture
+                # allows: run, it raised and disabled a healthy kernel for the process (found on an H200: a call that
+                # first reached the CUDA GEMM inside a benchmark's capture). Decline this call without a verdict;
+                # moving the readiness epoch drops the router decision and replay made meanwhile, so the first call
+                # outside capture runs the check.
+                backends.readiness_changed()
+                return False, f"{self.prefix}{variant}: self-check deferred (a CUDA graph is being captured)"
             if full not in self.checked:
                 try:
                     # (its launches are not the calling op's: recorded, they kept that op's first call from

@@ -277,3 +277,28 @@ def bind_cuda(fn, grid: tuple, threads: int, smem: int, args: list, roles: dict,
         else:
             return None
     return BoundCudaLaunch(fn, grid, threads, smem, args, slots, device.index if device.index is not None else 0)
+
+
+def launch_bound(cache: dict, sig: tuple, prepare, device, threads: int, smem: int, roles: dict) -> bool:
+    """Launch through the :class:`BoundCudaLaunch` cached under the call signature ``sig`` (bound from ``prepare()``
+    on a miss; at most PREPARED_MAX, oldest dropped first), recording it for an op that records; False, launching
+    nothing, when the prepared launch cannot be bound (:func:`bind_cuda`) - the caller then uses
+    :func:`launch_cached`.
+
+    Why per signature and not per address (:func:`launch_cached`'s key): an op calls its kernel with fresh output
+    and scratch buffers every call, and a prepare per new address (the tensor maps encoded through ctypes) is the
+    130-450 us of host a bound launch exists to avoid. ``sig`` must hold everything but the addresses: the roles'
+    tensor signatures, the variant and every scalar argument."""
+    bound = cache.get(sig)
+    if bound is None:
+        fn, grid, args = prepare()
+        bound = bind_cuda(fn, grid if isinstance(grid, tuple) else (grid, 1, 1), threads, smem, args, roles, device)
+        if len(cache) >= PREPARED_MAX:
+            cache.pop(next(iter(cache)))
+        bound = cache[sig] = bound if bound is not None else False  # (False: not bindable - no prepare per call)
+    if bound is False:
+        return False
+    bound(*[t.data_ptr() for t in roles.values()])
+    if is_recording():
+        record(bound, roles)
+    return True
