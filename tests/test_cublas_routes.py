@@ -59,8 +59,10 @@ def test_router_hands_measured_plain_gemms_to_cublas_only(sm90, monkeypatch):
     assert d.backend == "torch" and "cuBLAS is faster here" in str(d), str(d)
     bias = torch.empty(3000, dtype=torch.bfloat16).as_subclass(_FakeCuda)
     assert router.decide("gemm", a, b, bias, None, None).backend == "torch"  # bias: addmm's epilogue
-    for epilogue in ("gelu", (None, torch.float32)):  # an activation, an output dtype of its own
-        assert router.decide("gemm", a, b, None, None, epilogue).backend == "triton"
+    # an activation: torch's own after cuBLAS, where the mainloop loses; an output dtype of its own stays ours
+    assert router.decide("gemm", a, b, None, None, "gelu").backend == "torch"
+    assert router.decide("gemm", a, b, None, None, (None, torch.float32)).backend == "triton"
+    assert router.decide("gemm", *_operands(16, 4096, 4096, b_t=True), None, None, "gelu").backend == "triton"
     residual = torch.empty(1, 1000, 3000, dtype=torch.bfloat16).as_subclass(_FakeCuda)
     assert router.decide("gemm", a, b, None, residual, None).backend == "triton"
     big_a, big_b = _operands(16384, 11264, 2048, b_t=True)  # measured 1.03x: ours
@@ -112,6 +114,29 @@ def test_cublas_launch_reads_the_recorded_layout_from_a_replay_s_tensors():
     out3.fill_(float("nan"))
     plain(x, w, out3)
     torch.testing.assert_close(out3, x @ w.t())
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("preact", [False, True])
+def test_cublas_launch_applies_torch_s_activation_and_keeps_the_pre_activation(activation, preact):
+    """The torch backend's launch with an activation: cuBLAS's output (bias through addmm) rounded to the dtype, then
+    torch's activation into out - as the unfused F.gelu(F.linear(...)) - and the pre-activation output autograd
+    keeps, bit for bit."""
+    from tilewright.reference import activation_reference
+
+    torch.manual_seed(3)
+    a, b, bias = torch.randn(6, 7).bfloat16(), torch.randn(7, 5).bfloat16(), torch.randn(5).bfloat16()
+    out = torch.full((6, 5), float("nan")).bfloat16()
+    pre = torch.full((6, 5), float("nan")).bfloat16()
+    tensors = (a, b, bias, out, pre) if preact else (a, b, bias, out)
+    gemm_ops._TorchGemm(*tensors, activation=activation, preact=preact)(*tensors)
+    z = torch.addmm(bias, a, b)
+    assert torch.equal(out, activation_reference(z, activation))
+    if preact:
+        assert torch.equal(pre, z)
+    out2 = torch.full((6, 5), float("nan")).bfloat16()
+    gemm_ops._TorchGemm(a, b, out2, activation=activation)(a, b, out2)  # no bias: mm, activation in place
+    assert torch.equal(out2, activation_reference(a @ b, activation))
 
 
 def test_a_replay_calls_a_tensor_taking_launch_with_tensors():

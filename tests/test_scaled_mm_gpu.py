@@ -120,3 +120,24 @@ def test_block_scaled_fp8_on_outlier_blocks_matches_rowwise_error_and_its_refere
     err_blk = ((blk.double() - ref_blk).abs() / ref_blk.abs().amax()).max().item()
     err_row = ((row.double() - ref_row).abs() / ref_row.abs().amax()).max().item()
     assert err_blk <= 2 * err_row + 1e-6, (err_blk, err_row)
+
+
+@pytest.mark.parametrize("scale", [float("-inf"), float("nan"), 2.0])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_k_zero_matches_torch_on_the_gpu(scale, with_bias):
+    """K = 0: zeros plus the bias whatever the scales, as torch._scaled_mm on CUDA (the CPU tier states the value
+    itself: torch's CPU kernel returns uninitialised memory there)."""
+    M, N = 16, 32
+    a = torch.empty(M, 0, device="cuda", dtype=torch.float8_e4m3fn)
+    b = torch.empty(N, 0, device="cuda", dtype=torch.float8_e4m3fn).t()
+    sa = torch.full((), scale, device="cuda")
+    sb = torch.ones((), device="cuda")
+    bias = torch.arange(N, device="cuda", dtype=torch.bfloat16) if with_bias else None
+    got = tilewright.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    want = torch.zeros(M, N, device="cuda", dtype=torch.bfloat16) + (bias if with_bias else 0)
+    assert torch.equal(got, want)
+    try:
+        peer = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    except RuntimeError as e:  # a torch build whose cuBLASLt path refuses K = 0: the stated value stands
+        pytest.skip(f"torch._scaled_mm refuses K = 0 here: {e}")
+    assert torch.equal(got, peer)

@@ -173,10 +173,14 @@ def nearest(lay: str, M: int, N: int, K: int) -> tuple[str, int, int, int, float
 
 def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
                      epilogue=None) -> tuple[bool, str]:
-    """Whether the router should hand ``a @ b (+ bias)`` to cuBLAS instead of a tilewright kernel, and why: a plain
-    2-D GEMM (no residual, no ``epilogue`` - the op's activation or an output dtype of its own), bf16 / fp16 on an
-    sm_90 GPU, near a measured point where cuBLAS won by more than 3%."""
-    if epilogue is not None:
+    """Whether the router should hand ``act(a @ b (+ bias))`` to cuBLAS (and torch's activation) instead of a
+    tilewright kernel, and why: a 2-D GEMM without a residual or an output dtype of its own (``epilogue``: None or the
+    op's activation), bf16 / fp16 on an sm_90 GPU, near a measured point where cuBLAS won by more than 3% or small
+    (see the module's "How"). An activation then runs as torch's own pass after cuBLAS, as the unfused
+    ``F.gelu(F.linear(...))`` does: where the mainloop loses, the fused epilogue did not win it back (H200: bias + gelu
+    fused ran 0.59-0.97x torch's two kernels at M 32-256 and at 700 x 2816 x 1792 / 1100 x 5000 x 3000,
+    perf/results/h200/rms_norm_linear/ops_2026-11-28_1250.txt)."""
+    if epilogue is not None and not isinstance(epilogue, str):
         return False, f"fused epilogue ({epilogue})"
     if residual is not None or a.dim() != 2 or b.dim() != 2 or not a.is_cuda:
         return False, "not a plain 2-D CUDA GEMM"

@@ -60,6 +60,14 @@ def epilogue_reference(y, bias=None, activation=None, residual=None) -> torch.Te
     return y
 
 
+def folded_rms_norm_linear_reference(x, folded, sumsq, bias, eps, activation=None, residual=None):
+    """The folded RMSNorm-linear kernels' contract in fp32 (cuda_fallback/rstd_gemm_sm90.py and the in-kernel sum of
+    squares build of rmsnorm_gemm_sm90.py): ``(x @ folded^T) * rstd + bias``, activation, + residual with
+    ``rstd = 1 / sqrt(sumsq / K + eps)`` and ``folded = g * W``; returns (y, rstd)."""
+    rstd = 1.0 / torch.sqrt(sumsq / x.shape[1] + eps)
+    return epilogue_reference((x.float() @ folded.float().t()) * rstd[:, None], bias, activation, residual), rstd
+
+
 def gemm_reference(a, b, bias=None, residual=None, activation=None, out_dtype=None) -> torch.Tensor:
     """activation(a @ b + bias) + residual, unfused, in the inputs' dtype, cast to out_dtype at the end."""
     return epilogue_reference(a @ b, bias, activation, residual).to(out_dtype or a.dtype)

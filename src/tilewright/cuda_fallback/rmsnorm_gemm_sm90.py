@@ -336,8 +336,9 @@ FOLDED_GUARD = Guard("CUDA folded RMSNorm-GEMM", "sm_90a in-kernel sum-of-square
 
 def _folded_self_check(device, dtype) -> tuple[bool, str]:
     """:func:`run_norm_self_check` of :data:`FOLDED_VARIANT` with a folded weight and a g argument the build must
-    not apply, against rstd_gemm_sm90's reference (x's row sums of squares in fp32)."""
-    from .rstd_gemm_sm90 import reference as folded_reference
+    not apply, against the folded contract (reference.folded_rms_norm_linear_reference: x's row sums of squares in
+    fp32)."""
+    from ..reference import folded_rms_norm_linear_reference as folded_reference
 
     v = READ_ONLY_VARIANTS[FOLDED_VARIANT]
 

@@ -22,6 +22,7 @@ import torch
 
 from .._record import tensor_signature
 from ..backends import Measurement
+from ..reference import folded_rms_norm_linear_reference
 from . import gemm_sm90
 from .runtime import gemm_common, launch
 from .runtime.guard import Guard
@@ -128,12 +129,8 @@ def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order
 
 
 # ------------------------------------------------------------------------------------------------ self-check
-def reference(x, folded, sumsq, bias, eps, activation=None, residual=None):
-    """The kernel's contract in fp32: (x @ folded^T) * rstd + bias, activation, + residual; returns (y, rstd)."""
-    from ..reference import epilogue_reference
-
-    rstd = 1.0 / torch.sqrt(sumsq / x.shape[1] + eps)
-    return epilogue_reference((x.float() @ folded.float().t()) * rstd[:, None], bias, activation, residual), rstd
+# The kernel's contract in fp32: (x @ folded^T) * rstd + bias, activation, + residual; returns (y, rstd).
+reference = folded_rms_norm_linear_reference
 
 
 def _self_check_one(device, v, dtype) -> tuple[bool, str]:

@@ -59,11 +59,12 @@ def _gemm_full(a, b, bias, residual, activation, out_dtype, save_preact, backend
     choice = decision.backend
     if M == 0 or N == 0:
         return out, preact
-    if choice == "torch" and K > 0 and epilogue is None and residual is None and a.is_cuda:
-        # cuBLAS in one call (bias through addmm's epilogue), into the op's output; replayable like a kernel launch
-        roles = {"a_ptr": a, "b_ptr": b, "bias_ptr": bias, "c_ptr": out}
+    if choice == "torch" and K > 0 and out_dtype == a.dtype and residual is None and a.is_cuda:
+        # cuBLAS in one call (bias through addmm's epilogue) into the op's output, then torch's activation in place
+        # (or from the pre-activation output autograd keeps); replayable like a kernel launch
+        roles = {"a_ptr": a, "b_ptr": b, "bias_ptr": bias, "c_ptr": out, "preact_ptr": preact if save_preact else None}
         roles = {role: t for role, t in roles.items() if t is not None}
-        launch = _TorchGemm(*roles.values())
+        launch = _TorchGemm(*roles.values(), activation=activation, preact=save_preact)
         launch(*roles.values())
         record(launch, roles)
         return out, preact
@@ -100,20 +101,37 @@ class _TorchGemm:
     role's shape and strides (same address, same signature: the view is in bounds)."""
 
     takes_tensors = True
-    __slots__ = ("_layouts",)
+    __slots__ = ("_activation", "_layouts", "_preact")
 
-    def __init__(self, *tensors):  # (a, b, out) or (a, b, bias, out), as recorded
+    def __init__(self, *tensors, activation: str | None = None, preact: bool = False):
+        # tensors as recorded: a, b, [bias,] out[, preact] - the last one the pre-activation output when ``preact``
         self._layouts = [(tuple(t.shape), t.stride()) for t in tensors]
+        self._activation, self._preact = activation, preact
 
     def __call__(self, *tensors) -> None:
         views = [t if (tuple(t.shape), t.stride()) == layout else t.as_strided(*layout)
                  for t, layout in zip(tensors, self._layouts)]
-        if len(views) == 4:
-            a, b, bias, out = views
-            torch.addmm(bias, a, b, out=out)
+        preact = views.pop() if self._preact else None
+        out = views.pop()
+        z = out if preact is None else preact
+        if len(views) == 3:
+            a, b, bias = views
+            torch.addmm(bias, a, b, out=z)
         else:
-            a, b, out = views
-            torch.mm(a, b, out=out)
+            a, b = views
+            torch.mm(a, b, out=z)
+        if self._activation is not None:
+            _ACTIVATE_INTO[self._activation](z, out)
+
+
+# torch's activations written into a given output (in place when it is the input), as the unfused
+# ``F.gelu(F.linear(x, w, b))`` computes them: from the GEMM's output rounded to its dtype
+_ACTIVATE_INTO = {
+    "relu": lambda z, out: torch.clamp_min(z, 0, out=out),
+    "gelu": lambda z, out: torch._C._nn.gelu(z, out=out),
+    "gelu_tanh": lambda z, out: torch._C._nn.gelu(z, approximate="tanh", out=out),
+    "silu": lambda z, out: torch._C._nn.silu(z, out=out),
+}
 
 
 def _epilogue_torch(z, res2d, activation, out_dtype):
@@ -301,12 +319,14 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     if key is not None and replay is None:
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
         aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, needs_grad)
-        if aten is None and not needs_grad and activation is None and residual is None and \
+        if aten is None and not needs_grad and residual is None and \
                 out_dtype in (None, a.dtype) and _aten.limit() > 0 and \
-                router.decide("gemm", a2, b, contiguous_vector(bias), None, None, backend=backend).backend == "torch":
-            # a plain GEMM the router gives to cuBLAS (cublas_routes.py): F.linear / matmul themselves, whose host
-            # cost is torch's - the op's replay of it (views of the recorded layout, mm with out=) measured 2x that
-            aten = _aten.AtenGemm(weight is not None, None)
+                router.decide("gemm", a2, b, contiguous_vector(bias), None, activation,
+                              backend=backend).backend == "torch":
+            # a GEMM (and activation) the router gives to cuBLAS (cublas_routes.py): F.linear / matmul and torch's
+            # activation themselves, whose host cost is torch's - the op's replay of it (views of the recorded
+            # layout, mm with out=) measured 2x that
+            aten = _aten.AtenGemm(weight is not None, activation)
         if aten is not None:
             _fast.store(_replays, key, aten)
             return aten(a, b_given, bias, residual)
