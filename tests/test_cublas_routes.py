@@ -137,6 +137,9 @@ def test_cublas_launch_applies_torch_s_activation_and_keeps_the_pre_activation(a
     out2 = torch.full((6, 5), float("nan")).bfloat16()
     gemm_ops._TorchGemm(a, b, out2, activation=activation)(a, b, out2)  # no bias: mm, activation in place
     assert torch.equal(out2, activation_reference(a @ b, activation))
+    out3, pre3 = torch.full((6, 5), float("nan")).bfloat16(), torch.full((6, 5), float("nan")).bfloat16()
+    gemm_ops._TorchGemm(a, b, out3, pre3, preact=True)(a, b, out3, pre3)  # a pre-activation without activation
+    assert torch.equal(out3, a @ b) and torch.equal(pre3, a @ b)
 
 
 def test_a_replay_calls_a_tensor_taking_launch_with_tensors():

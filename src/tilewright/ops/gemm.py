@@ -122,6 +122,8 @@ class _TorchGemm:
             torch.mm(a, b, out=z)
         if self._activation is not None:
             _ACTIVATE_INTO[self._activation](z, out)
+        elif preact is not None:  # (the op called directly with save_preact and no activation: out = preact)
+            out.copy_(z)
 
 
 # torch's activations written into a given output (in place when it is the input), as the unfused
