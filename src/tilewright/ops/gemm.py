@@ -404,7 +404,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
             broadcast *to* the output's shape: one that would enlarge it (torch's ``a @ b + r`` would) is a
             ValueError, since the fused epilogue writes the GEMM's own output.
         activation: None, "relu", "gelu", "gelu_tanh" or "silu" (applied before the residual add).
-        out_dtype: output dtype (default: ``a.dtype``). Accumulation and the epilogue are fp32; one rounding.
+        out_dtype: output dtype (default: ``a.dtype``). Accumulation and the epilogue are fp32; one rounding
+            (except where the router gives the call to cuBLAS, below: torch's rounding of the GEMM's output, then
+            its activation).
         backend: None (router decides), "triton" or "torch".
     Returns:
         (..., M, N) tensor. Differentiable in a, b, bias and residual.
@@ -412,7 +414,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
     traces - runs torch's own ops (``torch.matmul`` / ``F.linear``, the activation, the add; ops/_aten.py): at that
     size the host is the limit and ATen's C++ autograd nodes cost less than tilewright's Python ones.
-    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the kernels.
+    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the kernels. Without a residual, a GEMM on sm_90 where cuBLAS was
+    measured faster than tilewright's kernels (decode batches of 32-256 rows, mid-size problems; cublas_routes.py)
+    runs as cuBLAS and then torch's activation - exactly ``F.gelu(F.linear(x, w, b))``'s result;
+    ``TILEWRIGHT_CUBLAS=0`` keeps those on the kernels too.
     """
     return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)")
 
