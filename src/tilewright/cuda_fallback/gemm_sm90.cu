@@ -874,30 +874,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) rstd[ma][h] = rstd_s[atom0 * 64 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h];
       }
-#elif TW_NORM_A
-      // Row sums: the four lanes of a quad hold disjoint columns of the same two rows -> xor-shuffle over the quad.
+#elif TW_NORM_A || TW_NORM_SUMSQ
+      // rstd of the thread's two rows per 64-row block; the tiles of the first N column store it for the backward
       float rstd[MA][2];
 #pragma unroll
       for (int ma = 0; ma < MA; ++ma) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float v = quad_sum(ss[ma][h]);
-          rstd[ma][h] = rstd_of(v, K, eps);
+#if TW_NORM_A
+          // the four lanes of a quad hold disjoint columns of the same two rows -> xor-shuffle over the quad
+          rstd[ma][h] = rstd_of(quad_sum(ss[ma][h]), K, eps);
+#endif
           const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
-          if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
-        }
-      }
-#elif TW_NORM_SUMSQ
-      // rstd of the thread's two rows per 64-row block from their sums of squares (header: TW_NORM_SUMSQ); the
-      // tiles of the first N column store it for the backward, as the fused builds do
-      float rstd[MA][2];
-#pragma unroll
-      for (int ma = 0; ma < MA; ++ma) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
-          const float v = r < M ? row_sumsq[r] : 0.0f;  // no read past M
-          rstd[ma][h] = rstd_of(v, K, eps);
+#if TW_NORM_SUMSQ
+          rstd[ma][h] = rstd_of(r < M ? row_sumsq[r] : 0.0f, K, eps);  // given sums (header); no read past M
+#endif
           if (rstd_out != nullptr && pn == 0 && (lane & 3) == 0 && r < M) rstd_out[r] = rstd[ma][h];
         }
       }

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .._record import tensor_signature
 from ..backends import Measurement, register
 from . import gemm_sm90
 from .runtime import cuda_backend, gemm_common, launch
@@ -210,9 +209,6 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
         "cuda rmsnorm gemm", x, b, out, bias, residual, activation, tile_order, group, out_align=16)
     v = gemm_common.resolve_variant({**VARIANTS, **READ_ONLY_VARIANTS}, pick_variant, variant, M, N, K)
     g = _norm_weight_arg(norm_weight)
-    rstd_ptr = rstd.data_ptr() if rstd is not None else 0
-    key = gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
-                                   num_ctas, g.data_ptr(), rstd_ptr, float(eps))
     roles = gemm_common.operand_roles(x, b, out, bias, residual)
     roles["g_ptr"] = g  # a private copy (see _norm_weight_arg) is at another address than the op's input: no replay
     if rstd is not None:
@@ -222,12 +218,11 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
         return _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g,
                         rstd, eps)
 
-    if residual is None:  # (a residual's map and period stay on the per-address path)
-        sig = (tuple(tensor_signature(t) for t in roles.values()), tuple(roles), v, activation, tile_order, group,
-               num_ctas, float(eps))
-        if launch.launch_bound(_bound, sig, prepare, x.device, 384, v.smem_bytes(), roles):
-            return out
-    launch.launch_cached(_prepared, key, prepare, x.device, 384, v.smem_bytes(), roles)
+    gemm_common.launch_per_signature(
+        _prepared, _bound, prepare, v, residual, roles, (activation, tile_order, group, num_ctas, float(eps)),
+        lambda: gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
+                                         num_ctas, g.data_ptr(), rstd.data_ptr() if rstd is not None else 0,
+                                         float(eps)))
     return out
 
 

@@ -20,7 +20,6 @@ import math
 
 import torch
 
-from .._record import tensor_signature
 from ..backends import Measurement
 from ..reference import folded_rms_norm_linear_reference
 from . import gemm_sm90
@@ -107,14 +106,11 @@ def launch_cuda_rstd_gemm(x: torch.Tensor, b: torch.Tensor, out: torch.Tensor, s
         return _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, sumsq,
                         rstd, eps)
 
-    if residual is None:  # (a residual's map and period stay on the per-address path)
-        sig = (tuple(tensor_signature(t) for t in roles.values()), tuple(roles), v, activation, tile_order, group,
-               num_ctas, float(eps))
-        if launch.launch_bound(_bound, sig, prepare, x.device, 384, v.smem_bytes(), roles):
-            return out
-    key = gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
-                                   num_ctas, sumsq.data_ptr(), rstd.data_ptr() if rstd is not None else 0, float(eps))
-    launch.launch_cached(_prepared, key, prepare, x.device, 384, v.smem_bytes(), roles)
+    gemm_common.launch_per_signature(
+        _prepared, _bound, prepare, v, residual, roles, (activation, tile_order, group, num_ctas, float(eps)),
+        lambda: gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
+                                         num_ctas, sumsq.data_ptr(), rstd.data_ptr() if rstd is not None else 0,
+                                         float(eps)))
     return out
 
 

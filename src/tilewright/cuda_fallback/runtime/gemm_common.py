@@ -14,6 +14,7 @@ import os
 import torch
 
 from ..._codes import ACTIVATIONS, TILE_ORDERS  # noqa: F401  (re-exported: the families and tests read them here)
+from ..._record import tensor_signature
 from . import build, cuda_backend, launch
 from .guard import NOT_RUN_NOTE, relative_error, run_self_check, synchronize
 
@@ -128,6 +129,20 @@ def launch_family(label: str, variants: dict, pick, prepared: dict, prepare, a, 
                          a.device, threads if threads is not None else v.threads, v.smem_bytes(),
                          operand_roles(a, b, out, bias, residual))
     return out
+
+
+def launch_per_signature(prepared: dict, bound: dict, prepare, v, residual, roles: dict, scalars: tuple,
+                         key) -> None:
+    """Launch a norm GEMM build (384 threads) whose op calls it with fresh outputs every call: bound per call
+    signature (``launch.launch_bound``: the roles' tensor signatures, the variant ``v`` and ``scalars`` - every
+    non-address argument), or - with a residual, whose map and period stay per address, or a launch that cannot be
+    bound - through the per-address cache under ``key()`` (computed only then)."""
+    device = next(iter(roles.values())).device
+    if residual is None:
+        sig = (tuple(tensor_signature(t) for t in roles.values()), tuple(roles), v, *scalars)
+        if launch.launch_bound(bound, sig, prepare, device, 384, v.smem_bytes(), roles):
+            return
+    launch.launch_cached(prepared, key(), prepare, device, 384, v.smem_bytes(), roles)
 
 
 def operand_roles(a, b, out, bias, residual) -> dict:
