@@ -78,6 +78,28 @@ def test_winners_across_backends_and_wrong_configs_never_win():
     assert win.vs_peer[0] == pytest.approx(2.0)
 
 
+def test_near_ties_go_to_the_first_candidate_in_sweep_order():
+    """Within report.TIE_BAND of the fastest a candidate is tied and the first in the sweep's order wins (then the
+    first backend in report.BACKENDS): two sweeps of a shape whose timings differ by noise store the same winner."""
+    band = report.TIE_BAND
+
+    def row(backend, config, ms):
+        return dict(shape="s", M=1, N=1, K=1, backend=backend, config=config, median_ms=ms, tflops=1, status="ok")
+
+    first, second = report.BACKENDS[0], report.BACKENDS[1]
+    runs = [[row(first, "a", 1.0 + band / 2), row(first, "b", 1.0), row(first, "c", 1.0 + band * 2)],
+            [row(first, "a", 1.0), row(first, "b", 1.0 + band / 3), row(first, "c", 1.0 + band * 2)]]
+    for rows in runs:  # two runs, the measured order of a and b swapped by noise: a wins both
+        win = report.winners(report.analyze(pd.DataFrame(rows)))
+        assert win[f"{first}_config"][0] == "a" and win.winner_config[0] == "a"
+    win = report.winners(report.analyze(pd.DataFrame([row(first, "a", 1.0 + 2 * band), row(first, "b", 1.0)])))
+    assert win.winner_config[0] == "b"  # outside the band the fastest wins
+    win = report.winners(report.analyze(pd.DataFrame([row(second, "y", 1.0), row(first, "x", 1.0 + band / 2)])))
+    assert (win.winner[0], win.winner_config[0]) == (first, "x")
+    win = report.winners(report.analyze(pd.DataFrame([row(second, "y", 1.0), row(first, "x", 1.0 + 2 * band)])))
+    assert (win.winner[0], win.winner_config[0]) == (second, "y")
+
+
 def _triton_record(name="x", **config) -> dict:
     """A well-formed record whose Triton winner is a whole config of the space (``config`` overrides fields)."""
     from tilewright.autotune.space import default_gemm_config

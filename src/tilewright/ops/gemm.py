@@ -430,6 +430,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x: (..., K); weight: (N, K) (the nn.Linear layout, read as a K-major B operand without a copy); bias: (N,).
     See :func:`matmul` for the rest.
     """
+    if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
+        out = _dtensor.tensor_parallel_linear(linear, x, weight, bias, residual, activation, backend)
+        if out is not None:
+            return out
     # the replay key holds the weight, not its transpose (same address, strides swapped): a hit skips the .t()
     key = _replay_key(x, weight, bias, residual, activation, None, backend, "linear")
     replay = None if key is None else _replays.get(key)

@@ -31,7 +31,7 @@ from .. import router
 from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
                       contiguous_vector, dense_grad, output_view, unit_last)
-from . import _aten, _fast
+from . import _aten, _dtensor, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import gemm_op, plain_gemm
 
@@ -447,6 +447,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     traces - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics);
     ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the fused kernel.
     """
+    if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
+        out = _dtensor.tensor_parallel_rms_norm_linear(rms_norm_linear, x, norm_weight, weight, bias, eps, backend)
+        if out is not None:
+            return out
     key = _replay_key(x, norm_weight, weight, bias, eps, backend)
     if key is not None:
         replay = _replays.get(key)
