@@ -198,6 +198,25 @@ def test_forward_only():
         assert torch.isfinite(tilewright.flash_attention_with_kvcache(**args)).all()
 
 
+def test_key_steps_per_card_and_regime():
+    """64-key steps in the split regime, 128 when B * Hkv fills the SMs; on the cards measured faster with them
+    (H200) 128 in the split regime too, where each split holds >= 128 keys; never for paged caches or head dims
+    past 128 (shared memory); 16 under the interpreter. A CPU device is no such card."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    def bn(**kw):
+        return ka.block_n(interpret=False, **kw)
+
+    assert bn(head_dim_pad=128) == 64 and bn(head_dim_pad=128, whole_waves=True) == 128
+    assert bn(head_dim_pad=128, wide_splits=True, split_keys=128) == 128
+    assert bn(head_dim_pad=128, wide_splits=True, split_keys=64) == 64  # (B 1 x S 1k: 16 splits of 64 keys)
+    assert bn(head_dim_pad=128, wide_splits=True, split_keys=4096, paged=True) == 64
+    assert bn(head_dim_pad=256, wide_splits=True, split_keys=4096) == 64
+    assert bn(head_dim_pad=256, whole_waves=True) == 64
+    assert ka.block_n(128, wide_splits=True, split_keys=4096, interpret=True) == 16
+    assert ka.wide_split_steps(torch.device("cpu")) is False
+
+
 @pytest.mark.parametrize("whole_waves", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("paged", [False, True])

@@ -267,6 +267,10 @@ def _pow2(x: int, lo: int) -> int:
 # * paged: each step's rows wait on a page-table load before their K / V loads can issue, so one program per SM
 #   leaves the memory system idle (B 8 x S 32k: 526 us with pages of 16 against 354 contiguous). About three programs
 #   per SM with a 4-deep ring of 64-key steps hide it: 366 us (pages of 16), 364 (of 256).
+# * H200 (perf/LOG.md, session 22: 10 rows x 16 shapes, SDPA interleaved): its ~1.3x the H100's bandwidth wants
+#   more bytes in flight per program; in the split regime the 64-key steps ran 0.94-0.99x SDPA's best on the long
+#   rows, 128-key steps with the same 3-deep ring (192 KB) and split count 1.00-1.06x on every split row whose splits
+#   hold >= 128 keys. :func:`wide_split_steps` names the cards that take them; elsewhere the H100's 64.
 # Head dim 256 keeps 64 keys and a 2-deep ring (shared memory). In AOT sm_90 builds with the launch's 16-divisible
 # strides (tests/test_kvcache.py) these shapes take 100-170 registers a thread and no spills; without those hints the
 # K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
@@ -275,12 +279,29 @@ NUM_WARPS = 4
 
 
 def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
-            interpret: bool = INTERPRET) -> int:
+            interpret: bool = INTERPRET, wide_splits: bool = False, split_keys: int = 0) -> int:
     """Keys per loop step (16 under the interpreter, where each step costs milliseconds); ``whole_waves``: B * Hkv
-    fills the SMs without splitting (the second regime above)."""
+    fills the SMs without splitting (the second regime above); ``wide_splits``: the card takes 128-key steps in the
+    split regime too (:func:`wide_split_steps`), where each split holds ``split_keys`` >= 128 keys."""
     if interpret:
         return 16
-    return 128 if whole_waves and not paged and head_dim_pad <= 128 else 64
+    if paged or head_dim_pad > 128:
+        return 64
+    return 128 if whole_waves or (wide_splits and split_keys >= 128) else 64
+
+
+def wide_split_steps(device) -> bool:
+    """Whether ``device`` is a card measured faster with 128-key steps in the split regime (the H200; see above)."""
+    if device.type != "cuda":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    wide = _WIDE.get(index)
+    if wide is None:
+        wide = _WIDE[index] = "H200" in torch.cuda.get_device_name(index)
+    return wide
+
+
+_WIDE: dict = {}
 
 
 def num_stages(head_dim_pad: int, paged: bool = False) -> int:
@@ -369,7 +390,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     head_dim_pad = _pow2(D, 16)
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= num_sms(q.device), paged=paged)
+    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= num_sms(q.device), paged=paged,
+                 wide_splits=wide_split_steps(q.device), split_keys=capacity // splits)
     warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged)
     if config:
         bn = config.get("block_n", bn)
