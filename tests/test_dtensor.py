@@ -33,7 +33,7 @@ def mesh():
 def dt(t, mesh, placement):
     """``t`` (the full tensor, the same on every rank) as a DTensor of rank 0's shard under ``placement``."""
     return DTensor.from_local(t if placement == R else t.chunk(2, dim=placement.dim)[0], mesh, [placement],
-                              run_check=False)
+                              run_check=False, shape=t.shape, stride=t.stride())
 
 
 def local(x):
@@ -71,6 +71,21 @@ def test_linear_column_parallel_with_the_whole_epilogue(mesh):
                           activation="gelu")
     assert isinstance(y, DTensor) and y.placements == (Shard(1),)
     close(local(y), half(tilewright.linear(x, w, b, residual=r, activation="gelu"), 1))
+
+
+def test_uneven_shards_keep_the_global_shape(mesh):
+    """N = 31 output features over two ranks (16 + 15) column-parallel, K = 23 over two (12 + 11) row-parallel: the
+    output's global shape is the full one and rank 0's shard its first chunk, on both routes."""
+    torch.manual_seed(9)
+    x, w, b = torch.randn(8, 24, dtype=torch.float16), torch.randn(31, 24, dtype=torch.float16) / 4, \
+        torch.randn(31, dtype=torch.float16)
+    y = tilewright.linear(dt(x, mesh, R), dt(w, mesh, Shard(0)), dt(b, mesh, Shard(0)), activation="relu")
+    assert y.shape == (8, 31) and y.placements == (Shard(1),)
+    close(local(y), half(tilewright.linear(x, w, b, activation="relu"), 1))
+    x2, w2 = torch.randn(8, 23, dtype=torch.float16), torch.randn(16, 23, dtype=torch.float16) / 4
+    y = tilewright.linear(dt(x2, mesh, Shard(1)), dt(w2, mesh, Shard(1)))
+    assert y.shape == (8, 16) and y.placements == (Partial(),)
+    close(local(y), half(x2, 1) @ half(w2, 1).t())
 
 
 def test_linear_row_parallel_gives_partial_sums(mesh):

@@ -112,7 +112,9 @@ def _one_dim_shard(weight):
 def _placement_is(t, kind: str, dim: int | None = None) -> bool:
     """Whether DTensor ``t``'s (1-D mesh) placement is Replicate ("R") or Shard(dim) ("S")."""
     p = t.placements[0]
-    return p.is_replicate() if kind == "R" else p.is_shard() and p.dim == dim
+    if kind == "R":
+        return p.is_replicate()
+    return p.is_shard() and p.dim % t.ndim == dim % t.ndim  # (a Shard(-1) of a hand-made spec counts as the last)
 
 
 def _replicated_input(t, mesh):
