@@ -85,6 +85,33 @@ def test_split_count_does_not_change_the_result(splits):
     _assert_close(out, lse, _ref(q, kc, vc, seqlens, table), 1e-5)
 
 
+@pytest.mark.parametrize("case", [(2, 1, 8, 2, 64, 100, (100, 37), None, 3, None),
+                                  (1, 3, 4, 1, 40, 70, (70,), 8, 2, None),
+                                  (3, 2, 6, 3, 32, 60, (60, 0, 9), None, 4, (7, 0))],
+                         ids=["gqa4-3splits", "paged-Sq3-2splits", "empty-seq-window-4splits"])
+def test_combine_fused_into_the_split_kernel(case):
+    """The combine run by the last split to arrive (config fused_combine): the same answer as the second launch's
+    combine (fp32 partials merged in split order: equal up to the output dtype's rounding), against the reference
+    too - including a sequence with no keys (out 0, LSE -inf) and a window whose rows see keys in only some splits -
+    and every arrival counter back at zero after the call (the next launch on the stream counts from zero)."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+    from tilewright.triton_kernels.gemm import split_k_workspace
+
+    B, Sq, Hq, Hkv, D, S, lengths, page, splits, window = case
+    kc, vc, table = _cache(B, S, Hkv, D, torch.float16, lengths, page)
+    q = torch.randn(B, Sq, Hq, D, dtype=torch.float16, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    win = window if window is not None else (None, None)
+    two_launch = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=splits, window=win)
+    fused = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=splits, window=win,
+                                 config={"fused_combine": True})
+    torch.testing.assert_close(fused[0].float(), two_launch[0].float(), rtol=0, atol=2e-3)
+    torch.testing.assert_close(fused[1], two_launch[1], rtol=0, atol=1e-5)
+    assert torch.equal(torch.isinf(fused[1]), torch.isinf(two_launch[1]))
+    _assert_close(*fused, _ref(q, kc, vc, seqlens, table, window=window), 2e-3)
+    assert not split_k_workspace(q.device)[1].any()
+
+
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("page", [None, 4])
 def test_appends_the_new_tokens_in_place_then_attends(page, strided):
@@ -229,14 +256,18 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
 
     mod = "tilewright.triton_kernels.kvcache_attention"
     split_sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SEQLENS": "*i32", "TABLE": "*i32", "O_PART": "*fp32",
-                 "LSE_PART": "*fp32", **{a: "i32" for a in (
+                 "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", "ARRIVALS": "*i32", **{a: "i32" for a in (
                      "stride_qb", "stride_qs", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp",
-                     "stride_vs", "stride_vh", "stride_tb", "stride_os", "stride_ob", "stride_oh", "stride_om", "B",
-                     "Hkv", "Sq", "num_pages", "capacity", "num_splits", "new_tokens")}, "scale_log2": "fp32",
-                 "softcap": "fp32", "window_left": "i32", "window_right": "i32"}
+                     "stride_vs", "stride_vh", "stride_tb", "stride_os", "stride_ob", "stride_oh", "stride_om",
+                     "stride_ob2", "stride_os2", "stride_oh2", "B", "Hkv", "Sq", "num_pages", "capacity", "num_splits",
+                     "new_tokens")}, "scale_log2": "fp32", "softcap": "fp32", "window_left": "i32",
+                 "window_right": "i32"}
+    # the split regime's build also with the combine fused in (arrival counters: an atomic, no spills either)
+    fused = not whole_waves and head_dim == 128
     split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, PAGE_SIZE=16,
                        BLOCK_N=ka.block_n(head_dim, whole_waves, paged, interpret=False), PAGED=paged, CAUSAL=True,
-                       WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32")
+                       WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32",
+                       FUSED_COMBINE=fused)
     combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
         "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}
     reports = compile_reports([
@@ -245,12 +276,15 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
          # what a launch specializes: 16-byte aligned buffers and strides that are multiples of 16 elements
          "divisible_by_16": ["Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART", "stride_qb", "stride_qs",
                              "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs", "stride_vh",
-                             "stride_os", "stride_ob", "stride_oh", "stride_om"]},
+                             "stride_os", "stride_ob", "stride_oh", "stride_om", "OUT", "LSE", "ARRIVALS",
+                             "stride_ob2", "stride_os2", "stride_oh2"]},
         {"kernel": f"{mod}:_combine_kernel", "signature": combine_sig, "num_warps": 1, "name": "combine",
          "constexprs": dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, NUM_SPLITS=8, SPLITS_PAD=8)}])
     for rep in reports:
         assert rep.spill_bytes == 0, (rep.name, rep.spill_bytes)
     assert (reports[0].has("HMMA") or reports[0].has("HGMMA")) and reports[0].has("LDGSTS")
+    if fused:  # the arrival count (ATOMG / RED) and the reloads past L1 (LDG.E.STRONG.GPU: .cg)
+        assert reports[0].has("ATOM") and reports[0].has("STRONG.GPU"), reports[0].name
 
 
 def test_the_decode_bench_tiny_suite_runs_and_agrees():

@@ -129,3 +129,33 @@ def test_a_decode_loop_with_appends(page):
         seqlens += 1
         ref, _ = kvcache_attention_reference(q.double(), want_k.double(), want_v.double(), seqlens)
         assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2, step
+
+
+@pytest.mark.parametrize("page", [None, 16])
+def test_combine_fused_into_the_split_kernel(page):
+    """The split kernel's own combine (config fused_combine; off by default until measured): the same answer as the
+    second launch's combine, on the first (compiling) call, the bound replay of the signature, and a CUDA-graph replay
+    - where the arrival counters must come back to zero after every launch."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    g = torch.Generator(device=DEV).manual_seed(11)
+    q = torch.randn(4, 1, 32, 128, generator=g, device=DEV, dtype=torch.bfloat16)
+    kc = torch.randn(4, 3000, 8, 128, generator=g, device=DEV, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    seqlens = torch.tensor([3000, 2047, 1, 129], dtype=torch.int32, device=DEV)
+    table = None
+    if page is not None:
+        kc, vc, table = _paged(kc, vc, page)
+    want = ka.kvcache_attention(q, kc, vc, seqlens, table)
+    fused = lambda: ka.kvcache_attention(q, kc, vc, seqlens, table, config={"fused_combine": True})  # noqa: E731
+    for _ in range(3):  # compile + record, then the bound replay twice
+        out, lse = fused()
+        assert (out.float() - want[0].float()).abs().max().item() <= 1e-2
+        assert (lse - want[1]).abs().max().item() <= 1e-4
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = fused()
+    for _ in range(3):
+        g_out.zero_()
+        graph.replay()
+        assert (g_out.float() - want[0].float()).abs().max().item() <= 1e-2

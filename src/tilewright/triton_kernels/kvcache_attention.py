@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from .._env import interpreting
+from ..autotune.space import SPLIT_K_MAX_TILES
 from .._record import tensor_signature
 from ._runtime import bind, store_bound
 
@@ -45,17 +46,17 @@ _LN2 = tl.constexpr(0.6931471805599453)
 
 # sizes that vary per call and gain nothing from Triton's value specialization (1 / multiple-of-16): no recompiles
 @triton.jit(do_not_specialize=["num_pages", "capacity", "num_splits", "new_tokens", "window_left", "window_right"])
-def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
+def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
                   stride_qb, stride_qs, stride_qh,
                   stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
-                  stride_tb, stride_os, stride_ob, stride_oh, stride_om,
+                  stride_tb, stride_os, stride_ob, stride_oh, stride_om, stride_ob2, stride_os2, stride_oh2,
                   B, Hkv, Sq, num_pages, capacity, num_splits, new_tokens, scale_log2, softcap, window_left,
                   window_right,
                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr,
                   WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_COMBINE: tl.constexpr = False):
     bh = tl.program_id(0)  # (sequence, kv head) on the grid's x: B * Hkv may pass y's 65,535 limit
     split = tl.program_id(1)
     b = bh // Hkv
@@ -153,6 +154,58 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART,
     tl.store(o_ptrs, out.to(O_PART.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
     lse_ptrs = LSE_PART + ((split * B + b) * (Hkv * GROUP) + hkv * GROUP + g) * Sq + tok
     tl.store(lse_ptrs, lse, mask=row_ok)
+    if FUSED_COMBINE:
+        _combine_on_last_arrival(O_PART, LSE_PART, OUT, LSE, ARRIVALS, bh, b, hkv, g, tok, row_ok, cols, col_ok,
+                                 stride_os, stride_ob, stride_oh, stride_om, stride_ob2, stride_os2, stride_oh2, B,
+                                 Hkv, Sq, num_splits, GROUP, BLOCK_M, HEAD_DIM_PAD)
+
+
+@triton.jit
+def _combine_on_last_arrival(O_PART, LSE_PART, OUT, LSE, ARRIVALS, bh, b, hkv, g, tok, row_ok, cols, col_ok,
+                             stride_os, stride_ob, stride_oh, stride_om, stride_ob2, stride_os2, stride_oh2, B, Hkv,
+                             Sq, num_splits, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+                             HEAD_DIM_PAD: tl.constexpr):
+    """The combine inside the split kernel: each program counts its arrival on its (sequence, KV head, row block);
+    the last of the num_splits to arrive merges every split's partial rows into out / lse, so no second launch runs
+    (a launch and its first DRAM round trip are most of a short decode step: 7 us at B 1 x 1k, 1.4 us of bytes).
+
+    * Ordering, as split-K's in triton_kernels/gemm.py: every thread's partial stores, a CTA barrier, then one
+      acq_rel atomic at GPU scope (the release is cumulative over the CTA's stores); the last arrival's acquire
+      orders its reloads after every other split's release, and the reloads bypass L1 (.cg), which is not coherent
+      across SMs.
+    * Deterministic: the splits are merged in order 0, 1, ... whichever arrived last.
+    * The counter is reset by the last arrival, so the next launch on this stream finds zeros (kernels on one stream
+      run in order; the counters are split-K's per-stream arrivals, shared the same way).
+    """
+    tl.debug_barrier()
+    counter = ARRIVALS + bh * tl.num_programs(2) + tl.program_id(2)
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if arrived == num_splits - 1:
+        h = hkv * GROUP + g
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        total = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+        for s in range(0, num_splits):  # online merge: m the running max LSE, total and acc scaled to it
+            lse_s = tl.load(LSE_PART + ((s * B + b) * (Hkv * GROUP) + h) * Sq + tok, mask=row_ok,
+                            other=float("-inf"), cache_modifier=".cg")
+            o_s = tl.load(O_PART + tl.cast(s, tl.int64) * stride_os + b.to(tl.int64) * stride_ob
+                          + h[:, None] * stride_oh + tok[:, None] * stride_om + cols[None, :],
+                          mask=row_ok[:, None] & col_ok[None, :], other=0.0, cache_modifier=".cg")
+            m_new = tl.maximum(m, lse_s)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no split with a visible key yet: weights 0
+            alpha = tl.exp(m - m_use)
+            w = tl.exp(lse_s - m_use)
+            total = total * alpha + w
+            acc = acc * alpha[:, None] + o_s * w[:, None]
+            m = m_new
+        has = total > 0.0
+        out = acc / tl.where(has, total, 1.0)[:, None]
+        lse = tl.where(has, tl.where(m == float("-inf"), 0.0, m) + tl.log(tl.where(has, total, 1.0)),
+                       float("-inf"))
+        tl.store(OUT + b.to(tl.int64) * stride_ob2 + tok[:, None] * stride_os2 + h[:, None] * stride_oh2
+                 + cols[None, :], out.to(OUT.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+        tl.store(LSE + (b * (Hkv * GROUP) + h) * Sq + tok, lse, mask=row_ok)
+        tl.store(counter, 0)
 
 
 @triton.jit
@@ -276,6 +329,12 @@ def _pow2(x: int, lo: int) -> int:
 # K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
 # of a real cache are multiples of 16 elements.
 NUM_WARPS = 4
+# The combine of the splits inside the split kernel (_combine_on_last_arrival) instead of a second launch; off until
+# measured on the device (config={"fused_combine": True} runs it: the A/B of perf/LOG.md session 22's next steps).
+# Its arrival counters are split-K's per-stream ones (triton_kernels/gemm.split_k_workspace): a launch needing more
+# than that buffer holds keeps the second launch.
+FUSED_COMBINE = False
+FUSED_COMBINE_MAX_COUNTERS = SPLIT_K_MAX_TILES
 
 
 def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
@@ -412,29 +471,41 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         o_part, lse_part = layout.views(parts)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
+    row_blocks = -(-rows // block_m)
+    fused = not direct and bool((config or {}).get("fused_combine", FUSED_COMBINE)) and \
+        B * Hkv * row_blocks <= FUSED_COMBINE_MAX_COUNTERS
+    arrivals = seqlens  # an int32 stand-in pointer without the fused combine (never read)
+    if fused:
+        from .gemm import split_k_workspace
+
+        arrivals = split_k_workspace(q.device)[1]
     split_args = dict(
-        Q=q, K=k_cache, V=v_cache, SEQLENS=seqlens, TABLE=table, O_PART=o_part, LSE_PART=lse_part,
-        stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+        Q=q, K=k_cache, V=v_cache, SEQLENS=seqlens, TABLE=table, O_PART=o_part, LSE_PART=lse_part, OUT=out, LSE=lse,
+        ARRIVALS=arrivals, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
         stride_kp=k_cache.stride(0), stride_ks=k_cache.stride(1), stride_kh=k_cache.stride(2),
         stride_vp=v_cache.stride(0), stride_vs=v_cache.stride(1), stride_vh=v_cache.stride(2),
         stride_tb=table.stride(0) if paged else 0, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
-        stride_oh=o_part.stride(2), stride_om=o_part.stride(3), B=B, Hkv=Hkv, Sq=Sq, num_pages=k_cache.shape[0],
+        stride_oh=o_part.stride(2), stride_om=o_part.stride(3), stride_ob2=out.stride(0), stride_os2=out.stride(1),
+        stride_oh2=out.stride(2), B=B, Hkv=Hkv, Sq=Sq, num_pages=k_cache.shape[0],
         capacity=capacity, num_splits=splits, new_tokens=int(new_tokens),
         scale_log2=(scale / softcap if softcap else scale) * LOG2E, softcap=float(softcap),
         window_left=int(left or 0), window_right=int(right or 0),
         GROUP=group, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m, BLOCK_N=bn,
         PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged, CAUSAL=bool(causal),
         WINDOW_LEFT=left is not None, WINDOW_RIGHT=right is not None, SOFTCAP=bool(softcap), UPCAST=upcast,
-        DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", num_warps=warps,
-        num_stages=stages)
-    split_grid = (B * Hkv, splits, -(-rows // block_m))
+        DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", FUSED_COMBINE=fused,
+        num_warps=warps, num_stages=stages)
+    split_grid = (B * Hkv, splits, row_blocks)
     split_compiled = _split_kernel[split_grid](**split_args)
-    split_roles = ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART")
-    if direct:
+    split_roles = ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART") + (("OUT", "LSE") if fused else ())
+    if direct or fused:
         if key is not None:
-            split = bind(_split_kernel, split_compiled, split_grid, split_args, {r: split_args[r] for r in split_roles})
+            from .gemm import _arrivals_pointer
+
+            split = bind(_split_kernel, split_compiled, split_grid, split_args, {r: split_args[r] for r in split_roles},
+                         per_stream={"ARRIVALS": _arrivals_pointer} if fused else None)
             if split is not None:
-                store_bound(_bound, key, _Replay(split, None, None, lse.shape), _BOUND_MAX)
+                store_bound(_bound, key, _Replay(split, None, layout if fused else None, lse.shape), _BOUND_MAX)
         return out, lse
     combine_args = dict(
         O_PART=o_part, LSE_PART=lse_part, OUT=out, LSE=lse, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
@@ -486,13 +557,17 @@ class _Replay:
         out = torch.empty(q.shape, device=dev, dtype=q.dtype)
         lse = torch.empty(self._lse_shape, device=dev, dtype=torch.float32)
         table = block_table if block_table is not None else seqlens
-        if self._combine is None:
+        if self._layout is None:  # one split: the kernel writes out / lse itself
             self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                         out.data_ptr(), lse.data_ptr())
             return out, lse
         parts = torch.empty(self._layout.numel, device=dev, dtype=torch.float32)
         o_part = parts.data_ptr()
         lse_part = o_part + 4 * self._layout.lse_offset
+        if self._combine is None:  # the combine fused into the split kernel
+            self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
+                        o_part, lse_part, out.data_ptr(), lse.data_ptr())
+            return out, lse
         self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                     o_part, lse_part)
         self._combine(o_part, lse_part, out.data_ptr(), lse.data_ptr())
