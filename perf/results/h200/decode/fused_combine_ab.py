@@ -36,7 +36,7 @@ for B, Hq, Hkv, S, D in _DEFAULT:
     print(f"B{B} S{S}: " + " ".join(f"{k}={v * 1e3:.1f}us" for k, v in times.items())
           + f" | fused vs cudnn {times['sdpa_cudnn'] / times['fused']:.3f}x, two-launch {times['sdpa_cudnn'] / times['two_launch']:.3f}x",
           flush=True)
-    del kc, vc, pk, pv
+    kc = vc = pk = pv = None  # free the row's caches before the next row allocates its own
     torch.cuda.empty_cache()
 import pandas as pd
 pd.DataFrame(res).to_csv(f"{out_dir}/fused_combine_ab.csv", index=False)
