@@ -169,8 +169,8 @@ def tensor_parallel_linear(linear_fn, x, weight, bias, residual, activation, bac
         out = linear_fn(_replicated_input(x, mesh), weight.to_local(), _local(bias), activation=activation,
                         backend=backend)
         return _wrap(out, mesh, Shard(len(out_shape) - 1), out_shape)
-    if wdim != 1 or not is_dtensor(x) or not _placement_is(x, "S", x.dim() - 1):
-        return None
+    if wdim != 1 or not is_dtensor(x) or not _placement_is(x, "S", x.dim() - 1) or x.shape[-1] != weight.shape[1]:
+        return None  # (a K that differs globally is DTensor's to report)
     for t in (bias, residual):
         if t is not None and is_dtensor(t) and not _placement_is(t, "R"):
             return None
