@@ -335,6 +335,51 @@ def test_parallelize_module_colwise_rowwise(mesh):
     assert up.weight.grad.placements == (Shard(0),) and down.weight.grad.placements == (Shard(1),)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_rms_norm_linear_module_column_parallel(mesh, bias):
+    """tilewright.distributed.ColwiseParallel on an RMSNormLinear module (torch's style refuses anything but
+    nn.Linear / nn.Embedding): weight and bias Shard(0), norm weight Replicate; the rank's output columns equal the
+    full module's; the weight's gradient is its shard's, the norm weight's a Partial sum (rank 0's share here: the
+    fake process group reduces nothing)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from tilewright.distributed import ColwiseParallel
+
+    torch.manual_seed(10)
+    module = tilewright.nn.RMSNormLinear(16, 32, bias=bias, dtype=torch.float16)
+    with torch.no_grad():
+        module.norm_weight.copy_(torch.rand(16, dtype=torch.float16) + 0.5)
+    full = {name: p.detach().clone() for name, p in module.named_parameters()}
+    parallelize_module(module, mesh, ColwiseParallel())
+    assert module.weight.placements == (Shard(0),) and module.norm_weight.placements == (R,)
+    assert not bias or module.bias.placements == (Shard(0),)
+    x = torch.randn(2, 4, 16, dtype=torch.float16)
+    y = module(x)
+    assert not isinstance(y, DTensor)  # (use_local_output, as for nn.Linear)
+    want = tilewright.rms_norm_linear(x, full["norm_weight"], full["weight"], full.get("bias"))
+    close(y, half(want, -1))
+    y.float().sum().backward()
+    assert module.weight.grad.placements == (Shard(0),) and module.norm_weight.grad.placements == (Partial(),)
+    gf, wf = full["norm_weight"].clone().requires_grad_(True), half(full["weight"], 0).clone().requires_grad_(True)
+    bf = half(full["bias"], 0) if bias else None
+    tilewright.rms_norm_linear(x, gf, wf, bf).float().sum().backward()
+    close(local(module.weight.grad), wf.grad)
+    close(local(module.norm_weight.grad), gf.grad)
+
+
+def test_colwise_style_still_takes_a_plain_linear(mesh):
+    """The extended style partitions any other module as torch's ColwiseParallel does."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from tilewright.distributed import ColwiseParallel
+
+    lin = tilewright.nn.Linear(16, 32, dtype=torch.float16)
+    parallelize_module(lin, mesh, ColwiseParallel())
+    assert lin.weight.placements == (Shard(0),) and lin.bias.placements == (Shard(0),)
+    with pytest.raises(NotImplementedError):
+        parallelize_module(torch.nn.LayerNorm(16), mesh, ColwiseParallel())
+
+
 def test_fully_shard_tilewright_modules(mesh):
     """FSDP2 on tilewright modules: parameters sharded as DTensors, a forward and backward, DTensor gradients and
     state_dict entries; no 'returned a view tensor' warning (the ops' outputs are not views:

@@ -56,6 +56,57 @@ def _run(mode, steps, use_cuda=False, same_batch=False, world=2):
     return queue.get(timeout=10)
 
 
+def _rms_norm_linear_module_worker(rank, world, port, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TILEWRIGHT_ATEN_BELOW="0")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        import tilewright
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        from tilewright.distributed import ColwiseParallel
+
+        torch.manual_seed(0)  # the same module and input on every rank
+        module = tilewright.nn.RMSNormLinear(24, 40, bias=True)
+        with torch.no_grad():
+            module.norm_weight.copy_(torch.rand(24) + 0.5)
+        x = torch.randn(3, 5, 24)
+        ref = tilewright.nn.RMSNormLinear(24, 40, bias=True)
+        ref.load_state_dict(module.state_dict())
+        xr = x.clone().requires_grad_(True)
+        want = ref(xr)
+        want.square().sum().backward()
+        mesh = init_device_mesh("cpu", (world,))
+        parallelize_module(module, mesh, ColwiseParallel(use_local_output=False))
+        xd = x.clone().requires_grad_(True)
+        y = module(xd)
+        y.redistribute(mesh, [Replicate()]).to_local().square().sum().backward()
+        got = {"y": y.full_tensor(), "x": xd.grad, "g": module.norm_weight.grad.full_tensor(),
+               "w": module.weight.grad.full_tensor(), "b": module.bias.grad.full_tensor()}
+        exp = {"y": want, "x": xr.grad, "g": ref.norm_weight.grad, "w": ref.weight.grad, "b": ref.bias.grad}
+        if rank == 0:
+            queue.put({k: (got[k] - exp[k].detach()).abs().max().item() / exp[k].abs().max().item() for k in got})
+    finally:
+        dist.destroy_process_group()
+
+
+def test_rms_norm_linear_module_column_parallel_on_two_ranks():
+    """tilewright.distributed.ColwiseParallel on an RMSNormLinear, two gloo ranks with real collectives: the gathered
+    output and every gradient (x's and the norm weight's all-reduced Partial sums, the weight's and bias's shards)
+    equal the unsharded module's."""
+    ctx = mp.get_context("spawn")
+    queue, port = ctx.Queue(), _free_port()
+    procs = [ctx.Process(target=_rms_norm_linear_module_worker, args=(r, 2, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0, 0]
+    errors = queue.get(timeout=10)
+    assert all(e <= 1e-5 for e in errors.values()), errors
+
+
 @pytest.mark.parametrize("mode", ["fsdp", "tp"])
 def test_two_rank_training_matches_torch_on_cpu(mode):
     result = _run(mode, steps=3, same_batch=True)
