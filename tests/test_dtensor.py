@@ -127,7 +127,7 @@ def _tilewright_ops_seen_with_dtensors(fn):
 def test_tensor_parallel_projections_skip_dtensor_dispatch(mesh, route):
     """Column-parallel linear / rms_norm_linear and row-parallel linear with its epilogue, forward and backward:
     on the local route no tilewright op sees a DTensor (DTensor's dispatch of a custom op and of its backward cost
-    ~0.1-0.2 ms of host a call); on the DTensor route every one does. Values and placements are the other tests'."""
+    0.2-1.2 ms of host a call); on the DTensor route every one does. Values and placements are the other tests'."""
     x, w, b, r = _gemm_inputs()
     g = torch.rand(16, dtype=torch.float16) + 0.5
 

@@ -11,4 +11,4 @@ timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_kvcache_gp
 timeout 150 python perf/results/h200/decode/fused_combine_ab.py > $OUT/fused_combine_ab.txt 2>&1; echo rc=$? >> $OUT/fused_combine_ab.txt
 cat $OUT/fused_combine_ab.txt | cut -c1-220
 timeout 120 python -m tilewright.bench.decode default $OUT/decode.csv > $OUT/decode.log 2>&1; echo rc=$? >> $OUT/decode.log
-timeout 60 python perf/results/h200/rms_norm_linear/host_profile_short_queue.py > $OUT/rms_host.txt 2>&1; grep "ms/step" $OUT/rms_host.txt
+STEPS=20 timeout 60 python perf/results/h200/rms_norm_linear/host_profile_2026-11-28.py > $OUT/rms_host.txt 2>&1; grep "ms/step" $OUT/rms_host.txt

@@ -32,9 +32,9 @@ The two layouts of tensor parallelism's projections skip DTensor's dispatch alto
 replicated input, or a row-parallel one (Shard(1)) with an input sharded over K, on a 1-D mesh. The op then runs on
 this rank's local shards through its fast path and the result is wrapped with the placements DTensor's route would
 give it - the same numbers, placements and gradients (the replicated input's gradient is declared a Partial sum, so
-it is all-reduced where the input became a DTensor, as DTensor's route does) - without the ~0.1-0.2 ms of host that
-DTensor's dispatch of a custom op and of its backward costs per call (H200 host; a 4-layer TP=2 training step made
-~100 such calls).
+it is all-reduced where the input became a DTensor, as DTensor's route does) - without the 0.2-1.2 ms of host that
+DTensor's dispatch of a custom op and of its backward cost per call (H200 host, torch.profiler: the GEMM 0.23 ms, the
+RMSNorm-linear forward 0.53 ms, its backward 1.2 ms; a 4-layer TP=2 training step made ~100 such calls).
 
 Everything else (sequence-sharded attention, ...) has no strategy: DTensor redistributes to one that exists, or
 raises naming the op and the placements. A K-sharded GEMM with an epilogue - tensor parallelism's row-parallel

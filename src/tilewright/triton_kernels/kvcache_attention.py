@@ -351,16 +351,7 @@ def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = Fa
 
 def wide_split_steps(device) -> bool:
     """Whether ``device`` is a card measured faster with 128-key steps in the split regime (the H200; see above)."""
-    if device.type != "cuda":
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    wide = _WIDE.get(index)
-    if wide is None:
-        wide = _WIDE[index] = "H200" in torch.cuda.get_device_name(index)
-    return wide
-
-
-_WIDE: dict = {}
+    return device.type == "cuda" and _card(device)[1]
 
 
 def num_stages(head_dim_pad: int, paged: bool = False) -> int:
@@ -372,16 +363,20 @@ def num_stages(head_dim_pad: int, paged: bool = False) -> int:
 
 def num_sms(device) -> int:
     """Streaming multiprocessors of ``device`` (4 for the CPU interpreter), cached: read on every call."""
-    if device.type != "cuda":
-        return 4
+    return _card(device)[0] if device.type == "cuda" else 4
+
+
+def _card(device) -> tuple[int, bool]:
+    """(SM count, takes wide split steps) of a CUDA ``device``, read once per device index."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    sms = _SMS.get(index)
-    if sms is None:
-        sms = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return sms
+    facts = _CARDS.get(index)
+    if facts is None:
+        props = torch.cuda.get_device_properties(index)
+        facts = _CARDS[index] = (props.multi_processor_count, "H200" in props.name)
+    return facts
 
 
-_SMS: dict = {}
+_CARDS: dict = {}
 
 
 def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool = False) -> int:
