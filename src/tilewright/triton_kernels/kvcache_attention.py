@@ -177,8 +177,9 @@ def _combine_on_last_arrival(O_PART, LSE_PART, OUT, LSE, ARRIVALS, bh, b, hkv, g
     * The counter is reset by the last arrival, so the next launch on this stream finds zeros (kernels on one stream
       run in order; the counters are split-K's per-stream arrivals, shared the same way).
     """
-    tl.debug_barrier()
+    tl.debug_barrier()  # every thread's partial stores before the one releasing atomic below
     counter = ARRIVALS + bh * tl.num_programs(2) + tl.program_id(2)
+    # acq_rel at GPU scope: releases this CTA's partials; the last arrival acquires every other split's
     arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
     if arrived == num_splits - 1:
         h = hkv * GROUP + g
