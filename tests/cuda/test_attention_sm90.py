@@ -183,6 +183,69 @@ def test_launch_arguments(fake_driver):
     assert fake_driver.maps[-4][4] == (64, 64, 1, 1)  # variant a: 64-row Q tile
 
 
+def _packed(q_lens, k_lens, Hq=4, Hkv=2, D=128, dtype=bf):
+    cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)  # noqa: E731
+    return (torch.randn(sum(q_lens), Hq, D, dtype=dtype), torch.randn(sum(k_lens), Hkv, D, dtype=dtype),
+            torch.randn(sum(k_lens), Hkv, D, dtype=dtype), cu(q_lens), cu(k_lens))
+
+
+def test_packed_launch_arguments(fake_driver):
+    """Packed sequences: the TW_VARLEN build (with the runtime upper edge when causal: each sequence has its own
+    bottom-right offset), maps over the packed tensors as one (D, total, H, 1) sequence, a grid of the longest
+    sequence's tiles x heads x sequences, and the trailing arguments the kernel reads per sequence."""
+    q, k, v, cu_q, cu_k = _packed((200, 0, 65, 300), (250, 10, 65, 300), Hq=4, Hkv=2, D=96)
+    out, lse = torch.empty_like(q), torch.empty(4, 565)
+    ca.launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, 300, 300, causal=True, scale=0.5)
+    (src, arch, defines), = fake_driver.builds
+    assert defines["TW_VARLEN"] == 1 and defines["TW_UPPER_OFFSET"] == 1 and defines["TW_CAUSAL"] == 1
+    assert defines["TW_HDIM"] == 128 and "TW_WINDOW" not in defines
+    mq, mk, mv, mo = fake_driver.maps
+    assert mq[2] == (96, 565, 4, 1) and mq[3][:2] == (4 * 96 * 2, 96 * 2) and mq[4] == (64, 128, 1, 1)
+    assert mk[2] == (96, 625, 2, 1) and mk[3][:2] == (2 * 96 * 2, 96 * 2) and mo[1] == out.data_ptr()
+    (fn, grid, block, smem, args), = fake_driver.launches
+    assert grid == (3, 4, 4) and block == (384, 1, 1)
+    assert [a.value for a in args[5:9]] == [565, 625, 4, 2]  # Sq / Skv: the totals (lse's row length)
+    assert [a.value for a in args[10:12]] == [0, -602]  # offsets from each sequence's corner; no lower edge
+    assert [a.value for a in args[14:17]] == [cu_q.data_ptr(), cu_k.data_ptr(), out.data_ptr()]
+    assert [a.value for a in args[17:20]] == [4 * 96, 96, 96]  # out's row / head strides, the true head dim
+    # the dense build passes the same trailing arguments, unread
+    dq, dk, dv = _qkv()
+    ca.launch_attention(dq, dk, dv, torch.empty_like(dq), torch.empty(2, 4, 100), causal=False, variant="c")
+    assert "TW_VARLEN" not in fake_driver.builds[-1][2]
+    assert [a.value for a in fake_driver.launches[-1][4][14:20]] == [0, 0, 0, 0, 0, 128]
+    # a window: offsets relative to the corner, clamped to the longest spans
+    ca.launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, 300, 300, causal=True, causal_offset=30,
+                               window_offset=-10 ** 9)
+    assert fake_driver.builds[-1][2]["TW_WINDOW"] == 1
+    assert [a.value for a in fake_driver.launches[-1][4][10:12]] == [30, -602]
+
+
+def test_packed_launch_validation(fake_driver):
+    q, k, v, cu_q, cu_k = _packed((20, 30), (20, 30))
+    out, lse = torch.empty_like(q), torch.empty(4, 50)
+    with pytest.raises(ValueError, match="lse"):
+        ca.launch_attention_varlen(q, k, v, out, torch.empty(50, 4), cu_q, cu_k, 30, 30)
+    with pytest.raises(ValueError, match="int32"):
+        ca.launch_attention_varlen(q, k, v, out, lse, cu_q.long(), cu_k, 30, 30)
+    with pytest.raises(ValueError, match="cu_q / cu_k"):
+        ca.launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k[:2], 30, 30)
+    with pytest.raises(ValueError, match="head dim"):
+        ca.launch_attention_varlen(*_packed((20,), (20,), D=32)[:3], torch.empty(20, 4, 32, dtype=bf),
+                                   torch.empty(4, 20), cu_q[:2], cu_k[:2], 20, 20)
+    with pytest.raises(ValueError, match="scale"):
+        ca.launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, 30, 30, scale=-1.0)
+    assert not fake_driver.launches
+    ok, why = ca.varlen_constraints(q.float(), k.float(), v.float(), cu_q, 30, 30)
+    assert not ok and "dtype" in why
+    ok, why = ca.varlen_constraints(q, k, v, cu_q, 0, 30)
+    assert not ok and "max_seqlen_q" in why
+
+
+def test_packed_route_off_the_gpu():
+    q, k, v, cu_q, _ = _packed((20, 30), (20, 30))
+    assert ca.varlen_route(q, k, v, cu_q, 30, 30) == (False, "not an sm_90 device")
+
+
 @pytest.mark.parametrize("sq,skv,causal_offset,window_offset,expect", [
     (300, 130, 0, None, (0, -301)),            # top-left causal
     (300, 130, -170, None, (-170, -301)),      # bottom-right causal, Sq > Skv: rows 0-169 see no key

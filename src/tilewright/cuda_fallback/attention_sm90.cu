@@ -34,6 +34,13 @@
 // unit).
 // Tails: TMA zero-fills out-of-bounds rows (Sq and Skv tails; the 4-D (D, S, H, B) maps keep a tile inside its own
 // head), padded keys are masked to -inf per element, the O store clips rows >= Sq, LSE stores are row-masked.
+// Packed variable-length batches (TW_VARLEN, flash-attn's varlen layout): the maps cover the packed (total, H, D)
+// tensors as one sequence of `total` rows, blockIdx.z is the sequence, whose rows start at cu_q[b] / cu_k[b]; Sq / Skv
+// become its own lengths and the band is bottom-right aligned per sequence (host offsets + Skv_b - Sq_b). A tile
+// reaching past its sequence reads the next one's rows, which are harmless for Q and K (those rows are not stored,
+// those keys are masked to -inf) but not for V: P is 0 there, yet 0 x inf is NaN, so the consumers zero those V rows
+// in shared memory before the last PV. The O store of a tile that straddles its sequence's end goes from registers,
+// row-masked (a TMA box would write the next sequence's rows).
 // All PTX lives in ptx/*.cuh.
 #include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
@@ -65,6 +72,9 @@
 #endif
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
+#endif
+#ifndef TW_VARLEN
+#define TW_VARLEN 0
 #endif
 // Every TW_EXP_FMA-th 8-column chunk of S takes its exponentials on the FMA pipe (ex2_fma) instead of MUFU (0: none).
 // Why it exists: at head dim 64 a 128-key block costs the two consumers ~940 tensor-core clocks and 1024 MUFU clocks
@@ -100,6 +110,7 @@ constexpr bool SOFTCAP = TW_SOFTCAP != 0;
 constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
 constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
 constexpr bool PIN_WAIT = TW_PIN_WAIT != 0;
+constexpr bool VARLEN = TW_VARLEN != 0;
 constexpr int BM = 64 * NC;           // Q rows per CTA: one m64 wgmma atom per consumer warpgroup
 constexpr int THREADS = 128 * (NC + 1);
 constexpr int DC = D / 64;            // 64-element (128-byte) column chunks of a row: one TMA box / swizzle span each
@@ -115,6 +126,8 @@ constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 4 * STAGES) * 8;  // + slack to
 // EPI_BAR + c orders one warpgroup's epilogue steps (128 threads).
 constexpr int TURN_BAR = 1;
 constexpr int EPI_BAR = 3;
+// Varlen: every consumer thread has zeroed its share of the V rows past the sequence before any PV wgmma reads them.
+constexpr int VTAIL_BAR = 5;
 
 static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
 static_assert(BN == 64 || BN == 128, "key block 64 or 128 (the generated SS wgmma shapes)");
@@ -135,11 +148,16 @@ using namespace twa;
 // (64, BN, 1, 1); all 128B-swizzled. lse: contiguous fp32 (B, Hq, Sq). group = Hq / Hkv (query head h reads kv head
 // h / group). scale_log2 = scale * log2(e) (1 with the soft cap: its post factor carries log2(e)). band_upper /
 // band_lower: the KeyBand. softcap_pre = scale / cap and softcap_post = cap * log2(e) (read by TW_SOFTCAP builds).
+// TW_VARLEN builds: maps over (D, total, H, 1); Sq = total_q (lse is (Hq, total_q)); cu_q / cu_k the sequences' row
+// offsets; band_upper / band_lower are added to each sequence's Skv_b - Sq_b; out / out_row_stride / out_head_stride
+// (elements) / head_dim address the row-masked O store of a tile at its sequence's end. Dense builds ignore them.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     tw_attn_fwd_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                      const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_o,
                      float* __restrict__ lse, int Sq, int Skv, int Hq, int group, float scale_log2, int band_upper,
-                     int band_lower, float softcap_pre, float softcap_post) {
+                     int band_lower, float softcap_pre, float softcap_post, const int* __restrict__ cu_q,
+                     const int* __restrict__ cu_k, unsigned short* __restrict__ out, long long out_row_stride,
+                     long long out_head_stride, int head_dim) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
@@ -156,12 +174,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / group;
+  // Rows of this CTA's sequence: the batch index of a dense map, or (varlen) row offsets in the packed tensors and
+  // the sequence's own lengths. seq_q / seq_k bound every row and key index below.
+  const int q_start = VARLEN ? cu_q[b] : 0;
+  const int k_start = VARLEN ? cu_k[b] : 0;
+  const int seq_q = VARLEN ? cu_q[b + 1] - q_start : Sq;
+  const int seq_k = VARLEN ? cu_k[b + 1] - k_start : Skv;
+  const int map_b = VARLEN ? 0 : b;
   // This CTA's query rows and the key blocks its band reaches (longest causal tiles first; ptx/attention_tile.cuh).
-  const KeyBand band{UPPER_OFFSET ? band_upper : 0, band_lower};
-  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(Skv, band);
+  // Varlen: the host's offsets are relative to the bottom-right corner of each sequence; clamped as the host clamps a
+  // dense band (every value outside [-(Sq + 1), Skv + 1] means all keys or none).
+  const int shift = VARLEN ? seq_k - seq_q : 0;
+  const KeyBand band{UPPER_OFFSET ? min(max(shift + band_upper, -(seq_q + 1)), seq_k + 1) : 0,
+                     VARLEN ? min(max(shift + band_lower, -(seq_q + 1)), seq_k + 1) : band_lower};
+  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(seq_k, band);
   const int m0 = tile.m0;
   const int kb0 = tile.kb0;
   const int nblk = tile.nblk;
+  // The grid covers the longest sequence: a tile past this one's end has nothing to do (uniform over the CTA, before
+  // any barrier).
+  if (VARLEN && m0 >= seq_q) return;
 
   if (threadIdx.x == 0) {
     mbar_init(bar_q, 1);  // one arrive.expect_tx + the Q bytes
@@ -187,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       // Q: DC boxes of (64 columns x BM rows), chunk j at sq + j * BM * 128. Out-of-bounds rows still count bytes.
       mbar_arrive_expect_tx(bar_q, Q_BYTES);
 #pragma unroll
-      for (int j = 0; j < DC; ++j) tma_load_4d(sq + j * BM * 128, &tm_q, bar_q, 64 * j, m0, hq, b);
+      for (int j = 0; j < DC; ++j) tma_load_4d(sq + j * BM * 128, &tm_q, bar_q, 64 * j, q_start + m0, hq, map_b);
       int s = 0;
       tw_u32 phase = 0;
       for (int kb = 0; kb < nblk; ++kb) {
@@ -198,12 +230,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         mbar_arrive_expect_tx(full_k + 8 * s, KV_BYTES);
 #pragma unroll
         for (int j = 0; j < DC; ++j)
-          tma_load_4d(sk + j * BN * 128, &tm_k, full_k + 8 * s, 64 * j, (kb0 + kb) * BN, hkv, b);
+          tma_load_4d(sk + j * BN * 128, &tm_k, full_k + 8 * s, 64 * j, k_start + (kb0 + kb) * BN, hkv, map_b);
         mbar_wait(empty_v + 8 * s, phase ^ 1);
         mbar_arrive_expect_tx(full_v + 8 * s, KV_BYTES);
 #pragma unroll
         for (int j = 0; j < DC; ++j)
-          tma_load_4d(sv + j * BN * 128, &tm_v, full_v + 8 * s, 64 * j, (kb0 + kb) * BN, hkv, b);
+          tma_load_4d(sv + j * BN * 128, &tm_v, full_v + 8 * s, 64 * j, k_start + (kb0 + kb) * BN, hkv, map_b);
         if (++s == STAGES) {
           s = 0;
           phase ^= 1;
@@ -275,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       // Per-element masking only where needed: the Skv tail block, and blocks that reach past the band's upper edge
       // of the warpgroup's first row or below the lower edge of its last row. Uniform per warpgroup, so no
       // divergence.
-      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > row_base + band.upper) ||
+      const bool need_mask = (k0 + BN > seq_k) || (CAUSAL && k0 + BN - 1 > row_base + band.upper) ||
                              (WINDOW && k0 < row_base + 63 + band.lower);
       if (need_mask) {
 #pragma unroll
@@ -286,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int e = 0; e < 2; ++e) {
               const int col = k0 + 8 * j + col_lane + e;
               const int row = row0 + 8 * h;
-              if (masked_out<CAUSAL, WINDOW>(row, col, Skv, band)) s_acc[4 * j + 2 * h + e] = TW_NEG_INF;
+              if (masked_out<CAUSAL, WINDOW>(row, col, seq_k, band)) s_acc[4 * j + 2 * h + e] = TW_NEG_INF;
             }
           }
         }
@@ -331,6 +363,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       for (int j = 0; j < BN / 8; ++j) {
         p[2 * j + 0] = pack2(s_acc[4 * j + 0], s_acc[4 * j + 1]);
         p[2 * j + 1] = pack2(s_acc[4 * j + 2], s_acc[4 * j + 3]);
+      }
+    };
+    // Varlen: zero the rows of V block kb (at smem `sv`) past the sequence's last key - the next sequence's rows,
+    // which P (0 there) would otherwise multiply; only the last block can reach past it. Both consumer warpgroups
+    // share the stage: each zeroes half of the 16-byte units, then the fence (generic writes -> the wgmma's async
+    // proxy) and one barrier over both come before either's PV. Whole 128-byte rows: the swizzle permutes 16-byte
+    // units within a row only. Uniform over the CTA (every consumer reaches it on the same block).
+    auto zero_v_tail = [&](int kb, tw_u32 sv) {
+      if constexpr (VARLEN) {
+        const int valid = seq_k - (kb0 + kb) * BN;
+        if (valid < BN) {
+          const int units = (BN - max(valid, 0)) * DC * 8;  // 16-byte units: 8 per 128-byte row of each chunk
+          for (int u = c * 128 + tid; u < units; u += 128 * NC) {
+            const int row = max(valid, 0) + u / (DC * 8), chunk = (u / 8) % DC;
+            st_shared_zero16(sv + chunk * BN * 128 + row * 128 + (u % 8) * 16);
+          }
+          fence_proxy_async_smem();
+          named_barrier_sync(VTAIL_BAR, 128 * NC);
+        }
       }
     };
     auto release = [&](tw_u32 empty_bar) {
@@ -389,6 +440,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
       const int sl = (nblk - 1) % STAGES;
       mbar_wait(full_v + 8 * sl, ((nblk - 1) / STAGES) & 1);
+      zero_v_tail(nblk - 1, sbase + V_OFF + sl * KV_BYTES);
       turn_begin();
       wgmma_fence();
       issue_pv(sbase + V_OFF + sl * KV_BYTES);
@@ -417,6 +469,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         rescale_o(alpha);
         pack_p();
         mbar_wait(full_v + 8 * s, ph);
+        if (kb == nblk - 1) zero_v_tail(kb, sbase + V_OFF + s * KV_BYTES);
         wgmma_fence();  // P and O were just written by ordinary instructions
         issue_pv(sbase + V_OFF + s * KV_BYTES);
         wgmma_commit();
@@ -440,14 +493,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       // fused kernels and the reference give. A NaN score makes l NaN: O is NaN, not 0.
       inv[h] = l == 0.0f ? 0.0f : 1.0f / l;
       const int row = row0 + 8 * h;
-      if ((lane & 3) == 0 && row < Sq) {
+      if ((lane & 3) == 0 && row < seq_q) {
         // natural-log LSE of the scaled scores, log2(sum 2^(x - m)) + m, times ln 2, like torch's logsumexp:
         // -inf for l == 0, +inf when a score is +inf (m = +inf, where m - m made l NaN), NaN for a NaN score (m is
         // NaN then: the row max propagates it)
         const float v = l == 0.0f ? TW_NEG_INF
                         : m_run[h] == -TW_NEG_INF ? m_run[h] : (m_run[h] + log2f(l)) * 0.69314718055994531f;
-        lse[((long long)b * Hq + hq) * Sq + row] = v;
+        lse[(VARLEN ? (long long)hq * Sq + q_start : ((long long)b * Hq + hq) * Sq) + row] = v;
       }
+    }
+    if (VARLEN && row_base + 64 > seq_q) {
+      // the warpgroup's rows straddle the sequence's end: each thread stores its two rows from registers, masked
+      // (uniform per warpgroup: the TMA path below with its barriers is skipped by all 128 threads)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        if (row < seq_q)
+          store_row_pairs<D, true>(out + (q_start + row) * out_row_stride + hq * out_head_stride, o, h, col_lane,
+                                   inv[h], head_dim);
+      }
+      return;
     }
     // Every wgmma of this warpgroup (the readers of its Q rows) has completed in every warp before any warp
     // overwrites those rows with the O tile.
@@ -472,9 +537,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     }
     fence_proxy_async_smem();  // stmatrix (generic proxy) writes -> visible to the TMA store (async proxy)
     named_barrier_sync(EPI_BAR + c, 128);
-    if (tid == 0 && row_base < Sq) {
+    if (tid == 0 && row_base < seq_q) {
 #pragma unroll
-      for (int j = 0; j < DC; ++j) tma_store_4d(&tm_o, sq_c + j * BM * 128, 64 * j, row_base, hq, b);
+      for (int j = 0; j < DC; ++j) tma_store_4d(&tm_o, sq_c + j * BM * 128, 64 * j, q_start + row_base, hq, map_b);
       bulk_commit_group();
       bulk_wait_group<0>();  // the store has read shared memory (and finished) before the CTA exits
     }

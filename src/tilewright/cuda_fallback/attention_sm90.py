@@ -11,6 +11,8 @@ Entry points:
 * :func:`ready` - constraints + toolchain + first-use self-check of the variant on this device model.
 * :func:`try_launch` - what the op layer calls: launches, or returns False (after one warning on a failure) so the
   caller falls back to Triton; never raises.
+* :func:`launch_attention_varlen` / :func:`varlen_route` / :func:`try_launch_varlen` - the same kernel over packed
+  variable-length batches (``TW_VARLEN`` builds; ``ops/varlen.py``).
 
 Its registry record is at the bottom.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from .._env import SMEM_OPTIN_BYTES
+from .. import backends
 from ..backends import Measurement, register
 from .runtime import HALF_DTYPES, build, cuda_backend, launch
 from .runtime.guard import Guard, relative_error, run_self_check, synchronize
@@ -133,7 +136,9 @@ BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
                       ("c", 128, True, False), ("c", 64, True, True), ("c", 256, False, False),
                       ("c", 256, True, False), ("c64", 128, True, False), ("c", 128, True, False, True),
                       ("c", 256, True, False, True), ("c", 128, True, False, False, True, True),
-                      ("c", 64, False, False, True, True))  # the last four: soft cap, band edges, both
+                      ("c", 64, False, False, True, True),  # the four ending here: soft cap, band edges, both
+                      ("c", 128, True, False, False, False, True, True),  # packed batches (varlen), causal
+                      ("c", 256, False, False, False, False, False, True))
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
@@ -286,13 +291,19 @@ _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per (poi
 
 
 def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: tuple[int, int], softcap: float,
-             window: bool):
+             window: bool, packed: "PackedRows | None" = None):
+    """(function, grid, arguments) of one launch; q / k / v / out as (B, H, S, D) - for packed batches (``packed``)
+    the (1, H, total, D) views, the grid then covering ``packed.max_q`` query rows of each sequence."""
     B, Hq, Sq, D = q.shape
+    head_dim = D
     D = build_head_dim(D)  # the build; the maps keep the tensors' own head dim (tma_dims_strides)
     Hkv, Skv = k.shape[1], k.shape[2]
     dt = launch.tma_dtype(q.dtype)
-    bld = build.compile_source(SOURCE, "sm_90a", var.defines(D, causal, q.dtype == torch.float16, softcap > 0, window,
-                                                             causal and band[0] != 0))
+    defines = var.defines(D, causal, q.dtype == torch.float16, softcap > 0, window,
+                          causal and (band[0] != 0 or packed is not None))  # packed: each sequence its own offset
+    if packed is not None:
+        defines["TW_VARLEN"] = 1
+    bld = build.compile_source(SOURCE, "sm_90a", defines)
     drv = launch.driver()
     bn = var.bn(D)
     maps = []
@@ -301,12 +312,19 @@ def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: 
         for t, rows, role in ((q, var.bm, "Q"), (k, bn, "K"), (v, bn, "V"), (out, 64, "O")):
             (dims, strides), _ = tma_dims_strides(t)
             maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
-    grid = (-(-Sq // var.bm), Hq, B)
+    grid = (-(-(Sq if packed is None else packed.max_q) // var.bm), Hq, B if packed is None else packed.batch)
     # with the soft cap, scores become cap * tanh(s * scale / cap) * log2(e) before the softmax's exp2: scale_log2 1
     capped = softcap > 0
     args = [*maps, launch.pointer("LSE", lse), ctypes.c_int32(Sq), ctypes.c_int32(Skv), ctypes.c_int32(Hq),
             ctypes.c_int32(Hq // Hkv), ctypes.c_float(1.0 if capped else scale * LOG2E), ctypes.c_int32(band[0]),
             ctypes.c_int32(band[1]), *softcap_args(scale, softcap)]
+    if packed is None:  # the packed-batch arguments, unread by dense builds
+        args += [ctypes.c_uint64(0), ctypes.c_uint64(0), ctypes.c_uint64(0), ctypes.c_int64(0), ctypes.c_int64(0),
+                 ctypes.c_int32(head_dim)]
+    else:
+        args += [launch.pointer("CU_Q", packed.cu_q), launch.pointer("CU_K", packed.cu_k),
+                 launch.pointer("O_ROWS", out), ctypes.c_int64(out.stride(2)), ctypes.c_int64(out.stride(1)),
+                 ctypes.c_int32(head_dim)]
     return fn, grid, args
 
 
@@ -364,6 +382,170 @@ def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, va
     lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     launch_attention(q, k, v, out, lse, causal, scale, variant, **options)
     return out, lse
+
+
+# ------------------------------------------------------------------------------------------------ packed batches
+@dataclass(frozen=True)
+class PackedRows:
+    """A packed batch's row offsets for a ``TW_VARLEN`` launch: int32 (batch + 1,) ``cu_q`` / ``cu_k`` on the device
+    (contiguous), and ``max_q`` (at least the longest query sequence: the grid's rows per sequence)."""
+
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    max_q: int
+
+    @property
+    def batch(self) -> int:
+        return self.cu_q.shape[0] - 1
+
+
+def _packed_as_bhsd(x: torch.Tensor) -> torch.Tensor:
+    """(total, H, D) -> the (1, H, total, D) view the maps are encoded over (no copy)."""
+    return x.unsqueeze(0).transpose(1, 2)
+
+
+def varlen_constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
+                       max_q: int, max_k: int) -> tuple[bool, str]:
+    """Whether packed q (total_q, Hq, D), k / v (total_k, Hkv, D) with these offsets can take the kernel at all."""
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        return False, "packed q, k, v must be 3-D (total, H, D)"
+    ok, why = constraints(_packed_as_bhsd(q), _packed_as_bhsd(k), _packed_as_bhsd(v))
+    if not ok:
+        return False, why
+    if cu_q.dtype != torch.int32 or cu_q.dim() != 1 or not 2 <= cu_q.shape[0] <= 65536:
+        return False, "cu_seqlens must be int32 (batch + 1,) with 1 to 65535 sequences (grid limit)"
+    if max_q + max_k >= MAX_BAND_SPAN or q.shape[0] + k.shape[0] >= MAX_BAND_SPAN:
+        return False, "lengths of 2^30 rows or more (the band's row + offset sums are 32-bit)"
+    if max_q < 1:
+        return False, "max_seqlen_q is 0"
+    return True, f"bf16/fp16 packed sequences, head dim {q.shape[-1]}, 16-byte aligned strides (TMA)"
+
+
+def launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, causal: bool = False,
+                            scale: float | None = None, *, causal_offset: int = 0, window_offset: int | None = None,
+                            softcap: float = 0.0) -> None:
+    """:func:`launch_attention` over packed sequences (flash-attn's varlen layout): q (total_q, Hq, D), k / v
+    (total_k, Hkv, D), out like q, lse contiguous fp32 (Hq, total_q); ``cu_q`` / ``cu_k`` int32 (batch + 1,) offsets
+    on the device (checked by the caller: 0 first, nondecreasing, the totals last, no sequence longer than ``max_q`` /
+    ``max_k``). ``causal_offset`` / ``window_offset`` are relative to each sequence's bottom-right corner (key
+    position i + Skv_b - Sq_b of query i): 0 / None is bottom-right causal, flash-attn's varlen convention."""
+    ok, why = varlen_constraints(q, k, v, cu_q, max_q, max_k)
+    if not ok:
+        raise ValueError(f"cuda attention (packed): {why}")
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError("cuda attention (packed): out must have q's shape, dtype and device")
+    if tma_dims_strides(_packed_as_bhsd(out))[0] is None:
+        raise ValueError("cuda attention (packed): out: strides are not TMA-compatible (16-byte multiples)")
+    if lse.shape != (q.shape[1], q.shape[0]) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError("cuda attention (packed): lse must be a contiguous float32 (Hq, total_q) tensor")
+    if cu_k.shape != cu_q.shape or cu_k.dtype != torch.int32 or not (cu_q.is_contiguous() and cu_k.is_contiguous()):
+        raise ValueError("cuda attention (packed): cu_q / cu_k must be contiguous int32 tensors of one shape")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if not (scale > 0.0 and math.isfinite(scale)):
+        raise ValueError(f"cuda attention (packed): scale {scale} must be finite and > 0")
+    softcap = float(softcap)
+    if not (softcap >= 0.0 and math.isfinite(softcap)):
+        raise ValueError(f"cuda attention (packed): softcap {softcap} must be finite and >= 0 (0: none)")
+    var = VARIANTS[DEFAULT_VARIANT]  # the one schedule measured on packed batches
+    # offsets past every sequence's span mean the same as the span's edge; clamped so shift + offset stays 32-bit
+    span = max_q + max_k + 2
+    upper = min(max(int(causal_offset), -span), span) if causal else 0
+    lower = -span if window_offset is None else min(max(int(window_offset), -span), span)
+    window = window_offset is not None
+    packed = PackedRows(cu_q, cu_k, int(max_q))
+    views = [_packed_as_bhsd(t) for t in (q, k, v, out)]
+    key = ("varlen", q.device.index, q.dtype, bool(causal), scale, upper, lower, softcap, window, int(max_q),
+           *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr(), cu_q.data_ptr(),
+           cu_k.data_ptr(), cu_q.shape[0])
+    launch.launch_cached(_prepared, key, lambda: _prepare(*views, lse, bool(causal), scale, var, (upper, lower),
+                                                          softcap, window, packed),
+                         q.device, var.threads, var.smem_bytes(build_head_dim(q.shape[-1])),
+                         {"Q": q, "K": k, "V": v, "O": out, "O_ROWS": out, "LSE": lse, "CU_Q": cu_q, "CU_K": cu_k})
+
+
+# (q lengths, k lengths, Hq, Hkv, causal, window (left, right)): tails in every length, an empty sequence, one row,
+# Sq_b > Skv_b under bottom-right causal (rows that see no key), a window with both edges
+SELF_CHECK_PACKED = (((200, 0, 65, 300, 1), (200, 0, 65, 300, 1), 4, 2, False, None),
+                     ((200, 0, 65, 300, 1), (200, 0, 65, 300, 1), 4, 2, True, None),
+                     ((100, 7, 300), (200, 130, 257), 2, 1, True, None),
+                     ((300, 130), (260, 400), 2, 2, False, (70, 30)))
+
+
+def self_check_varlen(device, head_dim: int, dtype) -> tuple[bool, str]:
+    """Packed batches (tails, an empty sequence, GQA, bottom-right causal with Sq_b != Skv_b, a window) against the
+    per-sequence fp32 reference: out and LSE, each sequence's rows only (a launch that wrote another sequence's rows
+    or missed its own fails on the NaN-poisoned output)."""
+    from ..reference import varlen_attention_reference
+
+    g = torch.Generator(device="cpu").manual_seed(11)
+
+    def measure(lq, lk, Hq, Hkv, causal, window):
+        cu_q = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device=device)
+        cu_k = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device=device)
+        q = torch.randn(sum(lq), Hq, head_dim, generator=g).to(device=device, dtype=dtype)
+        k = torch.randn(sum(lk), Hkv, head_dim, generator=g).to(device=device, dtype=dtype)
+        v = torch.randn(sum(lk), Hkv, head_dim, generator=g).to(device=device, dtype=dtype)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((Hq, sum(lq)), float("nan"), device=device)
+        upper = causal or (window is not None and window[1] is not None)
+        launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, max(lq), max(lk), upper,
+                                causal_offset=0 if causal or window is None else window[1],
+                                window_offset=None if window is None else -window[0])
+        ro, rl = varlen_attention_reference(q.float(), k.float(), v.float(), cu_q, cu_k, causal, None, 0.0, window)
+        synchronize(device)
+        return {"out relative error": (relative_error(out, ro), 2e-2),
+                "max |LSE error|": ((lse - rl).nan_to_num(posinf=1e9, neginf=-1e9).abs().max().item()
+                                    if torch.equal(torch.isinf(lse), torch.isinf(rl)) else float("inf"), 2e-2)}
+
+    cases = [(f"packed hdim {head_dim} causal={causal} window={w} (q lengths {lq}, k lengths {lk}, Hq={Hq}, Hkv={Hkv})",
+              lambda c=(lq, lk, Hq, Hkv, causal, w): measure(*c))
+             for lq, lk, Hq, Hkv, causal, w in SELF_CHECK_PACKED]
+    return run_self_check("varlen", cases)
+
+
+_varlen_routes: dict = {}
+
+
+def varlen_route(q, k, v, cu_q, max_q: int, max_k: int) -> tuple[bool, str]:
+    """Whether ``flash_attention_varlen`` runs this call on the sm_90a kernel: an sm_90 device, the toolchain, the
+    constraints, the measured preference (the dense table at the batch's mean lengths: a packed batch's tiles are its
+    sequences' tiles) and the packed builds' self-check (once per process and device model). Remembered per call
+    signature (every layer of a step asks with the same one); a readiness change (a failed check or launch) or the
+    switches' environment moves the key."""
+    key = (q.device, q.dtype, max_q, max_k, cu_q.shape[0], backends.readiness_epoch,
+           os.environ.get("TILEWRIGHT_CUDA"), os.environ.get("TILEWRIGHT_CUDA_ATTN"),
+           *((t.shape, t.stride(), t.data_ptr() % 16) for t in (q, k, v)))
+    hit = _varlen_routes.get(key)
+    if hit is None:
+        hit = _varlen_route(q, k, v, cu_q, max_q, max_k)
+        if len(_varlen_routes) >= 256:
+            _varlen_routes.clear()
+        _varlen_routes[key] = hit
+    return hit
+
+
+def _varlen_route(q, k, v, cu_q, max_q: int, max_k: int) -> tuple[bool, str]:
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        return False, "not an sm_90 device"
+    if os.environ.get("TILEWRIGHT_CUDA") == "0":
+        return False, "CUDA kernels off (TILEWRIGHT_CUDA=0)"
+    blocked = GUARD.blocked(varlen_constraints(q, k, v, cu_q, max_q, max_k))
+    if blocked:
+        return blocked
+    batch = max(1, cu_q.shape[0] - 1)
+    ok, why = preferred(_packed_as_bhsd(q)[:, :, : max(1, q.shape[0] // batch)],
+                        _packed_as_bhsd(k)[:, :, : max(1, k.shape[0] // batch)])
+    if not ok:
+        return False, why
+    return GUARD.check(q.device, "varlen", (q.shape[-1], q.dtype), lambda: self_check_varlen(q.device, q.shape[-1],
+                                                                                             q.dtype))
+
+
+def try_launch_varlen(q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, causal: bool, scale: float,
+                      **options) -> bool:
+    """:func:`launch_attention_varlen` for the op layer: False (Triton then runs) when it declines or fails (then the
+    family is disabled with one warning); never raises."""
+    return GUARD.run(launch_attention_varlen, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale, **options)
 
 
 # ------------------------------------------------------------------------------------------------ self-check
@@ -435,10 +617,13 @@ def build_check_builds() -> list:
     out = []
     for name, hdim, causal, fp16, *options in BUILD_CHECK_BUILDS:
         v = VARIANTS[name]
-        capped, window, offset = (list(options) + [False] * 3)[:3]
+        capped, window, offset, packed = (list(options) + [False] * 4)[:4]
         label = f"{name} hdim{hdim} {'causal' if causal else 'full'} {'fp16' if fp16 else 'bf16'}"
-        label += " softcap" * capped + " window" * window + " offset" * offset
-        out.append((label, v.defines(hdim, causal, fp16, capped, window, offset), v.smem_bytes(hdim)))
+        label += " softcap" * capped + " window" * window + " offset" * offset + " varlen" * packed
+        defines = v.defines(hdim, causal, fp16, capped, window, offset)
+        if packed:
+            defines["TW_VARLEN"] = 1
+        out.append((label, defines, v.smem_bytes(hdim)))
     return out
 
 

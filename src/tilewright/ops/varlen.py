@@ -15,9 +15,11 @@ Contract (flash-attn's ``flash_attn_varlen_func``, which training and inference 
 * Returns out (total_q, Hq, Dv) in q's dtype, or (out, lse) with lse (Hq, total_q) fp32, natural log (flash-attn's
   varlen LSE layout). Differentiable in q, k, v (and through the LSE).
 
-Runs the Triton flash-attention kernels (triton_kernels/attention.py with ``VARLEN``: one program per (query block,
-head, sequence), each reading its sequence's rows through cu_seqlens); the sm_90a CUDA kernels take dense batches
-only. CPU tensors without ``TRITON_INTERPRET=1`` take the reference formula (correct, slow).
+The forward runs the sm_90a CUDA kernel's packed build on Hopper where its measured table prefers it to Triton at
+the batch's mean lengths (cuda_fallback/attention_sm90.varlen_route: one CTA per (query tile, head, sequence), TMA
+over the packed tensors, each sequence's rows through cu_seqlens), else the Triton flash-attention kernels
+(triton_kernels/attention.py with ``VARLEN``, the same grid); the backward runs Triton (the sm_90a backward takes
+dense batches only). CPU tensors without ``TRITON_INTERPRET=1`` take the reference formula (correct, slow).
 
 Checks: shapes, dtypes, devices and the cu_seqlens' dtype and length raise naming the argument; their values (0
 first, nondecreasing, the totals last, no sequence longer than max_seqlen) are checked with one device-to-host read
@@ -76,7 +78,17 @@ def varlen_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_
 
     upper, offset, window_offset = _band(0, 0, causal, True, window_left, window_right)
     qk, scale, _ = _nonnegative_scale(_unit_last(q), scale)
-    attention_forward(_as_bhsd(qk), _as_bhsd(_unit_last(k)), _as_bhsd(_unit_last(v)), _as_bhsd(out), lse[None],
+    k_in, v_in = _unit_last(k), _unit_last(v)
+    if q.is_cuda and v.shape[-1] == q.shape[-1]:
+        from ..cuda_fallback import attention_sm90
+
+        cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+        if attention_sm90.varlen_route(qk, k_in, v_in, cu_q, max_seqlen_q, max_seqlen_k)[0] and \
+                attention_sm90.try_launch_varlen(qk, k_in, v_in, out, lse, cu_q, cu_k, max_seqlen_q, max_seqlen_k,
+                                                 upper, scale, causal_offset=offset, window_offset=window_offset,
+                                                 softcap=softcap):
+            return out, lse
+    attention_forward(_as_bhsd(qk), _as_bhsd(k_in), _as_bhsd(v_in), _as_bhsd(out), lse[None],
                       upper, scale, causal_offset=offset, softcap=softcap, window_offset=window_offset,
                       varlen=_varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
     return out, lse

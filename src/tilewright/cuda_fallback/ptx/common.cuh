@@ -33,6 +33,11 @@ TW_DEVICE void st_shared_v2_f32(tw_u32 addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 
+// Store 16 zero bytes at a 32-bit shared-window address (16-byte aligned).
+TW_DEVICE void st_shared_zero16(tw_u32 addr) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+}
+
 // Pack two fp32 values into one bf16x2 register (round to nearest even); `lo` lands in the low half.
 TW_DEVICE tw_u32 pack_bf16x2(float lo, float hi) {
   tw_u32 r;

@@ -1,0 +1,113 @@
+"""GPU tier for the sm_90a flash-attention forward over packed variable-length batches (the ``TW_VARLEN`` builds of
+attention_sm90.cu, Hopper only): every head-dim build, causal (bottom-right per sequence) or not, a window, GQA,
+sequence lengths 0 / 1 / under a tile / across tiles, against a per-sequence fp64 reference with the rule "error <=
+2x the same formula's error in the input dtype"; non-finite values in a neighbouring sequence's rows must not reach
+a sequence whose tiles read them; the op's route takes the kernel and gives its bits; the first-use self-check."""
+from __future__ import annotations
+
+import pytest
+import torch
+from _cuda_gpu import cuda_family
+
+import tilewright
+from tilewright.reference import varlen_attention_reference
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+def _ca():
+    return cuda_family("attention_sm90", majors=(9,))
+
+
+def _cu(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEV)
+
+
+def _rel(x, ref):
+    return ((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+def _packed(lens_q, lens_k, Hq, Hkv, D, dtype, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    return (torch.randn(sum(lens_q), Hq, D, generator=g, device=DEV, dtype=dtype),
+            torch.randn(sum(lens_k), Hkv, D, generator=g, device=DEV, dtype=dtype),
+            torch.randn(sum(lens_k), Hkv, D, generator=g, device=DEV, dtype=dtype), _cu(lens_q), _cu(lens_k))
+
+
+def _launch(ca, q, k, v, cq, ck, max_q, max_k, causal, window=None):
+    out = torch.full_like(q, float("nan"))  # poisoned: an unwritten row fails
+    lse = torch.full((q.shape[1], q.shape[0]), float("nan"), device=DEV)
+    upper = causal or (window is not None and window[1] is not None)
+    ca.launch_attention_varlen(q, k, v, out, lse, cq, ck, max_q, max_k, upper,
+                               causal_offset=0 if causal or window is None else window[1],
+                               window_offset=None if window is None or window[0] is None else -window[0])
+    return out, lse
+
+
+CASES = [  # (lens_q, lens_k, Hq, Hkv, causal, window)
+    ((1000, 0, 1, 77, 300, 129), (1000, 5, 1, 77, 300, 129), 8, 2, True, None),
+    ((513, 128, 2048, 64), (700, 128, 2048, 200), 4, 4, True, None),  # Sq_b != Skv_b both ways
+    ((513, 128, 2048, 64), (700, 128, 2048, 200), 4, 4, False, None),
+    ((250, 900, 33), (250, 900, 33), 4, 1, False, (100, 20)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("D", [64, 96, 128, 256])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{len(c[0])}seqs-{c[2]}/{c[3]}-c{c[4]}-w{c[5]}")
+def test_packed_kernel_within_twice_torch_error(case, D, dtype):
+    ca = _ca()
+    lens_q, lens_k, Hq, Hkv, causal, window = case
+    q, k, v, cq, ck = _packed(lens_q, lens_k, Hq, Hkv, D, dtype, seed=sum(lens_q) + D)
+    out, lse = _launch(ca, q, k, v, cq, ck, max(lens_q), max(lens_k), causal, window)
+    ro, rl = varlen_attention_reference(q.double(), k.double(), v.double(), cq, ck, causal, None, 0.0, window)
+    to, _ = varlen_attention_reference(q, k, v, cq, ck, causal, None, 0.0, window)
+    torch.cuda.synchronize()
+    assert not out.isnan().any(), "rows left unwritten (or NaN)"
+    assert _rel(out, ro) <= 2 * _rel(to, ro) + 1e-4, (_rel(out, ro), _rel(to, ro))
+    assert torch.equal(torch.isinf(lse), torch.isinf(rl)) and not lse.isnan().any()
+    finite = torch.isfinite(rl)
+    assert (lse.double() - rl)[finite].abs().max().item() <= 2e-2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_neighbours_non_finite_rows_stay_out(causal):
+    """Sequence 0 (65 rows: its tiles and key blocks reach into sequence 1) next to a sequence whose K and V rows are
+    inf / NaN: sequence 0's output and LSE equal its own reference (the kernel masks the foreign keys and zeroes the
+    foreign V rows it loaded); sequence 1's rows are NaN, as torch's would be."""
+    ca = _ca()
+    lens = (65, 300, 70)
+    q, k, v, cq, ck = _packed(lens, lens, 4, 2, 128, torch.bfloat16, seed=3)
+    k[65:200] = float("nan")
+    v[65:130] = float("inf")
+    v[130:200] = float("nan")
+    out, lse = _launch(ca, q, k, v, cq, ck, 300, 300, causal)
+    for b, rows in ((0, slice(0, 65)), (2, slice(365, 435))):
+        ro, rl = varlen_attention_reference(q[rows].double(), k[rows].double(), v[rows].double(),
+                                            _cu((lens[b],)), _cu((lens[b],)), causal)
+        assert torch.isfinite(out[rows]).all() and _rel(out[rows], ro) <= 1e-2, b
+        assert (lse[:, rows].double() - rl).abs().max().item() <= 2e-2, b
+
+
+def test_the_op_routes_packed_batches_to_the_kernel():
+    """flash_attention_varlen on an H100 / H200 takes the kernel for prefill-sized sequences (the measured table) and
+    returns its bits; the backward (Triton) follows with finite gradients."""
+    ca = _ca()
+    lens = (1000, 1500, 777, 2048)
+    q, k, v, cq, ck = _packed(lens, lens, 16, 4, 128, torch.bfloat16, seed=5)
+    ok, why = ca.varlen_route(q, k, v, cq, 2048, 2048)
+    assert ok, why
+    want, want_lse = _launch(ca, q, k, v, cq, ck, 2048, 2048, True)
+    got, lse = tilewright.flash_attention_varlen(q, k, v, cq, ck, 2048, 2048, causal=True, return_lse=True)
+    assert torch.equal(got, want) and torch.equal(lse, want_lse)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    out = tilewright.flash_attention_varlen(qg, kg, vg, cq, ck, 2048, 2048, causal=True)
+    out.backward(torch.randn_like(out))
+    assert all(torch.isfinite(t.grad).all() for t in (qg, kg, vg))
+
+
+@pytest.mark.parametrize("D,dtype", [(128, torch.bfloat16), (64, torch.float16), (256, torch.bfloat16)])
+def test_self_check_passes(D, dtype):
+    ok, why = _ca().self_check_varlen(torch.device(DEV), D, dtype)
+    assert ok, why
