@@ -4,8 +4,10 @@ where the CUDA ones do not take the call, did not measure faster, or the caller 
 tests/cuda/test_attention_bwd_sm90_gpu.py."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
+import types
 
 import pytest
 import torch
@@ -75,7 +77,10 @@ def test_build_check_lists_the_backward_builds():
     assert rows[5][0].startswith("dkdv b+dq") and rows[5][3] == ("USETMAXREG", "UTMAREDG")
     assert rows[6][0].endswith(" window offset") and rows[6][1]["TW_UPPER_OFFSET"] == 1
     assert rows[7][0].endswith(" window") and rows[7][1]["TW_WINDOW"] == 1 and "TW_WINDOW" not in rows[3][1]
-    assert rows[-1][0].endswith(" window softcap") and rows[-1][1]["TW_SOFTCAP"] == 1
+    assert rows[-3][0].endswith(" window softcap") and rows[-3][1]["TW_SOFTCAP"] == 1
+    # packed batches: the TW_VARLEN builds, dQ in the pass (with its K-row zeroing) and without
+    assert rows[-2][0].endswith(" offset varlen") and rows[-2][1]["TW_VARLEN"] == 1 and rows[-2][3][-1] == "UTMAREDG"
+    assert rows[-1][0].endswith(" varlen") and "TW_VARLEN" not in rows[-3][1]
 
 
 @needs_compiler
@@ -212,3 +217,62 @@ def test_the_op_layer_plans_each_signature_once(monkeypatch):
                  **{n: _t(1, Hkv, 512, D) for n in ("k", "v", "dk", "dv")})
     monkeypatch.delenv(cb.VARIANT_ENV)
     assert plan(**small) == (None, None)  # 4 x 4 x 1 = 16 CTAs: Triton's backward
+
+
+class _RecordingDriver:
+    """Records the backward's builds, maps and launches (no GPU)."""
+
+    def __init__(self):
+        self.maps, self.launches = [], []
+
+    def function(self, bld, name, smem):
+        return (name, smem)
+
+    def encode_tiled(self, dtype, ptr, dims, strides, box, swizzle):
+        self.maps.append((dtype, ptr, tuple(dims), tuple(strides), tuple(box)))
+        return types.SimpleNamespace(index=len(self.maps))
+
+    def launch(self, fn, grid, block, smem, stream, args):
+        self.launches.append((fn, grid, block, smem, args))
+
+
+def test_packed_launches_take_the_varlen_builds_and_offsets(monkeypatch):
+    """Packed sequences through both backward kernels: the TW_VARLEN builds (runtime upper edge under causal), maps
+    over the (1, H, total, D) views, grids of the longest sequence's blocks x heads x sequences, the band relative to
+    each sequence's corner and cu_q / cu_k as the last arguments; dense launches pass null pointers there."""
+    from tilewright.cuda_fallback import attention_sm90 as ca
+    from tilewright.cuda_fallback.runtime import launch
+
+    drv, builds = _RecordingDriver(), []
+    monkeypatch.setattr(build, "compile_source", lambda src, arch, defines: builds.append(dict(defines)) or
+                        types.SimpleNamespace(key="k"))
+    monkeypatch.setattr(launch, "driver", lambda: drv)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(cb, "_prepared", {})
+    monkeypatch.setattr(cb, "_prepared_dq", {})
+    lens_q, lens_k = (300, 5, 700), (300, 260, 700)
+    cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)  # noqa: E731
+    packed = ca.PackedRows(cu(lens_q), cu(lens_k), 700, 700)
+    view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731
+    q, do, dq = (view(torch.randn(1005, 8, 128, dtype=torch.bfloat16)) for _ in range(3))
+    k, v, dk, dv = (view(torch.randn(1260, 2, 128, dtype=torch.bfloat16)) for _ in range(4))
+    lse, delta = torch.empty(1, 8, 1005), torch.empty(1, 8, 1005)
+    acc = torch.zeros(1, 8, 1005, 128)
+    # (validate=False: the constraints ask for CUDA tensors)
+    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", dq_accum=acc, validate=False, packed=packed)
+    cb.launch_dq(do, q, k, v, lse, delta, dq, True, 0.1, validate=False, packed=packed)
+    assert all(b["TW_VARLEN"] == 1 and b["TW_UPPER_OFFSET"] == 1 and b["TW_CAUSAL"] == 1 for b in builds)
+    (fn, grid, block, _, args), (fn_dq, grid_dq, _, _, args_dq) = drv.launches
+    assert fn[0] == cb.KERNEL and grid == (6, 2, 3) and block == (384, 1, 1)  # ceil(700 / 128) key blocks
+    assert fn_dq[0] == cb.KERNEL_DQ and grid_dq == (11, 8, 3)  # ceil(700 / 64) query blocks
+    assert drv.maps[0][2] == (128, 1005, 8, 1) and drv.maps[1][2] == (128, 1260, 2, 1)
+    assert [a.value for a in args[15:18]] == [1005, 1260, 8]  # Sq / Skv: the totals; Hq
+    assert [a.value for a in args[22:24]] == [0, -(700 + 700 + 2)]  # corner-relative; no lower edge
+    assert [a.value for a in args[-2:]] == [packed.cu_q.data_ptr(), packed.cu_k.data_ptr()]
+    assert [a.value for a in args_dq[-2:]] == [packed.cu_q.data_ptr(), packed.cu_k.data_ptr()]
+    # dense: the same kernels with null trailing pointers and no TW_VARLEN
+    dq4, dk4, dv4 = (torch.randn(2, h, 100, 128, dtype=torch.bfloat16) for h in (8, 2, 2))
+    cb.launch_dq(dq4, dq4, dk4, dv4, torch.empty(2, 8, 100), torch.empty(2, 8, 100), dq4.clone(), False, 0.1,
+                 validate=False)
+    assert "TW_VARLEN" not in builds[-1] and [a.value for a in drv.launches[-1][4][-2:]] == [0, 0]

@@ -40,6 +40,15 @@
 // dQ += dS K with dS as the register-A operand (K stored (key, d): MN-major B, as V is in the forward's P V). No
 // atomics: each CTA owns its dQ rows, so the result is deterministic (the op uses it under
 // torch.use_deterministic_algorithms).
+//
+// Packed variable-length batches (TW_VARLEN, both kernels; the forward's convention, attention_sm90.cu): the maps
+// cover the packed (total, H, D) tensors as one sequence, blockIdx.z is the sequence (rows from cu_q[b] / cu_k[b]),
+// its lengths bound every index and the band is bottom-right per sequence. A block reaching past its sequence loads
+// the next one's rows, and a zero factor does not neutralise them (0 x inf is NaN): the dK / dV pass zeroes the
+// foreign Q and dO rows of its last query block (they would reach dV = P^T dO and dK = dS^T Q) and, with dQ in the
+// pass, the foreign K and V rows (dQ = dS K, dS through V); the dQ kernel zeroes the foreign K and V rows of its last
+// key block. Stores
+// are row-masked register stores already; the dQ reduce-adds of foreign query rows add zeros.
 #include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
 #include "ptx/math.cuh"
@@ -85,6 +94,7 @@ constexpr bool CAUSAL = TW_CAUSAL != 0;
 constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
 constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
 constexpr bool SOFTCAP = TW_SOFTCAP != 0;
+constexpr bool VARLEN = TW_VARLEN != 0;
 constexpr int THREADS = 128 * (NC + 1);
 constexpr int DC = D / 64;                // 64-column (128-byte) chunks of a row: one TMA box / swizzle span each
 constexpr int KV_BYTES = BN * D * 2;      // the K (or V) block
@@ -112,6 +122,8 @@ constexpr int DQ_OFF = DS_OFF + (DQ_ATOMIC ? 2 * DS_BYTES : 0);
 // read them, the consumer waits before its next store). Ids 1-4 are the consumers' own (statistics, dS^T).
 constexpr int DQ_READY_BAR = 5;
 constexpr int DQ_FREE_BAR = 7;
+// Varlen: both consumers' zeroing of foreign rows is done before either's wgmma reads them (128 * NC threads).
+constexpr int ZERO_BAR = 9;
 constexpr int BAR_OFF = DQ_OFF + (DQ_ATOMIC ? NC * DQ_STAGE_BYTES : 0);
 constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 2 * STAGES) * 8;
 // The dQ partial of one step, 64 query rows x DQ_N = 64 columns a consumer (32 fp32 registers a thread): with D = 128
@@ -160,7 +172,9 @@ TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group, KeyBand band) {
 // dim, D (the build) or a multiple of 8 below it: the maps' true width makes TMA zero-fill the columns past it (they
 // add nothing to S or dP^T and give zero columns of dK, dV and dQ), the reduce-adds into the workspace clip them, and
 // the dK / dV stores skip them. band_upper / band_lower: the forward's KeyBand (clamped by the host). softcap_pre =
-// scale / cap, softcap_post = cap * log2(e) (read by TW_SOFTCAP builds).
+// scale / cap, softcap_post = cap * log2(e) (read by TW_SOFTCAP builds). TW_VARLEN builds: maps over (D, total, H,
+// 1), Sq / Skv the totals (lse / delta are (Hq, total_q)), cu_q / cu_k the sequences' row offsets, the band's offsets
+// relative to each sequence's bottom-right corner; dense builds ignore cu_q / cu_k.
 extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
@@ -169,10 +183,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
                           unsigned short* __restrict__ dv, long long dk_sb,
                           long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
                           int Sq, int Skv, int Hq, int group, float scale_log2, float scale, int head_dim,
-                          int band_upper, int band_lower, float softcap_pre, float softcap_post) {
+                          int band_upper, int band_lower, float softcap_pre, float softcap_post,
+                          const int* __restrict__ cu_q, const int* __restrict__ cu_k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace twb;
-  const KeyBand band{UPPER_OFFSET ? band_upper : 0, band_lower};
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
   const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
@@ -185,6 +199,9 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
   const int n0 = blockIdx.x * BN;
   const int hkv = blockIdx.y;
   const int b = blockIdx.z;
+  // The grid covers the longest sequence: a key block past this one's end has nothing to do (uniform over the CTA,
+  // before any barrier). Each role reads its sequence's rows again after its setmaxnreg (see key_block_steps).
+  if (VARLEN && n0 >= cu_k[b + 1] - cu_k[b]) return;
 
   if (threadIdx.x == 0) {
     mbar_init(bar_kv, 1);  // one arrive.expect_tx + the K and V bytes
@@ -201,7 +218,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     // Give registers back to the consumers (dK + dV + S^T + dP^T live at once). With one consumer the per-thread cap
     // at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
     if constexpr (NC == 2) setmaxnreg_dec<PRODUCER_REGS>();
-    const KeyBlockSteps sched = key_block_steps(Sq, group, band);
+    const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
+    const KeyBlockSteps sched = key_block_steps(seq.seq_q, group, seq.band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     if (tid == 0) {
       tma_prefetch_desc(&tm_q);
@@ -209,8 +227,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       mbar_arrive_expect_tx(bar_kv, 2 * KV_BYTES);
 #pragma unroll
       for (int j = 0; j < DC; ++j) {
-        tma_load_4d(sbase + K_OFF + j * BN * 128, &tm_k, bar_kv, 64 * j, n0, hkv, b);
-        tma_load_4d(sbase + V_OFF + j * BN * 128, &tm_v, bar_kv, 64 * j, n0, hkv, b);
+        tma_load_4d(sbase + K_OFF + j * BN * 128, &tm_k, bar_kv, 64 * j, seq.k_start + n0, hkv, seq.map_b);
+        tma_load_4d(sbase + V_OFF + j * BN * 128, &tm_v, bar_kv, 64 * j, seq.k_start + n0, hkv, seq.map_b);
       }
       StageRing<STAGES> ring;  // ptx/attention_tile.cuh
 #pragma unroll 1  // 24 registers a thread in this warpgroup (two consumers): unrolled copies spilled
@@ -223,8 +241,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         mbar_arrive_expect_tx(full + 8 * s, 2 * QD_BYTES);
 #pragma unroll
         for (int j = 0; j < DC; ++j) {
-          tma_load_4d(sbase + Q_OFF + s * QD_BYTES + j * BM * 128, &tm_q, full + 8 * s, 64 * j, m0, hq, b);
-          tma_load_4d(sbase + DO_OFF + s * QD_BYTES + j * BM * 128, &tm_do, full + 8 * s, 64 * j, m0, hq, b);
+          tma_load_4d(sbase + Q_OFF + s * QD_BYTES + j * BM * 128, &tm_q, full + 8 * s, 64 * j, seq.q_start + m0,
+                      hq, seq.map_b);
+          tma_load_4d(sbase + DO_OFF + s * QD_BYTES + j * BM * 128, &tm_do, full + 8 * s, 64 * j, seq.q_start + m0,
+                      hq, seq.map_b);
         }
         ring.advance();
       }
@@ -249,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
 #pragma unroll
             for (int bx = 0; bx < DQ_N / 32; ++bx) {
               tma_reduce_add_4d(&tm_dq, sbase + DQ_OFF + c * DQ_STAGE_BYTES + bx * DQ_BOX_BYTES,
-                                (DQ_SPLIT_COLUMNS ? 64 * c : 0) + 32 * bx, m0, hq, b);
+                                (DQ_SPLIT_COLUMNS ? 64 * c : 0) + 32 * bx, seq.q_start + m0, hq, seq.map_b);
             }
             bulk_commit_group();
             bulk_wait_group_read<0>();
@@ -268,7 +288,9 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
   } else {
     // ------------------------------------------------------------------ consumers
     if constexpr (NC == 2) setmaxnreg_inc<CONSUMER_REGS>();
-    const KeyBlockSteps sched = key_block_steps(Sq, group, band);
+    const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
+    const KeyBand band = seq.band;
+    const KeyBlockSteps sched = key_block_steps(seq.seq_q, group, band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     const int c = NC == 1 ? 0 : wg - 1;  // a constant with one consumer: its code stays what it was measured as
     const int warp = tid / 32;
@@ -325,6 +347,16 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     };
 
     mbar_wait(bar_kv, 0);  // single use per CTA: phase 0
+    if constexpr (VARLEN && DQ_ATOMIC) {
+      // dQ = dS K reads every K row of the block and dS^T = P^T (dP^T - delta) every V row (through dP^T = V dO^T):
+      // the next sequence's rows (P^T 0 there) must be zeros, not its keys and values
+      if (n0 + BN > seq.seq_k) {
+        zero_tile_rows<D>(sbase + K_OFF, BN, seq.seq_k - n0, (wg - 1) * 128 + tid, 128 * NC);
+        zero_tile_rows<D>(sbase + V_OFF, BN, seq.seq_k - n0, (wg - 1) * 128 + tid, 128 * NC);
+        fence_proxy_async_smem();
+        named_barrier_sync(ZERO_BAR, 128 * NC);
+      }
+    }
     float* stats = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF + c * STAT_BYTES);
     StageRing<STAGES> ring;  // ptx/attention_tile.cuh
     for (int step = 0; step < steps; ++step) {
@@ -340,16 +372,26 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // pushed the hdim-128 build over 255 registers. Loaded before the TMA wait and the S^T / dP^T wgmmas, stored
       // after them; double-buffered by step, so one barrier per step orders the stores before the reads and the
       // reads of step k - 1 before the stores of step k + 1.
-      const long long row_base = ((long long)b * Hq + hq) * Sq;
+      const long long row_base = VARLEN ? (long long)hq * Sq + seq.q_start : ((long long)b * Hq + hq) * Sq;
       const int stat_col = m0 + (tid & (BM - 1));
       float stat;
       if (tid < BM) {
-        const float l = stat_col < Sq ? lse[row_base + stat_col] : TW_NEG_INF;
+        const float l = stat_col < seq.seq_q ? lse[row_base + stat_col] : TW_NEG_INF;
         stat = l == TW_NEG_INF ? -TW_NEG_INF : l * 1.4426950408889634f;
       } else {
-        stat = stat_col < Sq ? delta[row_base + stat_col] : 0.0f;
+        stat = stat_col < seq.seq_q ? delta[row_base + stat_col] : 0.0f;
       }
       mbar_wait(full + 8 * s, phase);
+      if constexpr (VARLEN) {
+        // the last query block's rows past the sequence are the next sequence's Q / dO: zeros instead (their P^T
+        // is 0, but dV = P^T dO and dK = dS^T Q would still multiply them)
+        if (m0 + BM > seq.seq_q) {
+          zero_tile_rows<D>(sq, BM, seq.seq_q - m0, (wg - 1) * 128 + tid, 128 * NC);
+          zero_tile_rows<D>(sdo, BM, seq.seq_q - m0, (wg - 1) * 128 + tid, 128 * NC);
+          fence_proxy_async_smem();
+          named_barrier_sync(ZERO_BAR, 128 * NC);
+        }
+      }
 
       // S^T = K Q^T, then dP^T = V dO^T: D/16 k-steps each over the head dim, one commit group each, so that P^T's
       // exp2 runs while dP^T is still in the tensor cores, and dS^T while dV's product is.
@@ -367,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // the block straddles one of its edges). With dQ in this pass, keys >= Skv must have P = 0 too: their
       // zero-filled K rows give S^T = 0, and exp2(-lse) of a row whose scores are all very negative is inf, which
       // times K's zeros is NaN in dQ.
-      const bool key_tail = DQ_ATOMIC && n0c + 64 > Skv;
+      const bool key_tail = DQ_ATOMIC && n0c + 64 > seq.seq_k;
       const bool need_mask =
           (CAUSAL && n0c + 63 > m0 + band.upper) || (WINDOW && n0c < m0 + BM - 1 + band.lower) || key_tail;
       wgmma_wait<1>();  // S^T is complete; dP^T may still run
@@ -382,8 +424,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
           // The keys query column c sees: from m0 + c + lower to m0 + c + upper (causal; else every key), with dQ in
           // the pass only those below Skv (keys >= Skv are not stored otherwise).
           const int first_key = m0 + c + band.lower;
-          const int band_last = CAUSAL ? m0 + c + band.upper : Skv;
-          const int last_key = DQ_ATOMIC ? min(band_last, Skv - 1) : band_last;
+          const int band_last = CAUSAL ? m0 + c + band.upper : seq.seq_k;
+          const int last_key = DQ_ATOMIC ? min(band_last, seq.seq_k - 1) : band_last;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 4 * j + 2 * h + e;
@@ -493,9 +535,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int key = key0 + 8 * h;
-      if (key < Skv) {
-        const long long dk_at = (long long)b * dk_sb + (long long)hkv * dk_sh + (long long)key * dk_ss;
-        const long long dv_at = (long long)b * dv_sb + (long long)hkv * dv_sh + (long long)key * dv_ss;
+      if (key < seq.seq_k) {
+        const long long row = seq.k_start + key;
+        const long long dk_at = (long long)seq.map_b * dk_sb + (long long)hkv * dk_sh + row * dk_ss;
+        const long long dv_at = (long long)seq.map_b * dv_sb + (long long)hkv * dv_sh + row * dv_ss;
         store_row_pairs<D, true>(dk + dk_at, dk_acc, h, col_lane, scale, head_dim);
         store_row_pairs<D, false>(dv + dv_at, dv_acc, h, col_lane, 1.0f, head_dim);
       }
@@ -517,6 +560,7 @@ constexpr bool CAUSAL = TW_CAUSAL != 0;
 constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
 constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
 constexpr bool SOFTCAP = TW_SOFTCAP != 0;
+constexpr bool VARLEN = TW_VARLEN != 0;
 constexpr int THREADS = 256;
 constexpr int QD_BYTES = BM * D * 2;  // the Q (or dO) block
 constexpr int KV_BYTES = BN * D * 2;  // one K (or V) block
@@ -536,14 +580,15 @@ static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 p
 // stride, element strides (b, h, s). group = Hq / Hkv (query head h reads kv head h / group). dQ is scaled by `scale`.
 // head_dim: the tensors' own head dim, as in tw_attn_bwd_dkdv_sm90 (columns past it are zero-filled and not stored);
 // band_upper / band_lower: the forward's KeyBand, whose key blocks alone a query tile visits; softcap_pre /
-// softcap_post as in tw_attn_bwd_dkdv_sm90.
+// softcap_post as in tw_attn_bwd_dkdv_sm90; TW_VARLEN builds and cu_q / cu_k as there.
 extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
     tw_attn_bwd_dq_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                         const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
                         const float* __restrict__ lse, const float* __restrict__ delta,
                         unsigned short* __restrict__ dq, long long dq_sb, long long dq_sh, long long dq_ss, int Sq,
                         int Skv, int Hq, int group, float scale_log2, float scale, int head_dim, int band_upper,
-                        int band_lower, float softcap_pre, float softcap_post) {
+                        int band_lower, float softcap_pre, float softcap_post, const int* __restrict__ cu_q,
+                        const int* __restrict__ cu_k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace twq;
   extern __shared__ unsigned char smem_raw[];
@@ -558,11 +603,13 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / group;
-  const KeyBand band{UPPER_OFFSET ? band_upper : 0, band_lower};
-  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(Skv, band);  // longest causal tiles first
+  const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
+  const KeyBand band = seq.band;
+  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(seq.seq_k, band);  // longest causal tiles first
   const int m0 = tile.m0;
   const int kb0 = tile.kb0;
   const int nblk = tile.nblk;
+  if (VARLEN && m0 >= seq.seq_q) return;  // past this sequence's rows (uniform over the CTA, before any barrier)
 
   if (threadIdx.x == 0) {
     mbar_init(bar_q, 1);  // one arrive.expect_tx + the Q and dO bytes
@@ -582,8 +629,8 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       mbar_arrive_expect_tx(bar_q, 2 * QD_BYTES);
 #pragma unroll
       for (int j = 0; j < D / 64; ++j) {
-        tma_load_4d(sbase + Q_OFF + j * BM * 128, &tm_q, bar_q, 64 * j, m0, hq, b);
-        tma_load_4d(sbase + DO_OFF + j * BM * 128, &tm_do, bar_q, 64 * j, m0, hq, b);
+        tma_load_4d(sbase + Q_OFF + j * BM * 128, &tm_q, bar_q, 64 * j, seq.q_start + m0, hq, seq.map_b);
+        tma_load_4d(sbase + DO_OFF + j * BM * 128, &tm_do, bar_q, 64 * j, seq.q_start + m0, hq, seq.map_b);
       }
       StageRing<STAGES> ring;  // ptx/attention_tile.cuh
       for (int kb = 0; kb < nblk; ++kb) {
@@ -593,9 +640,9 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
         mbar_arrive_expect_tx(full + 8 * s, 2 * KV_BYTES);
 #pragma unroll
         for (int j = 0; j < D / 64; ++j) {
-          const int k0 = (kb0 + kb) * BN;
-          tma_load_4d(sbase + K_OFF + s * KV_BYTES + j * BN * 128, &tm_k, full + 8 * s, 64 * j, k0, hkv, b);
-          tma_load_4d(sbase + V_OFF + s * KV_BYTES + j * BN * 128, &tm_v, full + 8 * s, 64 * j, k0, hkv, b);
+          const int k0 = seq.k_start + (kb0 + kb) * BN;
+          tma_load_4d(sbase + K_OFF + s * KV_BYTES + j * BN * 128, &tm_k, full + 8 * s, 64 * j, k0, hkv, seq.map_b);
+          tma_load_4d(sbase + V_OFF + s * KV_BYTES + j * BN * 128, &tm_v, full + 8 * s, 64 * j, k0, hkv, seq.map_b);
         }
         ring.advance();
       }
@@ -612,10 +659,10 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 8 * h;
-      const long long at = ((long long)b * Hq + hq) * Sq + row;
-      const float l = row < Sq ? lse[at] : TW_NEG_INF;
+      const long long at = (VARLEN ? (long long)hq * Sq + seq.q_start : ((long long)b * Hq + hq) * Sq) + row;
+      const float l = row < seq.seq_q ? lse[at] : TW_NEG_INF;
       m_row[h] = l == TW_NEG_INF ? -TW_NEG_INF : l * 1.4426950408889634f;
-      d_row[h] = row < Sq ? delta[at] : 0.0f;
+      d_row[h] = row < seq.seq_q ? delta[at] : 0.0f;
     }
     float dq_acc[D / 2];
 #pragma unroll
@@ -633,6 +680,16 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       const tw_u32 sk = sbase + K_OFF + s * KV_BYTES;
       const tw_u32 sv = sbase + V_OFF + s * KV_BYTES;
       mbar_wait(full + 8 * s, phase);
+      if constexpr (VARLEN) {
+        // the last key block's rows past the sequence are the next sequence's K / V: zeros instead (their P is 0,
+        // but dP = dO V^T and dQ += dS K would still multiply them)
+        if (k0 + BN > seq.seq_k) {
+          zero_tile_rows<D>(sk, BN, seq.seq_k - k0, tid, 128);
+          zero_tile_rows<D>(sv, BN, seq.seq_k - k0, tid, 128);
+          fence_proxy_async_smem();
+          named_barrier_sync(1, 128);  // the consumer warpgroup's 128 threads
+        }
+      }
       // S = Q K^T and dP = dO V^T: D/16 k-steps each over the head dim, one commit group for both.
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
       mma_ss_head_dim<BN, D>(s_acc, sbase + Q_OFF, BM * 128, sk, BN * 128);
@@ -645,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       // P and dS, elementwise; masks only where the block reaches past the Skv tail or straddles an edge of the band
       // for this warp's 16 rows.
       const int warp_row = m0 + warp * 16;
-      const bool need_mask = (k0 + BN > Skv) || (CAUSAL && k0 + BN - 1 > warp_row + band.upper) ||
+      const bool need_mask = (k0 + BN > seq.seq_k) || (CAUSAL && k0 + BN - 1 > warp_row + band.upper) ||
                              (WINDOW && k0 < warp_row + 15 + band.lower);
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
@@ -662,7 +719,7 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
             } else {
               pv = ex2_approx(fmaf(s_acc[r], scale_log2, -m_row[h]));
             }
-            if (need_mask && masked_out<CAUSAL, WINDOW>(row0 + 8 * h, col, Skv, band)) pv = 0.0f;
+            if (need_mask && masked_out<CAUSAL, WINDOW>(row0 + 8 * h, col, seq.seq_k, band)) pv = 0.0f;
             dp_acc[r] = pv * (dp_acc[r] - d_row[h]);
           }
         }
@@ -689,8 +746,9 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 8 * h;
-      if (row < Sq) {
-        const long long dq_at = (long long)b * dq_sb + (long long)hq * dq_sh + (long long)row * dq_ss;
+      if (row < seq.seq_q) {
+        const long long dq_at =
+            (long long)seq.map_b * dq_sb + (long long)hq * dq_sh + (long long)(seq.q_start + row) * dq_ss;
         store_row_pairs<D, true>(dq + dq_at, dq_acc, h, col_lane, scale, head_dim);
       }
     }

@@ -7,7 +7,9 @@ uses it (:func:`enabled`) where it measured faster than Triton's backward and :f
 Triton's kernels otherwise; dQ comes from the same pass, the separate dQ kernel or Triton's (:func:`dq_mode`).
 
 Entry points: :func:`constraints` (why these tensors can or cannot take the kernel), :func:`enabled` (where the op
-layer uses it), :func:`launch_dkdv` (into given dk / dv, and dq's fp32 workspace), :func:`launch_dq`.
+layer uses it), :func:`launch_dkdv` (into given dk / dv, and dq's fp32 workspace), :func:`launch_dq`. Both take packed
+variable-length batches too (``packed``: attention_sm90.PackedRows, the ``TW_VARLEN`` builds; q / k / v / dO and the
+gradients as the (1, H, total, D) views of the packed tensors, lse / delta (1, Hq, total_q)).
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import os
 import torch
 
 from .._env import SMEM_OPTIN_BYTES
-from .attention_sm90 import LOG2E, MAX_BAND_SPAN, band_offsets, build_head_dim, softcap_args, tma_dims_strides
+from .attention_sm90 import (LOG2E, MAX_BAND_SPAN, PackedRows, band_offsets, build_head_dim, packed_band_offsets,
+                             softcap_args, tma_dims_strides)
 from .runtime import HALF_DTYPES, build, launch
 
 SOURCE = "attention_bwd_sm90.cu"
@@ -44,8 +47,10 @@ DEFAULT_VARIANT = "b"
 BUILD_CHECK_BUILDS = (("a", 128, False, False), ("a", 128, True, False), ("a", 64, True, True),
                       ("b", 128, True, False), ("b+dq", 128, True, False), ("b+dq", 64, False, True),
                       ("b+dq", 128, True, False, True, False, True), ("b", 64, False, False, True),
-                      ("b+dq", 128, True, False, False, True), ("b", 64, True, False, True, True))
-# the last four: windowed, windowed, soft cap, both
+                      ("b+dq", 128, True, False, False, True), ("b", 64, True, False, True, True),
+                      ("b+dq", 128, True, False, False, False, True, True), ("b", 64, False, True, False, False,
+                                                                             False, True))
+# the four before the last two: windowed, windowed, soft cap, both; the last two: packed batches (varlen)
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG")
 
@@ -71,9 +76,9 @@ def smem_bytes(head_dim: int, variant: str = DEFAULT_VARIANT, dq_atomic: bool = 
 
 
 def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False,
-            window: bool = False, softcap: bool = False, upper_offset: bool = False) -> dict:
+            window: bool = False, softcap: bool = False, upper_offset: bool = False, packed: bool = False) -> dict:
     """-D macros of one build (``causal``: the band's upper edge, ``upper_offset``: at an offset other than 0,
-    ``window``: its lower edge, ``softcap``: the logit cap's derivative)."""
+    ``window``: its lower edge, ``softcap``: the logit cap's derivative, ``packed``: variable-length batches)."""
     defs = {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
             "TW_CONSUMERS": VARIANTS[variant], "TW_DQ_ATOMIC": int(dq_atomic)}
     if window:  # only then: the dense builds keep their cache keys (and code)
@@ -82,6 +87,8 @@ def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARI
         defs["TW_SOFTCAP"] = 1
     if upper_offset:
         defs["TW_UPPER_OFFSET"] = 1
+    if packed:
+        defs["TW_VARLEN"] = 1
     return defs
 
 
@@ -99,10 +106,10 @@ def build_check_builds() -> list:
     rows = []
     for name, d, c, f, *options in BUILD_CHECK_BUILDS:
         var, dq_atomic = name.split("+")[0], name.endswith("+dq")
-        window, capped, offset = (list(options) + [False] * 3)[:3]
+        window, capped, offset, packed = (list(options) + [False] * 4)[:4]
         label = f"dkdv {name} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
-        label += " window" * window + " softcap" * capped + " offset" * offset
-        row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset), smem_bytes(d, var, dq_atomic))
+        label += " window" * window + " softcap" * capped + " offset" * offset + " varlen" * packed
+        row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset, packed), smem_bytes(d, var, dq_atomic))
         markers = ("USETMAXREG",) if VARIANTS[var] == 2 else ()
         markers += ("UTMAREDG",) if dq_atomic else ()  # dQ's TMA reduce-adds
         rows.append(row + (markers,) if markers else row)
@@ -235,16 +242,31 @@ def _check_statistics(q, lse, delta, scale: float, softcap: float = 0.0) -> None
         raise ValueError(f"cuda attention backward: softcap {softcap} must be finite and >= 0 (0: none)")
 
 
+def _band_arguments(Sq: int, Skv: int, band: tuple, packed: PackedRows | None) -> list:
+    """The kernels' band_upper / band_lower (dense: the clamped KeyBand; packed: offsets from each sequence's
+    bottom-right corner)."""
+    edges = band_offsets(Sq, Skv, *band) if packed is None else packed_band_offsets(packed.max_q, packed.max_k, *band)
+    return [ctypes.c_int32(x) for x in edges]
+
+
+def _packed_arguments(packed: PackedRows | None) -> list:
+    """The trailing cu_q / cu_k pointers (null for dense builds, which do not read them)."""
+    return [launch.pointer("CU_Q", None if packed is None else packed.cu_q),
+            launch.pointer("CU_K", None if packed is None else packed.cu_k)]
+
+
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
-             band: tuple[int, int] = (0, None), softcap: float = 0.0):
+             band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: PackedRows | None = None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
     atomic = dq_accum is not None
     build = kernel_head_dim(D)
+    # packed: each sequence has its own bottom-right offset, a runtime upper edge
     fn, maps = _function_and_maps(KERNEL, smem_bytes(build, variant, atomic),
                                   defines(build, causal, q.dtype == torch.float16, variant, atomic, band[1] is not None,
-                                          softcap > 0, causal and band[0] != 0), q, k, v, do, bn)
+                                          softcap > 0, causal and (band[0] != 0 or packed is not None),
+                                          packed is not None), q, k, v, do, bn)
     if atomic:  # the fp32 workspace in 32-column (128-byte) by 64-row boxes, the kernel's staging layout
         (dims, strides), _ = tma_dims_strides(dq_accum)
         with torch.cuda.device(q.device):
@@ -252,19 +274,19 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
                                                             (32, 64, 1, 1), 128), "DQ_ACCUM")
     else:
         tm_dq = launch.TensorMap()  # unused by the build: an empty map fills the parameter
-    grid = (-(-Skv // bn), Hkv, B)
+    grid = (-(-(Skv if packed is None else packed.max_k) // bn), Hkv, B if packed is None else packed.batch)
     args = [*maps, tm_dq, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
             launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
-            ctypes.c_int32(D), *(ctypes.c_int32(x) for x in band_offsets(Sq, Skv, *band)),
-            *softcap_args(scale, softcap)]
+            ctypes.c_int32(D), *_band_arguments(Sq, Skv, band, packed), *softcap_args(scale, softcap),
+            *_packed_arguments(packed)]
     return fn, grid, args
 
 
 def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None,
                 dq_accum: torch.Tensor | None = None, validate: bool = True, *, causal_offset: int = 0,
-                window_offset: int | None = None, softcap: float = 0.0) -> None:
+                window_offset: int | None = None, softcap: float = 0.0, packed: PackedRows | None = None) -> None:
     """dK and dV of ``softmax(scale q k^T [mask]) v`` into ``dk`` / ``dv`` (sm_90a kernel); the mask is the
     forward's band and ``softcap`` its logit cap (``causal``, ``causal_offset``, ``window_offset``, ``softcap``:
     attention_sm90.launch_attention).
@@ -275,7 +297,9 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     (any layout a TMA map can address: the op gives it dq's dim order, so its conversion is a streaming copy) that
     also receives dQ (``scale * dS K``, added by TMA reduce-adds: not bitwise reproducible run to run);
     two consumer warpgroups (variant b) only. ``validate=False``: the caller has checked the tensors against
-    :func:`constraints` for this signature (the op layer, once per signature) - nothing is checked again."""
+    :func:`constraints` for this signature (the op layer, once per signature) - nothing is checked again.
+    ``packed``: the tensors are (1, H, total, D) views of packed sequences with these offsets (flash-attn's varlen
+    layout; the band's offsets relative to each sequence's bottom-right corner, as the packed forward takes them)."""
     if validate:
         ok, why = constraints(do, q, k, v, dk, dv)
         if not ok:
@@ -294,71 +318,89 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     band = (causal_offset if causal else 0, window_offset)
     key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
-           None if dq_accum is None else (dq_accum.data_ptr(), dq_accum.stride()))
+           None if dq_accum is None else (dq_accum.data_ptr(), dq_accum.stride()), _packed_key(packed))
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
-                                                          float(scale), variant, dq_accum, band, float(softcap)),
+                                                          float(scale), variant, dq_accum, band, float(softcap),
+                                                          packed),
                          q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,
                                                                 dq_accum is not None))
+
+
+def _packed_key(packed: PackedRows | None):
+    return None if packed is None else (packed.cu_q.data_ptr(), packed.cu_k.data_ptr(), packed.cu_q.shape[0],
+                                        packed.max_q, packed.max_k)
 
 
 # The address roles of the bound launches (runtime.launch.BoundCudaLaunch), in the order their calls take them.
 DKDV_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DK", "DV")  # + "DQ_ACCUM" with dQ in the pass
 DQ_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DQ")
+PACKED_ROLES = ("CU_Q", "CU_K")  # last, packed batches only
 
 
 def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
-              band: tuple[int, int | None] = (0, None), softcap: float = 0.0):
+              band: tuple[int, int | None] = (0, None), softcap: float = 0.0, packed: PackedRows | None = None):
     """The dK / dV kernel's launch for this call's signature with only the operands' addresses left open: a
-    :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then dq_accum's), or
-    None if it cannot be bound. The caller has checked the call (:func:`constraints`) and keys the result by the
-    signature (shapes, strides, dtypes, alignment), causal, scale, ``band`` ((causal_offset, window_offset), as
-    :func:`launch_dkdv` takes them) and ``softcap``: a call of another signature needs its own.
+    :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then dq_accum's, then
+    those of :data:`PACKED_ROLES` for a packed batch), or None if it cannot be bound. The caller has checked the
+    call (:func:`constraints`) and keys the result by the signature (shapes, strides, dtypes, alignment), causal,
+    scale, ``band`` ((causal_offset, window_offset), as :func:`launch_dkdv` takes them), ``softcap`` and the
+    packing: a call of another signature needs its own.
     Why: a new address set re-prepares :func:`launch_dkdv`'s launch (five tensor maps encoded, ~10 us each), and
     fresh activations bring new addresses every step."""
     fn, grid, args = _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal), float(scale), variant, dq_accum, band,
-                              float(softcap))
+                              float(softcap), packed)
     roles = dict(zip(DKDV_ROLES, (do, q, k, v, lse, delta, dk, dv)))
     if dq_accum is not None:
         roles["DQ_ACCUM"] = dq_accum
+    if packed is not None:
+        roles.update(CU_Q=packed.cu_q, CU_K=packed.cu_k)
     return launch.bind_cuda(fn, grid, threads(variant),
                             smem_bytes(kernel_head_dim(q.shape[-1]), variant, dq_accum is not None), args, roles,
                             q.device)
 
 
 def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: tuple[int, int | None] = (0, None),
-            softcap: float = 0.0):
-    """:func:`bind_dkdv` for the dQ kernel: called with the addresses of :data:`DQ_ROLES`."""
-    fn, grid, args = _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal), float(scale), band, float(softcap))
-    return launch.bind_cuda(fn, grid, DQ_THREADS, dq_smem_bytes(kernel_head_dim(q.shape[-1])), args,
-                            dict(zip(DQ_ROLES, (do, q, k, v, lse, delta, dq))), q.device)
+            softcap: float = 0.0, packed: PackedRows | None = None):
+    """:func:`bind_dkdv` for the dQ kernel: called with the addresses of :data:`DQ_ROLES` (then
+    :data:`PACKED_ROLES`')."""
+    fn, grid, args = _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal), float(scale), band, float(softcap),
+                                 packed)
+    roles = dict(zip(DQ_ROLES, (do, q, k, v, lse, delta, dq)))
+    if packed is not None:
+        roles.update(CU_Q=packed.cu_q, CU_K=packed.cu_k)
+    return launch.bind_cuda(fn, grid, DQ_THREADS, dq_smem_bytes(kernel_head_dim(q.shape[-1])), args, roles,
+                            q.device)
 
 
 _prepared_dq: dict = {}
 
 
 def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: tuple[int, int | None] = (0, None),
-                softcap: float = 0.0):
+                softcap: float = 0.0, packed: PackedRows | None = None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     build = kernel_head_dim(D)
     fn, maps = _function_and_maps(KERNEL_DQ, dq_smem_bytes(build),
                                   defines(build, causal, q.dtype == torch.float16, window=band[1] is not None,
-                                          softcap=softcap > 0, upper_offset=causal and band[0] != 0),
+                                          softcap=softcap > 0, upper_offset=causal and (band[0] != 0 or
+                                                                                        packed is not None),
+                                          packed=packed is not None),
                                   q, k, v, do, DQ_BLOCK_N)
-    grid = (-(-Sq // BLOCK_M), Hq, B)
+    grid = (-(-(Sq if packed is None else packed.max_q) // BLOCK_M), Hq, B if packed is None else packed.batch)
     args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DQ", dq),
             *(ctypes.c_int64(s) for s in dq.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
-            ctypes.c_int32(D), *(ctypes.c_int32(x) for x in band_offsets(Sq, Skv, *band)),
-            *softcap_args(scale, softcap)]
+            ctypes.c_int32(D), *_band_arguments(Sq, Skv, band, packed), *softcap_args(scale, softcap),
+            *_packed_arguments(packed)]
     return fn, grid, args
 
 
 def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate: bool = True, *,
-              causal_offset: int = 0, window_offset: int | None = None, softcap: float = 0.0) -> None:
+              causal_offset: int = 0, window_offset: int | None = None, softcap: float = 0.0,
+              packed: PackedRows | None = None) -> None:
     """dQ of ``softmax(scale q k^T [mask]) v`` into ``dq`` (sm_90a kernel; deterministic: each CTA owns its rows).
-    Same inputs, mask and rules as :func:`launch_dkdv`; dq is shaped like q (unit last stride, 4-byte aligned
-    rows)."""
+    Same inputs, mask, packing and rules as :func:`launch_dkdv`; dq is shaped like q (unit last stride, 4-byte
+    aligned rows)."""
     if validate:
         ok, why = constraints(do, q, k, v, k, v)  # dk / dv stand-ins: k and v have their shape and layout rules
         if not ok:
@@ -369,7 +411,8 @@ def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate:
         _check_statistics(q, lse, delta, scale, softcap)
     band = (causal_offset if causal else 0, window_offset)
     key = (q.device.index, q.dtype, bool(causal), float(scale), band, float(softcap),
-           *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dq)), lse.data_ptr(), delta.data_ptr())
+           *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dq)), lse.data_ptr(), delta.data_ptr(),
+           _packed_key(packed))
     launch.launch_cached(_prepared_dq, key, lambda: _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal),
-                                                                float(scale), band, float(softcap)),
+                                                                float(scale), band, float(softcap), packed),
                          q.device, DQ_THREADS, dq_smem_bytes(kernel_head_dim(q.shape[-1])))

@@ -73,9 +73,6 @@
 #ifndef TW_CAUSAL
 #define TW_CAUSAL 0
 #endif
-#ifndef TW_VARLEN
-#define TW_VARLEN 0
-#endif
 // Every TW_EXP_FMA-th 8-column chunk of S takes its exponentials on the FMA pipe (ex2_fma) instead of MUFU (0: none).
 // Why it exists: at head dim 64 a 128-key block costs the two consumers ~940 tensor-core clocks and 1024 MUFU clocks
 // (16 ex2 a clock per SM). Measured on H100 it did not pay (every 4th chunk: +3% non-causal, -1..-3% causal; the
@@ -174,19 +171,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const int hq = blockIdx.y;
   const int b = blockIdx.z;
   const int hkv = hq / group;
-  // Rows of this CTA's sequence: the batch index of a dense map, or (varlen) row offsets in the packed tensors and
-  // the sequence's own lengths. seq_q / seq_k bound every row and key index below.
-  const int q_start = VARLEN ? cu_q[b] : 0;
-  const int k_start = VARLEN ? cu_k[b] : 0;
-  const int seq_q = VARLEN ? cu_q[b + 1] - q_start : Sq;
-  const int seq_k = VARLEN ? cu_k[b + 1] - k_start : Skv;
-  const int map_b = VARLEN ? 0 : b;
-  // This CTA's query rows and the key blocks its band reaches (longest causal tiles first; ptx/attention_tile.cuh).
-  // Varlen: the host's offsets are relative to the bottom-right corner of each sequence; clamped as the host clamps a
-  // dense band (every value outside [-(Sq + 1), Skv + 1] means all keys or none).
-  const int shift = VARLEN ? seq_k - seq_q : 0;
-  const KeyBand band{UPPER_OFFSET ? min(max(shift + band_upper, -(seq_q + 1)), seq_k + 1) : 0,
-                     VARLEN ? min(max(shift + band_lower, -(seq_q + 1)), seq_k + 1) : band_lower};
+  // Rows of this CTA's sequence (ptx/attention_tile.cuh): the batch index of a dense map, or (varlen) row offsets in
+  // the packed tensors, the sequence's own lengths and its bottom-right band. seq_q / seq_k bound every index below.
+  const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
+  const int q_start = seq.q_start, k_start = seq.k_start, seq_q = seq.seq_q, seq_k = seq.seq_k, map_b = seq.map_b;
+  const KeyBand band = seq.band;
+  // This CTA's query rows and the key blocks its band reaches (longest causal tiles first).
   const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(seq_k, band);
   const int m0 = tile.m0;
   const int kb0 = tile.kb0;
@@ -367,18 +357,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     };
     // Varlen: zero the rows of V block kb (at smem `sv`) past the sequence's last key - the next sequence's rows,
     // which P (0 there) would otherwise multiply; only the last block can reach past it. Both consumer warpgroups
-    // share the stage: each zeroes half of the 16-byte units, then the fence (generic writes -> the wgmma's async
-    // proxy) and one barrier over both come before either's PV. Whole 128-byte rows: the swizzle permutes 16-byte
-    // units within a row only. Uniform over the CTA (every consumer reaches it on the same block).
+    // share the stage: each zeroes half of it, then the fence (generic writes -> the wgmma's async proxy) and one
+    // barrier over both come before either's PV. Uniform over the CTA (every consumer reaches it on the same block).
     auto zero_v_tail = [&](int kb, tw_u32 sv) {
       if constexpr (VARLEN) {
         const int valid = seq_k - (kb0 + kb) * BN;
         if (valid < BN) {
-          const int units = (BN - max(valid, 0)) * DC * 8;  // 16-byte units: 8 per 128-byte row of each chunk
-          for (int u = c * 128 + tid; u < units; u += 128 * NC) {
-            const int row = max(valid, 0) + u / (DC * 8), chunk = (u / 8) % DC;
-            st_shared_zero16(sv + chunk * BN * 128 + row * 128 + (u % 8) * 16);
-          }
+          zero_tile_rows<D>(sv, BN, max(valid, 0), c * 128 + tid, 128 * NC);
           fence_proxy_async_smem();
           named_barrier_sync(VTAIL_BAR, 128 * NC);
         }

@@ -286,6 +286,17 @@ def band_offsets(Sq: int, Skv: int, causal_offset: int = 0, window_offset: int |
     return upper, lower
 
 
+def packed_band_offsets(max_q: int, max_k: int, causal_offset: int = 0,
+                        window_offset: int | None = None) -> tuple[int, int]:
+    """:func:`band_offsets` of a packed batch (``TW_VARLEN`` builds): offsets relative to each sequence's bottom-right
+    corner, which the kernels add to Skv_b - Sq_b and clamp per sequence. Clamped here to +-(max_q + max_k + 2): past
+    that every sequence sees all keys or none, and shift + offset stays 32-bit."""
+    span = max_q + max_k + 2
+    upper = min(max(int(causal_offset), -span), span)
+    lower = -span if window_offset is None else min(max(int(window_offset), -span), span)
+    return upper, lower
+
+
 _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per (pointers, shapes, strides, variant, causal,
 #                       scale): runtime.launch.launch_cached
 
@@ -388,11 +399,13 @@ def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, va
 @dataclass(frozen=True)
 class PackedRows:
     """A packed batch's row offsets for a ``TW_VARLEN`` launch: int32 (batch + 1,) ``cu_q`` / ``cu_k`` on the device
-    (contiguous), and ``max_q`` (at least the longest query sequence: the grid's rows per sequence)."""
+    (contiguous), and ``max_q`` / ``max_k`` (at least the longest query / key sequence: the grids' rows per
+    sequence)."""
 
     cu_q: torch.Tensor
     cu_k: torch.Tensor
     max_q: int
+    max_k: int
 
     @property
     def batch(self) -> int:
@@ -447,12 +460,9 @@ def launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: in
     if not (softcap >= 0.0 and math.isfinite(softcap)):
         raise ValueError(f"cuda attention (packed): softcap {softcap} must be finite and >= 0 (0: none)")
     var = VARIANTS[DEFAULT_VARIANT]  # the one schedule measured on packed batches
-    # offsets past every sequence's span mean the same as the span's edge; clamped so shift + offset stays 32-bit
-    span = max_q + max_k + 2
-    upper = min(max(int(causal_offset), -span), span) if causal else 0
-    lower = -span if window_offset is None else min(max(int(window_offset), -span), span)
+    upper, lower = packed_band_offsets(max_q, max_k, causal_offset if causal else 0, window_offset)
     window = window_offset is not None
-    packed = PackedRows(cu_q, cu_k, int(max_q))
+    packed = PackedRows(cu_q, cu_k, int(max_q), int(max_k))
     views = [_packed_as_bhsd(t) for t in (q, k, v, out)]
     key = ("varlen", q.device.index, q.dtype, bool(causal), scale, upper, lower, softcap, window, int(max_q),
            *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr(), cu_q.data_ptr(),

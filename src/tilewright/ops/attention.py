@@ -186,25 +186,33 @@ _CUDA_PLANS_MAX = 1024
 
 
 def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
-                   backend=None):
+                   backend=None, packed=None):
     """The sm_90a backward kernels as the Triton backward's ``(dkdv_launch, dq_launch)`` where they take the call
     and :func:`attention_bwd_sm90.enabled` says they win (``TILEWRIGHT_CUDA_ATTN_BWD`` overrides); (None, None) -
     Triton's kernels - otherwise, and always when the caller asked for ``backend="triton"``. dQ per
     :func:`attention_bwd_sm90.dq_mode`: in the dK / dV pass (an fp32 workspace, converted into dq afterwards; the
-    launch of dq is then nothing), the separate dQ kernel, or Triton's."""
+    launch of dq is then nothing), the separate dQ kernel, or Triton's. ``packed``: an
+    ``attention_sm90.PackedRows`` for a packed variable-length batch (ops/varlen.py; the tensors are then the (1, H,
+    total, D) views, the band's offsets relative to each sequence's corner, and the measured rule is asked at the
+    batch's mean lengths)."""
     if choice == "torch" or backend == "triton" or not q.is_cuda or not scale > 0:
         return None, None
     from ..cuda_fallback import attention_bwd_sm90 as cb
 
     key = (os.environ.get(cb.ENV), os.environ.get(cb.VARIANT_ENV), os.environ.get(cb.DQ_ENV),
            torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale), offset, window_offset,
-           softcap, *(tensor_signature(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)))
+           softcap, *(tensor_signature(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)),
+           None if packed is None else (packed.cu_q.shape[0], packed.max_q, packed.max_k))
     plan = _cuda_plans.get(key, False)
     if plan is False:
         plan = None
+        batch, sq, skv = q.shape[0], q.shape[2], k.shape[2]
+        if packed is not None:  # the measured rule at the mean sequence
+            batch = max(1, packed.batch)
+            sq, skv = max(1, sq // batch), max(1, skv // batch)
         if (capability(q.device) or (0,))[0] == 9 and \
                 cb.constraints(grad_out, q, k, v, dk, dv)[0] and \
-                cb.enabled(q.shape[-1], bool(causal), q.shape[0], k.shape[1], q.shape[2], k.shape[2]):
+                cb.enabled(q.shape[-1], bool(causal), batch, k.shape[1], sq, skv):
             variant, mode = cb.pick_variant(), cb.dq_mode()
             if mode == "atomic" and cb.VARIANTS[variant] != 2:
                 mode = "kernel"  # dQ in the pass takes two consumer warpgroups
@@ -224,13 +232,13 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
             # step, ~1.9 TB/s) where a same-order one streams
             acc = _dense_in_order(dq, dq.shape, lambda dims: torch.zeros(dims, device=dq.device,
                                                                            dtype=torch.float32))
-            plan.dkdv((*operands, delta, dk, dv), causal, scale, acc)
+            plan.dkdv((*operands, delta, dk, dv), causal, scale, acc, packed)
             dq.copy_(acc)
 
         return dkdv_and_dq, _dq_done
-    dkdv = lambda delta: plan.dkdv((*operands, delta, dk, dv), causal, scale)  # noqa: E731
+    dkdv = lambda delta: plan.dkdv((*operands, delta, dk, dv), causal, scale, None, packed)  # noqa: E731
     if plan.mode == "kernel":
-        return dkdv, lambda delta: plan.dq((*operands, delta, dq), causal, scale)
+        return dkdv, lambda delta: plan.dq((*operands, delta, dq), causal, scale, packed)
     return dkdv, None
 
 
@@ -247,25 +255,33 @@ class _CudaPlan:
         self.softcap = softcap
         self._dkdv = self._dq = None
 
-    def dkdv(self, tensors, causal, scale, dq_accum=None):
+    def dkdv(self, tensors, causal, scale, dq_accum=None, packed=None):
         cb = self._cb
         if self._dkdv is None:
-            self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum, self.band, self.softcap) or False
+            self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum, self.band, self.softcap,
+                                      packed) or False
         if self._dkdv:
-            self._dkdv(*(t.data_ptr() for t in tensors), *(() if dq_accum is None else (dq_accum.data_ptr(),)))
+            self._dkdv(*(t.data_ptr() for t in tensors), *(() if dq_accum is None else (dq_accum.data_ptr(),)),
+                       *_packed_pointers(packed))
         else:
             cb.launch_dkdv(*tensors, causal, scale, self.variant, dq_accum=dq_accum, validate=False,
-                           causal_offset=self.band[0], window_offset=self.band[1], softcap=self.softcap)
+                           causal_offset=self.band[0], window_offset=self.band[1], softcap=self.softcap,
+                           packed=packed)
 
-    def dq(self, tensors, causal, scale):
+    def dq(self, tensors, causal, scale, packed=None):
         cb = self._cb
         if self._dq is None:
-            self._dq = cb.bind_dq(*tensors, causal, scale, self.band, self.softcap) or False
+            self._dq = cb.bind_dq(*tensors, causal, scale, self.band, self.softcap, packed) or False
         if self._dq:
-            self._dq(*(t.data_ptr() for t in tensors))
+            self._dq(*(t.data_ptr() for t in tensors), *_packed_pointers(packed))
         else:
             cb.launch_dq(*tensors, causal, scale, validate=False, causal_offset=self.band[0],
-                         window_offset=self.band[1], softcap=self.softcap)
+                         window_offset=self.band[1], softcap=self.softcap, packed=packed)
+
+
+def _packed_pointers(packed) -> tuple:
+    """The bound launches' trailing cu_q / cu_k addresses (attention_bwd_sm90.PACKED_ROLES) of a packed batch."""
+    return () if packed is None else (packed.cu_q.data_ptr(), packed.cu_k.data_ptr())
 
 
 def _dq_done(delta) -> None:

@@ -18,8 +18,9 @@ Contract (flash-attn's ``flash_attn_varlen_func``, which training and inference 
 The forward runs the sm_90a CUDA kernel's packed build on Hopper where its measured table prefers it to Triton at
 the batch's mean lengths (cuda_fallback/attention_sm90.varlen_route: one CTA per (query tile, head, sequence), TMA
 over the packed tensors, each sequence's rows through cu_seqlens), else the Triton flash-attention kernels
-(triton_kernels/attention.py with ``VARLEN``, the same grid); the backward runs Triton (the sm_90a backward takes
-dense batches only). CPU tensors without ``TRITON_INTERPRET=1`` take the reference formula (correct, slow).
+(triton_kernels/attention.py with ``VARLEN``, the same grid). The backward runs the sm_90a dK / dV (and dQ) kernels'
+packed builds where the dense backward's measured rule takes the batch's mean sequence (ops/attention._cuda_backward),
+else Triton's. CPU tensors without ``TRITON_INTERPRET=1`` take the reference formula (correct, slow).
 
 Checks: shapes, dtypes, devices and the cu_seqlens' dtype and length raise naming the argument; their values (0
 first, nondecreasing, the totals last, no sequence longer than max_seqlen) are checked with one device-to-host read
@@ -118,10 +119,20 @@ def varlen_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: t
     k_in, v_in = _unit_last(k), _unit_last(v)
     dq, dk, dv = torch.empty_like(q_in), torch.empty_like(k_in), torch.empty_like(v_in)
     dlse = None if grad_lse is None else grad_lse.float().contiguous()[None]
-    attention_backward(_as_bhsd(_unit_last(grad_out)), _as_bhsd(q_in), _as_bhsd(k_in), _as_bhsd(v_in),
-                       _as_bhsd(out), lse[None], _as_bhsd(dq), _as_bhsd(dk), _as_bhsd(dv), upper, scale, dlse=dlse,
+    rows = _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    views = [_as_bhsd(t) for t in (_unit_last(grad_out), q_in, k_in, v_in, out, dq, dk, dv)]
+    g4, q4, k4, v4, o4, dq4, dk4, dv4 = views
+    dkdv_launch = dq_launch = None
+    if q.is_cuda and v.shape[-1] == q.shape[-1]:
+        from ..cuda_fallback.attention_sm90 import PackedRows
+        from .attention import _cuda_backward
+
+        packed = PackedRows(rows.cu_q, rows.cu_k, int(max_seqlen_q), int(max_seqlen_k))
+        dkdv_launch, dq_launch = _cuda_backward(g4, q4, k4, v4, lse[None], dq4, dk4, dv4, upper, scale, offset,
+                                                window_offset, softcap, "cuda", packed=packed)
+    attention_backward(g4, q4, k4, v4, o4, lse[None], dq4, dk4, dv4, upper, scale, dlse=dlse,
                        causal_offset=offset, softcap=softcap, window_offset=window_offset,
-                       varlen=_varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+                       dkdv_launch=dkdv_launch, dq_launch=dq_launch, varlen=rows)
     return (dq.neg_() if flipped else dq), dk, dv
 
 

@@ -1,5 +1,6 @@
-// Pieces the attention kernels share (attention_sm90.cu, attention_bwd_sm90.cu): which query tile a CTA owns, the
-// stage ring's index / parity, and the paired 16-bit stores of an accumulator's rows.
+// Pieces the attention kernels share (attention_sm90.cu, attention_bwd_sm90.cu): the band, a CTA's sequence rows
+// (dense or packed), which query tile a CTA owns, the stage ring's index / parity, zeroing a tile's rows, and the
+// paired 16-bit stores of an accumulator's rows.
 #pragma once
 #include "common.cuh"
 #include "wgmma_typed.cuh"
@@ -16,7 +17,8 @@
 //   TW_WINDOW        the lower edge is compiled in;
 //   TW_UPPER_OFFSET  the upper edge sits at a runtime offset (bottom-right causal, a window's right side); without it
 //                    the edge is top-left causal's constant 0;
-//   TW_SOFTCAP       scores are cap * tanh(scale * s / cap) (forward), with the cap's derivative in the backward.
+//   TW_SOFTCAP       scores are cap * tanh(scale * s / cap) (forward), with the cap's derivative in the backward;
+//   TW_VARLEN        packed variable-length batches (flash-attn's varlen layout; SequenceRows below).
 #ifndef TW_WINDOW
 #define TW_WINDOW 0
 #endif
@@ -26,10 +28,49 @@
 #ifndef TW_SOFTCAP
 #define TW_SOFTCAP 0
 #endif
+#ifndef TW_VARLEN
+#define TW_VARLEN 0
+#endif
 struct KeyBand {
   int upper;
   int lower;
 };
+
+// The rows of one sequence (TW_VARLEN) or batch element: where its rows start in the packed tensors, its lengths, the
+// batch coordinate of the maps, and its band (the host's offsets, relative to the sequence's bottom-right corner
+// when packed, clamped as the host clamps a dense band). Dense builds: the kernel arguments as they are.
+struct SequenceRows {
+  int q_start, k_start, seq_q, seq_k, map_b;
+  KeyBand band;
+};
+
+template <bool VARLEN, bool UPPER_OFFSET>
+TW_DEVICE SequenceRows sequence_rows(const int* cu_q, const int* cu_k, int b, int Sq, int Skv, int band_upper,
+                                     int band_lower) {
+  if constexpr (VARLEN) {
+    const int q_start = cu_q[b], k_start = cu_k[b];
+    const int seq_q = cu_q[b + 1] - q_start, seq_k = cu_k[b + 1] - k_start;
+    const int shift = seq_k - seq_q;
+    const KeyBand band{UPPER_OFFSET ? min(max(shift + band_upper, -(seq_q + 1)), seq_k + 1) : 0,
+                       min(max(shift + band_lower, -(seq_q + 1)), seq_k + 1)};
+    return {q_start, k_start, seq_q, seq_k, 0, band};
+  } else {
+    return {0, 0, Sq, Skv, b, KeyBand{UPPER_OFFSET ? band_upper : 0, band_lower}};
+  }
+}
+
+// Zero rows [first, rows) of a 128B-swizzled tile of `rows` rows x D columns at smem `tile` (DC chunks of rows x 128
+// bytes), spread over `threads` threads from index t: whole 128-byte rows, so the swizzle (16-byte units permuted
+// within a row) does not matter. The caller fences (generic -> async proxy) and synchronises before a wgmma reads.
+template <int D>
+TW_DEVICE void zero_tile_rows(tw_u32 tile, int rows, int first, int t, int threads) {
+  constexpr int DC = D / 64;
+  const int units = (rows - first) * DC * 8;  // 16-byte units: 8 per 128-byte row of each chunk
+  for (int u = t; u < units; u += threads) {
+    const int row = first + u / (DC * 8), chunk = (u / 8) % DC;
+    st_shared_zero16(tile + chunk * rows * 128 + row * 128 + (u % 8) * 16);
+  }
+}
 
 // Whether key col is outside row's band (or past the Skv tail).
 template <bool CAUSAL, bool WINDOW>
