@@ -78,6 +78,12 @@ def test_the_op_uses_the_kernel_when_switched_on(monkeypatch):
     _op_gradients_with_the_kernel(monkeypatch, cb, "bind_dkdv")
 
 
+def _dq_in_the_pass(bind_args) -> bool:
+    """Whether a bind_dkdv call (the op layer's positional arguments: 8 tensors, causal, scale, variant, dq_accum,
+    band, softcap, packed) bound dQ's fp32 workspace."""
+    return bind_args[11] is not None
+
+
 def _spy_binding(monkeypatch, cb, binder: str, check=lambda args: True) -> list:
     """Record each launch of the kernel that ``binder`` (bind_dkdv / bind_dq) binds: the list gets ``check(bind
     arguments)`` per launch. The op layer's plans are cleared, so the next call binds afresh."""
@@ -201,7 +207,7 @@ def test_the_op_computes_dq_in_the_dkdv_pass_when_asked(monkeypatch):
 
     monkeypatch.setenv(cb.VARIANT_ENV, "b")
     monkeypatch.setenv(cb.DQ_ENV, "atomic")
-    _op_gradients_with_the_kernel(monkeypatch, cb, "bind_dkdv", check=lambda a: a[-1] is not None)
+    _op_gradients_with_the_kernel(monkeypatch, cb, "bind_dkdv", check=_dq_in_the_pass)
 
 
 @pytest.mark.parametrize("mode", ("atomic", "kernel", "triton"))
@@ -237,7 +243,7 @@ def test_the_default_choice(monkeypatch, B, H, D, causal, backend, expect):
 
     for name in (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV):
         monkeypatch.delenv(name, raising=False)
-    calls = _spy_binding(monkeypatch, cb, "bind_dkdv", check=lambda a: a[-1] is not None)
+    calls = _spy_binding(monkeypatch, cb, "bind_dkdv", check=_dq_in_the_pass)
     q, k, v = (torch.randn(B, H, 300, D, device=DEV, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     do = torch.randn(B, H, 300, D, device=DEV, dtype=torch.bfloat16)
     tilewright.flash_attention(q, k, v, causal=causal, backend=backend).backward(do)

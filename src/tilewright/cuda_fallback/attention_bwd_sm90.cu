@@ -47,8 +47,8 @@
 // the next one's rows, and a zero factor does not neutralise them (0 x inf is NaN): the dK / dV pass zeroes the
 // foreign Q and dO rows of its last query block (they would reach dV = P^T dO and dK = dS^T Q) and, with dQ in the
 // pass, the foreign K and V rows (dQ = dS K, dS through V); the dQ kernel zeroes the foreign K and V rows of its last
-// key block. Stores
-// are row-masked register stores already; the dQ reduce-adds of foreign query rows add zeros.
+// key block. Stores are row-masked register stores already; the dQ partials of foreign query rows (this sequence's
+// possibly non-finite K times zero dS) are staged as zeros, so their reduce-adds add nothing to the next sequence.
 #include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
 #include "ptx/math.cuh"
@@ -329,17 +329,21 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
                            wgmma_desc_sw128(b_base + kk * 16 * 128, BN * 128, 1024), kk != 0);
       }
     };
-    auto stage_dq = [&]() {
+    // Varlen: rows from `valid_rows` on are the next sequence's queries; their partials are products of this
+    // sequence's K with zero dS (inf x 0 is NaN) and the box's reduce-add reaches their dq rows - staged as zeros.
+    auto stage_dq = [&](int valid_rows) {
       const tw_u32 stage = sbase + DQ_OFF + c * DQ_STAGE_BYTES;
       named_barrier_sync(DQ_FREE_BAR + c, 160);  // the dQ writer's reduce of the previous step has read the boxes
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = warp * 16 + (lane >> 2) + 8 * h;
+        const bool foreign = VARLEN && r >= valid_rows;  // zeros selected, not 0 x the value (it may be NaN)
 #pragma unroll
         for (int j = 0; j < DQ_N / 8; ++j) {
           const int unit = (2 * (j % 4) + ((lane & 3) >> 1)) ^ (r & 7);
-          st_shared_v2_f32(stage + (j / 4) * DQ_BOX_BYTES + r * 128 + unit * 16 + (lane & 1) * 8,
-                           dq_part[4 * j + 2 * h] * scale, dq_part[4 * j + 2 * h + 1] * scale);
+          const float lo = foreign ? 0.0f : dq_part[4 * j + 2 * h] * scale;
+          const float hi = foreign ? 0.0f : dq_part[4 * j + 2 * h + 1] * scale;
+          st_shared_v2_f32(stage + (j / 4) * DQ_BOX_BYTES + r * 128 + unit * 16 + (lane & 1) * 8, lo, hi);
         }
       }
       fence_proxy_async_smem();  // generic-proxy stores before the TMA unit reads them
@@ -517,7 +521,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_reg_fence(dq_part);
-        stage_dq();
+        stage_dq(seq.seq_q - m0);
       } else {
         wgmma_wait<0>();
       }
