@@ -9,7 +9,7 @@ attention 1 GFLOP) spent 1.35-1.64 ms of host in its forward with autograd recor
 synced step took host time + 1-2%). Kernel speed cannot win there; launching less can.
 
 What runs instead (eager calls on CUDA tensors whose work is under :func:`limit` FLOPs, nothing forced; the GEMM
-family only when autograd records):
+family only when autograd records, ``rms_norm_linear`` also without autograd outside CUDA-graph capture):
 
 * ``linear`` / ``matmul``: ``F.linear`` / ``torch.matmul`` (a bias through addmm's), then the activation and the
   residual add: the ops torch's own unfused code runs, with its numerics.
@@ -22,6 +22,11 @@ Autograd records ATen's own C++ nodes. Why the GEMM family keeps its kernels whe
 than ``rms_norm`` + ``linear`` or ``linear`` + ``add`` - and the Llama layer's B 1 x S 512 inference forward ran
 0.507 ms on the kernels, 0.684 ms on the route (torch 0.529; the route then used addmm with the residual as C, whose
 transpose and views cost more host than the add they saved: 46 vs 18 us a call, dev box - dropped).
+``rms_norm_linear`` without autograd is the exception: its small calls run in two passes now (the norm pass, then
+the plain GEMM on cuBLAS: ops/rms_norm_linear.two_pass_applies), whose replay cost 91 us of host a call against 57
+for torch's ``RMSNorm`` + ``Linear`` (H200 host, Llama B 1 x S 512's QKV projection,
+perf/results/h200/model/host_per_op_2026-11-28_1720.txt). Inside a CUDA-graph capture it keeps its kernels: host
+time is not replayed there, and the two passes' GPU time is the lower one (1.13-1.34x torch eager at decode sizes).
 One exception: a plain GEMM (no activation, residual or other out dtype) that the router gives to cuBLAS anyway
 (cublas_routes.py) runs as ``F.linear`` / ``matmul`` with or without autograd - the op's replay of that cuBLAS call
 (views at the recorded layout, ``mm`` with ``out=``) measured twice torch's host time (42-46 vs 21 us, H100 host).
@@ -176,9 +181,17 @@ class AtenRmsNormLinear:
 
 
 def rms_norm_linear(x, weight, eps: float, backend, records_grad: bool) -> AtenRmsNormLinear | None:
-    """The ATen route of a checked ``rms_norm_linear`` call, or None (always when autograd does not record)."""
+    """The ATen route of a checked ``rms_norm_linear`` call, or None: a small call, with autograd recording or, without
+    it, outside CUDA-graph capture (see the module's docstring)."""
     flops = 2 * math.prod(x.shape[:-1]) * x.shape[-1] * weight.shape[0]
-    return AtenRmsNormLinear(eps) if records_grad and _takes(backend, flops) else None
+    if not _takes(backend, flops):
+        return None
+    return AtenRmsNormLinear(eps) if records_grad or not capturing(x) else None
+
+
+def capturing(t: torch.Tensor) -> bool:
+    """Whether ``t``'s device's current stream is capturing a CUDA graph (False off CUDA)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 class AtenAttention:

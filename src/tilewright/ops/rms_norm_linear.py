@@ -385,8 +385,9 @@ _replays = _fast.new_cache()
 
 def _replay_key(x, norm_weight, weight, bias, eps, backend):
     """The eager replay key of a call (ops/_fast.py), or None when it may not replay. Whether autograd records is
-    its second-to-last entry: the forward launch is the same either way (it always stores the rstd the backward
-    reads), but the ATen route (ops/_aten.py) is taken only by calls that record."""
+    its second-to-last entry (read as ``key[-2]``): the forward launch is the same either way (it always stores the
+    rstd the backward reads), but a recorded call replays inside the op's autograd node. Whether a CUDA graph is being
+    captured is in it too: a small call without autograd takes the ATen route (ops/_aten.py) except under capture."""
     if torch.compiler.is_compiling():
         return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
     if not (type(eps) is float and type(backend) in (str, type(None))):
@@ -394,7 +395,7 @@ def _replay_key(x, norm_weight, weight, bias, eps, backend):
     if not _fast.eligible(x, norm_weight, weight, bias):
         return None
     sig = _fast.sig
-    return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend,
+    return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend, _aten.capturing(x),
             _autograd_records(x, norm_weight, weight, bias), _fast.state())
 
 
@@ -443,8 +444,9 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     graph then reads the weight itself, so in-place weight updates between replays are seen);
     ``TILEWRIGHT_RMS_FOLDED=capture`` folds there too, for graphs whose weights never change in place.
 
-    With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
-    traces - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics);
+    With no backend given, a small problem (2MNK under 2^35) - eager with or without autograd, or traced by
+    torch.compile - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics); inside a
+    CUDA-graph capture a call without autograd keeps the kernels (GPU time is what a graph replays);
     ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the fused kernel.
     """
     if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
