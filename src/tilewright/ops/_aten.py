@@ -25,7 +25,7 @@ transpose and views cost more host than the add they saved: 46 vs 18 us a call, 
 ``rms_norm_linear`` without autograd is the exception: its small calls run in two passes now (the norm pass, then
 the plain GEMM on cuBLAS: ops/rms_norm_linear.two_pass_applies), whose replay cost 91 us of host a call against 57
 for torch's ``RMSNorm`` + ``Linear`` (H200 host, Llama B 1 x S 512's QKV projection,
-perf/results/h200/model/host_per_op_2026-11-28_1720.txt). Inside a CUDA-graph capture it keeps its kernels: host
+perf/results/h200/model/host_per_op_2026-11-28_1715.txt). Inside a CUDA-graph capture it keeps its kernels: host
 time is not replayed there, and the two passes' GPU time is the lower one (1.13-1.34x torch eager at decode sizes).
 One exception: a plain GEMM (no activation, residual or other out dtype) that the router gives to cuBLAS anyway
 (cublas_routes.py) runs as ``F.linear`` / ``matmul`` with or without autograd - the op's replay of that cuBLAS call
