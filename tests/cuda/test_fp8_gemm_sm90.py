@@ -202,3 +202,14 @@ def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
     (grid, block, smem, args), = launches
     assert grid == (min(132, 3 * 5), 1, 1) and block == (384, 1, 1) and smem == f8.ACCURATE_VARIANT.smem_bytes()
     assert [x.value for x in args[-2:]] == [sa.data_ptr(), sb.data_ptr()]
+    # block scales: the kernel reads scale_a column-major - a column-major view as it is, a row-major one as a copy
+    out = torch.empty(M, 512, dtype=torch.float16)
+    b = b[:, :512]
+    sb_blocks = torch.rand(K // 128, 4)
+    col_major = torch.rand(K // 128, M).t()
+    f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out)
+    assert builds[-1][2]["TW_SCALE"] == 3 and [x.value for x in launches[-1][3][-2:]] == [col_major.data_ptr(),
+                                                                                          sb_blocks.data_ptr()]
+    row_major = col_major.contiguous()
+    assert f8._block_scale_a(row_major).stride() == (1, M) and torch.equal(f8._block_scale_a(row_major), row_major)
+    assert f8._block_scale_a(col_major) is col_major and f8._block_scale_a(torch.rand(M, 1)).shape == (M, 1)
