@@ -756,24 +756,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[ma][i] = 0.0f;
 #endif
-#if TW_SCALE == 3
-      // Block scales one k-block ahead: k-block kb's promotion uses the scales loaded during k-block kb - 1 (the
-      // first ones here), and loads kb + 1's before its own wait - a whole k-block of wgmmas (~1,000 cycles) to cover
-      // a load's latency, where loading a k-block's own scales left only its wait (ncu: L1TEX waits 1.6 of 5.6
-      // cycles an issue).
-      float scale_now[MA][2], scale_next[MA][2];
-      auto load_block_scales = [&](int k, float (&dst)[MA][2]) {
-        const float sbk = scale_b[(long long)k * num_nb + n0 / 128];
-#pragma unroll
-        for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
-            dst[ma][h] = (r < M ? scale_a[(long long)k * M + r] : 0.0f) * sbk;  // no read past M
-          }
-      };
-      load_block_scales(0, scale_now);
-#endif
       for (int kb = 0; kb < kt; ++kb) {
 #if TW_NORM_XFORM
         // TMA landed and the transform warps wrote x * g (overlapped read-only: TMA landed)
@@ -815,9 +797,19 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if TW_FP8_PROMOTE
         if ((kb + 1) % TW_FP8_PROMOTE == 0 || kb + 1 == kt) {
 #if TW_SCALE == 3
-          // block scales (header): the next k-block's scale of each of the thread's rows times the tile's B block
-          // scale (the last k-block reloads its own: in bounds, unused)
-          load_block_scales(kb + 1 < kt ? kb + 1 : kb, scale_next);
+          // block scales (header): this k-block's scale of each of the thread's rows times the tile's B block
+          // scale, loaded before the wait so their latency hides under the k-block's wgmmas
+          float kscale[MA][2];
+          {
+            const float sbk = scale_b[(long long)kb * num_nb + n0 / 128];
+#pragma unroll
+            for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int r = row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h;
+                kscale[ma][h] = (r < M ? scale_a[(long long)kb * M + r] : 0.0f) * sbk;  // no read past M
+              }
+          }
 #endif
           // promotion: the group's partial tile is complete once its wgmmas retire, which also frees the stage
           wgmma_wait<0>();
@@ -831,18 +823,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) {
 #if TW_SCALE == 3
-              acc[ma][i] = fmaf(part[ma][i], scale_now[ma][(i >> 1) & 1], acc[ma][i]);  // register i: row half (i/2)%2
+              acc[ma][i] = fmaf(part[ma][i], kscale[ma][(i >> 1) & 1], acc[ma][i]);  // register i: row half (i/2)%2
 #else
               acc[ma][i] += part[ma][i];
 #endif
             }
           }
-#if TW_SCALE == 3
-#pragma unroll
-          for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) scale_now[ma][h] = scale_next[ma][h];
-#endif
         } else if (kb % TW_FP8_PROMOTE != 0) {
           wgmma_wait<1>();  // inside a group: the previous k-block's wgmmas are done, release its stage
           if (tid == 0) mbar_arrive(bar_empty + 8 * prev);
