@@ -140,39 +140,42 @@ def cuda_backward_spy(monkeypatch):
     return cb, calls, monkeypatch
 
 
-BWD_CASES = [  # (lens_q, lens_k, Hq, Hkv, causal, window)
-    ((1000, 0, 1, 77, 300, 129), (1000, 5, 1, 77, 300, 129), 8, 2, True, None),
-    ((513, 128, 700, 64), (700, 128, 513, 200), 4, 4, True, None),
-    ((513, 128, 700, 64), (700, 128, 513, 200), 4, 4, False, None),
-    ((250, 900, 33), (250, 900, 33), 4, 1, False, (100, 20)),
+BWD_CASES = [  # (lens_q, lens_k, Hq, Hkv, causal, window, softcap)
+    ((1000, 0, 1, 77, 300, 129), (1000, 5, 1, 77, 300, 129), 8, 2, True, None, None),
+    ((513, 128, 700, 64), (700, 128, 513, 200), 4, 4, True, None, None),
+    ((513, 128, 700, 64), (700, 128, 513, 200), 4, 4, False, None, None),
+    ((250, 900, 33), (250, 900, 33), 4, 1, False, (100, 20), None),
+    ((640, 127, 300), (640, 127, 300), 8, 2, True, (200, 0), None),  # a causal sliding window
+    ((640, 127, 300), (700, 127, 250), 8, 2, True, None, 30.0),  # the soft cap's derivative per sequence
 ]
 
 
-def _grads(q, k, v, cq, ck, lens_q, lens_k, causal, window, grad):
+def _grads(q, k, v, cq, ck, lens_q, lens_k, causal, window, grad, softcap=None):
     qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
     out = tilewright.flash_attention_varlen(qg, kg, vg, cq, ck, max(lens_q), max(lens_k), causal=causal,
-                                            window=window)
+                                            window=window, softcap=softcap)
     out.backward(grad)
     return qg.grad, kg.grad, vg.grad
 
 
 @pytest.mark.parametrize("dq_mode", ["atomic", "kernel"])
 @pytest.mark.parametrize("D", [64, 96, 128])
-@pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: f"{len(c[0])}seqs-{c[2]}/{c[3]}-c{c[4]}-w{c[5]}")
+@pytest.mark.parametrize("case", BWD_CASES,
+                         ids=lambda c: f"{len(c[0])}seqs-{c[2]}/{c[3]}-c{c[4]}-w{c[5]}-s{c[6]}")
 def test_packed_backward_kernels_within_twice_torch_error(case, D, dq_mode, cuda_backward_spy):
     cb, calls, monkeypatch = cuda_backward_spy
     monkeypatch.setenv(cb.DQ_ENV, dq_mode)
-    lens_q, lens_k, Hq, Hkv, causal, window = case
+    lens_q, lens_k, Hq, Hkv, causal, window, softcap = case
     dtype = torch.bfloat16
     q, k, v, cq, ck = _packed(lens_q, lens_k, Hq, Hkv, D, dtype, seed=sum(lens_k) + D)
     grad = torch.randn(q.shape, device=DEV, dtype=dtype)
-    got = _grads(q, k, v, cq, ck, lens_q, lens_k, causal, window, grad)
+    got = _grads(q, k, v, cq, ck, lens_q, lens_k, causal, window, grad, softcap)
     assert calls["dkdv"] == 1 and calls["dq"] == (dq_mode == "kernel"), calls
     qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
-    ro, _ = varlen_attention_reference(qd, kd, vd, cq, ck, causal, None, 0.0, window)
+    ro, _ = varlen_attention_reference(qd, kd, vd, cq, ck, causal, None, softcap or 0.0, window)
     ref = torch.autograd.grad(ro, (qd, kd, vd), grad.double())
     qt, kt, vt = (t.clone().requires_grad_() for t in (q, k, v))
-    to, _ = varlen_attention_reference(qt, kt, vt, cq, ck, causal, None, 0.0, window)
+    to, _ = varlen_attention_reference(qt, kt, vt, cq, ck, causal, None, softcap or 0.0, window)
     same_dtype = torch.autograd.grad(to, (qt, kt, vt), grad)
     for name, g, t, r in zip(("dq", "dk", "dv"), got, same_dtype, ref):
         assert torch.isfinite(g).all(), name
