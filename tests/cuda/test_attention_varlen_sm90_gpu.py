@@ -1,8 +1,10 @@
-"""GPU tier for the sm_90a flash-attention forward over packed variable-length batches (the ``TW_VARLEN`` builds of
-attention_sm90.cu, Hopper only): every head-dim build, causal (bottom-right per sequence) or not, a window, GQA,
-sequence lengths 0 / 1 / under a tile / across tiles, against a per-sequence fp64 reference with the rule "error <=
-2x the same formula's error in the input dtype"; non-finite values in a neighbouring sequence's rows must not reach
-a sequence whose tiles read them; the op's route takes the kernel and gives its bits; the first-use self-check."""
+"""GPU tier of the sm_90a attention kernels over packed variable-length batches (the ``TW_VARLEN`` builds of
+attention_sm90.cu and attention_bwd_sm90.cu, Hopper only). Forward: every head-dim build, causal (bottom-right per
+sequence) or not, a window, GQA, sequence lengths 0 / 1 / under a tile / across tiles and a sequence without keys
+(output 0, LSE -inf), against a per-sequence fp64 reference with the rule "error <= 2x the same formula's error in
+the input dtype". Backward (dK / dV with dQ in the pass, and the dQ kernel): the same rule for dq, dk, dv, with a
+causal sliding window and a soft cap. Both: inf / NaN rows of a neighbouring sequence must not reach a sequence whose
+blocks load them. Also the op's route (it takes the kernel and returns its bits) and the first-use self-check."""
 from __future__ import annotations
 
 import pytest
@@ -46,7 +48,7 @@ def _launch(ca, q, k, v, cq, ck, max_q, max_k, causal, window=None):
 
 
 CASES = [  # (lens_q, lens_k, Hq, Hkv, causal, window)
-    ((1000, 0, 1, 77, 300, 129), (1000, 5, 1, 77, 300, 129), 8, 2, True, None),
+    ((1000, 0, 1, 77, 300, 129, 40), (1000, 5, 1, 77, 300, 129, 0), 8, 2, True, None),  # no keys: 0 and -inf
     ((513, 128, 2048, 64), (700, 128, 2048, 200), 4, 4, True, None),  # Sq_b != Skv_b both ways
     ((513, 128, 2048, 64), (700, 128, 2048, 200), 4, 4, False, None),
     ((250, 900, 33), (250, 900, 33), 4, 1, False, (100, 20)),
@@ -141,7 +143,7 @@ def cuda_backward_spy(monkeypatch):
 
 
 BWD_CASES = [  # (lens_q, lens_k, Hq, Hkv, causal, window, softcap)
-    ((1000, 0, 1, 77, 300, 129), (1000, 5, 1, 77, 300, 129), 8, 2, True, None, None),
+    ((1000, 0, 1, 77, 300, 129, 40), (1000, 5, 1, 77, 300, 129, 0), 8, 2, True, None, None),
     ((513, 128, 700, 64), (700, 128, 513, 200), 4, 4, True, None, None),
     ((513, 128, 700, 64), (700, 128, 513, 200), 4, 4, False, None, None),
     ((250, 900, 33), (250, 900, 33), 4, 1, False, (100, 20), None),
