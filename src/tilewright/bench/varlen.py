@@ -3,8 +3,10 @@
 Rows (H heads, head dim D, causal, bf16), forward and forward + backward:
 
 * ``equal``: B sequences of one length L packed - the same tokens and FLOPs as the dense (B, H, L, D) batch, so
-  ``tilewright-dense`` (``flash_attention``, the router's kernel: the sm_90a CUDA one on H100 / H200) is the direct
-  reference for the varlen kernel; ``tilewright-dense-triton`` is the same Triton kernel the varlen op runs.
+  ``tilewright-dense`` (``flash_attention`` as a user calls it: the sm_90a CUDA forward on H100 / H200, and for
+  forward + backward cuDNN's where it measured faster - ops/_aten.cudnn_faster) is the direct reference for the
+  varlen op (the sm_90a kernels' packed builds on Hopper); ``tilewright-dense-triton`` is the Triton kernel the
+  varlen op runs elsewhere.
 * ``mixed``: lengths drawn between 128 and 8k (seeded, a 4x-64x spread). Peers: ``sdpa-cudnn-padded`` /
   ``sdpa-flash-padded`` - SDPA on the batch padded to the longest sequence (what a user without varlen runs; it
   computes the padding too), and ``tilewright-dense-mean``: the dense op on equal sequences of the mean length and
