@@ -1,11 +1,13 @@
-"""Facts several layers share, written once: the GEMM families' integer codes (fused activation, tile order) and the
-attention head dims.
+"""Facts several layers share, written once: the GEMM families' integer codes (fused activation, tile order), the
+attention head dims, and the packed-batch descriptor both attention backends' launchers take (:class:`Varlen`).
 
 The Triton kernels take the codes as constexprs and the CUDA kernels as ``-D`` defines / kernel arguments, so one
 table keeps the ops, the Triton epilogue and the CUDA epilogue (``cuda_fallback/ptx/gemm_common.cuh``) in step; the
 head-dim contract is checked by the op layer and padded by the Triton kernels from the same numbers.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 # Fused activation applied to ``a @ b + bias`` before the residual; 0 = none.
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
@@ -36,6 +38,22 @@ MIN_HEAD_DIM = 8
 MAX_HEAD_DIM = 256
 HEAD_DIM_MULTIPLE = 8
 SUPPORTED_HEAD_DIMS = tuple(range(MIN_HEAD_DIM, MAX_HEAD_DIM + 1, HEAD_DIM_MULTIPLE))  # (8, 16, ..., 256)
+
+
+class Varlen(NamedTuple):
+    """Packed sequences (flash-attn's varlen layout) for the attention launchers - the Triton kernels' ``VARLEN`` and
+    the sm_90a kernels' ``TW_VARLEN`` builds: q / k / v are (total, H, D) tensors viewed as (1, H, total, D);
+    ``cu_q`` / ``cu_k`` contiguous int32 (batch + 1) row offsets on the device; the grids cover ``max_q`` / ``max_k``
+    rows per sequence, so they must be at least each sequence's length (the op checks)."""
+    cu_q: "torch.Tensor"  # noqa: F821 - an annotation only: this module imports nothing
+    cu_k: "torch.Tensor"  # noqa: F821
+    max_q: int
+    max_k: int
+
+    @property
+    def batch(self) -> int:
+        """The number of packed sequences."""
+        return self.cu_q.shape[0] - 1
 
 
 def supported_head_dim(d: int) -> bool:

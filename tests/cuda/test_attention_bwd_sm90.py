@@ -240,7 +240,7 @@ def test_packed_launches_take_the_varlen_builds_and_offsets(monkeypatch):
     """Packed sequences through both backward kernels: the TW_VARLEN builds (runtime upper edge under causal), maps
     over the (1, H, total, D) views, grids of the longest sequence's blocks x heads x sequences, the band relative to
     each sequence's corner and cu_q / cu_k as the last arguments; dense launches pass null pointers there."""
-    from tilewright.cuda_fallback import attention_sm90 as ca
+    from tilewright._codes import Varlen
     from tilewright.cuda_fallback.runtime import launch
 
     drv, builds = _RecordingDriver(), []
@@ -253,7 +253,7 @@ def test_packed_launches_take_the_varlen_builds_and_offsets(monkeypatch):
     monkeypatch.setattr(cb, "_prepared_dq", {})
     lens_q, lens_k = (300, 5, 700), (300, 260, 700)
     cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)  # noqa: E731
-    packed = ca.PackedRows(cu(lens_q), cu(lens_k), 700, 700)
+    packed = Varlen(cu(lens_q), cu(lens_k), 700, 700)
     view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731
     q, do, dq = (view(torch.randn(1005, 8, 128, dtype=torch.bfloat16)) for _ in range(3))
     k, v, dk, dv = (view(torch.randn(1260, 2, 128, dtype=torch.bfloat16)) for _ in range(4))

@@ -227,8 +227,12 @@ def test_packed_launch_validation(fake_driver):
         ca.launch_attention_varlen(q, k, v, out, torch.empty(50, 4), cu_q, cu_k, 30, 30)
     with pytest.raises(ValueError, match="int32"):
         ca.launch_attention_varlen(q, k, v, out, lse, cu_q.long(), cu_k, 30, 30)
-    with pytest.raises(ValueError, match="cu_q / cu_k"):
+    with pytest.raises(ValueError, match="cu_k has 2 offsets where cu_q has 3"):
         ca.launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k[:2], 30, 30)
+    with pytest.raises(ValueError, match="cu_k must be a contiguous 1-D int32 tensor on q's device"):
+        ca.launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k.to("meta"), 30, 30)
+    with pytest.raises(ValueError, match="cu_q must be a contiguous"):
+        ca.launch_attention_varlen(q, k, v, out, lse, torch.stack([cu_q, cu_q], 1)[:, 0], cu_k, 30, 30)
     with pytest.raises(ValueError, match="head dim"):
         ca.launch_attention_varlen(*_packed((20,), (20,), D=32)[:3], torch.empty(20, 4, 32, dtype=bf),
                                    torch.empty(4, 20), cu_q[:2], cu_k[:2], 20, 20)

@@ -8,7 +8,7 @@ Triton's kernels otherwise; dQ comes from the same pass, the separate dQ kernel 
 
 Entry points: :func:`constraints` (why these tensors can or cannot take the kernel), :func:`enabled` (where the op
 layer uses it), :func:`launch_dkdv` (into given dk / dv, and dq's fp32 workspace), :func:`launch_dq`. Both take packed
-variable-length batches too (``packed``: attention_sm90.PackedRows, the ``TW_VARLEN`` builds; q / k / v / dO and the
+variable-length batches too (``packed``: a ``_codes.Varlen``, the ``TW_VARLEN`` builds; q / k / v / dO and the
 gradients as the (1, H, total, D) views of the packed tensors, lse / delta (1, Hq, total_q)).
 """
 from __future__ import annotations
@@ -19,7 +19,8 @@ import os
 import torch
 
 from .._env import SMEM_OPTIN_BYTES
-from .attention_sm90 import (LOG2E, MAX_BAND_SPAN, PackedRows, band_offsets, build_head_dim, packed_band_offsets,
+from .._codes import Varlen
+from .attention_sm90 import (LOG2E, MAX_BAND_SPAN, band_offsets, build_head_dim, check_packed, packed_band_offsets,
                              softcap_args, tma_dims_strides)
 from .runtime import HALF_DTYPES, build, launch
 
@@ -242,21 +243,21 @@ def _check_statistics(q, lse, delta, scale: float, softcap: float = 0.0) -> None
         raise ValueError(f"cuda attention backward: softcap {softcap} must be finite and >= 0 (0: none)")
 
 
-def _band_arguments(Sq: int, Skv: int, band: tuple, packed: PackedRows | None) -> list:
+def _band_arguments(Sq: int, Skv: int, band: tuple, packed: Varlen | None) -> list:
     """The kernels' band_upper / band_lower (dense: the clamped KeyBand; packed: offsets from each sequence's
     bottom-right corner)."""
     edges = band_offsets(Sq, Skv, *band) if packed is None else packed_band_offsets(packed.max_q, packed.max_k, *band)
     return [ctypes.c_int32(x) for x in edges]
 
 
-def _packed_arguments(packed: PackedRows | None) -> list:
+def _packed_arguments(packed: Varlen | None) -> list:
     """The trailing cu_q / cu_k pointers (null for dense builds, which do not read them)."""
     return [launch.pointer("CU_Q", None if packed is None else packed.cu_q),
             launch.pointer("CU_K", None if packed is None else packed.cu_k)]
 
 
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
-             band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: PackedRows | None = None):
+             band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: Varlen | None = None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
@@ -286,7 +287,7 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
 
 def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None,
                 dq_accum: torch.Tensor | None = None, validate: bool = True, *, causal_offset: int = 0,
-                window_offset: int | None = None, softcap: float = 0.0, packed: PackedRows | None = None) -> None:
+                window_offset: int | None = None, softcap: float = 0.0, packed: Varlen | None = None) -> None:
     """dK and dV of ``softmax(scale q k^T [mask]) v`` into ``dk`` / ``dv`` (sm_90a kernel); the mask is the
     forward's band and ``softcap`` its logit cap (``causal``, ``causal_offset``, ``window_offset``, ``softcap``:
     attention_sm90.launch_attention).
@@ -305,6 +306,8 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
         if not ok:
             raise ValueError(f"cuda attention backward: {why}")
         _check_statistics(q, lse, delta, scale, softcap)
+        if packed is not None:
+            check_packed(packed, q, "cuda attention backward")
     variant = variant or pick_variant()
     if variant not in VARIANTS:
         raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -326,7 +329,7 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
                                                                 dq_accum is not None))
 
 
-def _packed_key(packed: PackedRows | None):
+def _packed_key(packed: Varlen | None):
     return None if packed is None else (packed.cu_q.data_ptr(), packed.cu_k.data_ptr(), packed.cu_q.shape[0],
                                         packed.max_q, packed.max_k)
 
@@ -338,7 +341,7 @@ PACKED_ROLES = ("CU_Q", "CU_K")  # last, packed batches only
 
 
 def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
-              band: tuple[int, int | None] = (0, None), softcap: float = 0.0, packed: PackedRows | None = None):
+              band: tuple[int, int | None] = (0, None), softcap: float = 0.0, packed: Varlen | None = None):
     """The dK / dV kernel's launch for this call's signature with only the operands' addresses left open: a
     :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then dq_accum's, then
     those of :data:`PACKED_ROLES` for a packed batch), or None if it cannot be bound. The caller has checked the
@@ -360,7 +363,7 @@ def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varia
 
 
 def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: tuple[int, int | None] = (0, None),
-            softcap: float = 0.0, packed: PackedRows | None = None):
+            softcap: float = 0.0, packed: Varlen | None = None):
     """:func:`bind_dkdv` for the dQ kernel: called with the addresses of :data:`DQ_ROLES` (then
     :data:`PACKED_ROLES`')."""
     fn, grid, args = _prepare_dq(do, q, k, v, lse, delta, dq, bool(causal), float(scale), band, float(softcap),
@@ -376,7 +379,7 @@ _prepared_dq: dict = {}
 
 
 def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: tuple[int, int | None] = (0, None),
-                softcap: float = 0.0, packed: PackedRows | None = None):
+                softcap: float = 0.0, packed: Varlen | None = None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     build = kernel_head_dim(D)
@@ -397,7 +400,7 @@ def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: t
 
 def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate: bool = True, *,
               causal_offset: int = 0, window_offset: int | None = None, softcap: float = 0.0,
-              packed: PackedRows | None = None) -> None:
+              packed: Varlen | None = None) -> None:
     """dQ of ``softmax(scale q k^T [mask]) v`` into ``dq`` (sm_90a kernel; deterministic: each CTA owns its rows).
     Same inputs, mask, packing and rules as :func:`launch_dkdv`; dq is shaped like q (unit last stride, 4-byte
     aligned rows)."""
@@ -409,6 +412,8 @@ def launch_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, validate:
             raise ValueError("cuda attention backward: dq must be shaped like q, same dtype, unit last stride, 4-byte "
                              "aligned rows")
         _check_statistics(q, lse, delta, scale, softcap)
+        if packed is not None:
+            check_packed(packed, q, "cuda attention backward")
     band = (causal_offset if causal else 0, window_offset)
     key = (q.device.index, q.dtype, bool(causal), float(scale), band, float(softcap),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dq)), lse.data_ptr(), delta.data_ptr(),

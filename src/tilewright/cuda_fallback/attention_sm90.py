@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._codes import Varlen
 from .._env import SMEM_OPTIN_BYTES
 from .. import backends
 from ..backends import Measurement, register
@@ -302,7 +303,7 @@ _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per (poi
 
 
 def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: tuple[int, int], softcap: float,
-             window: bool, packed: "PackedRows | None" = None):
+             window: bool, packed: Varlen | None = None):
     """(function, grid, arguments) of one launch; q / k / v / out as (B, H, S, D) - for packed batches (``packed``)
     the (1, H, total, D) views, the grid then covering ``packed.max_q`` query rows of each sequence."""
     B, Hq, Sq, D = q.shape
@@ -396,25 +397,22 @@ def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, va
 
 
 # ------------------------------------------------------------------------------------------------ packed batches
-@dataclass(frozen=True)
-class PackedRows:
-    """A packed batch's row offsets for a ``TW_VARLEN`` launch: int32 (batch + 1,) ``cu_q`` / ``cu_k`` on the device
-    (contiguous), and ``max_q`` / ``max_k`` (at least the longest query / key sequence: the grids' rows per
-    sequence)."""
-
-    cu_q: torch.Tensor
-    cu_k: torch.Tensor
-    max_q: int
-    max_k: int
-
-    @property
-    def batch(self) -> int:
-        return self.cu_q.shape[0] - 1
-
-
+# (the packed batch itself: _codes.Varlen, the descriptor the Triton launchers take too)
 def _packed_as_bhsd(x: torch.Tensor) -> torch.Tensor:
     """(total, H, D) -> the (1, H, total, D) view the maps are encoded over (no copy)."""
     return x.unsqueeze(0).transpose(1, 2)
+
+
+def check_packed(packed: Varlen, q: torch.Tensor, who: str) -> None:
+    """The offsets a ``TW_VARLEN`` kernel reads as raw int32 arrays: contiguous int32 (batch + 1,) tensors of one
+    shape on q's device (ValueError naming them; their values are the op's check: ops/varlen._check_values)."""
+    cu_q, cu_k = packed.cu_q, packed.cu_k
+    for name, cu in (("cu_q", cu_q), ("cu_k", cu_k)):
+        if cu.dtype != torch.int32 or cu.dim() != 1 or not cu.is_contiguous() or cu.device != q.device:
+            raise ValueError(f"{who}: {name} must be a contiguous 1-D int32 tensor on q's device, got {cu.dtype} "
+                             f"{tuple(cu.shape)} on {cu.device}")
+    if cu_k.shape != cu_q.shape:
+        raise ValueError(f"{who}: cu_k has {cu_k.shape[0]} offsets where cu_q has {cu_q.shape[0]}")
 
 
 def varlen_constraints(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
@@ -451,8 +449,7 @@ def launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: in
         raise ValueError("cuda attention (packed): out: strides are not TMA-compatible (16-byte multiples)")
     if lse.shape != (q.shape[1], q.shape[0]) or lse.dtype != torch.float32 or not lse.is_contiguous():
         raise ValueError("cuda attention (packed): lse must be a contiguous float32 (Hq, total_q) tensor")
-    if cu_k.shape != cu_q.shape or cu_k.dtype != torch.int32 or not (cu_q.is_contiguous() and cu_k.is_contiguous()):
-        raise ValueError("cuda attention (packed): cu_q / cu_k must be contiguous int32 tensors of one shape")
+    check_packed(Varlen(cu_q, cu_k, max_q, max_k), q, "cuda attention (packed)")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if not (scale > 0.0 and math.isfinite(scale)):
         raise ValueError(f"cuda attention (packed): scale {scale} must be finite and > 0")
@@ -462,7 +459,7 @@ def launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: in
     var = VARIANTS[DEFAULT_VARIANT]  # the one schedule measured on packed batches
     upper, lower = packed_band_offsets(max_q, max_k, causal_offset if causal else 0, window_offset)
     window = window_offset is not None
-    packed = PackedRows(cu_q, cu_k, int(max_q), int(max_k))
+    packed = Varlen(cu_q, cu_k, int(max_q), int(max_k))
     views = [_packed_as_bhsd(t) for t in (q, k, v, out)]
     key = ("varlen", q.device.index, q.dtype, bool(causal), scale, upper, lower, softcap, window, int(max_q),
            *((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v, out)), lse.data_ptr(), cu_q.data_ptr(),
@@ -471,6 +468,14 @@ def launch_attention_varlen(q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: in
                                                           softcap, window, packed),
                          q.device, var.threads, var.smem_bytes(build_head_dim(q.shape[-1])),
                          {"Q": q, "K": k, "V": v, "O": out, "O_ROWS": out, "LSE": lse, "CU_Q": cu_q, "CU_K": cu_k})
+
+
+def _out_and_lse_metrics(out, lse, ref_out, ref_lse) -> dict:
+    """A self-check's metrics (guard.run_self_check): out's relative error and the largest LSE error, each within
+    2e-2; the LSE must be infinite exactly where the reference's is (rows that see no key: -inf in both)."""
+    same_infs = torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    lse_error = (lse - ref_lse).nan_to_num(posinf=1e9, neginf=-1e9).abs().max().item() if same_infs else float("inf")
+    return {"out relative error": (relative_error(out, ref_out), 2e-2), "max |LSE error|": (lse_error, 2e-2)}
 
 
 # (q lengths, k lengths, Hq, Hkv, causal, window (left, right)): tails in every length, an empty sequence, one row,
@@ -503,9 +508,7 @@ def self_check_varlen(device, head_dim: int, dtype) -> tuple[bool, str]:
                                 window_offset=None if window is None else -window[0])
         ro, rl = varlen_attention_reference(q.float(), k.float(), v.float(), cu_q, cu_k, causal, None, 0.0, window)
         synchronize(device)
-        return {"out relative error": (relative_error(out, ro), 2e-2),
-                "max |LSE error|": ((lse - rl).nan_to_num(posinf=1e9, neginf=-1e9).abs().max().item()
-                                    if torch.equal(torch.isinf(lse), torch.isinf(rl)) else float("inf"), 2e-2)}
+        return _out_and_lse_metrics(out, lse, ro, rl)
 
     cases = [(f"packed hdim {head_dim} causal={causal} window={w} (q lengths {lq}, k lengths {lk}, Hq={Hq}, Hkv={Hkv})",
               lambda c=(lq, lk, Hq, Hkv, causal, w): measure(*c))
@@ -587,9 +590,7 @@ def self_check(device, var: Variant, head_dim: int, dtype) -> tuple[bool, str]:
                          window_offset=None if window is None or window[0] is None else shift - window[0])
         ro, rl = attention_reference(q.float(), k.float(), v.float(), causal, None, bottom_right, 0.0, window)
         synchronize(device)
-        return {"out relative error": (relative_error(out, ro), 2e-2),
-                "max |LSE error|": ((lse - rl).nan_to_num(posinf=1e9, neginf=-1e9).abs().max().item()
-                                    if torch.equal(torch.isinf(lse), torch.isinf(rl)) else float("inf"), 2e-2)}
+        return _out_and_lse_metrics(out, lse, ro, rl)
 
     cases = [(f"hdim {head_dim} causal={causal} (B={B}, Hq={Hq}, Hkv={Hkv}, Sq={Sq}, Skv={Skv})",
               lambda c=(B, Hq, Hkv, Sq, Skv, causal): measure(*c))

@@ -191,8 +191,8 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
     and :func:`attention_bwd_sm90.enabled` says they win (``TILEWRIGHT_CUDA_ATTN_BWD`` overrides); (None, None) -
     Triton's kernels - otherwise, and always when the caller asked for ``backend="triton"``. dQ per
     :func:`attention_bwd_sm90.dq_mode`: in the dK / dV pass (an fp32 workspace, converted into dq afterwards; the
-    launch of dq is then nothing), the separate dQ kernel, or Triton's. ``packed``: an
-    ``attention_sm90.PackedRows`` for a packed variable-length batch (ops/varlen.py; the tensors are then the (1, H,
+    launch of dq is then nothing), the separate dQ kernel, or Triton's. ``packed``: a ``_codes.Varlen`` for a
+    packed variable-length batch (ops/varlen.py; the tensors are then the (1, H,
     total, D) views, the band's offsets relative to each sequence's corner, and the measured rule is asked at the
     batch's mean lengths)."""
     if choice == "torch" or backend == "triton" or not q.is_cuda or not scale > 0:

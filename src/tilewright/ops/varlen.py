@@ -35,6 +35,7 @@ from typing import Optional
 
 import torch
 
+from .._codes import Varlen
 from .._env import interpreting
 from ._checks import (CheckedValues, check_index_tensor, check_same_device, check_same_dtype, check_tensor,
                       values_readable)
@@ -49,10 +50,8 @@ def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
 
 
 def _varlen(cu_q, cu_k, max_q: int, max_k: int):
-    """The kernels' ``Varlen``: they read cu_seqlens as dense arrays (a strided view is copied)."""
-    from ..triton_kernels.attention import Varlen
-
-    return Varlen(cu_q.contiguous(), cu_k.contiguous(), max_q, max_k)
+    """The kernels' ``Varlen`` (both backends'): they read cu_seqlens as dense arrays (a strided view is copied)."""
+    return Varlen(cu_q.contiguous(), cu_k.contiguous(), int(max_q), int(max_k))
 
 
 def _use_kernels(q: torch.Tensor) -> bool:
@@ -80,18 +79,17 @@ def varlen_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_
     upper, offset, window_offset = _band(0, 0, causal, True, window_left, window_right)
     qk, scale, _ = _nonnegative_scale(_unit_last(q), scale)
     k_in, v_in = _unit_last(k), _unit_last(v)
+    rows = _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if q.is_cuda and v.shape[-1] == q.shape[-1]:
         from ..cuda_fallback import attention_sm90
 
-        cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
-        if attention_sm90.varlen_route(qk, k_in, v_in, cu_q, max_seqlen_q, max_seqlen_k)[0] and \
-                attention_sm90.try_launch_varlen(qk, k_in, v_in, out, lse, cu_q, cu_k, max_seqlen_q, max_seqlen_k,
-                                                 upper, scale, causal_offset=offset, window_offset=window_offset,
-                                                 softcap=softcap):
+        if attention_sm90.varlen_route(qk, k_in, v_in, rows.cu_q, rows.max_q, rows.max_k)[0] and \
+                attention_sm90.try_launch_varlen(qk, k_in, v_in, out, lse, rows.cu_q, rows.cu_k, rows.max_q,
+                                                 rows.max_k, upper, scale, causal_offset=offset,
+                                                 window_offset=window_offset, softcap=softcap):
             return out, lse
     attention_forward(_as_bhsd(qk), _as_bhsd(k_in), _as_bhsd(v_in), _as_bhsd(out), lse[None],
-                      upper, scale, causal_offset=offset, softcap=softcap, window_offset=window_offset,
-                      varlen=_varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+                      upper, scale, causal_offset=offset, softcap=softcap, window_offset=window_offset, varlen=rows)
     return out, lse
 
 
@@ -124,12 +122,10 @@ def varlen_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: t
     g4, q4, k4, v4, o4, dq4, dk4, dv4 = views
     dkdv_launch = dq_launch = None
     if q.is_cuda and v.shape[-1] == q.shape[-1]:
-        from ..cuda_fallback.attention_sm90 import PackedRows
         from .attention import _cuda_backward
 
-        packed = PackedRows(rows.cu_q, rows.cu_k, int(max_seqlen_q), int(max_seqlen_k))
         dkdv_launch, dq_launch = _cuda_backward(g4, q4, k4, v4, lse[None], dq4, dk4, dv4, upper, scale, offset,
-                                                window_offset, softcap, "cuda", packed=packed)
+                                                window_offset, softcap, "cuda", packed=rows)
     attention_backward(g4, q4, k4, v4, o4, lse[None], dq4, dk4, dv4, upper, scale, dlse=dlse,
                        causal_offset=offset, softcap=softcap, window_offset=window_offset,
                        dkdv_launch=dkdv_launch, dq_launch=dq_launch, varlen=rows)

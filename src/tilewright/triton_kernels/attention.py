@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import torch
 import triton
@@ -51,7 +50,7 @@ import triton.language as tl
 
 # the head-dim contract (one definition, shared with the op layer); re-exported for the launchers' callers
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
-                      supported_head_dim)
+                      Varlen, supported_head_dim)
 from .._env import full_autotune, interpreting
 from .._record import is_recording, record, tensor_signature
 from ._runtime import bind, ensure_allocator, is_tuned, retry_after_oom, store_bound
@@ -849,20 +848,6 @@ def _launch(kernel, plain, grid, kernel_args, config, what, roles=()):
         bound_roles = {name: kernel_args[name] for name in roles}
         record(bind(plain, compiled, grid(full), full, bound_roles) if roles else None, bound_roles)
     return compiled, config
-
-
-class Varlen(NamedTuple):
-    """Packed sequences (flash-attn's varlen layout) for the launchers: q / k / v are (total, H, D) tensors viewed as
-    (1, H, total, D); ``cu_q`` / ``cu_k`` int32 (batch + 1) row offsets on the device; the grid covers ``max_q`` /
-    ``max_k`` rows per sequence, so they must be at least each sequence's length (the op checks)."""
-    cu_q: torch.Tensor
-    cu_k: torch.Tensor
-    max_q: int
-    max_k: int
-
-    @property
-    def batch(self) -> int:
-        return self.cu_q.shape[0] - 1
 
 
 def _common(q, k, causal, use_tma, causal_offset=0, softcap=0.0, window_offset=None, head_dim_v=None,
