@@ -95,6 +95,7 @@ constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
 constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
 constexpr bool SOFTCAP = TW_SOFTCAP != 0;
 constexpr bool VARLEN = TW_VARLEN != 0;
+constexpr bool HEAVY_FIRST = CAUSAL && !VARLEN;  // dense causal grids may run longest tiles first (cta_coords)
 constexpr int THREADS = 128 * (NC + 1);
 constexpr int DC = D / 64;                // 64-column (128-byte) chunks of a row: one TMA box / swizzle span each
 constexpr int KV_BYTES = BN * D * 2;      // the K (or V) block
@@ -143,18 +144,15 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * NC <= 65536 || NC == 1
 // K-major: mma_ss<BM>. dX(64 keys x D) += A(64 keys x 16 queries, registers) B(16 queries x D): B = dO or Q rows
 // stored (query, d), MN-major for this B: mma_rs_mn<D> (ptx/wgmma_typed.cuh).
 
-// The (query head, query block) steps of this CTA's key block, which every role iterates: query blocks that see any
+// The (query head, query block) steps of the key block at n0, which every role iterates: query blocks that see any
 // of its keys (rows n0 - upper (causal) to n0 + BN - 1 - lower of the band, block-aligned down) times the GQA group.
-// Each role computes them after its setmaxnreg from a fresh read of the block index: a value computed before the
-// branch stays live across the register reallocation, and ptxas spilled one there.
+// Each role computes them after its setmaxnreg from a fresh read of its coordinates (cta_coords): a value computed
+// before the branch stays live across the register reallocation, and ptxas spilled one there.
 struct KeyBlockSteps {
   int m_first, m_blocks, steps;
 };
 
-TW_DEVICE KeyBlockSteps key_block_steps(int Sq, int group, KeyBand band) {
-  int block;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(block));  // volatile: not merged with the other role's read
-  const int n0 = block * BN;
+TW_DEVICE KeyBlockSteps key_block_steps(int n0, int Sq, int group, KeyBand band) {
   const int rows_begin = CAUSAL ? max(0, n0 - band.upper) : 0;
   const int rows_end = WINDOW ? min(Sq, n0 + BN - band.lower) : Sq;
   const int m_first = (rows_begin / BM) * BM;
@@ -196,12 +194,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
-  const int n0 = blockIdx.x * BN;
-  const int hkv = blockIdx.y;
-  const int b = blockIdx.z;
   // The grid covers the longest sequence: a key block past this one's end has nothing to do (uniform over the CTA,
-  // before any barrier). Each role reads its sequence's rows again after its setmaxnreg (see key_block_steps).
-  if (VARLEN && n0 >= cu_k[b + 1] - cu_k[b]) return;
+  // before any barrier). Each role reads its coordinates and its sequence's rows again after its setmaxnreg (see
+  // key_block_steps); packed grids keep blockIdx's own order (HEAVY_FIRST is off for them).
+  if (VARLEN && (int)blockIdx.x * BN >= cu_k[blockIdx.z + 1] - cu_k[blockIdx.z]) return;
 
   if (threadIdx.x == 0) {
     mbar_init(bar_kv, 1);  // one arrive.expect_tx + the K and V bytes
@@ -218,8 +214,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     // Give registers back to the consumers (dK + dV + S^T + dP^T live at once). With one consumer the per-thread cap
     // at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
     if constexpr (NC == 2) setmaxnreg_dec<PRODUCER_REGS>();
+    const CtaCoords cta = cta_coords(HEAVY_FIRST && Skv <= HEAVY_FIRST_MAX_KEYS);
+    const int n0 = cta.rank * BN, hkv = cta.y, b = cta.z;  // key block 0 first: the longest in a causal grid
     const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
-    const KeyBlockSteps sched = key_block_steps(seq.seq_q, group, seq.band);
+    const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, group, seq.band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     if (tid == 0) {
       tma_prefetch_desc(&tm_q);
@@ -288,9 +286,11 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
   } else {
     // ------------------------------------------------------------------ consumers
     if constexpr (NC == 2) setmaxnreg_inc<CONSUMER_REGS>();
+    const CtaCoords cta = cta_coords(HEAVY_FIRST && Skv <= HEAVY_FIRST_MAX_KEYS);
+    const int n0 = cta.rank * BN, hkv = cta.y, b = cta.z;
     const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
     const KeyBand band = seq.band;
-    const KeyBlockSteps sched = key_block_steps(seq.seq_q, group, band);
+    const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, group, band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     const int c = NC == 1 ? 0 : wg - 1;  // a constant with one consumer: its code stays what it was measured as
     const int warp = tid / 32;
@@ -565,6 +565,7 @@ constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
 constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
 constexpr bool SOFTCAP = TW_SOFTCAP != 0;
 constexpr bool VARLEN = TW_VARLEN != 0;
+constexpr bool HEAVY_FIRST = CAUSAL && !VARLEN;  // dense causal grids may run longest tiles first (cta_coords)
 constexpr int THREADS = 256;
 constexpr int QD_BYTES = BM * D * 2;  // the Q (or dO) block
 constexpr int KV_BYTES = BN * D * 2;  // one K (or V) block
@@ -604,12 +605,13 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
-  const int hq = blockIdx.y;
-  const int b = blockIdx.z;
+  const CtaCoords cta = cta_coords(HEAVY_FIRST && Skv <= HEAVY_FIRST_MAX_KEYS);
+  const int hq = cta.y;
+  const int b = cta.z;
   const int hkv = hq / group;
   const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
   const KeyBand band = seq.band;
-  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(seq.seq_k, band);  // longest causal tiles first
+  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(seq.seq_k, band, cta.rank);  // longest causal tiles first
   const int m0 = tile.m0;
   const int kb0 = tile.kb0;
   const int nblk = tile.nblk;

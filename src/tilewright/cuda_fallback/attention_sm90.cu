@@ -108,6 +108,7 @@ constexpr bool WINDOW = TW_WINDOW != 0;  // the band's lower edge
 constexpr bool UPPER_OFFSET = TW_UPPER_OFFSET != 0;
 constexpr bool PIN_WAIT = TW_PIN_WAIT != 0;
 constexpr bool VARLEN = TW_VARLEN != 0;
+constexpr bool HEAVY_FIRST = CAUSAL && !VARLEN;  // dense causal grids may run longest tiles first (cta_coords)
 constexpr int BM = 64 * NC;           // Q rows per CTA: one m64 wgmma atom per consumer warpgroup
 constexpr int THREADS = 128 * (NC + 1);
 constexpr int DC = D / 64;            // 64-element (128-byte) column chunks of a row: one TMA box / swizzle span each
@@ -168,8 +169,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
-  const int hq = blockIdx.y;
-  const int b = blockIdx.z;
+  const CtaCoords cta = cta_coords(HEAVY_FIRST && Skv <= HEAVY_FIRST_MAX_KEYS);
+  const int hq = cta.y;
+  const int b = cta.z;
   const int hkv = hq / group;
   // Rows of this CTA's sequence (ptx/attention_tile.cuh): the batch index of a dense map, or (varlen) row offsets in
   // the packed tensors, the sequence's own lengths and its bottom-right band. seq_q / seq_k bound every index below.
@@ -177,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const int q_start = seq.q_start, k_start = seq.k_start, seq_q = seq.seq_q, seq_k = seq.seq_k, map_b = seq.map_b;
   const KeyBand band = seq.band;
   // This CTA's query rows and the key blocks its band reaches (longest causal tiles first).
-  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(seq_k, band);
+  const QueryTile tile = query_tile<BM, BN, CAUSAL, WINDOW>(seq_k, band, cta.rank);
   const int m0 = tile.m0;
   const int kb0 = tile.kb0;
   const int nblk = tile.nblk;
