@@ -1,7 +1,8 @@
 // Flash-attention BACKWARD for Hopper (sm_90a): the key-block pass of an FA3-style backward (dK, dV and, in the
 // TW_DQ_ATOMIC builds, dQ's partial sums), and a deterministic query-block dQ kernel.
 //
-// One CTA = one BN-row key block of one (batch, kv head); grid (ceil(Skv / BN), Hkv, B). It walks every query block
+// One CTA = one BN-row key block of one (batch, kv head); grid (ceil(Skv / BN), Hkv, B), causal grids' first key
+// blocks (seen by the most queries) first, in the forward's order (cta_coords). It walks every query block
 // (BM rows) of every query head of its GQA group that can see its keys and accumulates, in registers,
 //   dV += P^T dO        dK += dS^T Q        (dK scaled once at the end)
 // with P^T = exp2(S^T * scale_log2 - lse_log2) recomputed from S^T = K Q^T, and dS^T = P^T * (dP^T - delta),

@@ -3,7 +3,8 @@
 // training pairs this forward with either.
 //
 // One CTA = one BM-row Q tile of one (batch, query head); grid (ceil(Sq / BM), Hq, B). Causal grids run the longest
-// tiles (last rows) first so the short ones fill the tail of the wave.
+// tiles (last rows) first so the short ones fill the tail of the wave - over every head at once where Skv <= 4096
+// (ptx/attention_tile.cuh, cta_coords), head by head above, where L2 reuse of a head's K / V wins.
 //   WG0  producer: one thread issues TMA for Q (once) and for K and V (one BN-row block per step) into a STAGES-deep
 //        ring; K and V have separate full/empty mbarriers so QK^T of a block can start before its V has landed.
 //   WG1.. consumers (TW_CONSUMERS = 1 or 2): each owns 64 Q rows (one m64 wgmma atom); S = Q K^T (SS wgmma, fp32 in

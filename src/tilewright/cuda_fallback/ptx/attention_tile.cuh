@@ -1,6 +1,6 @@
 // Pieces the attention kernels share (attention_sm90.cu, attention_bwd_sm90.cu): the band, a CTA's sequence rows
-// (dense or packed), which query tile a CTA owns, the stage ring's index / parity, zeroing a tile's rows, and the
-// paired 16-bit stores of an accumulator's rows.
+// (dense or packed), the order in which CTAs take their tiles, which query tile a CTA owns, the stage ring's index /
+// parity, zeroing a tile's rows, and the paired 16-bit stores of an accumulator's rows.
 #pragma once
 #include "common.cuh"
 #include "wgmma_typed.cuh"
