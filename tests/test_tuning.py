@@ -1,6 +1,7 @@
 """CPU tier: tuner (fake timer), persistent cache, reports, plots and the tune/report CLI (issue 6)."""
 import json
 import sys
+import time
 import warnings
 from html.parser import HTMLParser
 
@@ -365,15 +366,17 @@ def test_cli_tune_rejects_negative_jobs(capsys):
 
 
 @pytest.mark.interpreter
-def test_precompile_chunk_launches_every_nth_candidate():
-    """A worker of the parallel precompile runs its share of one shape's candidates (slot k of n: k, k + n, ...)."""
-    ran = []
+def test_precompile_chunk_compiles_every_nth_candidate_without_running_it():
+    """A worker of the parallel precompile compiles its share of one shape's candidates (slot k of n: k, k + n, ...)
+    through their compile-only call, never their run (a launch would disturb a sweep timing on the same GPU)."""
+    compiled, ran = [], []
     real = tuner._triton_candidates
 
     def spy(a, b, out, max_configs):
         cands = real(a, b, out, max_configs)
         for i, c in enumerate(cands):
-            c.run = (lambda i=i, run=c.run: (ran.append(i), run())[1])
+            c.compile = (lambda i=i, compile=c.compile: (compiled.append(i), compile())[1])
+            c.run = (lambda i=i: ran.append(i))
         return cands
 
     tuner._triton_candidates = spy
@@ -381,7 +384,71 @@ def test_precompile_chunk_launches_every_nth_candidate():
         assert tuner._precompile_chunk(((48, 64, 40), "float16", "cpu", 1, 2, 4)) == (2, 0)
     finally:
         tuner._triton_candidates = real
-    assert ran == [1, 3]
+    assert compiled == [1, 3] and ran == []
+
+
+def test_launch_gemm_compile_only_needs_a_config_and_launches_nothing_on_the_interpreter():
+    """compile_only: a config is required (it names the kernel); on the interpreter there is nothing to compile,
+    so the output is left as it was - no launch, no computation."""
+    import triton
+
+    from tilewright.triton_kernels.gemm import launch_gemm
+
+    a, b = torch.randn(32, 16, dtype=torch.float16), torch.randn(16, 24, dtype=torch.float16)
+    out = torch.full((32, 24), float("nan"), dtype=torch.float16)
+    with pytest.raises(ValueError, match="compile_only needs a config"):
+        launch_gemm(a, b, out, compile_only=True)
+    cfg = triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP": 1, "TILE_ORDER": 0, "PERSISTENT": 0,
+                         "FLATTEN": 0, "TMA_LOADS": 0, "SPLIT_K": 1}, num_warps=4, num_stages=2)
+    assert launch_gemm(a, b, out, config=cfg, compile_only=True) is out
+    assert torch.isnan(out).all()
+
+
+def test_sweep_waits_for_its_shapes_precompile():
+    """tune_gemm with ``ready`` events (the multi-GPU parent's pool): a shape is swept only once its event is set;
+    a shape whose event is already set goes at once."""
+    import threading
+
+    first, second = (16, 32, 16), (32, 16, 16)
+    ready = {first: threading.Event(), second: threading.Event()}
+    ready[first].set()
+    swept, released = [], []
+
+    def timer(cand, fn):
+        swept.append((cand.name, time.monotonic()))
+        return 1.0
+
+    def release():
+        released.append(time.monotonic())
+        ready[second].set()
+
+    threading.Timer(0.3, release).start()
+    tuner.tune_gemm([first, second], backends=["triton"], timer=timer, check=False, max_configs=1, store=False,
+                    reuse=False, progress=False, peak=1.0, ready=ready, log=lambda m: None)
+    assert released and len(swept) >= 2
+    second_start = swept[len(swept) // 2][1]  # (one peer and one config a shape, in shape order)
+    assert second_start >= released[0]
+
+
+@pytest.mark.interpreter
+def test_precompile_ahead_sets_every_shape_and_reports(monkeypatch):
+    """The single-GPU tune's background pool: every shape's event is set when it is done, the closing line is
+    logged, and a pool that fails still sets every event (the sweep then compiles what it needs) and says why."""
+    logged = []
+    thread, ready = tuner._precompile_ahead([(16, 32, 16), (32, 16, 16)], torch.float16, "cpu", 1, 1, logged.append)
+    thread.join(120)
+    assert all(e.is_set() for e in ready.values())
+    assert any(m.startswith("compiled 2 Triton candidates") for m in logged), logged
+
+    def broken(*args, **kwargs):
+        raise OSError("no processes")
+
+    monkeypatch.setattr(tuner, "precompile_triton", broken)
+    logged.clear()
+    thread, ready = tuner._precompile_ahead([(16, 16, 16)], torch.float16, "cpu", 1, 1, logged.append)
+    thread.join(120)
+    assert all(e.is_set() for e in ready.values())
+    assert logged == ["precompile stopped (OSError: no processes); the sweep compiles what it needs"]
 
 
 @pytest.mark.interpreter

@@ -120,3 +120,30 @@ def test_precompile_worker_compiles_on_its_own_device():
     finally:
         torch.cuda.set_device(before)
     assert failed == 0 and done >= 1, (done, failed)
+
+
+def test_compile_only_precompiles_exactly_the_kernel_a_launch_runs():
+    """The precompile compiles through the launch's own path (``launch_gemm(..., compile_only=True)``, Triton's
+    warmup): the launch that follows must find that kernel - same specialization, no second compile - and the
+    compile-only call must have written nothing."""
+    import torch
+
+    from tilewright.tools import tuner
+    from tilewright.triton_kernels import gemm as tg
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    a = torch.randn(1000, 520, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(520, 776, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((1000, 776), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kernels = tg._gemm_kernel.device_caches[torch.cuda.current_device()][0]
+    for cand in tuner._triton_candidates(a, b, out, 6)[::2]:  # (a few of the sweep's own candidates)
+        out.fill_(float("nan"))
+        cand.compile()
+        torch.cuda.synchronize()
+        assert torch.isnan(out).all(), cand.name  # nothing launched
+        count = len(kernels)
+        cand.run()
+        torch.cuda.synchronize()
+        assert len(kernels) == count, f"{cand.name}: the launch compiled another specialization than the precompile"
+        torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)

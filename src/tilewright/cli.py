@@ -465,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="re-tune shapes already in the cache")
     p.add_argument("--max-configs", type=_positive_int, default=None, metavar="N", help="at most N configs per backend")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="processes that compile the Triton configs before they are timed (default on a GPU: CPU "
+                   help="processes that compile the Triton configs ahead of their timing, shape by shape while "
+                        "earlier shapes are timed (default on a GPU: CPU "
                         "cores - 2, at most 16; with --gpus, up to 16 per GPU from the machine's cores; an explicit "
                         "N is the total; 0: compile each config when the sweep reaches it)")
     p.add_argument("--out", default=None, help="report folder (default: perf/tune/<card>/<timestamp>)")

@@ -17,6 +17,7 @@ import datetime
 import functools
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class Candidate:
     run: Callable[[], torch.Tensor]
     params: dict = field(default_factory=dict)  # report columns: block_m, block_n, tile_order, ...
     cudagraph: bool = False
+    compile: Callable[[], object] | None = None  # compiles what ``run`` would run, launching nothing (precompile)
 
 
 def default_timer(candidate: Candidate, fn: Callable[[], object]) -> float:
@@ -162,7 +164,8 @@ def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
         params = dict(block_m=kw["BLOCK_M"], block_n=kw["BLOCK_N"], block_k=kw["BLOCK_K"], stages=cfg.num_stages,
                       warps=cfg.num_warps, tile_order=order, schedule=schedule, loads=loads, split_k=split_k)
         found.append(Candidate("triton", name, config, (lambda cfg=cfg: launch_gemm(a, b, out, config=cfg)),
-                               params))
+                               params, compile=(lambda cfg=cfg: launch_gemm(a, b, out, config=cfg,
+                                                                            compile_only=True))))
     return found
 
 
@@ -259,7 +262,7 @@ def _default_dtype(device: torch.device) -> torch.dtype:
 
 def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, progress: bool = True,
               progress_stream=None, check: bool = True, max_configs: int | None = None, reuse: bool = True,
-              store: bool = True, peak: float | None = None, log=print, jobs: int = 0) -> Sweep:
+              store: bool = True, peak: float | None = None, log=print, jobs: int = 0, ready=None) -> Sweep:
     """Tune GEMM for each ``(M, N, K)`` in ``shapes``; return the sweep and store each shape's winners in the cache.
 
     dtype: default bf16 on GPU, fp16 on CPU (the interpreter); backends: names to sweep (default: every eligible
@@ -268,7 +271,9 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     max_configs: cap per backend (smoke runs); reuse: shapes already in the cache are reported and not re-tuned;
     peak: the card's peak TFLOP/s for the % of peak column (default: measured once per card, see
     :func:`measured_peak`); log: where one-line messages go; jobs: worker processes that compile the Triton
-    candidates of every shape first (:func:`precompile_triton`; 0: each compiles when the sweep reaches it).
+    candidates of every shape ahead of the sweep, shape by shape while earlier shapes are timed
+    (:func:`precompile_triton`; 0: each compiles when the sweep reaches it); ready: ``{shape: event}`` set as a
+    shape's candidates are compiled elsewhere (:func:`tune_gemm_multi`'s pool), waited for before that shape.
     """
     shapes = _checked_shapes(shapes)
     gpu = torch.cuda.is_available() and not interpreting()
@@ -278,10 +283,11 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     if peak is None and timer is default_timer:
         peak = measured_peak(device, dtype)
     rows, records, cached = [], [], []
+    ahead = None
     if jobs and device.type == "cuda" and (backends is None or "triton" in backends):
         todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
         if todo:
-            precompile_triton(todo, dtype, device, jobs, max_configs, progress, progress_stream, log)
+            ahead, ready = _precompile_ahead(todo, dtype, device, jobs, max_configs, log)
     for M, N, K in shapes:
         if reuse and (rec := cache.lookup("gemm", device, dtype, M, N, K)):
             best = rec["backends"].get(rec["winner"], {})
@@ -290,6 +296,9 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
                 " use --force to re-tune")
             cached.append((M, N, K))
             continue
+        if ready is not None and (M, N, K) in ready and not ready[(M, N, K)].wait(PRECOMPILE_WAIT_S):
+            log(f"gemm {M}x{N}x{K}: its candidates were not compiled within {PRECOMPILE_WAIT_S:.0f} s; the sweep "
+                "compiles what it needs")
         shape_rows = _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_stream, check,
                                   max_configs, log)
         rows.extend(shape_rows)
@@ -298,6 +307,8 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
             records.append(("gemm", dtype, M, N, K, rec))
             if store:  # per shape: a sweep stopped part-way keeps every shape it finished
                 cache.store_many([records[-1]], device)
+    if ahead is not None:
+        ahead.join()  # (its pool has finished every shape the sweep waited for; this waits out its shutdown)
     from ..bench.common import environment
 
     meta = {"op": "gemm", "dtype": str(dtype).replace("torch.", ""), "device_key": cache.device_key(device),
@@ -331,16 +342,14 @@ def split_shapes(shapes, n: int) -> list[list[tuple]]:
     return parts
 
 
-def _tune_worker(device: str, shapes, kwargs: dict, queue, go) -> None:
-    """One process of :func:`tune_gemm_multi`: start (imports, the CUDA context) while the parent precompiles, then
-    tune ``shapes`` on ``device`` once ``go`` is set, and send back (rows, meta) or an error."""
+def _tune_worker(device: str, shapes, kwargs: dict, queue, ready) -> None:
+    """One process of :func:`tune_gemm_multi`: tune ``shapes`` on ``device``, each once the parent's pool has
+    compiled its candidates (``ready``: ``{shape: event}``), and send back (rows, meta) or an error."""
     try:
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
-            torch.empty(1, device=device)  # the context now, not after the precompile
-        go.wait()
         sweep = tune_gemm(shapes, device=device, progress=False, log=lambda m: print(f"[{device}] {m}", flush=True),
-                          **kwargs)
+                          ready=ready, **kwargs)
         queue.put((device, sweep.df.to_dict("records"), sweep.meta, None))
     except BaseException as e:  # reported by the parent, which names the device
         queue.put((device, [], {}, f"{type(e).__name__}: {e}"))
@@ -371,11 +380,14 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     """:func:`tune_gemm` spread over ``devices`` (e.g. ``["cuda:0", "cuda:1"]``): one process per device, each
     sweeping its share of the shapes (:func:`split_shapes`) and storing its winners in the shared cache (the cache's
     writes are locked across processes), one merged :class:`Sweep` back. ``kwargs``: tune_gemm's. ``jobs`` (per
-    device): the Triton candidates of every shape are compiled first by one pool of ``jobs * len(devices)``
-    processes in this process (:func:`precompile_triton`; Triton's disk cache then serves every worker), while the
-    sweep workers start. Two GPUs each running a pool of their own measured 20-23 s of compiling where one pool did
-    all of it in 17 s: a pool's start-up, not the compiles, is most of its time. Devices of one card model share one
-    cache section, so the result is what one GPU would have stored."""
+    device): the Triton candidates are compiled by one pool of ``jobs * len(devices)`` processes in this process
+    (:func:`precompile_triton`; Triton's disk cache then serves every worker; two GPUs each running a pool of their
+    own measured 20-23 s of compiling where one pool did all of it in 17 s: a pool's start-up, not the compiles, is
+    most of its time), less one core per sweep worker. The pool takes the shapes in the order the workers sweep them
+    (their first shapes first) and each worker waits only for its next shape's compiles, so compiling overlaps the
+    sweeps: a two-GPU tune was ~9 s of start, 22 s of compiling and ~50 s of sweeps one after the other (H200), and
+    the precompile launches nothing that could disturb a sweep's timings. Devices of one card model share one cache
+    section, so the result is what one GPU would have stored."""
     import multiprocessing
 
     devices = [str(d) for d in devices]
@@ -384,8 +396,10 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     shapes = _checked_shapes(shapes)
     parts = split_shapes(shapes, len(devices))
     ctx = multiprocessing.get_context("spawn")  # (CUDA cannot be forked; each worker makes its own context)
-    queue, go = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_tune_worker, args=(d, p, kwargs, queue, go)) for d, p in zip(devices, parts) if p]
+    queue = ctx.Queue()
+    ready = {s: ctx.Event() for s in shapes}
+    procs = [ctx.Process(target=_tune_worker, args=(d, p, kwargs, queue, ready))
+             for d, p in zip(devices, parts) if p]
     for proc in procs:
         proc.start()
     try:
@@ -394,11 +408,16 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
             device = torch.device(devices[0])
             dtype = kwargs.get("dtype") or _default_dtype(device)
             reuse = kwargs.get("reuse", True)
-            todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
+            # the workers' shapes interleaved: every worker's first shape, then every second, ...
+            order = [part[i] for i in range(max(map(len, parts))) for part in parts if i < len(part)]
+            todo = [s for s in order if not (reuse and cache.lookup("gemm", device, dtype, *s))]
             if todo:
-                precompile_triton(todo, dtype, device, jobs * len(devices), kwargs.get("max_configs"), log=log)
+                pool = max(1, min(jobs * len(devices), (os.cpu_count() or 2) - len(procs)))
+                precompile_triton(todo, dtype, device, pool, kwargs.get("max_configs"), progress=False, log=log,
+                                  on_shape=lambda shape: ready[tuple(shape)].set())
     finally:
-        go.set()  # (also after a failed precompile: the sweeps compile what they need themselves)
+        for event in ready.values():  # (also after a failed precompile: the sweeps compile what they need)
+            event.set()
     # results read before join: a worker blocks until its result is read
     results = _collect(queue, procs, [d for d, p in zip(devices, parts) if p])
     for proc in procs:
@@ -416,18 +435,46 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
 
 
 # ------------------------------------------------------------------------------------------------ precompile
+PRECOMPILE_WAIT_S = 900.0  # a sweep waits this long for its shape's precompile, then compiles what it needs itself
+
+
+def _precompile_ahead(shapes, dtype, device, jobs: int, max_configs, log):
+    """:func:`precompile_triton` of ``shapes`` on a thread of this process, so the sweep of shape i runs while the
+    pool compiles shape i + 1: returns the thread and ``{shape: event}``, each set once its shape is compiled (all set
+    when the pool stops, whatever stopped it). The pool's progress is one closing line (no bar beside the sweep's)."""
+    import threading
+
+    ready = {tuple(s): threading.Event() for s in shapes}
+
+    def run():
+        try:
+            precompile_triton(shapes, dtype, device, jobs, max_configs, progress=False, log=log,
+                              on_shape=lambda shape: ready[tuple(shape)].set())
+        except Exception as e:  # noqa: BLE001 - the sweeps compile what they need; say why the pool stopped
+            log(f"precompile stopped ({type(e).__name__}: {e}); the sweep compiles what it needs")
+        finally:
+            for event in ready.values():
+                event.set()
+
+    thread = threading.Thread(target=run, name="tilewright-precompile", daemon=True)
+    thread.start()
+    return thread, ready
+
+
 def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None = None, progress: bool = True,
-                      progress_stream=None, log=print) -> dict:
-    """Compile the Triton candidates of ``shapes`` in ``jobs`` worker processes, before the sweep times them.
+                      progress_stream=None, log=print, on_shape=None) -> dict:
+    """Compile the Triton candidates of ``shapes`` in ``jobs`` worker processes, ahead of the sweep that times them.
 
     Why: a sweep is compile-bound - each of the ~60 configs a large shape keeps compiles for 1-3 s, one after the
     other, while the timing itself takes ~0.1 s a config. Triton keeps every compiled kernel in its on-disk cache,
-    keyed by source, config and argument specialization, so workers that launch each candidate once (on operands of
-    the same shape, dtype and alignment as the sweep's) leave the sweep only cache loads. Workers are spawned
-    processes, not threads (much of Triton's compile pipeline is Python, which threads would run one at a time),
-    each on ``device``; worker ``k`` of ``n`` takes every n-th candidate of a shape. A candidate that fails to
-    compile fails again in the sweep, which records the error: here it is only counted.
-    Returns ``{"compiled": n, "errors": n, "seconds": s}``.
+    keyed by source, config and argument specialization, so workers that compile each candidate once (on operands of
+    the same shape, dtype and alignment as the sweep's, through the launch's own path with ``compile_only``) leave
+    the sweep only cache loads. Nothing is launched, so the compiles may run while a sweep times candidates on the
+    same GPU (:func:`tune_gemm`, :func:`tune_gemm_multi`). Workers are spawned processes, not threads (much of
+    Triton's compile pipeline is Python, which threads would run one at a time), each on ``device``; worker ``k`` of
+    ``n`` takes every n-th candidate of a shape, shape after shape in the given order. ``on_shape(shape)`` is called
+    as each shape's candidates are all compiled. A candidate that fails to compile fails again in the sweep, which
+    records the error: here it is only counted. Returns ``{"compiled": n, "errors": n, "seconds": s}``.
     """
     import concurrent.futures as cf
     import multiprocessing as mp
@@ -441,10 +488,13 @@ def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None 
         if progress else None
     compiled = errors = 0
     with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        for done, failed in pool.map(_precompile_chunk, tasks):
+        # results come back in the tasks' order, a shape's `jobs` chunks after the previous shape's
+        for i, (done, failed) in enumerate(pool.map(_precompile_chunk, tasks)):
             compiled, errors = compiled + done, errors + failed
             if bar:
                 bar.update(1)
+            if on_shape is not None and i % jobs == jobs - 1:
+                on_shape(tasks[i][0])
     if bar:
         bar.close()
     seconds = time.monotonic() - t0
@@ -470,14 +520,13 @@ def _precompile_chunk(task) -> tuple[int, int]:
         _chunk_operands.clear()
         if dev.startswith("cuda"):
             torch.cuda.empty_cache()
-        _chunk_operands[key] = (torch.randn(M, K, device=dev, dtype=dtype),
-                                torch.randn(K, N, device=dev, dtype=dtype) / K ** 0.5,
-                                torch.empty(M, N, device=dev, dtype=dtype))
+        # (empty: compiling reads no values, and filling them would put kernels on the GPU a sweep is timing)
+        _chunk_operands[key] = tuple(torch.empty(shape, device=dev, dtype=dtype) for shape in ((M, K), (K, N), (M, N)))
     a, b, out = _chunk_operands[key]
     done = failed = 0
     for cand in _triton_candidates(a, b, out, max_configs)[slot::n]:
         try:
-            cand.run()
+            (cand.compile or cand.run)()
             done += 1
         except Exception:  # noqa: BLE001 - counted; the sweep records the error for this config
             failed += 1

@@ -759,7 +759,7 @@ def _arrivals_pointer(device_index: int, stream: int) -> int:
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=None, residual=None,
                 activation: int = 0, preact=None, norm: NormPrologue | None = None, dequant: Dequant | None = None,
                 use_tma: bool | None = None, config: triton.Config | None = None,
-                num_programs: int | None = None) -> torch.Tensor:
+                num_programs: int | None = None, compile_only: bool = False) -> torch.Tensor:
     """Compute ``out = act(a @ b + bias) + residual`` into ``out`` with the persistent Triton kernel.
 
     a: (M, K), b: (K, N), out: (M, N) (any strides; contiguous rows allow a TMA store); bias: (N,) unit-stride;
@@ -768,12 +768,19 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     prologue (:class:`NormPrologue`); ``dequant``: FP8 scales (:class:`Dequant`). Shapes and dtypes are checked by
     the op layer, not here.
 
-    ``config`` bypasses every lookup (tests, reports); ``num_programs`` overrides the persistent grid size. Without
+    ``config`` bypasses every lookup (tests, reports); ``num_programs`` overrides the persistent grid size;
+    ``compile_only`` (with ``config``) compiles the kernel this launch would run into Triton's caches - the same
+    specialization, so a later launch loads it - and launches nothing (``tilewright tune``'s precompile, which runs
+    beside the sweeps: the interpreter compiles nothing, so there it returns at once). Without
     it the config is this machine's tuned one, else the shipped table's, else the shape-based default - one compile
     at a new shape; ``TILEWRIGHT_AUTOTUNE=full`` runs Triton's sweep for buckets nothing measured instead. The launch
     plan (everything but the pointers) is cached per call signature on the GPU.
     """
     _check_parameters(a, b, bias, norm, dequant)
+    if compile_only and config is None:
+        raise ValueError("launch_gemm: compile_only needs a config (the kernel to compile)")
+    if compile_only and (INTERPRET or not a.is_cuda):
+        return out
     key = None
     if a.is_cuda and not INTERPRET and config is None and num_programs is None:
         key = _plan_key(a, b, out, bias, residual, activation, preact, use_tma, norm, dequant)
@@ -802,6 +809,9 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
         ws_ptr=ws, arrivals_ptr=arrivals,
         eps=float(norm.eps) if norm is not None else 0.0,
     )
+    if compile_only:
+        _gemm_kernel.warmup(grid=plan.grid, **kernel_args)
+        return out
     if plan.config is not None:
         compiled = retry_after_oom(lambda: _gemm_kernel[plan.grid](**kernel_args))
         if is_recording():
