@@ -110,6 +110,8 @@ TW_DEVICE CtaCoords cta_coords(bool heavy_first) {
   asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
   asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
   asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(nz));
+  // 32-bit dispatch positions: a grid of 2^32 CTAs or more (no real problem) keeps x-fastest order
+  if ((unsigned long long)nx * ny * nz > 0xffffffffull) return {(int)x, (int)y, (int)z};
   const unsigned heads = ny * nz;                 // (y, z) pairs: the CTAs of one rank
   const unsigned linear = x + nx * (y + ny * z);  // dispatch position
   const unsigned rank = linear / heads, rest = linear - rank * heads;
