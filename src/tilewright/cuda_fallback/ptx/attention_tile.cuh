@@ -88,7 +88,7 @@ TW_DEVICE bool masked_out(int row, int col, int Skv, KeyBand band) {
 // longest tiles start first and the last wave holds the shortest ones (longest processing time first: 1.00-1.03x the
 // ideal in the same model). It also spreads the CTAs that run at once over every head, whose K / V then compete for
 // L2 where x-fastest order keeps about two heads' worth hot. Measured (H200, bf16, causal, same run against x-fastest
-// order): Skv 2k-4k forward 1.01-1.14x, forward + backward 1.04-1.10x; Skv 8k and 16k 0.95-0.96x (4 MB of K and V -
+// order): Skv 2k-4k forward 1.01-1.14x, forward + backward 1.02-1.10x; Skv 8k and 16k 0.95-0.96x (4 MB of K and V -
 // Q and dO in the backward's key-block pass - a head at head dim 128, 16-32 heads against a 50 MB L2). So dense
 // causal builds ask for heavy_first with Skv <= HEAVY_FIRST_MAX_KEYS; packed batches keep x fastest (their z is a
 // sequence whose tiles past its length return at once). `rank` is the tile's place in dispatch order (0 first); the
