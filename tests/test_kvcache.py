@@ -87,8 +87,10 @@ def test_split_count_does_not_change_the_result(splits):
 
 @pytest.mark.parametrize("case", [(2, 1, 8, 2, 64, 100, (100, 37), None, 3, None),
                                   (1, 3, 4, 1, 40, 70, (70,), 8, 2, None),
-                                  (3, 2, 6, 3, 32, 60, (60, 0, 9), None, 4, (7, 0))],
-                         ids=["gqa4-3splits", "paged-Sq3-2splits", "empty-seq-window-4splits"])
+                                  (3, 2, 6, 3, 32, 60, (60, 0, 9), None, 4, (7, 0)),
+                                  (1, 1, 8, 2, 32, 200, (200,), None, 7, None)],
+                         ids=["gqa4-3splits", "paged-Sq3-2splits", "empty-seq-window-4splits",
+                              "7splits-two-chunks"])
 def test_combine_fused_into_the_split_kernel(case):
     """The combine run by the last split to arrive (config fused_combine): the same answer as the second launch's
     combine (fp32 partials merged in split order: equal up to the output dtype's rounding), against the reference
