@@ -90,10 +90,11 @@ TW_DEVICE bool masked_out(int row, int col, int Skv, KeyBand band) {
 // L2 where x-fastest order keeps about two heads' worth hot. Measured (H200, bf16, causal, same run against x-fastest
 // order): Skv 2k-4k forward 1.01-1.14x, forward + backward 1.02-1.10x; Skv 8k and 16k 0.95-0.96x (4 MB of K and V -
 // Q and dO in the backward's key-block pass - a head at head dim 128, 16-32 heads against a 50 MB L2). So dense
-// causal builds ask for heavy_first with Skv <= HEAVY_FIRST_MAX_KEYS; packed batches keep x fastest (their z is a
-// sequence whose tiles past its length return at once). `rank` is the tile's place in dispatch order (0 first); the
-// caller maps it to its longest-first tile. The coordinates are read with volatile asm so each warp role recomputes
-// them after its setmaxnreg (a value carried across the register reallocation stays live there).
+// causal builds ask for heavy_first where the rows they stream per head number at most HEAVY_FIRST_MAX_KEYS (Skv for
+// the forward and dQ kernels, Sq for the key-block pass; the measured rows had Sq = Skv); packed batches keep x
+// fastest (their z is a sequence whose tiles past its length return at once). `rank` is the tile's place in dispatch
+// order (0 first); the caller maps it to its longest-first tile. The coordinates are read with volatile asm so each
+// warp role recomputes them after its setmaxnreg (a value carried across the register reallocation stays live there).
 constexpr int HEAVY_FIRST_MAX_KEYS = 4096;
 
 struct CtaCoords {
