@@ -406,28 +406,37 @@ def test_launch_gemm_compile_only_needs_a_config_and_launches_nothing_on_the_int
 
 def test_sweep_waits_for_its_shapes_precompile():
     """tune_gemm with ``ready`` events (the multi-GPU parent's pool): a shape is swept only once its event is set;
-    a shape whose event is already set goes at once."""
+    a shape whose event is already set goes at once. The second shape's event is set 0.3 s after the first shape's
+    last timing, so a sweep that did not wait would time it before the release."""
     import threading
 
     first, second = (16, 32, 16), (32, 16, 16)
+    options = dict(backends=["triton"], check=False, max_configs=1, store=False, reuse=False, progress=False,
+                   peak=1.0, log=lambda m: None)
+    per_shape = []
+    tuner.tune_gemm([first], timer=lambda cand, fn: (per_shape.append(cand.name), 1.0)[1], **options)
+    n_first = len(per_shape)  # timings of one shape (the peer and one config)
     ready = {first: threading.Event(), second: threading.Event()}
     ready[first].set()
     swept, released = [], []
 
     def timer(cand, fn):
-        swept.append((cand.name, time.monotonic()))
+        swept.append(time.monotonic())
         return 1.0
 
     def release():
+        while len(swept) < n_first:
+            time.sleep(0.01)
+        time.sleep(0.3)
         released.append(time.monotonic())
         ready[second].set()
 
-    threading.Timer(0.3, release).start()
-    tuner.tune_gemm([first, second], backends=["triton"], timer=timer, check=False, max_configs=1, store=False,
-                    reuse=False, progress=False, peak=1.0, ready=ready, log=lambda m: None)
-    assert released and len(swept) >= 2
-    second_start = swept[len(swept) // 2][1]  # (one peer and one config a shape, in shape order)
-    assert second_start >= released[0]
+    releaser = threading.Thread(target=release, daemon=True)
+    releaser.start()
+    tuner.tune_gemm([first, second], timer=timer, ready=ready, **options)
+    releaser.join(5)
+    assert released and len(swept) == 2 * n_first
+    assert swept[n_first - 1] < released[0] <= swept[n_first]  # the first shape before the release, the second after
 
 
 @pytest.mark.interpreter
@@ -453,12 +462,18 @@ def test_precompile_ahead_sets_every_shape_and_reports(monkeypatch):
 
 @pytest.mark.interpreter
 def test_precompile_runs_in_spawned_workers_and_counts(capsys):
-    """The pool itself: one spawned worker (it imports tilewright afresh, as on the device) compiles a capped shape;
-    the count and the progress line come back."""
-    got = tuner.precompile_triton([(16, 32, 16)], torch.float16, "cpu", jobs=1, max_configs=1,
-                                  progress=False, log=print)
-    assert got["compiled"] == 1 and got["errors"] == 0
-    assert "compiled 1 Triton candidates" in capsys.readouterr().out
+    """The pool itself: spawned workers (they import tilewright afresh, as on the device) compile two capped shapes,
+    two chunks each; the count and the closing line come back, and ``on_shape`` (what releases a waiting sweep) names
+    each shape once, in order."""
+    shapes, seen = [(16, 32, 16), (32, 16, 16)], []
+    expected = sum(len(tuner._triton_candidates(torch.empty(M, K, dtype=torch.float16),
+                                                torch.empty(K, N, dtype=torch.float16),
+                                                torch.empty(M, N, dtype=torch.float16), 2)) for M, N, K in shapes)
+    got = tuner.precompile_triton(shapes, torch.float16, "cpu", jobs=2, max_configs=2, progress=False, log=print,
+                                  on_shape=seen.append)
+    assert got["compiled"] == expected and got["errors"] == 0
+    assert f"compiled {expected} Triton candidates" in capsys.readouterr().out
+    assert seen == shapes
 
 
 def test_report_rejects_unrelated_csv(tmp_path, capsys):
