@@ -689,7 +689,8 @@ def test_split_shapes_deals_work_evenly():
     parts = tuner.split_shapes(suite, 2)
     loads = [sum(map(tuner.sweep_seconds, p)) for p in parts]
     assert max(loads) <= 0.6 * sum(loads), (parts, loads)
-    assert sum(m <= tuner.DECODE_MAX_M for m, _, _ in parts[0]) == 1
+    decode = [sum(m <= tuner.DECODE_MAX_M for m, _, _ in p) for p in parts]
+    assert sum(decode) == 2 and all(len(p) < len(q) for p, q, d in zip(parts, parts[::-1], decode) if d == 2)
     shapes = [(1024, 1024, 1024)] * 6 + [(512, 1024, 1024)] * 4
     assert [len(p) for p in tuner.split_shapes(shapes, 2)] == [5, 5]
     assert tuner.split_shapes(shapes[:1], 3)[1:] == [[], []]
@@ -808,3 +809,105 @@ def test_tune_gemm_multi_runs_workers_and_merges(tmp_path):
     assert cache.lookup("gemm", torch.device("cpu"), torch.float16, 16, 32, 16) is not None
     with pytest.raises(tuner.TuneError, match="distinct"):
         tuner.tune_gemm_multi([(16, 16, 16)], ["cpu", "cpu"])
+
+
+# ------------------------------------------------------------------------------------------------ finals
+def _final_rows(times: dict, peer_ms: float = 2.0):
+    """Rows and candidates as _sweep_shape leaves them: the peer first, then ``times`` ({name: sweep ms})."""
+    cands = [tuner.Candidate(tuner.PEER_BACKEND, "cublas", {}, lambda: None)]
+    cands += [tuner.Candidate("triton", name, {}, lambda: None) for name in times]
+    rows = [dict(shape="s", M=8, N=8, K=8, backend=c.backend, config=c.name, median_ms=ms, tflops=1.0, status="ok")
+            for c, ms in zip(cands, [peer_ms, *times.values()])]
+    return rows, cands
+
+
+def test_finals_retime_contenders_interleaved_and_keep_the_sweep_time():
+    """The contenders (within FINAL_BAND of the fastest, at most FINAL_MAX, fastest first) and the peer are timed
+    FINAL_ROUNDS more times, each round in a rotated order; each keeps the median, its sweep time in sweep_ms; a
+    config outside the band is not re-timed. A sweep whose drift made the slower config look fastest then stores the
+    config that is fastest when both run side by side."""
+    band = tuner.FINAL_BAND
+    names = [f"c{i}" for i in range(tuner.FINAL_MAX + 2)]
+    sweep = {n: 1.0 + band * i / (len(names) + 1) for i, n in enumerate(names)}  # all in the band ...
+    sweep["far"] = 1.0 + 2 * band  # ... but this one
+    true = {n: 2.0 - 0.1 * i for i, n in enumerate(names)}  # the finals reverse the order: the last contender wins
+    rows, cands = _final_rows(sweep)
+    calls = []
+
+    def timer(cand, fn):
+        calls.append(cand.name)
+        return {"cublas": 3.0, **true}[cand.name] + 0.001 * len(calls) % 3  # noise that the median removes
+
+    got = tuner.run_finals(rows, cands, timer, rounds=3)
+    contenders = names[:tuner.FINAL_MAX]
+    assert [cands[i].name for i in got] == contenders + ["cublas"]
+    assert len(calls) == 3 * (len(contenders) + 1) and set(calls) == {*contenders, "cublas"}
+    per_round = [calls[r * 5:(r + 1) * 5] for r in range(3)]
+    assert per_round[0][0] == contenders[0] and per_round[1][0] == contenders[1]  # rotated
+    by_name = {r["config"]: r for r in rows}
+    for n in contenders:
+        assert by_name[n]["sweep_ms"] == sweep[n] and abs(by_name[n]["median_ms"] - true[n]) < 0.01
+        assert by_name[n]["tflops"] == pytest.approx(2 * 8 ** 3 / by_name[n]["median_ms"] / 1e9)
+    assert "sweep_ms" not in by_name["far"] and by_name["far"]["median_ms"] == sweep["far"]
+    assert "sweep_ms" not in by_name[names[-1]]  # in the band, beyond FINAL_MAX
+    win = report.winners(report.analyze(pd.DataFrame(rows)))
+    assert win.winner_config[0] == contenders[-1]  # the sweep's fastest (c0) lost side by side
+
+
+def test_finals_skip_what_they_cannot_compare_and_survive_a_failure():
+    rows, cands = _final_rows({"a": 1.0, "b": 1.5})  # one contender in the band: nothing to re-time
+    assert tuner.run_finals(rows, cands, lambda c, f: 9.0, rounds=3) == [] and rows[1]["median_ms"] == 1.0
+    rows, cands = _final_rows({"a": 1.0, "b": 1.01})
+    assert tuner.run_finals(rows, cands, lambda c, f: 9.0, rounds=0) == []
+    rows[2]["status"] = "wrong"  # a wrong config is never a contender
+    assert tuner.run_finals(rows, cands, lambda c, f: 9.0, rounds=3) == []
+
+    rows, cands = _final_rows({"a": 1.0, "b": 1.01, "c": 1.02})
+
+    def timer(cand, fn):
+        if cand.name == "b":
+            raise RuntimeError("launch failed")
+        return 0.5
+
+    got = tuner.run_finals(rows, cands, timer, rounds=3)
+    assert sorted(cands[i].name for i in got) == ["a", "c", "cublas"]
+    assert rows[2]["median_ms"] == 1.01 and "sweep_ms" not in rows[2] and rows[1]["median_ms"] == 0.5
+
+
+def test_tune_gemm_stores_the_finals_winner():
+    """tune_gemm runs the finals (finals=N; on by default only on a GPU) and the cache keeps their winner."""
+    first = _tune(store=False).df.query("backend == 'triton'").sort_values("median_ms").config.tolist()
+    loser, winner = first[0], first[1]  # the sweep's fastest and second (fake times, within the band below)
+    seen = {}
+
+    def timer(cand, fn):
+        seen[cand.name] = seen.get(cand.name, 0) + 1
+        if cand.name in (loser, winner):
+            return 0.0100 if seen[cand.name] == 1 else (0.0105 if cand.name == loser else 0.0101)
+        return 0.05
+
+    sweep = tuner.tune_gemm([SHAPE], timer=timer, check=False, progress=False, peak=10.0, log=lambda *_: None,
+                            finals=3)
+    assert seen[loser] == seen[winner] == 4
+    assert cache.lookup("gemm", "cpu", torch.float16, *SHAPE)["backends"]["triton"]["name"] == winner
+    assert report.winners(sweep.df).winner_config[0] == winner
+    assert _tune(store=False, reuse=False).df.get("sweep_ms") is None  # off on the interpreter by default
+
+
+def test_finals_time_each_backends_best_and_winners_compare_finalists_only():
+    """Each backend's sweep-best runs in the finals even outside the band, so report.winners can take every
+    backend's best from its finalists: a finals-slowed contender is never beaten by another row's stale sweep time."""
+    rows, cands = _final_rows({"a": 1.0, "b": 1.01})
+    for name, ms in (("x", 1.2), ("y", 1.3)):
+        cands.append(tuner.Candidate("cuda", name, {}, lambda: None))
+        rows.append(dict(rows[1], backend="cuda", config=name, median_ms=ms))
+    finals = {"a": 1.5, "b": 1.6, "x": 1.4, "cublas": 2.5}  # the card slower now; x faster than a side by side
+    got = tuner.run_finals(rows, cands, lambda c, f: finals[c.name], rounds=3)
+    assert sorted(cands[i].name for i in got) == ["a", "b", "cublas", "x"]  # y: not its backend's best
+    win = report.winners(report.analyze(pd.DataFrame(rows)))
+    assert (win.winner[0], win.winner_config[0], win.triton_config[0], win.cuda_config[0]) == ("cuda", "x", "a", "x")
+    assert win.vs_peer[0] == pytest.approx(2.5 / 1.4)
+    rows[1]["median_ms"] = 1.0  # a row not in the finals (no sweep_ms) with a faster stale time ...
+    del rows[1]["sweep_ms"]
+    win = report.winners(report.analyze(pd.DataFrame(rows)))
+    assert win.triton_config[0] == "b" and win.winner_config[0] == "x"  # ... is not compared with the finalists

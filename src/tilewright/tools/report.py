@@ -150,7 +150,9 @@ def _first_of_tied(sub: pd.DataFrame) -> pd.Series:
 
 def winners(df: pd.DataFrame) -> pd.DataFrame:
     """One row per shape: each backend's best (timed, correct) config, the overall winner and its ratio to the peer.
-    Near-ties (within TIE_BAND) go to the first candidate in the sweep's order, then the first backend."""
+    Near-ties (within TIE_BAND) go to the first candidate in the sweep's order, then the first backend. Where a
+    shape's contenders were re-timed (a ``sweep_ms`` column, :func:`tilewright.tools.tuner.run_finals`), a backend's
+    best is chosen among its re-timed rows: their times were taken side by side, the others' earlier."""
     ok = df[(df.status == "ok") & df.median_ms.notna()] if "status" in df else df[df.median_ms.notna()]
     rows = []
     for shape, g in ok.groupby("shape", sort=False):
@@ -162,6 +164,8 @@ def winners(df: pd.DataFrame) -> pd.DataFrame:
         bests = []
         for backend in BACKENDS:
             sub = g[g.backend == backend]
+            if "sweep_ms" in sub and sub.sweep_ms.notna().any():
+                sub = sub[sub.sweep_ms.notna()]  # the finals' times (tuner.run_finals), not the sweep's, compared
             if len(sub):
                 r = _first_of_tied(sub)
                 row[f"{backend}_config"], row[f"{backend}_ms"] = r.config, float(r.median_ms)

@@ -62,11 +62,22 @@ class Candidate:
     compile: Callable[[], object] | None = None  # compiles what ``run`` would run, launching nothing (precompile)
 
 
+GRAPH_REP_MS = 15  # replay budget of a graph-timed candidate (see default_timer)
+
+
 def default_timer(candidate: Candidate, fn: Callable[[], object]) -> float:
-    """Median milliseconds of ``fn`` (``triton.testing.do_bench``, shortened; graph replays where flagged)."""
+    """Median milliseconds of ``fn`` (``triton.testing.do_bench``, shortened; graph replays where flagged).
+
+    Graph-timed candidates get a shorter budget: ``do_bench_cudagraph`` sizes its graph from five eager calls, which
+    for these microsecond kernels time the host's launch path (~80 us), and then captures ``rep / that`` calls one by
+    one through the same path - with 50 ms, ~600 captures and ten replays of them a candidate, ~0.2-0.4 s, so the two
+    decode-sized shapes of the default suite took 27 of the 82 s of one GPU's sweeps. Ten replays of ~200 calls
+    still average out the microsecond kernels' noise."""
     from ..bench.common import time_ms
 
-    return time_ms(fn, warmup_ms=10, rep_ms=50, cudagraph=candidate.cudagraph)
+    if candidate.cudagraph:
+        return time_ms(fn, rep_ms=GRAPH_REP_MS, cudagraph=True)
+    return time_ms(fn, warmup_ms=10, rep_ms=50)
 
 
 # ------------------------------------------------------------------------------------------------ progress
@@ -262,7 +273,8 @@ def _default_dtype(device: torch.device) -> torch.dtype:
 
 def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, progress: bool = True,
               progress_stream=None, check: bool = True, max_configs: int | None = None, reuse: bool = True,
-              store: bool = True, peak: float | None = None, log=print, jobs: int = 0, ready=None) -> Sweep:
+              store: bool = True, peak: float | None = None, log=print, jobs: int = 0, ready=None,
+              finals: int | None = None) -> Sweep:
     """Tune GEMM for each ``(M, N, K)`` in ``shapes``; return the sweep and store each shape's winners in the cache.
 
     dtype: default bf16 on GPU, fp16 on CPU (the interpreter); backends: names to sweep (default: every eligible
@@ -273,13 +285,19 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     :func:`measured_peak`); log: where one-line messages go; jobs: worker processes that compile the Triton
     candidates of every shape ahead of the sweep, shape by shape while earlier shapes are timed
     (:func:`precompile_triton`; 0: each compiles when the sweep reaches it); ready: ``{shape: event}`` set as a
-    shape's candidates are compiled elsewhere (:func:`tune_gemm_multi`'s pool), waited for before that shape.
+    shape's candidates are compiled elsewhere (:func:`tune_gemm_multi`'s pool), waited for before that shape;
+    finals: rounds of :func:`run_finals` per shape (default :data:`FINAL_ROUNDS` on a GPU, 0 on the interpreter,
+    whose times say nothing). Each shape logs a line: its candidates, seconds swept, seconds it waited for its
+    compiles, and the seconds since the tune started (where a tune's time goes).
     """
     shapes = _checked_shapes(shapes)
     gpu = torch.cuda.is_available() and not interpreting()
     device = torch.device(device or ("cuda" if gpu else "cpu"))
     dtype = dtype or _default_dtype(device)
     timer = timer or default_timer
+    if finals is None:
+        finals = FINAL_ROUNDS if device.type == "cuda" else 0
+    t_start = time.monotonic()
     if peak is None and timer is default_timer:
         peak = measured_peak(device, dtype)
     rows, records, cached = [], [], []
@@ -296,11 +314,17 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
                 " use --force to re-tune")
             cached.append((M, N, K))
             continue
+        t_wait = time.monotonic()
         if ready is not None and (M, N, K) in ready and not ready[(M, N, K)].wait(PRECOMPILE_WAIT_S):
             log(f"gemm {M}x{N}x{K}: its candidates were not compiled within {PRECOMPILE_WAIT_S:.0f} s; the sweep "
                 "compiles what it needs")
+        t_sweep = time.monotonic()
         shape_rows = _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_stream, check,
-                                  max_configs, log)
+                                  max_configs, log, finals)
+        t_done = time.monotonic()
+        log(f"gemm {M}x{N}x{K}: {len(shape_rows)} candidates swept in {t_done - t_sweep:.1f} s"
+            + (f" after {t_sweep - t_wait:.1f} s waiting for their compiles" if t_sweep - t_wait >= 0.05 else "")
+            + f", done {t_done - t_start:.0f} s into the tune")
         rows.extend(shape_rows)
         rec = _record(shape_rows)
         if rec:
@@ -309,6 +333,8 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
                 cache.store_many([records[-1]], device)
     if ahead is not None:
         ahead.join()  # (its pool has finished every shape the sweep waited for; this waits out its shutdown)
+    if len(shapes) > len(cached):
+        log(f"tuned {len(shapes) - len(cached)} shape(s) in {time.monotonic() - t_start:.0f} s")
     from ..bench.common import environment
 
     meta = {"op": "gemm", "dtype": str(dtype).replace("torch.", ""), "device_key": cache.device_key(device),
@@ -322,12 +348,13 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
 def sweep_seconds(shape) -> float:
     """Estimated seconds to sweep one GEMM shape, the cost :func:`split_shapes` balances. Measured on an H100 (one-GPU
     sweep of the default suite, candidates precompiled): ~5 s of per-candidate overhead whatever the size, plus the
-    candidates' runs (~0.85 s per TFLOP of one product), and ~12 s for a decode or small shape (:func:`graph_timed`),
-    whose candidates are timed as CUDA-graph replays. FLOPs alone had put both decode shapes and six others on one GPU
-    (a two-GPU tune of that suite took 0.84x the one-GPU time, its second GPU's precompile failing too)."""
+    candidates' runs (~0.85 s per TFLOP of one product), and for a decode or small shape (:func:`graph_timed`), whose
+    candidates are timed as CUDA-graph replays, 10-17 s with a 50 ms replay budget (H200) - 8 s predicted with
+    :data:`GRAPH_REP_MS` (each tune's per-shape log lines say). FLOPs alone had put both decode shapes and six others
+    on one GPU (a two-GPU tune of that suite took 0.84x the one-GPU time, its second GPU's precompile failing too)."""
     M, N, K = (int(x) for x in shape)
     if graph_timed(M, N, K):
-        return 12.0
+        return 8.0
     return 5.0 + 0.85 * 2 * M * N * K / 1e12
 
 
@@ -390,6 +417,7 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     section, so the result is what one GPU would have stored."""
     import multiprocessing
 
+    t_start = time.monotonic()
     devices = [str(d) for d in devices]
     if len(set(devices)) != len(devices) or not devices:
         raise TuneError(f"devices: expected distinct devices, got {devices}")
@@ -420,6 +448,7 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
             event.set()
     # results read before join: a worker blocks until its result is read
     results = _collect(queue, procs, [d for d, p in zip(devices, parts) if p])
+    log(f"tuned {len(shapes)} shape(s) on {len(procs)} GPU(s) in {time.monotonic() - t_start:.0f} s")
     for proc in procs:
         proc.join()
     errors = [f"{d}: {err}" for d, _, _, err in results if err]
@@ -487,7 +516,7 @@ def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None 
     bar = make_progress(len(tasks), f"compile {len(shapes)} shape(s) on {jobs} processes", progress_stream) \
         if progress else None
     compiled = errors = 0
-    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_yield_to_sweeps) as pool:
         # results come back in the tasks' order, a shape's `jobs` chunks after the previous shape's
         for i, (done, failed) in enumerate(pool.map(_precompile_chunk, tasks)):
             compiled, errors = compiled + done, errors + failed
@@ -501,6 +530,18 @@ def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None 
     log(f"compiled {compiled} Triton candidates in {seconds:.0f} s on {jobs} processes"
         + (f" ({errors} failed; the sweep records why)" if errors else ""))
     return {"compiled": compiled, "errors": errors, "seconds": seconds}
+
+
+def _yield_to_sweeps() -> None:
+    """Initializer of :func:`precompile_triton`'s workers: a lower scheduling priority (nice 10). The pool runs beside
+    the sweeps and sizes itself to the cores the sweeps leave, but each compile also starts ptxas and LLVM threads; a
+    sweep process starved of its core launches and loads kernels late, and overlapping the two had saved nothing
+    (one-GPU tune 118 s with the pool beside the sweeps, 121 s with it first; H200). Nice'd, a compile waits for
+    the sweeps instead."""
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):  # (no nice on this platform, or not permitted: compile at normal priority)
+        pass
 
 
 _chunk_operands: dict = {}
@@ -533,7 +574,58 @@ def _precompile_chunk(task) -> tuple[int, int]:
     return done, failed
 
 
-def _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_stream, check, max_configs, log):
+# ------------------------------------------------------------------------------------------------ finals
+# A sweep times its candidates one after the other for ~5-17 s, and the card's clocks drift over that time (a heavy
+# shape warms it, a light one lets it boost): the two GPUs of one host, and two runs of one GPU, measured the same
+# near-fastest configs up to 3-5% apart, more than report.TIE_BAND, and a one-GPU and a two-GPU tune of the default
+# suite stored the same winner for 4 of 11 shapes (H200, 2026-11-28). So the contenders - the configs within
+# FINAL_BAND of the sweep's fastest, at most FINAL_MAX of them, and the peer - are timed again in FINAL_ROUNDS
+# interleaved rounds (each round in a rotated order, so no config always follows the same neighbour), and each keeps
+# its median over the rounds: any drift now falls on all of them alike. Each backend's best in the sweep runs in the
+# finals too, and report.winners picks among a shape's finalists only, so the tie rule sees like-for-like times.
+FINAL_BAND = 0.05
+FINAL_MAX = 4
+FINAL_ROUNDS = 3
+
+
+def run_finals(rows: list[dict], cands: list[Candidate], timer, rounds: int) -> list[int]:
+    """Re-time one shape's contenders interleaved (see :data:`FINAL_BAND`) and replace their ``median_ms`` (and
+    ``tflops``) with the median over ``rounds`` rounds; the sweep's own time stays in ``sweep_ms``. ``rows[i]`` is
+    ``cands[i]``'s row. Returns the indices re-timed (none with ``rounds`` 0 or fewer than two contenders). A
+    contender that fails in the finals (it had run in the sweep) keeps its sweep time and is marked by ``finals``
+    keeps its sweep time."""
+    timed = [i for i, r in enumerate(rows) if r["status"] == "ok" and not math.isnan(r["median_ms"])]
+    tuned = [i for i in timed if cands[i].backend != PEER_BACKEND]
+    if rounds <= 0 or len(tuned) < 2:
+        return []
+    fastest = min(rows[i]["median_ms"] for i in tuned)
+    contenders = sorted((i for i in tuned if rows[i]["median_ms"] <= fastest * (1 + FINAL_BAND)),
+                        key=lambda i: rows[i]["median_ms"])[:FINAL_MAX]
+    if len(contenders) < 2:
+        return []
+    for backend in {cands[i].backend for i in tuned} - {cands[i].backend for i in contenders}:
+        # each backend's best runs too: report.winners compares a backend's finalists only, with each other's
+        contenders.append(min((i for i in tuned if cands[i].backend == backend), key=lambda i: rows[i]["median_ms"]))
+    order = contenders + [i for i in timed if cands[i].backend == PEER_BACKEND]
+    samples = {i: [] for i in order}
+    for r in range(rounds):
+        for i in order[r % len(order):] + order[:r % len(order)]:
+            try:
+                samples[i].append(float(timer(cands[i], cands[i].run)))
+            except Exception:  # noqa: BLE001 - it ran in the sweep; a failure now leaves its sweep time
+                samples[i] = None
+                order = [j for j in order if j != i]
+    for i, got in samples.items():
+        if got:
+            row = rows[i]
+            ms = sorted(got)[len(got) // 2]
+            row["sweep_ms"], row["median_ms"] = row["median_ms"], ms
+            row["tflops"] = 2 * row["M"] * row["N"] * row["K"] / ms / 1e9
+    return [i for i, got in samples.items() if got]
+
+
+def _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_stream, check, max_configs, log,
+                 finals: int = 0):
     a = torch.randn(M, K, device=device, dtype=dtype)
     b = torch.randn(K, N, device=device, dtype=dtype) / K ** 0.5
     out = torch.empty(M, N, device=device, dtype=dtype)
@@ -583,6 +675,7 @@ def _sweep_shape(M, N, K, dtype, device, backends, timer, progress, progress_str
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         log(f"  {shape}: {len(bad)} of {len(rows)} candidates not timed ({bad[0]['config']}: {bad[0]['status']})")
+    run_finals(rows, cands, timer, finals)
     if device.type == "cuda":
         del a, b, out, ref
         torch.cuda.empty_cache()
