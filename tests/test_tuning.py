@@ -911,3 +911,39 @@ def test_finals_time_each_backends_best_and_winners_compare_finalists_only():
     del rows[1]["sweep_ms"]
     win = report.winners(report.analyze(pd.DataFrame(rows)))
     assert win.triton_config[0] == "b" and win.winner_config[0] == "x"  # ... is not compared with the finalists
+
+
+def test_cuda_builds_ahead_compile_what_the_sweep_launches(monkeypatch):
+    """build_cuda_ahead compiles each sm_90a variant that fits, once, with the defines the sweep's own launch asks
+    for (both operands row-major, no epilogue: the same cache key, so the sweep finds it built or waits on its lock);
+    a failing build is left for the sweep to record; nothing starts off sm_90 or without a compiler."""
+    from tilewright.cuda_fallback import gemm_sm90 as cg
+    from tilewright.cuda_fallback.runtime import build, gemm_common
+
+    asked = []
+    monkeypatch.setattr(build, "compile_source", lambda source, arch, defines: asked.append((source, arch, defines)))
+    a, b = torch.empty(300, 200, dtype=torch.bfloat16), torch.empty(200, 504, dtype=torch.bfloat16)
+    fitting = [v for v in cg.VARIANTS.values() if v.smem_bytes() <= cg.SMEM_LIMIT]
+    for v in fitting:  # what the sweep's launch (gemm_common.build_and_map_operands) compiles for its operands
+        gemm_common.build_for(cg.SOURCE, "sm_90a", a, b, v, 0, None, 0)
+    sweep_builds, asked[:] = sorted(map(repr, asked)), []
+
+    monkeypatch.setattr(tuner, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(build, "compiler_missing", lambda: None)
+    thread = tuner.build_cuda_ahead(torch.bfloat16, "cuda")
+    thread.join(10)
+    assert len(fitting) >= 2 and sorted(map(repr, asked)) == sweep_builds
+
+    def failing(source, arch, defines):
+        raise RuntimeError("nvcc: error")
+    monkeypatch.setattr(build, "compile_source", failing)
+    tuner.build_cuda_ahead(torch.bfloat16, "cuda").join(10)  # no exception out of the threads
+
+    assert tuner.build_cuda_ahead(torch.float32, "cuda") is None  # no fp32 variant
+    monkeypatch.setattr(build, "compiler_missing", lambda: "no nvcc")
+    assert tuner.build_cuda_ahead(torch.bfloat16, "cuda") is None
+    monkeypatch.setattr(build, "compiler_missing", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert tuner.build_cuda_ahead(torch.bfloat16, "cuda") is None
+    assert tuner.build_cuda_ahead(torch.bfloat16, "cpu") is None

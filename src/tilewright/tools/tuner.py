@@ -301,10 +301,12 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     if peak is None and timer is default_timer:
         peak = measured_peak(device, dtype)
     rows, records, cached = [], [], []
-    ahead = None
-    if jobs and device.type == "cuda" and (backends is None or "triton" in backends):
-        todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
-        if todo:
+    ahead = builds = None
+    todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
+    if jobs and todo and device.type == "cuda":
+        if backends is None or "cuda" in backends:
+            builds = build_cuda_ahead(dtype, device)
+        if backends is None or "triton" in backends:
             ahead, ready = _precompile_ahead(todo, dtype, device, jobs, max_configs, log)
     for M, N, K in shapes:
         if reuse and (rec := cache.lookup("gemm", device, dtype, M, N, K)):
@@ -331,8 +333,9 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
             records.append(("gemm", dtype, M, N, K, rec))
             if store:  # per shape: a sweep stopped part-way keeps every shape it finished
                 cache.store_many([records[-1]], device)
-    if ahead is not None:
-        ahead.join()  # (its pool has finished every shape the sweep waited for; this waits out its shutdown)
+    for thread in (ahead, builds):
+        if thread is not None:
+            thread.join()  # (finished what the sweep waited for; this waits out a pool's shutdown)
     if len(shapes) > len(cached):
         log(f"tuned {len(shapes) - len(cached)} shape(s) in {time.monotonic() - t_start:.0f} s")
     from ..bench.common import environment
@@ -418,6 +421,7 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     import multiprocessing
 
     t_start = time.monotonic()
+    builds = None
     devices = [str(d) for d in devices]
     if len(set(devices)) != len(devices) or not devices:
         raise TuneError(f"devices: expected distinct devices, got {devices}")
@@ -432,22 +436,25 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
         proc.start()
     try:
         backends = kwargs.get("backends")
-        if jobs and (backends is None or "triton" in backends):
-            device = torch.device(devices[0])
-            dtype = kwargs.get("dtype") or _default_dtype(device)
-            reuse = kwargs.get("reuse", True)
-            # the workers' shapes interleaved: every worker's first shape, then every second, ...
-            order = [part[i] for i in range(max(map(len, parts))) for part in parts if i < len(part)]
-            todo = [s for s in order if not (reuse and cache.lookup("gemm", device, dtype, *s))]
-            if todo:
-                pool = max(1, min(jobs * len(devices), (os.cpu_count() or 2) - len(procs)))
-                precompile_triton(todo, dtype, device, pool, kwargs.get("max_configs"), progress=False, log=log,
-                                  on_shape=lambda shape: ready[tuple(shape)].set())
+        device = torch.device(devices[0])
+        dtype = kwargs.get("dtype") or _default_dtype(device)
+        reuse = kwargs.get("reuse", True)
+        # the workers' shapes interleaved: every worker's first shape, then every second, ...
+        order = [part[i] for i in range(max(map(len, parts))) for part in parts if i < len(part)]
+        todo = [s for s in order if not (reuse and cache.lookup("gemm", device, dtype, *s))]
+        if jobs and todo and (backends is None or "cuda" in backends):
+            builds = build_cuda_ahead(dtype, device)  # (the workers' builds wait on the build cache's file locks)
+        if jobs and todo and (backends is None or "triton" in backends):
+            pool = max(1, min(jobs * len(devices), (os.cpu_count() or 2) - len(procs)))
+            precompile_triton(todo, dtype, device, pool, kwargs.get("max_configs"), progress=False, log=log,
+                              on_shape=lambda shape: ready[tuple(shape)].set())
     finally:
         for event in ready.values():  # (also after a failed precompile: the sweeps compile what they need)
             event.set()
     # results read before join: a worker blocks until its result is read
     results = _collect(queue, procs, [d for d, p in zip(devices, parts) if p])
+    if builds is not None:
+        builds.join()
     log(f"tuned {len(shapes)} shape(s) on {len(procs)} GPU(s) in {time.monotonic() - t_start:.0f} s")
     for proc in procs:
         proc.join()
@@ -488,6 +495,43 @@ def _precompile_ahead(shapes, dtype, device, jobs: int, max_configs, log):
     thread = threading.Thread(target=run, name="tilewright-precompile", daemon=True)
     thread.start()
     return thread, ready
+
+
+def build_cuda_ahead(dtype, device):
+    """Start compiling the sm_90a GEMM variants that the sweep's CUDA candidates launch (bf16 / fp16, both operands
+    row-major as the sweep builds them, no epilogue), one thread each, and return the thread that waits for them
+    (None where no CUDA candidate runs). Each build is an nvcc process and lands in the build cache, whose per-key
+    locks (threads and processes) make a sweep that reaches a variant first wait for this build instead of running
+    its own. Why: with an empty cache the first shape's sweep ran the five builds one after the other - 15 s for
+    that shape against 6-7 s for the others (H200, one-GPU tune of the default suite)."""
+    import concurrent.futures as cf
+    import threading
+
+    device = torch.device(device)
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or interpreting() \
+            or torch.cuda.get_device_capability(device)[0] != 9:
+        return None
+    from ..cuda_fallback import gemm_sm90 as cg
+    from ..cuda_fallback.runtime import build, gemm_common
+
+    if build.compiler_missing():
+        return None
+    a = torch.empty(64, 64, dtype=dtype)  # only the layouts and the dtype pick the build (CPU tensors do)
+    variants = [v for v in cg.VARIANTS.values() if v.smem_bytes() <= cg.SMEM_LIMIT]
+
+    def compile_one(v):
+        try:
+            gemm_common.build_for(cg.SOURCE, "sm_90a", a, a, v, 0, None, 0)
+        except Exception:  # noqa: BLE001 - the sweep's own build of this variant fails again and is recorded
+            pass
+
+    def run():
+        with cf.ThreadPoolExecutor(len(variants)) as pool:
+            list(pool.map(compile_one, variants))
+
+    thread = threading.Thread(target=run, name="tilewright-cuda-builds", daemon=True)
+    thread.start()
+    return thread
 
 
 def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None = None, progress: bool = True,

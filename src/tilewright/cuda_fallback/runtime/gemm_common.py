@@ -163,6 +163,18 @@ def prepared_key(a, b, out, v, bias, *rest) -> tuple:
             out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, *rest)
 
 
+def build_for(source: str, arch: str, a, b, v, activation, bias, res_ptr, fp16: bool | None = None):
+    """The cubin of ``v``'s build of ``source`` that :func:`build_and_map_operands` loads for these operands (their
+    layouts and dtype, the epilogue), through the build cache - no GPU needed, so a tune can compile ahead (the
+    operands may be CPU tensors of the same strides). Returns (build, (a_mn, lda), (b_mn, ldb))."""
+    (a_mn, lda), _ = layout(a, "a")
+    (b_kcontig_first, ldb), _ = layout(b, "b")
+    b_mn = not b_kcontig_first  # b (K, N) with unit stride on N -> N-major
+    fp16 = a.dtype == torch.float16 if fp16 is None else fp16
+    bld = build.compile_source(source, arch, v.defines(a_mn, b_mn, fp16, activation, bias is not None, res_ptr != 0))
+    return bld, (a_mn, lda), (b_mn, ldb)
+
+
 def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activation, bias, res_ptr,
                            fp16: bool | None = None):
     """Compile ``v``'s build of ``source`` for ``arch`` (layouts, dtype and epilogue from the operands; ``fp16``: the
@@ -171,14 +183,10 @@ def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activat
     box of (row, v.bm) for A and (row, v.bn) for B. Returns (driver, function, tm_a, tm_b, a_mn, b_mn, SM count)."""
     M, K = a.shape
     N = b.shape[1]
-    (a_mn, lda), _ = layout(a, "a")
-    (b_kcontig_first, ldb), _ = layout(b, "b")
-    b_mn = not b_kcontig_first  # b (K, N) with unit stride on N -> N-major
+    bld, (a_mn, lda), (b_mn, ldb) = build_for(source, arch, a, b, v, activation, bias, res_ptr, fp16)
     dt, dt_b = launch.tma_dtype(a.dtype), launch.tma_dtype(b.dtype)  # (FP8: e4m3 x e5m2 may mix)
     es = a.element_size()
     row = 128 // es
-    fp16 = a.dtype == torch.float16 if fp16 is None else fp16
-    bld = build.compile_source(source, arch, v.defines(a_mn, b_mn, fp16, activation, bias is not None, res_ptr != 0))
     drv = launch.driver()
     with torch.cuda.device(a.device):
         fn = drv.function(bld, kernel, v.smem_bytes())
