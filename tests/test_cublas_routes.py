@@ -152,3 +152,23 @@ def test_a_replay_calls_a_tensor_taking_launch_with_tensors():
     a2, b2 = torch.randn(4, 6), torch.randn(6, 5)
     (got,) = replay(a2.device, a2, b2)
     torch.testing.assert_close(got, a2 @ b2)
+
+
+def test_points_of_the_running_card_come_first(sm90, monkeypatch):
+    """The H100 and H200 ratios of one shape differ: NN 16384 x 1024 x 1024 measured 0.97x cuBLAS on the H100 (ours
+    kept) and 0.95x on the H200 (cuBLAS). The running card's point wins at equal distance, its layout still first."""
+    h100, h200 = cublas_routes.CARD, "NVIDIA H200"
+    assert cublas_routes.nearest("NN", 16384, 1024, 1024, h200)[4] == 0.95
+    assert cublas_routes.nearest("NN", 16384, 1024, 1024, h100)[4] == 0.97
+    assert cublas_routes.nearest("NN", 16384, 1024, 1024)[4] == 0.97  # no card: the table's first at that distance
+    # a shape with only an H100 point of its layout near keeps it on an H200 (layout before card) ...
+    assert cublas_routes.nearest("NN", 1000, 3000, 1536, h200)[:4] == ("NN", 1000, 3000, 1536)
+    # ... and a card with no points of its own falls back to every card's
+    assert cublas_routes.nearest("TN", 1000, 3000, 1536, "NVIDIA B200")[:4] == ("TN", 1000, 3000, 1536)
+    assert cublas_routes.card_of(torch.device("cpu")) is None
+    a, b = _operands(16384, 1024, 1024)
+    for card, backend in ((h200, "torch"), (h100, "triton")):
+        monkeypatch.setattr(cublas_routes, "card_of", lambda device, card=card: card)
+        router.invalidate()
+        d = router.decide("gemm", a, b, None, None, None)
+        assert d.backend == backend and card in cublas_routes.cublas_preferred(a, b)[1], (card, str(d))

@@ -12,10 +12,10 @@ shrinks as they do.
 
 How: :data:`TABLE` holds the measured points (layout, M, N, K, router's pick / cuBLAS speed ratio). A problem takes
 the nearest point of its own layout within :data:`NEAREST_MAX_LOG2` (sum over M, N, K of |log2 ratio|), else the
-nearest of any layout within it (the mid-size gap did not depend on the layout), and goes to cuBLAS when that point's
-ratio is below :data:`PREFER_BELOW`. Problems far from every point keep tilewright's kernels, except small ones
+nearest of any layout within it (the mid-size gap did not depend on the layout) - within each, the points measured on
+the running card first - and goes to cuBLAS when that point's ratio is below :data:`PREFER_BELOW`. Problems far from every point keep tilewright's kernels, except small ones
 (:data:`SMALL_PROBLEM_FLOPS`, more than :data:`SMALL_MAX_ROWS_OWN` rows), where every measured neighbour but two lost.
-Only bf16 / fp16 on sm_90 (H100 points, and H200 decode / small-M points; fp32 GEMMs stay: torch.mm's TF32
+Only bf16 / fp16 on sm_90 (H100 points, H200 decode / small-M and model-bench points; fp32 GEMMs stay: torch.mm's TF32
 setting would change their numerics). ``TILEWRIGHT_CUBLAS=0`` turns the routing off (e.g. to benchmark tilewright's
 own kernels through the router).
 """
@@ -115,6 +115,37 @@ NN 128 14336 4096 0.89
 NN 128 4096 14336 0.95
 NN 128 3000 1536 0.66
 NN 1100 5000 3000 0.60
+# H200, 2026-11-28: the model bench's B 8 x S 2048 GEMMs (Llama d 2048 / FFN 5632 and ViT-L d 1024 / MLP 4096 with its
+# 768-wide patch embedding; forward NT, input gradient NN, weight gradient TN), tilewright's own kernels against
+# cuBLAS, CUDA-graph timed, cold L2, interleaved (perf/results/h200/gemm/model_points_2026-11-28.csv, script beside).
+# On an H200 these take precedence over the H100 points at the same shapes (see nearest).
+NT 16384 3072 2048 1.00
+NN 16384 2048 3072 1.01
+TN 3072 2048 16384 0.77
+NT 16384 2048 2048 1.01
+NN 16384 2048 2048 1.01
+TN 2048 2048 16384 0.99
+NT 16384 11264 2048 1.04
+NN 16384 2048 11264 1.01
+TN 11264 2048 16384 0.95
+NT 16384 2048 5632 1.00
+NN 16384 5632 2048 1.05
+TN 2048 5632 16384 1.01
+NT 16384 3072 1024 1.02
+NN 16384 1024 3072 0.99
+TN 3072 1024 16384 0.83
+NT 16384 1024 1024 0.95
+NN 16384 1024 1024 0.95
+TN 1024 1024 16384 0.86
+NT 16384 4096 1024 1.06
+NN 16384 1024 4096 1.00
+TN 4096 1024 16384 1.00
+NT 16384 1024 4096 0.96
+NN 16384 4096 1024 1.04
+TN 1024 4096 16384 0.99
+NT 16384 1024 768 0.88
+NN 16384 768 1024 0.90
+TN 1024 768 16384 0.75
 """
 # The six points before the H200 block: CUDA-graph timed, cold L2, interleaved
 # (perf/results/h100/gemm/odd_routes_2026-11-27.log, script beside it) - the GEMM of rms_norm_linear's two-pass forward
@@ -137,7 +168,7 @@ def _parse(text: str) -> tuple[list[tuple[str, int, int, int, float]], dict]:
             continue
         layout, m, n, k, ratio = line.split()
         points.append((layout, int(m), int(n), int(k), float(ratio)))
-        cards[points[-1][:4]] = card
+        cards[points[-1]] = card  # (by the whole point: a shape may have a point on each card)
     return points, cards
 
 
@@ -153,9 +184,11 @@ def layout(a: torch.Tensor, b: torch.Tensor) -> str:
     return ("T" if a_t else "N") + ("T" if b_t else "N")
 
 
-def nearest(lay: str, M: int, N: int, K: int) -> tuple[str, int, int, int, float] | None:
-    """The measured point nearest to (M, N, K) in log2 space - of layout ``lay`` if one lies within
-    :data:`NEAREST_MAX_LOG2`, else of any layout within it; None when no point is that close."""
+def nearest(lay: str, M: int, N: int, K: int, card: str | None = None) -> tuple[str, int, int, int, float] | None:
+    """The measured point nearest to (M, N, K) in log2 space within :data:`NEAREST_MAX_LOG2`, or None when no point
+    is that close. Points of layout ``lay`` come first, then any layout (the layout decides more than the card: the
+    weight-gradient TN GEMMs lose where NN and NT of the same sizes do not); within each, points measured on ``card``
+    (a device name; None: any card) come first - the H100 and H200 ratios of one shape differ by up to 0.1."""
     if min(M, N, K) <= 0:
         return None
     lm, ln, lk = math.log2(M), math.log2(N), math.log2(K)
@@ -163,12 +196,31 @@ def nearest(lay: str, M: int, N: int, K: int) -> tuple[str, int, int, int, float
     def distance(p):
         return abs(math.log2(p[1]) - lm) + abs(math.log2(p[2]) - ln) + abs(math.log2(p[3]) - lk)
 
-    for candidates in ([p for p in TABLE if p[0] == lay], TABLE):
+    same_layout = [p for p in TABLE if p[0] == lay]
+    tiers = (same_layout, TABLE)
+    if card is not None:
+        tiers = tuple(t for group in tiers for t in ([p for p in group if _CARD_OF[p] == card], group))
+    for candidates in tiers:
         if candidates:
             best = min(candidates, key=distance)
             if distance(best) <= NEAREST_MAX_LOG2:
                 return best
     return None
+
+
+_CARD_NAMES: dict = {}
+
+
+def card_of(device: torch.device) -> str | None:
+    """The table's name for ``device``'s card ("NVIDIA H200" for any H200 model), or None off-GPU; read once per
+    device index."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CARD_NAMES:
+        name = torch.cuda.get_device_name(index)
+        _CARD_NAMES[index] = "NVIDIA H200" if "H200" in name else name
+    return _CARD_NAMES[index]
 
 
 def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
@@ -194,12 +246,12 @@ def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
         return False, "the cuBLAS table was measured on sm_90 (H100, H200)"
     M, K = a.shape
     N = b.shape[1]
-    point = nearest(layout(a, b), M, N, K)
+    point = nearest(layout(a, b), M, N, K, card_of(a.device))
     if point is None:
         if M > SMALL_MAX_ROWS_OWN and 2.0 * M * N * K < SMALL_PROBLEM_FLOPS:
             return True, (f"no measured point near; a plain GEMM of > {SMALL_MAX_ROWS_OWN} rows under 2^36 FLOPs "
                           "(tilewright's kernels lost to cuBLAS on every measured neighbour but two)")
         return False, "no measured cuBLAS point near this shape"
     lay, m, n, k, ratio = point
-    where = f"measured {lay} {m}x{n}x{k}: tilewright {ratio:.2f}x cuBLAS ({_CARD_OF[point[:4]]})"
+    where = f"measured {lay} {m}x{n}x{k}: tilewright {ratio:.2f}x cuBLAS ({_CARD_OF[point]})"
     return ratio < PREFER_BELOW, where
