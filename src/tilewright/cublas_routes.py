@@ -13,11 +13,11 @@ shrinks as they do.
 How: :data:`TABLE` holds the measured points (layout, M, N, K, router's pick / cuBLAS speed ratio). A problem takes
 the nearest point of its own layout within :data:`NEAREST_MAX_LOG2` (sum over M, N, K of |log2 ratio|), else the
 nearest of any layout within it (the mid-size gap did not depend on the layout) - within each, the points measured on
-the running card first - and goes to cuBLAS when that point's ratio is below :data:`PREFER_BELOW`. Problems far from every point keep tilewright's kernels, except small ones
-(:data:`SMALL_PROBLEM_FLOPS`, more than :data:`SMALL_MAX_ROWS_OWN` rows), where every measured neighbour but two lost.
-Only bf16 / fp16 on sm_90 (H100 points, H200 decode / small-M and model-bench points; fp32 GEMMs stay: torch.mm's TF32
-setting would change their numerics). ``TILEWRIGHT_CUBLAS=0`` turns the routing off (e.g. to benchmark tilewright's
-own kernels through the router).
+the running card first - and goes to cuBLAS when that point's ratio is below :data:`PREFER_BELOW`. Problems far from
+every point keep tilewright's kernels, except small ones (:data:`SMALL_PROBLEM_FLOPS`, more than
+:data:`SMALL_MAX_ROWS_OWN` rows), where every measured neighbour but two lost. Only bf16 / fp16 on sm_90 (H100 points,
+H200 decode / small-M and model-bench points; fp32 GEMMs stay: torch.mm's TF32 setting would change their numerics).
+``TILEWRIGHT_CUBLAS=0`` turns the routing off (e.g. to benchmark tilewright's own kernels through the router).
 """
 from __future__ import annotations
 
