@@ -229,8 +229,9 @@ def test_forward_only():
 
 def test_key_steps_per_card_and_regime():
     """64-key steps in the split regime, 128 when B * Hkv fills the SMs; on the cards measured faster with them
-    (H200) 128 in the split regime too, where each split holds >= 128 keys; never for paged caches or head dims
-    past 128 (shared memory); 16 under the interpreter. A CPU device is no such card."""
+    (H200) 128 in the split regime too, where each split holds >= 128 keys, and 64 with a 2-deep ring for whole
+    waves of short sequences; never 128 for paged caches or head dims past 128 (shared memory); 16 under the
+    interpreter. A CPU device is no such card."""
     from tilewright.triton_kernels import kvcache_attention as ka
 
     def bn(**kw):
@@ -244,17 +245,30 @@ def test_key_steps_per_card_and_regime():
     assert bn(head_dim_pad=256, whole_waves=True) == 64
     assert ka.block_n(128, wide_splits=True, split_keys=4096, interpret=True) == 16
     assert ka.wide_split_steps(torch.device("cpu")) is False
+    # whole waves on the H200's tuning: short sequences take 64-key steps and a 2-deep ring, long ones 128 and 3
+    short = ka.SHORT_WAVE_KEYS
+    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=short) == 64
+    assert ka.num_stages(128, short=ka.short_waves(True, True, short)) == 2
+    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=short + 1) == 128
+    assert ka.num_stages(128, short=ka.short_waves(True, True, short + 1)) == 3
+    assert bn(head_dim_pad=128, whole_waves=True, split_keys=1024) == 128  # another card: as before
+    assert not ka.short_waves(False, True, 1024) and not ka.short_waves(True, False, 1024)
 
 
-@pytest.mark.parametrize("whole_waves", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("paged, whole_waves", [(False, False), (False, True), (False, "short"), (True, False),
+                                                (True, True)])  # (paged caches never take the short ring)
 def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_waves):
     """AOT sm_90 builds (no GPU needed) of the split and combine kernels as a bf16 GQA-8 decode launches them (the
-    launcher's key block, warps and stages, in both regimes: split, and B * Hkv filling the SMs): tensor core MMAs
-    and async copies (LDGSTS: the K / V rows gathered in 16-byte vectors) in the split kernel, no spills in either."""
+    launcher's key block, warps and stages, in both regimes: split, and B * Hkv filling the SMs, the latter also with
+    the H200's short ring): tensor core MMAs and async copies (LDGSTS: the K / V rows gathered in 16-byte vectors) in
+    the split kernel, no spills in either."""
     from tilewright.triton_kernels import kvcache_attention as ka
     from tilewright.triton_kernels.aot import compile_reports
+
+    short = whole_waves == "short"
+    whole_waves = bool(whole_waves)
+    wide = dict(wide_splits=True, split_keys=1024) if short else {}
 
     mod = "tilewright.triton_kernels.kvcache_attention"
     split_sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SEQLENS": "*i32", "TABLE": "*i32", "O_PART": "*fp32",
@@ -267,14 +281,15 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
     # the split regime's build also with the combine fused in (arrival counters: an atomic, no spills either)
     fused = not whole_waves and head_dim == 128
     split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, PAGE_SIZE=16,
-                       BLOCK_N=ka.block_n(head_dim, whole_waves, paged, interpret=False), PAGED=paged, CAUSAL=True,
+                       BLOCK_N=ka.block_n(head_dim, whole_waves, paged, interpret=False, **wide), PAGED=paged,
+                       CAUSAL=True,
                        WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32",
                        FUSED_COMBINE=fused)
     combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
         "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}
     reports = compile_reports([
         {"kernel": f"{mod}:_split_kernel", "signature": split_sig, "constexprs": split_const,
-         "num_warps": ka.NUM_WARPS, "num_stages": ka.num_stages(head_dim, paged), "name": "split",
+         "num_warps": ka.NUM_WARPS, "num_stages": ka.num_stages(head_dim, paged, short), "name": "split",
          # what a launch specializes: 16-byte aligned buffers and strides that are multiples of 16 elements
          "divisible_by_16": ["Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART", "stride_qb", "stride_qs",
                              "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs", "stride_vh",

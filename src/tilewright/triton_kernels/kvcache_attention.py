@@ -352,11 +352,16 @@ def _pow2(x: int, lo: int) -> int:
 #   more bytes in flight per program; in the split regime the 64-key steps ran 0.94-0.99x SDPA's best on the long
 #   rows, 128-key steps with the same 3-deep ring (192 KB) and split count 1.00-1.06x on every split row whose splits
 #   hold >= 128 keys. :func:`wide_split_steps` names the cards that take them; elsewhere the H100's 64.
+# * H200, whole waves with short sequences (perf/LOG.md, session 25: 48 shapes x 4 rows, cuDNN interleaved): at B 64 x
+#   1k the 192 KB ring holds one program per SM, and each program's ~16 steps are mostly its ring's fill and drain:
+#   64-key steps with a 2-deep ring (64 KB, three programs per SM) ran 72.5 us against 76.4 (cuDNN 74.3); at 8k and
+#   32k the 128-key ring stays ahead (485.9 vs 490.8 us). :data:`SHORT_WAVE_KEYS` bounds the rule.
 # Head dim 256 keeps 64 keys and a 2-deep ring (shared memory). In AOT sm_90 builds with the launch's 16-divisible
 # strides (tests/test_kvcache.py) these shapes take 100-170 registers a thread and no spills; without those hints the
 # K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
 # of a real cache are multiples of 16 elements.
 NUM_WARPS = 4
+SHORT_WAVE_KEYS = 2048  # whole-wave programs streaming at most this many keys take the short ring (H200, above)
 # The combine of the splits inside the split kernel (_combine_on_last_arrival) instead of a second launch; off until
 # measured on the device (config={"fused_combine": True} runs it: the A/B of perf/LOG.md session 22's next steps).
 # Its arrival counters are split-K's per-stream ones (triton_kernels/gemm.split_k_workspace): a launch needing more
@@ -369,12 +374,19 @@ def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = Fa
             interpret: bool = INTERPRET, wide_splits: bool = False, split_keys: int = 0) -> int:
     """Keys per loop step (16 under the interpreter, where each step costs milliseconds); ``whole_waves``: B * Hkv
     fills the SMs without splitting (the second regime above); ``wide_splits``: the card takes 128-key steps in the
-    split regime too (:func:`wide_split_steps`), where each split holds ``split_keys`` >= 128 keys."""
+    split regime too (:func:`wide_split_steps`), where each split holds ``split_keys`` >= 128 keys - and, whole waves,
+    64-key steps where each program streams at most :data:`SHORT_WAVE_KEYS` (:func:`short_waves`)."""
     if interpret:
         return 16
-    if paged or head_dim_pad > 128:
+    if paged or head_dim_pad > 128 or short_waves(whole_waves, wide_splits, split_keys):
         return 64
     return 128 if whole_waves or (wide_splits and split_keys >= 128) else 64
+
+
+def short_waves(whole_waves: bool, wide_splits: bool, split_keys: int) -> bool:
+    """Whether a whole-wave launch on a card of the H200's tuning streams few enough keys a program to take the short
+    ring (64-key steps, 2 stages; see above)."""
+    return whole_waves and wide_splits and split_keys <= SHORT_WAVE_KEYS
 
 
 def wide_split_steps(device) -> bool:
@@ -382,9 +394,9 @@ def wide_split_steps(device) -> bool:
     return device.type == "cuda" and _card(device)[1]
 
 
-def num_stages(head_dim_pad: int, paged: bool = False) -> int:
-    """Depth of the K / V load ring."""
-    if head_dim_pad > 128:
+def num_stages(head_dim_pad: int, paged: bool = False, short: bool = False) -> int:
+    """Depth of the K / V load ring (``short``: :func:`short_waves`)."""
+    if head_dim_pad > 128 or short:
         return 2
     return 4 if paged else 3
 
@@ -472,9 +484,11 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     head_dim_pad = _pow2(D, 16)
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= num_sms(q.device), paged=paged,
-                 wide_splits=wide_split_steps(q.device), split_keys=capacity // splits)
-    warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged)
+    whole_waves, wide = B * Hkv >= num_sms(q.device), wide_split_steps(q.device)
+    bn = block_n(head_dim_pad, whole_waves=whole_waves, paged=paged, wide_splits=wide,
+                 split_keys=capacity // splits)
+    short = not paged and short_waves(whole_waves, wide, capacity // splits)
+    warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged, short)
     if config:
         bn = config.get("block_n", bn)
         warps = config.get("num_warps", warps)
