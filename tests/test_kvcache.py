@@ -245,14 +245,14 @@ def test_key_steps_per_card_and_regime():
     assert bn(head_dim_pad=256, whole_waves=True) == 64
     assert ka.block_n(128, wide_splits=True, split_keys=4096, interpret=True) == 16
     assert ka.wide_split_steps(torch.device("cpu")) is False
-    # whole waves on the H200's tuning: short sequences take 64-key steps and a 2-deep ring, long ones 128 and 3
-    short = ka.SHORT_WAVE_KEYS
-    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=short) == 64
-    assert ka.num_stages(128, short=ka.short_waves(True, True, short)) == 2
-    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=short + 1) == 128
-    assert ka.num_stages(128, short=ka.short_waves(True, True, short + 1)) == 3
-    assert bn(head_dim_pad=128, whole_waves=True, split_keys=1024) == 128  # another card: as before
-    assert not ka.short_waves(False, True, 1024) and not ka.short_waves(True, False, 1024)
+    # on the H200's tuning, launches of >= 2 programs an SM streaming short sequences take 64-key steps and a 2-deep
+    # ring; longer sequences, fewer programs (B 17 x 8 heads on 132 SMs: one wave and four) or another card do not
+    keys = ka.SHORT_WAVE_KEYS
+    assert ka.short_waves(264, 132, True, keys) and ka.num_stages(128, short=True) == 2
+    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=keys, short=True) == 64
+    assert not ka.short_waves(264, 132, True, keys + 1) and not ka.short_waves(136, 132, True, keys)
+    assert not ka.short_waves(512, 132, False, 1024) and ka.num_stages(128) == 3
+    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=keys) == 128
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -268,7 +268,7 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
 
     short = whole_waves == "short"
     whole_waves = bool(whole_waves)
-    wide = dict(wide_splits=True, split_keys=1024) if short else {}
+    wide = dict(wide_splits=True, split_keys=1024, short=True) if short else {}
 
     mod = "tilewright.triton_kernels.kvcache_attention"
     split_sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SEQLENS": "*i32", "TABLE": "*i32", "O_PART": "*fp32",

@@ -355,7 +355,10 @@ def _pow2(x: int, lo: int) -> int:
 # * H200, whole waves with short sequences (perf/LOG.md, session 25: 48 shapes x 4 rows, cuDNN interleaved): at B 64 x
 #   1k the 192 KB ring holds one program per SM, and each program's ~16 steps are mostly its ring's fill and drain:
 #   64-key steps with a 2-deep ring (64 KB, three programs per SM) ran 72.5 us against 76.4 (cuDNN 74.3); at 8k and
-#   32k the 128-key ring stays ahead (485.9 vs 490.8 us). :data:`SHORT_WAVE_KEYS` bounds the rule.
+#   32k the 128-key ring stays ahead (485.9 vs 490.8 us). :data:`SHORT_WAVE_KEYS` bounds the rule. A confirming A/B
+#   (3 rounds): 0.94-0.95x the 128-key time at B 64 x 1k (32 and 64 query heads), 0.98x at B 64 x 2k, level at B 32
+#   and B 128 x 1k and at 4k - and 1.09x at B 17 x 2k, whose 136 programs are one wave and four: the rule takes
+#   launches of at least two programs per SM.
 # Head dim 256 keeps 64 keys and a 2-deep ring (shared memory). In AOT sm_90 builds with the launch's 16-divisible
 # strides (tests/test_kvcache.py) these shapes take 100-170 registers a thread and no spills; without those hints the
 # K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
@@ -371,22 +374,22 @@ FUSED_COMBINE_MAX_COUNTERS = SPLIT_K_MAX_TILES
 
 
 def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
-            interpret: bool = INTERPRET, wide_splits: bool = False, split_keys: int = 0) -> int:
+            interpret: bool = INTERPRET, wide_splits: bool = False, split_keys: int = 0, short: bool = False) -> int:
     """Keys per loop step (16 under the interpreter, where each step costs milliseconds); ``whole_waves``: B * Hkv
     fills the SMs without splitting (the second regime above); ``wide_splits``: the card takes 128-key steps in the
-    split regime too (:func:`wide_split_steps`), where each split holds ``split_keys`` >= 128 keys - and, whole waves,
-    64-key steps where each program streams at most :data:`SHORT_WAVE_KEYS` (:func:`short_waves`)."""
+    split regime too (:func:`wide_split_steps`), where each split holds ``split_keys`` >= 128 keys; ``short``: the
+    launch takes the short ring (:func:`short_waves`), 64-key steps."""
     if interpret:
         return 16
-    if paged or head_dim_pad > 128 or short_waves(whole_waves, wide_splits, split_keys):
+    if paged or head_dim_pad > 128 or short:
         return 64
     return 128 if whole_waves or (wide_splits and split_keys >= 128) else 64
 
 
-def short_waves(whole_waves: bool, wide_splits: bool, split_keys: int) -> bool:
-    """Whether a whole-wave launch on a card of the H200's tuning streams few enough keys a program to take the short
-    ring (64-key steps, 2 stages; see above)."""
-    return whole_waves and wide_splits and split_keys <= SHORT_WAVE_KEYS
+def short_waves(programs: int, sms: int, wide_splits: bool, split_keys: int) -> bool:
+    """Whether a launch of ``programs`` (sequence, KV head) programs, at least two per SM, on a card of the H200's
+    tuning, streams few enough keys a program to take the short ring (64-key steps, 2 stages; see above)."""
+    return programs >= 2 * sms and wide_splits and split_keys <= SHORT_WAVE_KEYS
 
 
 def wide_split_steps(device) -> bool:
@@ -484,10 +487,10 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     head_dim_pad = _pow2(D, 16)
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    whole_waves, wide = B * Hkv >= num_sms(q.device), wide_split_steps(q.device)
-    bn = block_n(head_dim_pad, whole_waves=whole_waves, paged=paged, wide_splits=wide,
-                 split_keys=capacity // splits)
-    short = not paged and short_waves(whole_waves, wide, capacity // splits)
+    sms, wide = num_sms(q.device), wide_split_steps(q.device)
+    short = not paged and short_waves(B * Hkv * splits, sms, wide, capacity // splits)
+    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= sms, paged=paged, wide_splits=wide,
+                 split_keys=capacity // splits, short=short)
     warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged, short)
     if config:
         bn = config.get("block_n", bn)
