@@ -416,3 +416,23 @@ def test_append_kernel_with_odd_heads_head_dim_and_strided_inputs(page):
                 want_k[p, pos % page], want_v[p, pos % page] = k_new[b, t], v_new[b, t]
     append_to_cache(kc, vc, k_new, v_new, seqlens, table)
     assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+
+
+def test_one_wave_and_a_few_programs_split_three_ways_on_the_h200(monkeypatch):
+    """B x Hkv from one to two waves of 132 SMs (B 17-32 at 8 KV heads) ran 0.66-0.93x cuDNN unsplit on the H200:
+    there the default cuts ~three programs per SM (chunks of >= 128 keys) and the launch takes the short ring; below
+    one wave and from two waves on, and on other cards, the split counts are as before."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(ka, "_card", lambda device: (132, True))
+    assert ka.boundary_band(136, 132, True) and ka.boundary_band(132, 132, True)
+    assert not ka.boundary_band(131, 132, True) and not ka.boundary_band(264, 132, True)
+    assert not ka.boundary_band(136, 132, False)
+    assert ka.default_splits(17, 8, 8192, cuda) == 3 and ka.default_splits(24, 8, 1024, cuda) == 3
+    assert ka.default_splits(32, 8, 1024, cuda) == 2
+    assert ka.default_splits(17, 8, 256, cuda) == 2  # chunks of >= 128 keys
+    assert ka.default_splits(17, 8, 8192, cuda, paged=True) == 2  # paged: as before (3 x 132 // 136)
+    assert ka.default_splits(64, 8, 1024, cuda) == 1 and ka.default_splits(1, 8, 8192, cuda) == 16
+    monkeypatch.setattr(ka, "_card", lambda device: (132, False))  # another card: unsplit as before
+    assert ka.default_splits(17, 8, 8192, cuda) == 1

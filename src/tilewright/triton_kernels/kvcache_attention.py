@@ -359,6 +359,10 @@ def _pow2(x: int, lo: int) -> int:
 #   (3 rounds): 0.94-0.95x the 128-key time at B 64 x 1k (32 and 64 query heads), 0.98x at B 64 x 2k, level at B 32
 #   and B 128 x 1k and at 4k - and 1.09x at B 17 x 2k, whose 136 programs are one wave and four: the rule takes
 #   launches of at least two programs per SM.
+# * H200, B * Hkv from one to two waves of programs, unsplit (session 25's sweep of 9 such rows, 6 split counts x 3
+#   shapes, cuDNN interleaved): one full wave and a few programs ran 0.66-0.93x cuDNN (B 17 x 8 heads x 8k: 212 us
+#   against 140.5); three splits a program with the short ring - ~3 programs per SM - ran 141.5, and 1.04-1.5x the
+#   unsplit time on the five rows of the band (:func:`boundary_band`).
 # Head dim 256 keeps 64 keys and a 2-deep ring (shared memory). In AOT sm_90 builds with the launch's 16-divisible
 # strides (tests/test_kvcache.py) these shapes take 100-170 registers a thread and no spills; without those hints the
 # K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
@@ -425,9 +429,20 @@ _CARDS: dict = {}
 def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool = False) -> int:
     """How many chunks the key range of each (sequence, KV head) is cut into: about one program per SM in all (three
     for a paged cache, see above; B * Hkv alone leaves most SMs idle at decode batch sizes), never chunks under 64
-    keys (each split re-reads the query tile and adds a combine term)."""
+    keys (each split re-reads the query tile and adds a combine term); in the :func:`boundary_band`, about three
+    programs per SM in chunks of at least 128 keys."""
+    programs, sms = max(1, batch * kv_heads), num_sms(device)
+    if not paged and boundary_band(programs, sms, wide_split_steps(device)):
+        return int(max(1, min(-(-3 * sms // programs), capacity // 128)))
     per_sm = 3 if paged else 1
-    return int(max(1, min(per_sm * num_sms(device) // max(1, batch * kv_heads), -(-capacity // 64))))
+    return int(max(1, min(per_sm * sms // programs, -(-capacity // 64))))
+
+
+def boundary_band(programs: int, sms: int, wide_splits: bool) -> bool:
+    """Whether an unsplit contiguous launch of ``programs`` (B x Hkv) is one wave and a few programs (SMs <= programs
+    < 2 x SMs) on a card of the H200's tuning: such launches split into ~three programs per SM and take the short
+    ring (see above)."""
+    return wide_splits and sms <= programs < 2 * sms
 
 
 # Bound launches per call signature: a decode step calls the op with the same shapes every time, and the split
@@ -488,7 +503,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
     sms, wide = num_sms(q.device), wide_split_steps(q.device)
-    short = not paged and short_waves(B * Hkv * splits, sms, wide, capacity // splits)
+    short = not paged and (short_waves(B * Hkv * splits, sms, wide, capacity // splits)
+                           or (num_splits is None and boundary_band(B * Hkv, sms, wide)))
     bn = block_n(head_dim_pad, whole_waves=B * Hkv >= sms, paged=paged, wide_splits=wide,
                  split_keys=capacity // splits, short=short)
     warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged, short)
