@@ -248,9 +248,9 @@ def test_key_steps_per_card_and_regime():
     # on the H200's tuning, launches of >= 2 programs an SM streaming short sequences take 64-key steps and a 2-deep
     # ring; longer sequences, fewer programs (B 17 x 8 heads on 132 SMs: one wave and four) or another card do not
     keys = ka.SHORT_WAVE_KEYS
-    assert ka.short_waves(264, 132, True, keys) and ka.num_stages(128, short=True) == 2
-    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=keys, short=True) == 64
-    assert not ka.short_waves(264, 132, True, keys + 1) and not ka.short_waves(136, 132, True, keys)
+    assert ka.short_waves(265, 132, True, keys) and ka.num_stages(128, short=True) == 2
+    assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=keys, narrow=True) == 64
+    assert not ka.short_waves(265, 132, True, keys + 1) and not ka.short_waves(264, 132, True, keys)
     assert not ka.short_waves(512, 132, False, 1024) and ka.num_stages(128) == 3
     assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=keys) == 128
 
@@ -268,7 +268,7 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
 
     short = whole_waves == "short"
     whole_waves = bool(whole_waves)
-    wide = dict(wide_splits=True, split_keys=1024, short=True) if short else {}
+    wide = dict(wide_splits=True, split_keys=1024, narrow=True) if short else {}
 
     mod = "tilewright.triton_kernels.kvcache_attention"
     split_sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SEQLENS": "*i32", "TABLE": "*i32", "O_PART": "*fp32",
@@ -419,18 +419,21 @@ def test_append_kernel_with_odd_heads_head_dim_and_strided_inputs(page):
 
 
 def test_one_wave_and_a_few_programs_split_three_ways_on_the_h200(monkeypatch):
-    """B x Hkv from one to two waves of 132 SMs (B 17-32 at 8 KV heads) ran 0.66-0.93x cuDNN unsplit on the H200:
-    there the default cuts ~three programs per SM (chunks of >= 128 keys) and the launch takes the short ring; below
-    one wave and from two waves on, and on other cards, the split counts are as before."""
+    """B x Hkv from one to 1.4 waves of 132 SMs (B 17-23 at 8 KV heads) ran 0.65-0.79x cuDNN unsplit on the H200:
+    there the default cuts ~three programs per SM (chunks of >= 128 keys) and the launch takes the short ring; from
+    1.4 waves on, below one wave, and on other cards, the split counts are as before."""
     from tilewright.triton_kernels import kvcache_attention as ka
 
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(ka, "_card", lambda device: (132, True))
     assert ka.boundary_band(136, 132, True) and ka.boundary_band(132, 132, True)
-    assert not ka.boundary_band(131, 132, True) and not ka.boundary_band(264, 132, True)
+    assert not ka.boundary_band(131, 132, True) and not ka.boundary_band(192, 132, True)
     assert not ka.boundary_band(136, 132, False)
-    assert ka.default_splits(17, 8, 8192, cuda) == 3 and ka.default_splits(24, 8, 1024, cuda) == 3
-    assert ka.default_splits(32, 8, 1024, cuda) == 2
+    # from 1.4 waves to two: unsplit, 64-key steps (the mid band); past two, the short-wave rule's ground
+    assert ka.mid_band(192, 132, True) and ka.mid_band(264, 132, True) and not ka.mid_band(265, 132, True)
+    assert not ka.mid_band(184, 132, True) and not ka.mid_band(192, 132, False)
+    assert ka.default_splits(17, 8, 8192, cuda) == 3 and ka.default_splits(20, 8, 1024, cuda) == 3
+    assert ka.default_splits(24, 8, 1024, cuda) == 1 and ka.default_splits(33, 8, 1024, cuda) == 1
     assert ka.default_splits(17, 8, 256, cuda) == 2  # chunks of >= 128 keys
     assert ka.default_splits(17, 8, 8192, cuda, paged=True) == 2  # paged: as before (3 x 132 // 136)
     assert ka.default_splits(64, 8, 1024, cuda) == 1 and ka.default_splits(1, 8, 8192, cuda) == 16

@@ -362,13 +362,19 @@ def _pow2(x: int, lo: int) -> int:
 # * H200, B * Hkv from one to two waves of programs, unsplit (session 25's sweep of 9 such rows, 6 split counts x 3
 #   shapes, cuDNN interleaved): one full wave and a few programs ran 0.66-0.93x cuDNN (B 17 x 8 heads x 8k: 212 us
 #   against 140.5); three splits a program with the short ring - ~3 programs per SM - ran 141.5, and 1.04-1.5x the
-#   unsplit time on the five rows of the band (:func:`boundary_band`).
+#   unsplit time on the five rows of the band (:func:`boundary_band`). Its A/B (3 rounds; band_ab_2026-11-28_2310):
+#   B 17 x 2k / 8k / 32k 0.75 / 0.67 / 0.64x the unsplit time (0.97-1.01x cuDNN, was 0.65-0.73), B 20 x 4k 0.78x
+#   (1.005x cuDNN); from ~1.4 waves on, the split no longer paid (B 24: 0.91-0.96x, B 32: 1.00x) where the unsplit
+#   launch with 64-key steps and the 3-deep ring (96 KB: two programs per SM, so the launch is resident at once) ran
+#   best: B 24 x 1k / 8k 34.8 / 191.0 us against 38.3 / 217.5, B 32 x 1k 42.3 against 44.1, B 33 x 2k 72.8
+#   against 75.7 (79.2 with the short ring, which the short-wave rule had given it): :func:`mid_band`.
 # Head dim 256 keeps 64 keys and a 2-deep ring (shared memory). In AOT sm_90 builds with the launch's 16-divisible
 # strides (tests/test_kvcache.py) these shapes take 100-170 registers a thread and no spills; without those hints the
 # K / V gathers do not vectorize and every element keeps its own 64-bit address (255 registers, spills) - the strides
 # of a real cache are multiples of 16 elements.
 NUM_WARPS = 4
 SHORT_WAVE_KEYS = 2048  # whole-wave programs streaming at most this many keys take the short ring (H200, above)
+MID_BAND_WAVES = 1.4  # B x Hkv from this many waves of programs to two: unsplit, 64-key steps (H200, above)
 # The combine of the splits inside the split kernel (_combine_on_last_arrival) instead of a second launch; off until
 # measured on the device (config={"fused_combine": True} runs it: the A/B of perf/LOG.md session 22's next steps).
 # Its arrival counters are split-K's per-stream ones (triton_kernels/gemm.split_k_workspace): a launch needing more
@@ -378,22 +384,22 @@ FUSED_COMBINE_MAX_COUNTERS = SPLIT_K_MAX_TILES
 
 
 def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
-            interpret: bool = INTERPRET, wide_splits: bool = False, split_keys: int = 0, short: bool = False) -> int:
+            interpret: bool = INTERPRET, wide_splits: bool = False, split_keys: int = 0, narrow: bool = False) -> int:
     """Keys per loop step (16 under the interpreter, where each step costs milliseconds); ``whole_waves``: B * Hkv
     fills the SMs without splitting (the second regime above); ``wide_splits``: the card takes 128-key steps in the
-    split regime too (:func:`wide_split_steps`), where each split holds ``split_keys`` >= 128 keys; ``short``: the
-    launch takes the short ring (:func:`short_waves`), 64-key steps."""
+    split regime too (:func:`wide_split_steps`), where each split holds ``split_keys`` >= 128 keys; ``narrow``: the
+    launch takes 64-key steps (the short ring, :func:`short_waves`, and the :func:`mid_band`)."""
     if interpret:
         return 16
-    if paged or head_dim_pad > 128 or short:
+    if paged or head_dim_pad > 128 or narrow:
         return 64
     return 128 if whole_waves or (wide_splits and split_keys >= 128) else 64
 
 
 def short_waves(programs: int, sms: int, wide_splits: bool, split_keys: int) -> bool:
-    """Whether a launch of ``programs`` (sequence, KV head) programs, at least two per SM, on a card of the H200's
+    """Whether a launch of ``programs`` (sequence, KV head) programs, more than two per SM, on a card of the H200's
     tuning, streams few enough keys a program to take the short ring (64-key steps, 2 stages; see above)."""
-    return programs >= 2 * sms and wide_splits and split_keys <= SHORT_WAVE_KEYS
+    return programs > 2 * sms and wide_splits and split_keys <= SHORT_WAVE_KEYS
 
 
 def wide_split_steps(device) -> bool:
@@ -440,9 +446,15 @@ def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool
 
 def boundary_band(programs: int, sms: int, wide_splits: bool) -> bool:
     """Whether an unsplit contiguous launch of ``programs`` (B x Hkv) is one wave and a few programs (SMs <= programs
-    < 2 x SMs) on a card of the H200's tuning: such launches split into ~three programs per SM and take the short
+    < 1.4 x SMs) on a card of the H200's tuning: such launches split into ~three programs per SM and take the short
     ring (see above)."""
-    return wide_splits and sms <= programs < 2 * sms
+    return wide_splits and sms <= programs < MID_BAND_WAVES * sms
+
+
+def mid_band(programs: int, sms: int, wide_splits: bool) -> bool:
+    """Whether an unsplit contiguous launch of ``programs`` (B x Hkv) spans 1.4 to 2 waves on a card of the H200's
+    tuning: it stays unsplit with 64-key steps and the 3-deep ring, two programs resident per SM (see above)."""
+    return wide_splits and MID_BAND_WAVES * sms <= programs <= 2 * sms
 
 
 # Bound launches per call signature: a decode step calls the op with the same shapes every time, and the split
@@ -503,10 +515,12 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
     sms, wide = num_sms(q.device), wide_split_steps(q.device)
+    banded = num_splits is None and not paged  # (the bands choose the split count too: defaults only)
     short = not paged and (short_waves(B * Hkv * splits, sms, wide, capacity // splits)
-                           or (num_splits is None and boundary_band(B * Hkv, sms, wide)))
+                           or (banded and boundary_band(B * Hkv, sms, wide)))
+    narrow = short or (banded and mid_band(B * Hkv, sms, wide))
     bn = block_n(head_dim_pad, whole_waves=B * Hkv >= sms, paged=paged, wide_splits=wide,
-                 split_keys=capacity // splits, short=short)
+                 split_keys=capacity // splits, narrow=narrow)
     warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged, short)
     if config:
         bn = config.get("block_n", bn)
