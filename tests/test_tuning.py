@@ -381,7 +381,7 @@ def test_precompile_chunk_compiles_every_nth_candidate_without_running_it():
 
     tuner._triton_candidates = spy
     try:
-        assert tuner._precompile_chunk(((48, 64, 40), "float16", "cpu", 1, 2, 4)) == (2, 0)
+        assert tuner._precompile_chunk(((48, 64, 40), "float16", "cpu", 1, 2, 4)) == (2, 0, None)
     finally:
         tuner._triton_candidates = real
     assert compiled == [1, 3] and ran == []
@@ -463,8 +463,8 @@ def test_precompile_ahead_sets_every_shape_and_reports(monkeypatch):
 @pytest.mark.interpreter
 def test_precompile_runs_in_spawned_workers_and_counts(capsys):
     """The pool itself: spawned workers (they import tilewright afresh, as on the device) compile two capped shapes,
-    two chunks each; the count and the closing line come back, and ``on_shape`` (what releases a waiting sweep) names
-    each shape once, in order."""
+    two chunks each; the count, each worker's start-up times and the closing line come back, and ``on_shape`` (what
+    releases a waiting sweep) names each shape once, in order."""
     shapes, seen = [(16, 32, 16), (32, 16, 16)], []
     expected = sum(len(tuner._triton_candidates(torch.empty(M, K, dtype=torch.float16),
                                                 torch.empty(K, N, dtype=torch.float16),
@@ -472,8 +472,11 @@ def test_precompile_runs_in_spawned_workers_and_counts(capsys):
     got = tuner.precompile_triton(shapes, torch.float16, "cpu", jobs=2, max_configs=2, progress=False, log=print,
                                   on_shape=seen.append)
     assert got["compiled"] == expected and got["errors"] == 0
-    assert f"compiled {expected} Triton candidates" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"compiled {expected} Triton candidates" in out and "workers started in up to" in out
     assert seen == shapes
+    # each worker reports its start once: (imports done, first compile about to begin), seconds after the pool's start
+    assert 1 <= len(got["startups"]) <= 2 and all(0 < imported <= first < 120 for imported, first in got["startups"])
 
 
 def test_report_rejects_unrelated_csv(tmp_path, capsys):

@@ -116,7 +116,7 @@ def test_precompile_worker_compiles_on_its_own_device():
     before = torch.cuda.current_device()
     try:
         torch.cuda.set_device(0)
-        done, failed = tuner._precompile_chunk(((256, 384, 512), "bfloat16", "cuda:1", 0, 8, 16))
+        done, failed, _ = tuner._precompile_chunk(((256, 384, 512), "bfloat16", "cuda:1", 0, 8, 16))
     finally:
         torch.cuda.set_device(before)
     assert failed == 0 and done >= 1, (done, failed)

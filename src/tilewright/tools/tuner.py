@@ -298,16 +298,16 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     if finals is None:
         finals = FINAL_ROUNDS if device.type == "cuda" else 0
     t_start = time.monotonic()
-    if peak is None and timer is default_timer:
-        peak = measured_peak(device, dtype)
     rows, records, cached = [], [], []
     ahead = builds = None
     todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
-    if jobs and todo and device.type == "cuda":
+    if jobs and todo and device.type == "cuda":  # (started first: the pool's start-up runs under the peak's timing)
         if backends is None or "cuda" in backends:
             builds = build_cuda_ahead(dtype, device)
         if backends is None or "triton" in backends:
             ahead, ready = _precompile_ahead(todo, dtype, device, jobs, max_configs, log)
+    if peak is None and timer is default_timer:
+        peak = measured_peak(device, dtype)
     for M, N, K in shapes:
         if reuse and (rec := cache.lookup("gemm", device, dtype, M, N, K)):
             best = rec["backends"].get(rec["winner"], {})
@@ -560,10 +560,14 @@ def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None 
     bar = make_progress(len(tasks), f"compile {len(shapes)} shape(s) on {jobs} processes", progress_stream) \
         if progress else None
     compiled = errors = 0
-    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_yield_to_sweeps) as pool:
+    startups = []
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_yield_to_sweeps,
+                                initargs=(time.time(),)) as pool:
         # results come back in the tasks' order, a shape's `jobs` chunks after the previous shape's
-        for i, (done, failed) in enumerate(pool.map(_precompile_chunk, tasks)):
+        for i, (done, failed, startup) in enumerate(pool.map(_precompile_chunk, tasks)):
             compiled, errors = compiled + done, errors + failed
+            if startup is not None:
+                startups.append(startup)
             if bar:
                 bar.update(1)
             if on_shape is not None and i % jobs == jobs - 1:
@@ -571,17 +575,26 @@ def precompile_triton(shapes, dtype, device, jobs: int, max_configs: int | None 
     if bar:
         bar.close()
     seconds = time.monotonic() - t0
+    ready = (f"; workers started in up to {max(s[0] for s in startups):.1f} s, their first compile could begin "
+             f"{max(s[1] for s in startups):.1f} s in" if startups else "")
     log(f"compiled {compiled} Triton candidates in {seconds:.0f} s on {jobs} processes"
-        + (f" ({errors} failed; the sweep records why)" if errors else ""))
-    return {"compiled": compiled, "errors": errors, "seconds": seconds}
+        + (f" ({errors} failed; the sweep records why)" if errors else "") + ready)
+    return {"compiled": compiled, "errors": errors, "seconds": seconds, "startups": startups}
 
 
-def _yield_to_sweeps() -> None:
+_startup: dict = {}  # a precompile worker's start: {"spawned": wall clock the pool was made, "imported": ...}
+
+
+def _yield_to_sweeps(spawned: float | None = None) -> None:
     """Initializer of :func:`precompile_triton`'s workers: a lower scheduling priority (nice 10). The pool runs beside
     the sweeps and sizes itself to the cores the sweeps leave, but each compile also starts ptxas and LLVM threads; a
     sweep process starved of its core launches and loads kernels late, and overlapping the two had saved nothing
     (one-GPU tune 118 s with the pool beside the sweeps, 121 s with it first; H200). Nice'd, a compile waits for
-    the sweeps instead."""
+    the sweeps instead. Also notes when the worker got here (its imports done) against ``spawned``, the wall clock
+    at which the pool was made: the first shape of a tune waits for the pool's start (12 s of a one-GPU tune's first
+    shape, H200), which the closing log line reports."""
+    if spawned is not None:
+        _startup.update(spawned=spawned, imported=time.time())
     try:
         os.nice(10)
     except (AttributeError, OSError):  # (no nice on this platform, or not permitted: compile at normal priority)
@@ -591,8 +604,11 @@ def _yield_to_sweeps() -> None:
 _chunk_operands: dict = {}
 
 
-def _precompile_chunk(task) -> tuple[int, int]:
-    """Worker of :func:`precompile_triton`: launch candidates ``slot``, ``slot + n``, ... of one shape once."""
+def _precompile_chunk(task) -> tuple[int, int, tuple | None]:
+    """Worker of :func:`precompile_triton`: compile candidates ``slot``, ``slot + n``, ... of one shape, launching
+    nothing. Returns (compiled, failed, startup): startup, on this process's first chunk only (else None), is
+    (seconds from the pool's creation to this worker's imports done, to its operands allocated - the CUDA context
+    made - and its first compile about to start)."""
     (M, N, K), dtype_name, dev, slot, n, max_configs = task
     dtype = getattr(torch, dtype_name)
     key = (M, N, K, dtype_name, dev)
@@ -608,6 +624,10 @@ def _precompile_chunk(task) -> tuple[int, int]:
         # (empty: compiling reads no values, and filling them would put kernels on the GPU a sweep is timing)
         _chunk_operands[key] = tuple(torch.empty(shape, device=dev, dtype=dtype) for shape in ((M, K), (K, N), (M, N)))
     a, b, out = _chunk_operands[key]
+    startup = None
+    if "spawned" in _startup and "reported" not in _startup:
+        _startup["reported"] = True
+        startup = (_startup["imported"] - _startup["spawned"], time.time() - _startup["spawned"])
     done = failed = 0
     for cand in _triton_candidates(a, b, out, max_configs)[slot::n]:
         try:
@@ -615,7 +635,7 @@ def _precompile_chunk(task) -> tuple[int, int]:
             done += 1
         except Exception:  # noqa: BLE001 - counted; the sweep records the error for this config
             failed += 1
-    return done, failed
+    return done, failed, startup
 
 
 # ------------------------------------------------------------------------------------------------ finals
