@@ -11,7 +11,7 @@ out = os.environ.get("OUT", ".")
 print(torch.cuda.get_device_name(), flush=True)
 res = []
 for B, S in [(17, 2048), (17, 8192), (17, 32768), (20, 4096), (24, 1024), (24, 8192), (32, 1024), (32, 8192),
-             (33, 2048), (16, 2048)]:
+             (33, 2048), (16, 2048), (22, 2048), (28, 4096)]:
     Hq, Hkv, D = 32, 8, 128
     q = torch.randn(B, 1, Hq, D, device="cuda", dtype=torch.bfloat16)
     kc = torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.bfloat16)
