@@ -21,13 +21,15 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from .._env import interpreting
 from ..autotune import cache
-from .report import Sweep, winners
+
+if TYPE_CHECKING:  # (imported where used: report imports pandas, ~0.5 s of each precompile worker's start-up)
+    from .report import Sweep
 
 PEER_BACKEND = "peer"
 TUNABLE_BACKENDS = ("triton", "cuda")
@@ -344,6 +346,8 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
             "facts": cache.device_facts(device), "env": environment(), "peak_tflops": peak,
             "timer": getattr(timer, "__name__", type(timer).__name__), "cached_shapes": cached,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    from .report import Sweep
+
     return Sweep.from_rows(rows, meta)
 
 
@@ -466,6 +470,8 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     meta = {**metas[0], "devices": devices, "shapes_per_device": {d: len(p) for d, p in zip(devices, parts)},
             "cached_shapes": [s for m in metas for s in m.get("cached_shapes", [])]}
     import pandas as pd
+
+    from .report import Sweep
 
     return Sweep(pd.DataFrame(rows), meta)
 
@@ -751,6 +757,8 @@ def _record(shape_rows) -> dict | None:
     import pandas as pd
 
     df = pd.DataFrame(shape_rows)
+    from .report import winners
+
     win = winners(df)
     if win.empty:
         return None
