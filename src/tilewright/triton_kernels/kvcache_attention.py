@@ -362,7 +362,7 @@ def _pow2(x: int, lo: int) -> int:
 # * H200, B * Hkv from one to two waves of programs, unsplit (session 25's sweep of 9 such rows, 6 split counts x 3
 #   shapes, cuDNN interleaved): one full wave and a few programs ran 0.66-0.93x cuDNN (B 17 x 8 heads x 8k: 212 us
 #   against 140.5); three splits a program with the short ring - ~3 programs per SM - ran 141.5, and 1.04-1.5x the
-#   unsplit time on the five rows of the band (:func:`boundary_band`). Its A/B (3 rounds; band_ab_2026-11-28_2310):
+#   unsplit time on the five rows of the band (:func:`boundary_band`). Its A/B (3 rounds; band_ab_2026-11-28_2236):
 #   B 17 x 2k / 8k / 32k 0.75 / 0.67 / 0.64x the unsplit time (0.97-1.01x cuDNN, was 0.65-0.73), B 20 x 4k 0.78x
 #   (1.005x cuDNN); from ~1.4 waves on, the split no longer paid (B 24: 0.91-0.96x, B 32: 1.00x) where the unsplit
 #   launch with 64-key steps and the 3-deep ring (96 KB: two programs per SM, so the launch is resident at once) ran
