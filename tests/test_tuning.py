@@ -875,6 +875,11 @@ def test_finals_skip_what_they_cannot_compare_and_survive_a_failure():
     got = tuner.run_finals(rows, cands, timer, rounds=3)
     assert sorted(cands[i].name for i in got) == ["a", "c", "cublas"]
     assert rows[2]["median_ms"] == 1.01 and "sweep_ms" not in rows[2] and rows[1]["median_ms"] == 0.5
+    rows, cands = _final_rows({"a": 1.0, "b": 1.01})
+
+    def broken(cand, fn):
+        raise RuntimeError("the GPU is gone")
+    assert tuner.run_finals(rows, cands, broken, rounds=3) == [] and rows[1]["median_ms"] == 1.0  # every one failed
 
 
 def test_tune_gemm_stores_the_finals_winner():

@@ -662,8 +662,7 @@ def run_finals(rows: list[dict], cands: list[Candidate], timer, rounds: int) -> 
     """Re-time one shape's contenders interleaved (see :data:`FINAL_BAND`) and replace their ``median_ms`` (and
     ``tflops``) with the median over ``rounds`` rounds; the sweep's own time stays in ``sweep_ms``. ``rows[i]`` is
     ``cands[i]``'s row. Returns the indices re-timed (none with ``rounds`` 0 or fewer than two contenders). A
-    contender that fails in the finals (it had run in the sweep) keeps its sweep time and is marked by ``finals``
-    keeps its sweep time."""
+    contender that fails in the finals (it had run in the sweep) keeps its sweep time and drops out of the rounds."""
     timed = [i for i, r in enumerate(rows) if r["status"] == "ok" and not math.isnan(r["median_ms"])]
     tuned = [i for i in timed if cands[i].backend != PEER_BACKEND]
     if rounds <= 0 or len(tuned) < 2:
@@ -679,6 +678,8 @@ def run_finals(rows: list[dict], cands: list[Candidate], timer, rounds: int) -> 
     order = contenders + [i for i in timed if cands[i].backend == PEER_BACKEND]
     samples = {i: [] for i in order}
     for r in range(rounds):
+        if not order:
+            break
         for i in order[r % len(order):] + order[:r % len(order)]:
             try:
                 samples[i].append(float(timer(cands[i], cands[i].run)))
