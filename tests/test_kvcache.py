@@ -5,6 +5,8 @@ sequence's length and unused page-table entries are poisoned (NaN, out-of-range 
 fails; bad inputs raise naming the argument. The GPU tier (bf16, the bench rows) is tests/test_kvcache_gpu.py."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -439,3 +441,27 @@ def test_one_wave_and_a_few_programs_split_three_ways_on_the_h200(monkeypatch):
     assert ka.default_splits(64, 8, 1024, cuda) == 1 and ka.default_splits(1, 8, 8192, cuda) == 16
     monkeypatch.setattr(ka, "_card", lambda device: (132, False))  # another card: unsplit as before
     assert ka.default_splits(17, 8, 8192, cuda) == 1
+
+
+def test_launch_shapes_by_regime_on_the_h200_and_elsewhere(monkeypatch):
+    """kvcache_attention's (splits, keys a step, ring depth) per regime: the split regime and long whole waves as
+    before, the boundary band split ~3 ways with the short ring, the mid band unsplit with 64-key steps, more than two
+    programs an SM on short sequences the short ring - at head dim 128 on the H200 only; head dim 64, paged caches,
+    a caller's split count and other cards keep the earlier shapes."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(ka, "_card", lambda device: (132, True))
+    shape = functools.partial(ka.launch_shape, device=cuda, interpret=False)
+    assert shape(1, 8, 8192, 128) == (16, 128, 3)  # split regime, 512-key splits: 128-key steps (H200)
+    assert shape(17, 8, 8192, 128) == (3, 64, 2)  # boundary band
+    assert shape(24, 8, 8192, 128) == (1, 64, 3)  # mid band
+    assert shape(64, 8, 1024, 128) == (1, 64, 2)  # > 2 programs an SM, short sequences
+    assert shape(64, 8, 8192, 128) == (1, 128, 3)  # ... long ones
+    assert shape(17, 8, 8192, 64) == (1, 128, 3) and shape(64, 8, 1024, 64) == (1, 128, 3)  # head dim 64: as before
+    assert shape(1, 8, 8192, 64) == (16, 128, 3)  # (the split regime's H200 rule holds at every head dim <= 128)
+    assert shape(17, 8, 8192, 128, paged=True) == (2, 64, 4)  # paged: as before
+    assert shape(17, 8, 8192, 128, num_splits=1) == (1, 128, 3)  # the caller's count: no band
+    monkeypatch.setattr(ka, "_card", lambda device: (132, False))
+    assert shape(17, 8, 8192, 128) == (1, 128, 3) and shape(64, 8, 1024, 128) == (1, 128, 3)
+    assert shape(1, 8, 8192, 128) == (16, 64, 3)

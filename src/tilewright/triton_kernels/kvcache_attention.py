@@ -358,7 +358,8 @@ def _pow2(x: int, lo: int) -> int:
 #   32k the 128-key ring stays ahead (485.9 vs 490.8 us). :data:`SHORT_WAVE_KEYS` bounds the rule. A confirming A/B
 #   (3 rounds): 0.94-0.95x the 128-key time at B 64 x 1k (32 and 64 query heads), 0.98x at B 64 x 2k, level at B 32
 #   and B 128 x 1k and at 4k - and 1.09x at B 17 x 2k, whose 136 programs are one wave and four: the rule takes
-#   launches of at least two programs per SM.
+#   launches of more than two programs per SM (the bands below take the rest). These rules and the bands were
+#   measured at head dim 128 only, and apply there.
 # * H200, B * Hkv from one to two waves of programs, unsplit (session 25's sweep of 9 such rows, 6 split counts x 3
 #   shapes, cuDNN interleaved): one full wave and a few programs ran 0.66-0.93x cuDNN (B 17 x 8 heads x 8k: 212 us
 #   against 140.5); three splits a program with the short ring - ~3 programs per SM - ran 141.5, and 1.04-1.5x the
@@ -432,16 +433,34 @@ def _card(device) -> tuple[int, bool]:
 _CARDS: dict = {}
 
 
-def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool = False) -> int:
+def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool = False,
+                   head_dim_pad: int = 128) -> int:
     """How many chunks the key range of each (sequence, KV head) is cut into: about one program per SM in all (three
     for a paged cache, see above; B * Hkv alone leaves most SMs idle at decode batch sizes), never chunks under 64
     keys (each split re-reads the query tile and adds a combine term); in the :func:`boundary_band`, about three
     programs per SM in chunks of at least 128 keys."""
     programs, sms = max(1, batch * kv_heads), num_sms(device)
-    if not paged and boundary_band(programs, sms, wide_split_steps(device)):
+    if not paged and head_dim_pad == 128 and boundary_band(programs, sms, wide_split_steps(device)):
         return int(max(1, min(-(-3 * sms // programs), capacity // 128)))
     per_sm = 3 if paged else 1
     return int(max(1, min(per_sm * sms // programs, -(-capacity // 64))))
+
+
+def launch_shape(B: int, Hkv: int, capacity: int, head_dim_pad: int, device, paged: bool = False,
+                 num_splits: int | None = None, interpret: bool = INTERPRET) -> tuple[int, int, int]:
+    """(split count, keys a step, ring depth) of a launch (``num_splits``: the caller's count, else
+    :func:`default_splits`), by the rules above; the short ring and the bands only at head dim 128, where they were
+    measured (``interpret``: :func:`block_n`'s)."""
+    splits = num_splits or default_splits(B, Hkv, capacity, device, paged, head_dim_pad)
+    sms, wide = num_sms(device), wide_split_steps(device)
+    measured = wide and head_dim_pad == 128
+    banded = num_splits is None and not paged  # (the bands choose the split count too: defaults only)
+    short = not paged and (short_waves(B * Hkv * splits, sms, measured, capacity // splits)
+                           or (banded and boundary_band(B * Hkv, sms, measured)))
+    narrow = short or (banded and mid_band(B * Hkv, sms, measured))
+    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= sms, paged=paged, interpret=interpret, wide_splits=wide,
+                 split_keys=capacity // splits, narrow=narrow)
+    return splits, bn, num_stages(head_dim_pad, paged, short)
 
 
 def boundary_band(programs: int, sms: int, wide_splits: bool) -> bool:
@@ -508,20 +527,13 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     Hkv = k_cache.shape[2]
     group = Hq // Hkv
     capacity = _capacity(k_cache, block_table)
-    splits = num_splits or default_splits(B, Hkv, capacity, q.device, paged)
+    head_dim_pad = _pow2(D, 16)
+    splits, bn, stages = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, paged, num_splits)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     left, right = window
-    head_dim_pad = _pow2(D, 16)
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    sms, wide = num_sms(q.device), wide_split_steps(q.device)
-    banded = num_splits is None and not paged  # (the bands choose the split count too: defaults only)
-    short = not paged and (short_waves(B * Hkv * splits, sms, wide, capacity // splits)
-                           or (banded and boundary_band(B * Hkv, sms, wide)))
-    narrow = short or (banded and mid_band(B * Hkv, sms, wide))
-    bn = block_n(head_dim_pad, whole_waves=B * Hkv >= sms, paged=paged, wide_splits=wide,
-                 split_keys=capacity // splits, narrow=narrow)
-    warps, stages = NUM_WARPS, num_stages(head_dim_pad, paged, short)
+    warps = NUM_WARPS
     if config:
         bn = config.get("block_n", bn)
         warps = config.get("num_warps", warps)
