@@ -1,9 +1,10 @@
 #!/bin/bash
-# Session 25, kind nvidia-h200-x2: `tilewright tune` after the finals (contenders re-timed interleaved), the nice'd
-# precompile pool and the shorter graph-replay budget - one GPU, then --gpus all, empty caches each; the per-shape
-# timeline lines ("swept in", "waiting for their compiles", "into the tune") say where each run's time goes.
-# Prediction: one GPU ~118 - 10 (graph budget) + ~18 (finals) = ~126 s; two GPUs <= 0.6x that if the pool no longer
-# slows the sweeps; identical winners on >= 9 of 11 shapes.
+# Kind nvidia-h200-x2 (written in session 25; the kind was not lent that session - NOT yet run): `tilewright tune`
+# with the finals (contenders re-timed interleaved), the nice'd pool reporting its start-up, the 15 ms graph budget
+# and the sm_90a builds started ahead - one GPU, then --gpus all, empty caches each; the per-shape lines ("swept in",
+# "waiting for their compiles", "into the tune") say where each run's time goes.
+# Prediction (from the one-GPU timeline of 2026-11-28_2246: 100.4 s): two GPUs ~58 s (~7 s process start, ~10 s to
+# the first compiled shapes, ~38 s of sweeps a GPU), <= 0.6x; identical winners on >= 9 of 11 shapes.
 export PYTHONPATH=$PWD/src
 nvidia-smi -L
 T=/tmp/tunes; rm -rf $T; mkdir -p $T
