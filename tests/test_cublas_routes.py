@@ -172,3 +172,12 @@ def test_points_of_the_running_card_come_first(sm90, monkeypatch):
         router.invalidate()
         d = router.decide("gemm", a, b, None, None, None)
         assert d.backend == backend and card in cublas_routes.cublas_preferred(a, b)[1], (card, str(d))
+
+
+def test_a_point_measured_alike_on_both_cards_keeps_its_own_card():
+    """TN 1024 x 4096 x 16384 measured 0.99x on the H100 and on the H200: each point is named by its own card (the
+    reason a decision prints), not by whichever card's line came last."""
+    same = [i for i, p in enumerate(cublas_routes.TABLE) if p == ("TN", 1024, 4096, 16384, 0.99)]
+    assert [cublas_routes.TABLE_CARDS[i] for i in same] == [cublas_routes.CARD, "NVIDIA H200"]
+    assert cublas_routes._nearest_index("TN", 1024, 4096, 16384, cublas_routes.CARD) == same[0]
+    assert cublas_routes._nearest_index("TN", 1024, 4096, 16384, "NVIDIA H200") == same[1]

@@ -159,20 +159,21 @@ SMALL_PROBLEM_FLOPS = 2.0 ** 36
 SMALL_MAX_ROWS_OWN = 16
 
 
-def _parse(text: str) -> tuple[list[tuple[str, int, int, int, float]], dict]:
-    """The table's points, and the card each was measured on (:data:`CARD` until a "# H200" comment line)."""
-    points, cards, card = [], {}, CARD
+def _parse(text: str) -> tuple[list[tuple[str, int, int, int, float]], list[str]]:
+    """The table's points, and the card each was measured on (:data:`CARD` until a "# H200" comment line), by index:
+    a shape may have a point on each card, with equal ratios too."""
+    points, cards, card = [], [], CARD
     for line in text.strip().splitlines():
         if line.startswith("#"):
             card = "NVIDIA H200" if line.startswith("# H200") else card
             continue
         layout, m, n, k, ratio = line.split()
         points.append((layout, int(m), int(n), int(k), float(ratio)))
-        cards[points[-1]] = card  # (by the whole point: a shape may have a point on each card)
+        cards.append(card)
     return points, cards
 
 
-TABLE, _CARD_OF = _parse(_TABLE_TEXT)
+TABLE, TABLE_CARDS = _parse(_TABLE_TEXT)
 _ENV_NAMES = ((ENV,), (ENV.encode(),))
 
 
@@ -189,17 +190,24 @@ def nearest(lay: str, M: int, N: int, K: int, card: str | None = None) -> tuple[
     is that close. Points of layout ``lay`` come first, then any layout (the layout decides more than the card: the
     weight-gradient TN GEMMs lose where NN and NT of the same sizes do not); within each, points measured on ``card``
     (a device name; None: any card) come first - the H100 and H200 ratios of one shape differ by up to 0.1."""
+    i = _nearest_index(lay, M, N, K, card)
+    return None if i is None else TABLE[i]
+
+
+def _nearest_index(lay: str, M: int, N: int, K: int, card: str | None) -> int | None:
+    """:func:`nearest`'s point as an index into :data:`TABLE` (and :data:`TABLE_CARDS`)."""
     if min(M, N, K) <= 0:
         return None
     lm, ln, lk = math.log2(M), math.log2(N), math.log2(K)
 
-    def distance(p):
+    def distance(i):
+        p = TABLE[i]
         return abs(math.log2(p[1]) - lm) + abs(math.log2(p[2]) - ln) + abs(math.log2(p[3]) - lk)
 
-    same_layout = [p for p in TABLE if p[0] == lay]
-    tiers = (same_layout, TABLE)
+    same_layout = [i for i, p in enumerate(TABLE) if p[0] == lay]
+    tiers = (same_layout, range(len(TABLE)))
     if card is not None:
-        tiers = tuple(t for group in tiers for t in ([p for p in group if _CARD_OF[p] == card], group))
+        tiers = tuple(t for group in tiers for t in ([i for i in group if TABLE_CARDS[i] == card], group))
     for candidates in tiers:
         if candidates:
             best = min(candidates, key=distance)
@@ -246,12 +254,12 @@ def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
         return False, "the cuBLAS table was measured on sm_90 (H100, H200)"
     M, K = a.shape
     N = b.shape[1]
-    point = nearest(layout(a, b), M, N, K, card_of(a.device))
-    if point is None:
+    index = _nearest_index(layout(a, b), M, N, K, card_of(a.device))
+    if index is None:
         if M > SMALL_MAX_ROWS_OWN and 2.0 * M * N * K < SMALL_PROBLEM_FLOPS:
             return True, (f"no measured point near; a plain GEMM of > {SMALL_MAX_ROWS_OWN} rows under 2^36 FLOPs "
                           "(tilewright's kernels lost to cuBLAS on every measured neighbour but two)")
         return False, "no measured cuBLAS point near this shape"
-    lay, m, n, k, ratio = point
-    where = f"measured {lay} {m}x{n}x{k}: tilewright {ratio:.2f}x cuBLAS ({_CARD_OF[point]})"
+    lay, m, n, k, ratio = TABLE[index]
+    where = f"measured {lay} {m}x{n}x{k}: tilewright {ratio:.2f}x cuBLAS ({TABLE_CARDS[index]})"
     return ratio < PREFER_BELOW, where
