@@ -216,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     // at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
     if constexpr (NC == 2) setmaxnreg_dec<PRODUCER_REGS>();
     // (the rows this pass streams per head, whose L2 reuse the limit keeps, are Q's and dO's: Sq of them)
-    const CtaCoords cta = cta_coords(HEAVY_FIRST && Sq <= HEAVY_FIRST_MAX_KEYS);
+    const CtaCoords cta = cta_coords(HEAVY_FIRST, Sq);
     const int n0 = cta.rank * BN, hkv = cta.y, b = cta.z;  // key block 0 first: the longest in a causal grid
     const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
     const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, group, seq.band);
@@ -288,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
   } else {
     // ------------------------------------------------------------------ consumers
     if constexpr (NC == 2) setmaxnreg_inc<CONSUMER_REGS>();
-    const CtaCoords cta = cta_coords(HEAVY_FIRST && Sq <= HEAVY_FIRST_MAX_KEYS);
+    const CtaCoords cta = cta_coords(HEAVY_FIRST, Sq);
     const int n0 = cta.rank * BN, hkv = cta.y, b = cta.z;
     const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
     const KeyBand band = seq.band;
@@ -607,7 +607,7 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
-  const CtaCoords cta = cta_coords(HEAVY_FIRST && Skv <= HEAVY_FIRST_MAX_KEYS);
+  const CtaCoords cta = cta_coords(HEAVY_FIRST, Skv);
   const int hq = cta.y;
   const int b = cta.z;
   const int hkv = hq / group;

@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
-  const CtaCoords cta = cta_coords(HEAVY_FIRST && Skv <= HEAVY_FIRST_MAX_KEYS);
+  const CtaCoords cta = cta_coords(HEAVY_FIRST, Skv);
   const int hq = cta.y;
   const int b = cta.z;
   const int hkv = hq / group;

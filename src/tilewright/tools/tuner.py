@@ -182,15 +182,21 @@ def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
     return found
 
 
+def _swept_cuda_variants(device) -> dict:
+    """The sm_90a WGMMA kernel's variants a sweep times on ``device`` (those that fit its shared memory); none off
+    sm_90 (other families are not swept yet)."""
+    from ..cuda_fallback import gemm_sm90 as cg
+
+    if torch.cuda.get_device_capability(device)[0] != 9:
+        return {}
+    return {name: v for name, v in cg.VARIANTS.items() if v.smem_bytes() <= cg.SMEM_LIMIT}
+
+
 def _cuda_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
     from ..cuda_fallback import gemm_sm90 as cg
 
-    if torch.cuda.get_device_capability(a.device)[0] != 9:
-        return []  # the variants below are the sm_90a WGMMA kernel's; other families are not swept yet
     found = []
-    for vname, v in cg.VARIANTS.items():
-        if v.smem_bytes() > cg.SMEM_LIMIT:
-            continue
+    for vname, v in _swept_cuda_variants(a.device).items():
         for order in cg.TILE_ORDERS:
             group = 16
             config = {"variant": vname, "tile_order": order, "group": group}
@@ -353,16 +359,17 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
 
 # ------------------------------------------------------------------------------------------------ several GPUs
 def sweep_seconds(shape) -> float:
-    """Estimated seconds to sweep one GEMM shape, the cost :func:`split_shapes` balances. Measured on an H100 (one-GPU
-    sweep of the default suite, candidates precompiled): ~5 s of per-candidate overhead whatever the size, plus the
-    candidates' runs (~0.85 s per TFLOP of one product), and for a decode or small shape (:func:`graph_timed`), whose
-    candidates are timed as CUDA-graph replays, 10-17 s with a 50 ms replay budget (H200) - 8 s predicted with
-    :data:`GRAPH_REP_MS` (each tune's per-shape log lines say). FLOPs alone had put both decode shapes and six others
-    on one GPU (a two-GPU tune of that suite took 0.84x the one-GPU time, its second GPU's precompile failing too)."""
+    """Estimated seconds to sweep one GEMM shape, the cost :func:`split_shapes` balances. Fitted to a one-GPU tune of
+    the default suite on an H200 with the finals and the 15 ms graph budget (candidates precompiled; perf/results/
+    h200/tune_multi/tune_1gpu_2026-11-28_2246.log): ~5.9 s of per-candidate overhead whatever the size plus the
+    candidates' runs (~0.95 s per TFLOP of one product: 6.0-9.6 s over 0.12-3.85 TFLOP), and 6.3-6.6 s for a decode
+    or small shape (:func:`graph_timed`, timed as CUDA-graph replays; 10-17 s with the earlier 50 ms budget). FLOPs
+    alone had put both decode shapes and six others on one GPU (a two-GPU tune of that suite took 0.84x the one-GPU
+    time, its second GPU's precompile failing too)."""
     M, N, K = (int(x) for x in shape)
     if graph_timed(M, N, K):
-        return 8.0
-    return 5.0 + 0.85 * 2 * M * N * K / 1e12
+        return 6.5
+    return 5.9 + 0.95 * 2 * M * N * K / 1e12
 
 
 def split_shapes(shapes, n: int) -> list[list[tuple]]:
@@ -419,9 +426,9 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     own measured 20-23 s of compiling where one pool did all of it in 17 s: a pool's start-up, not the compiles, is
     most of its time), less one core per sweep worker. The pool takes the shapes in the order the workers sweep them
     (their first shapes first) and each worker waits only for its next shape's compiles, so compiling overlaps the
-    sweeps: a two-GPU tune was ~9 s of start, 22 s of compiling and ~50 s of sweeps one after the other (H200), and
-    the precompile launches nothing that could disturb a sweep's timings. Devices of one card model share one cache
-    section, so the result is what one GPU would have stored."""
+    sweeps (the precompile launches nothing that could disturb a sweep's timings): two H200s took 80.4 s where one
+    took 118.3 (0.68x; before the finals, the builds ahead and the shorter graph budget, which took one GPU to 100.4
+    s). Devices of one card model share one cache section, so the result is what one GPU would have stored."""
     import multiprocessing
 
     t_start = time.monotonic()
@@ -514,16 +521,15 @@ def build_cuda_ahead(dtype, device):
     import threading
 
     device = torch.device(device)
-    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or interpreting() \
-            or torch.cuda.get_device_capability(device)[0] != 9:
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or interpreting():
         return None
     from ..cuda_fallback import gemm_sm90 as cg
     from ..cuda_fallback.runtime import build, gemm_common
 
-    if build.compiler_missing():
+    variants = list(_swept_cuda_variants(device).values())
+    if not variants or build.compiler_missing():
         return None
     a = torch.empty(64, 64, dtype=dtype)  # only the layouts and the dtype pick the build (CPU tensors do)
-    variants = [v for v in cg.VARIANTS.values() if v.smem_bytes() <= cg.SMEM_LIMIT]
 
     def compile_one(v):
         try:

@@ -771,10 +771,10 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, bias=Non
     ``config`` bypasses every lookup (tests, reports); ``num_programs`` overrides the persistent grid size;
     ``compile_only`` (with ``config``) compiles the kernel this launch would run into Triton's caches - the same
     specialization, so a later launch loads it - and launches nothing (``tilewright tune``'s precompile, which runs
-    beside the sweeps: the interpreter compiles nothing, so there it returns at once). Without
-    it the config is this machine's tuned one, else the shipped table's, else the shape-based default - one compile
-    at a new shape; ``TILEWRIGHT_AUTOTUNE=full`` runs Triton's sweep for buckets nothing measured instead. The launch
-    plan (everything but the pointers) is cached per call signature on the GPU.
+    beside the sweeps: the interpreter compiles nothing, so there it returns at once). Without ``config`` the config
+    is this machine's tuned one, else the shipped table's, else the shape-based default - one compile at a new
+    shape; ``TILEWRIGHT_AUTOTUNE=full`` runs Triton's sweep for buckets nothing measured instead. The launch plan
+    (everything but the pointers) is cached per call signature on the GPU.
     """
     _check_parameters(a, b, bias, norm, dequant)
     if compile_only and config is None:

@@ -89,24 +89,25 @@ TW_DEVICE bool masked_out(int row, int col, int Skv, KeyBand band) {
 // ideal in the same model). It also spreads the CTAs that run at once over every head, whose K / V then compete for
 // L2 where x-fastest order keeps about two heads' worth hot. Measured (H200, bf16, causal, same run against x-fastest
 // order): Skv 2k-4k forward 1.01-1.14x, forward + backward 1.02-1.10x; Skv 8k and 16k 0.95-0.96x (4 MB of K and V -
-// Q and dO in the backward's key-block pass - a head at head dim 128, 16-32 heads against a 50 MB L2). So dense
-// causal builds ask for heavy_first where the rows they stream per head number at most HEAVY_FIRST_MAX_KEYS (Skv for
-// the forward and dQ kernels, Sq for the key-block pass; the measured rows had Sq = Skv); packed batches keep x
-// fastest (their z is a sequence whose tiles past its length return at once). `rank` is the tile's place in dispatch
-// order (0 first); the caller maps it to its longest-first tile. The coordinates are read with volatile asm so each
-// warp role recomputes them after its setmaxnreg (a value carried across the register reallocation stays live there).
+// Q and dO in the backward's key-block pass - a head at head dim 128, 16-32 heads against a 50 MB L2). So a dense
+// causal build (`dense_causal`) takes heavy-first order where the rows it streams per head (`streamed_rows`: Skv for
+// the forward and dQ kernels, Sq for the key-block pass; the measured rows had Sq = Skv) number at most
+// HEAVY_FIRST_MAX_KEYS; packed batches keep x fastest (their z is a sequence whose tiles past its length return at
+// once). `rank` is the tile's place in dispatch order (0 first); the caller maps it to its longest-first tile. The
+// coordinates are read with volatile asm so each warp role recomputes them after its setmaxnreg (a value carried
+// across the register reallocation stays live there).
 constexpr int HEAVY_FIRST_MAX_KEYS = 4096;
 
 struct CtaCoords {
   int rank, y, z;
 };
 
-TW_DEVICE CtaCoords cta_coords(bool heavy_first) {
+TW_DEVICE CtaCoords cta_coords(bool dense_causal, int streamed_rows) {
   unsigned x, y, z;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
   asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
   asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(z));
-  if (!heavy_first) return {(int)x, (int)y, (int)z};
+  if (!dense_causal || streamed_rows > HEAVY_FIRST_MAX_KEYS) return {(int)x, (int)y, (int)z};
   unsigned nx, ny, nz;
   asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
   asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
