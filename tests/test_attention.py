@@ -582,3 +582,25 @@ def test_head_slices_of_a_fused_qkv_output_give_bshd_ordered_output_and_gradient
     assert (out.double() - ref).abs().max() < 1e-4
     for a, r in zip(grads, g64):
         assert (a.double() - r).abs().max() < 1e-4
+
+
+def test_backward_preprocess_compiles_for_sm90_with_the_packed_statistics():
+    """The backward's preprocess (delta = rowsum(dO * O), and for the sm_90a dK / dV kernel the packed base-2 LSE /
+    delta blocks) compiles for sm_90a at head dim 128 and 64 with and without the statistics, spill-free, with
+    vectorised loads of O and dO (LDG.E.128), at the warps attention_backward launches it with (8 when packing: 4
+    spilled 32 bytes at head dim 128)."""
+    from tilewright.triton_kernels import attention as A
+    from tilewright.triton_kernels.aot import compile_reports
+
+    strides = [f"stride_{t}{d}" for t in ("o", "do") for d in "bhs"]
+    jobs = [dict(kernel="tilewright.triton_kernels.attention:_attn_bwd_preprocess",
+                 signature={"O": "*bf16", "DO": "*bf16", "DLSE": "*fp32", "DELTA": "*fp32", "LSE": "*fp32",
+                            "STATS": "*fp32", **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32"},
+                 arch=90, num_warps=8 if pack else 4, num_stages=1, name=f"pre D={D} pack={pack}",
+                 divisible_by_16=("O", "DO", "DLSE", "DELTA", "LSE", "STATS", "stride_ob", "stride_oh", "stride_os",
+                                  "stride_dob", "stride_doh", "stride_dos"),
+                 constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), HAS_DLSE=False, BLOCK_M=128,
+                                 PACK_STATS=pack, STAT_ROWS=64))
+            for D in (128, 64) for pack in (False, True)]
+    for job, rep in zip(jobs, compile_reports(jobs)):
+        assert rep.spill_bytes == 0 and rep.has("LDG.E.128"), (job["name"], rep.spill_bytes)

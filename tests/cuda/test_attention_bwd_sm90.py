@@ -66,10 +66,13 @@ def test_build_check_lists_the_backward_builds():
     assert build_check.KERNELS[cb.SOURCE][0] == ("sm_90a",)
     rows = cb.build_check_builds()
     assert len(rows) == len(cb.BUILD_CHECK_BUILDS) and all(row[2] <= 227 * 1024 for row in rows)
-    # K + V 64 x 128, two stages of Q + dO 64 x 128, bf16; the statistics; barriers; slack
-    assert cb.smem_bytes(128, "a") == 1024 + 2 * 64 * 128 * 2 + 4 * 64 * 128 * 2 + 1024 + 5 * 8
+    # K + V 64 x 128, two stages of Q + dO 64 x 128, bf16; the statistics (a 512-byte block a stage, each consumer's
+    # two-step buffer); barriers; slack
+    assert cb.smem_bytes(128, "a") == 1024 + 2 * 64 * 128 * 2 + 4 * 64 * 128 * 2 + 2 * 512 + 1024 + 5 * 8
     # two consumers: 128-key K / V blocks, a statistics buffer each
-    assert cb.smem_bytes(128, "b") == 1024 + 2 * 128 * 128 * 2 + 4 * 64 * 128 * 2 + 2 * 1024 + 5 * 8
+    assert cb.smem_bytes(128, "b") == 1024 + 2 * 128 * 128 * 2 + 4 * 64 * 128 * 2 + 2 * 512 + 2 * 1024 + 5 * 8
+    # packed batches: no stage copies (rounded to 1024 bytes: the dS^T tile's alignment)
+    assert cb.smem_bytes(128, "b", packed=True) == cb.smem_bytes(128, "b") - 1024
     assert [cb.block_n(v) for v in ("a", "b")] == [64, 128] and [cb.threads(v) for v in ("a", "b")] == [256, 384]
     assert rows[3][0].startswith("dkdv b ") and rows[3][3] == ("USETMAXREG",)
     # dQ in the pass: two dS^T tiles (128 keys x 64 queries, 16-bit) and two fp32 64 x 64 dQ staging tiles more
@@ -174,9 +177,9 @@ def test_the_op_layer_keeps_triton_off_the_gpu_and_for_a_non_positive_scale(monk
     monkeypatch.setenv(cb.ENV, "1")
     q = torch.randn(1, 2, 16, 64)
     args = (q, q, q, q, torch.empty(1, 2, 16), q, q, q, True, 0.125, 0, None, 0.0)
-    assert ops_attention._cuda_backward(*args, "triton") == (None, None)
-    assert ops_attention._cuda_backward(*args[:9], 0.0, *args[10:], "triton") == (None, None)
-    assert ops_attention._cuda_backward(*args, "cuda", "triton") == (None, None)  # the caller asked for Triton
+    assert ops_attention._cuda_backward(*args, "triton") == (None, None, None)
+    assert ops_attention._cuda_backward(*args[:9], 0.0, *args[10:], "triton") == (None, None, None)
+    assert ops_attention._cuda_backward(*args, "cuda", "triton") == (None, None, None)  # the caller asked for Triton
 
 
 def test_the_op_layer_plans_each_signature_once(monkeypatch):
@@ -199,11 +202,13 @@ def test_the_op_layer_plans_each_signature_once(monkeypatch):
         return ops_attention._cuda_backward(do, q, k, v, lse, dq, dk, dv, True, D ** -0.5, 0, None, 0.0, "cuda",
                                             backend)
 
-    dkdv, dq_launch = plan()
+    dkdv, dq_launch, stats = plan()
     assert callable(dkdv) and dq_launch is ops_attention._dq_done  # dQ written by the dK / dV pass
-    plan()
+    # a fresh buffer a call for the preprocess to fill with the kernel's packed statistics
+    assert stats.shape == (B, Hq, S // 64, 2, 64) and stats.dtype == torch.float32 and stats.is_contiguous()
+    assert plan()[2].data_ptr() != stats.data_ptr() or stats.numel() == 0
     assert len(checks) == 1  # the same signature again: no second check
-    assert plan(backend="triton") == (None, None)
+    assert plan(backend="triton") == (None, None, None)
     torch.use_deterministic_algorithms(True)
     try:
         assert plan()[1] not in (None, ops_attention._dq_done)  # the deterministic dQ kernel
@@ -216,7 +221,7 @@ def test_the_op_layer_plans_each_signature_once(monkeypatch):
     small = dict(q=_t(1, Hq, 512, D), do=_t(1, Hq, 512, D), dq=_t(1, Hq, 512, D), lse=torch.empty(1, Hq, 512),
                  **{n: _t(1, Hkv, 512, D) for n in ("k", "v", "dk", "dv")})
     monkeypatch.delenv(cb.VARIANT_ENV)
-    assert plan(**small) == (None, None)  # 4 x 4 x 1 = 16 CTAs: Triton's backward
+    assert plan(**small) == (None, None, None)  # 4 x 4 x 1 = 16 CTAs: Triton's backward
 
 
 class _RecordingDriver:
@@ -267,8 +272,9 @@ def test_packed_launches_take_the_varlen_builds_and_offsets(monkeypatch):
     assert fn[0] == cb.KERNEL and grid == (6, 2, 3) and block == (384, 1, 1)  # ceil(700 / 128) key blocks
     assert fn_dq[0] == cb.KERNEL_DQ and grid_dq == (11, 8, 3)  # ceil(700 / 64) query blocks
     assert drv.maps[0][2] == (128, 1005, 8, 1) and drv.maps[1][2] == (128, 1260, 2, 1)
-    assert [a.value for a in args[15:18]] == [1005, 1260, 8]  # Sq / Skv: the totals; Hq
-    assert [a.value for a in args[22:24]] == [0, -(700 + 700 + 2)]  # corner-relative; no lower edge
+    assert args[7].value == 0  # no packed statistics: the packed build reads lse / delta itself
+    assert [a.value for a in args[16:19]] == [1005, 1260, 8]  # Sq / Skv: the totals; Hq
+    assert [a.value for a in args[23:25]] == [0, -(700 + 700 + 2)]  # corner-relative; no lower edge
     assert [a.value for a in args[-2:]] == [packed.cu_q.data_ptr(), packed.cu_k.data_ptr()]
     assert [a.value for a in args_dq[-2:]] == [packed.cu_q.data_ptr(), packed.cu_k.data_ptr()]
     # dense: the same kernels with null trailing pointers and no TW_VARLEN
@@ -276,3 +282,53 @@ def test_packed_launches_take_the_varlen_builds_and_offsets(monkeypatch):
     cb.launch_dq(dq4, dq4, dk4, dv4, torch.empty(2, 8, 100), torch.empty(2, 8, 100), dq4.clone(), False, 0.1,
                  validate=False)
     assert "TW_VARLEN" not in builds[-1] and [a.value for a in drv.launches[-1][4][-2:]] == [0, 0]
+    # the dense dK / dV launch reads the packed statistics (made from lse / delta when the caller gives none)
+    lse4, delta4 = torch.randn(2, 8, 100), torch.randn(2, 8, 100)
+    stats = cb.pack_statistics(lse4, delta4)
+    cb.launch_dkdv(dq4, dq4, dk4, dv4, lse4, delta4, dk4.clone(), dv4.clone(), False, 0.1, "b", validate=False,
+                   stats=stats)
+    assert "TW_VARLEN" not in builds[-1]
+    assert drv.launches[-1][4][7].value == stats.data_ptr() and drv.launches[-1][3] == cb.smem_bytes(128, "b")
+    with pytest.raises(ValueError, match="stats are for dense calls"):
+        cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", validate=False, packed=packed, stats=stats)
+    with pytest.raises(ValueError, match="binds with its packed statistics"):
+        cb.bind_dkdv(dq4, dq4, dk4, dv4, lse4, delta4, dk4.clone(), dv4.clone(), False, 0.1, "b")
+
+
+def test_packed_statistics_layout():
+    """pack_statistics: per 64-row block of each (b, h), the base-2 LSEs then the deltas; +inf for an LSE of -inf (a
+    row that sees no key) and on the padding rows past Sq, whose deltas are 0; the shape check names the argument."""
+    lse, delta = torch.randn(2, 3, 130) * 4, torch.randn(2, 3, 130)
+    lse[1, 2, 7] = float("-inf")
+    stats = cb.pack_statistics(lse, delta)
+    assert stats.shape == cb.statistics_shape(2, 3, 130) == (2, 3, 3, 2, 64) and stats.is_contiguous()
+    flat = stats.transpose(3, 4)  # (2, 3, 3, 64, 2): row-major rows
+    rows = flat.reshape(2, 3, 192, 2)
+    expect = torch.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    torch.testing.assert_close(rows[..., :130, 0], expect)
+    torch.testing.assert_close(rows[..., :130, 1], delta)
+    assert rows[1, 2, 7, 0] == float("inf") and torch.isinf(rows[..., 130:, 0]).all() and (rows[..., 130:, 0] > 0).all()
+    assert (rows[..., 130:, 1] == 0).all()
+    with pytest.raises(ValueError, match="stats must be a contiguous float32"):
+        cb.check_statistics_pack(stats[:, :, :2], torch.empty(2, 3, 130, 64))
+
+
+def test_the_preprocess_writes_the_packed_statistics():
+    """The Triton backward's preprocess (interpreter) fills the buffer exactly as pack_statistics lays it out, dLSE
+    folded into delta, from a tail block of 36 rows; the rest of the backward is unchanged by it."""
+    from tilewright.triton_kernels import attention as tk
+
+    torch.manual_seed(0)
+    B, H, S, D = 1, 2, 100, 64
+    q, k, v = (torch.randn(B, H, S, D) for _ in range(3))
+    do, dlse = torch.randn(B, H, S, D), torch.randn(B, H, S)
+    out, lse = torch.randn(B, H, S, D), torch.randn(B, H, S)
+    lse[0, 1, 5] = float("-inf")
+    grads = [[torch.empty_like(t) for t in (q, k, v)] for _ in range(2)]
+    stats = torch.full(cb.statistics_shape(B, H, S), float("nan"))
+    for g, st in zip(grads, (None, stats)):
+        tk.attention_backward(do, q, k, v, out, lse, *g, False, 0.125, dlse=dlse, stats=st)
+    delta = (do * out).sum(-1) - dlse
+    torch.testing.assert_close(stats, cb.pack_statistics(lse, delta), rtol=1e-5, atol=1e-5)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -80,7 +80,7 @@ def test_the_op_uses_the_kernel_when_switched_on(monkeypatch):
 
 def _dq_in_the_pass(bind_args) -> bool:
     """Whether a bind_dkdv call (the op layer's positional arguments: 8 tensors, causal, scale, variant, dq_accum,
-    band, softcap, packed) bound dQ's fp32 workspace."""
+    band, softcap, packed, stats) bound dQ's fp32 workspace."""
     return bind_args[11] is not None
 
 

@@ -105,14 +105,26 @@ constexpr int K_OFF = 0;
 constexpr int V_OFF = K_OFF + KV_BYTES;
 constexpr int Q_OFF = V_OFF + KV_BYTES;   // STAGES Q blocks
 constexpr int DO_OFF = Q_OFF + STAGES * QD_BYTES;
-constexpr int STAT_BYTES = 2 * 2 * BM * 4;  // per consumer: 2 x (BM lse_log2 + BM delta) fp32, double-buffered
+// The row statistics of a step's query block: BM base-2 LSE values then BM deltas (fp32). Dense builds (STATS_BY_TMA)
+// take them with the stage: the Triton preprocess writes them packed per 64-row block (pack_statistics' layout: the
+// log2 / +inf conversion done, rows past Sq padded) and the producer adds one 512-byte bulk copy to the stage's TMA
+// bytes - so no consumer waits on a global load at the top of a step (a DRAM / L2 round trip before the step's first
+// wgmma; 6-17% of the kernel's time, perf/LOG.md session 26). Packed batches keep the consumers' own global loads
+// (their blocks are not 64-row aligned in the packed rows, and the next sequence's rows need +inf statistics).
+// Either way each consumer thread then stores its one value into the consumer's own buffer (double-buffered by step)
+// behind a per-step barrier: reading the stage's copy in place from the P^T / dS^T loops measured no faster at head
+// dim 128, and its build first spilled.
+constexpr bool STATS_BY_TMA = !VARLEN;
+constexpr int STAT_BLOCK_BYTES = 2 * BM * 4;
+constexpr int STAT_BYTES = 2 * STAT_BLOCK_BYTES;  // per consumer, two steps
+constexpr int STAT_REGION = (STATS_BY_TMA ? STAGES * STAT_BLOCK_BYTES : 0) + NC * STAT_BYTES;
 constexpr int STAT_OFF = DO_OFF + STAGES * QD_BYTES;
 constexpr bool DQ_ATOMIC = TW_DQ_ATOMIC != 0;
 // dS^T of one step (BN key rows x BM queries, 16-bit, 128B-swizzled rows of 128 bytes), double-buffered by step:
 // with D = 128 each consumer's dQ wgmma reads both consumers' rows, so a warpgroup may write step k + 1's rows while
 // the other still reads step k's.
 constexpr int DS_BYTES = BN * BM * 2;
-constexpr int DS_OFF = STAT_OFF + NC * STAT_BYTES;
+constexpr int DS_OFF = STAT_OFF + (STAT_REGION + 1023) / 1024 * 1024;
 // Each consumer's fp32 dQ partial (64 rows x DQ_N columns) staged for the TMA reduce-add: DQ_N / 32 boxes of 64 rows
 // x 128 bytes, 128B-swizzled. One buffer: the reduce of step k has a whole step to read it before step k + 1 writes.
 constexpr int DQ_N = 64;
@@ -178,7 +190,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
                           const __grid_constant__ TwTensorMap tm_dq, const float* __restrict__ lse,
-                          const float* __restrict__ delta, unsigned short* __restrict__ dk,
+                          const float* __restrict__ delta, const float* __restrict__ stats,
+                          unsigned short* __restrict__ dk,
                           unsigned short* __restrict__ dv, long long dk_sb,
                           long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
                           int Sq, int Skv, int Hq, int group, float scale_log2, float scale, int head_dim,
@@ -188,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
   using namespace twb;
   extern __shared__ unsigned char smem_raw[];
   const tw_u32 raw = smem_u32(smem_raw);
-  const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
+  tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B-swizzle atoms (8 rows x 128 B) need 1024-byte alignment
   const tw_u32 bar_kv = sbase + BAR_OFF;
   const tw_u32 full = bar_kv + 8;
   const tw_u32 empty = full + 8 * STAGES;
@@ -238,13 +251,18 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         const int hq = hkv * group + step / m_blocks;
         const int m0 = m_first + (step % m_blocks) * BM;
         mbar_wait(empty + 8 * s, phase ^ 1);  // the first pass over the ring waits on fresh barriers' parity 1
-        mbar_arrive_expect_tx(full + 8 * s, 2 * QD_BYTES);
+        mbar_arrive_expect_tx(full + 8 * s, 2 * QD_BYTES + (STATS_BY_TMA ? STAT_BLOCK_BYTES : 0));
 #pragma unroll
         for (int j = 0; j < DC; ++j) {
           tma_load_4d(sbase + Q_OFF + s * QD_BYTES + j * BM * 128, &tm_q, full + 8 * s, 64 * j, seq.q_start + m0,
                       hq, seq.map_b);
           tma_load_4d(sbase + DO_OFF + s * QD_BYTES + j * BM * 128, &tm_do, full + 8 * s, 64 * j, seq.q_start + m0,
                       hq, seq.map_b);
+        }
+        if constexpr (STATS_BY_TMA) {
+          // the packed statistics of (b, hq, query block m0 / BM): (B, Hq, ceil(Sq / BM), 2, BM) fp32
+          const long long block = ((long long)b * Hq + hq) * ((Sq + BM - 1) / BM) + m0 / BM;
+          bulk_load(sbase + STAT_OFF + s * STAT_BLOCK_BYTES, stats + block * (2 * BM), STAT_BLOCK_BYTES, full + 8 * s);
         }
         ring.advance();
       }
@@ -363,31 +381,39 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         named_barrier_sync(ZERO_BAR, 128 * NC);
       }
     }
-    float* stats = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF + c * STAT_BYTES);
+    float* stat_smem = reinterpret_cast<float*>(smem_raw + (sbase - raw) + STAT_OFF);
     StageRing<STAGES> ring;  // ptx/attention_tile.cuh
     for (int step = 0; step < steps; ++step) {
+      // sbase made opaque each step: the compiler then forms the step's wgmma descriptors inside the loop (in uniform
+      // registers) instead of hoisting them into ordinary ones ahead of it, where the hdim-128 builds ran out of
+      // their 240 registers and spilled 40-56 bytes (no instruction is emitted for this)
+      asm volatile("" : "+r"(sbase));
       const int s = ring.stage;
       const tw_u32 phase = ring.phase;
-      const int hq = hkv * group + step / m_blocks;
       const int m0 = m_first + (step % m_blocks) * BM;
       const tw_u32 sq = sbase + Q_OFF + s * QD_BYTES;
       const tw_u32 sdo = sbase + DO_OFF + s * QD_BYTES;
-      // The block's row statistics, one value per thread: threads 0-63 the LSE of query m0 + tid in base 2 (+inf for
-      // a row without any visible key, LSE -inf, and for rows >= Sq: either makes P exactly 0), threads 64-127 its
-      // delta. Staged through shared memory rather than loaded per fragment column: 16 + 16 live values a thread
-      // pushed the hdim-128 build over 255 registers. Loaded before the TMA wait and the S^T / dP^T wgmmas, stored
-      // after them; double-buffered by step, so one barrier per step orders the stores before the reads and the
-      // reads of step k - 1 before the stores of step k + 1.
-      const long long row_base = VARLEN ? (long long)hq * Sq + seq.q_start : ((long long)b * Hq + hq) * Sq;
-      const int stat_col = m0 + (tid & (BM - 1));
-      float stat;
-      if (tid < BM) {
-        const float l = stat_col < seq.seq_q ? lse[row_base + stat_col] : TW_NEG_INF;
-        stat = l == TW_NEG_INF ? -TW_NEG_INF : l * 1.4426950408889634f;
-      } else {
-        stat = stat_col < seq.seq_q ? delta[row_base + stat_col] : 0.0f;
+      // The block's row statistics, BM base-2 LSEs (+inf for a row without any visible key, LSE -inf, and for rows
+      // >= Sq: either makes P exactly 0) then BM deltas, one value per thread: threads 0-63 the LSE of query
+      // m0 + tid, threads 64-127 its delta - from the stage (dense builds: it arrived with Q and dO) or loaded from
+      // global memory (packed batches: before the TMA wait) - staged through this consumer's shared buffer rather
+      // than loaded per fragment column (16 + 16 live values a thread pushed the hdim-128 build over 255 registers);
+      // stored after the S^T / dP^T issue, double-buffered by step, so one barrier per step orders the stores before
+      // the reads and the reads of step k - 1 before the stores of step k + 1.
+      float stat = 0.0f;
+      if constexpr (!STATS_BY_TMA) {
+        const int hq = hkv * group + step / m_blocks;
+        const long long row_base = VARLEN ? (long long)hq * Sq + seq.q_start : ((long long)b * Hq + hq) * Sq;
+        const int stat_col = m0 + (tid & (BM - 1));
+        if (tid < BM) {
+          const float l = stat_col < seq.seq_q ? lse[row_base + stat_col] : TW_NEG_INF;
+          stat = l == TW_NEG_INF ? -TW_NEG_INF : l * 1.4426950408889634f;
+        } else {
+          stat = stat_col < seq.seq_q ? delta[row_base + stat_col] : 0.0f;
+        }
       }
       mbar_wait(full + 8 * s, phase);
+      if constexpr (STATS_BY_TMA) stat = stat_smem[s * 2 * BM + tid];  // (read before the stage's release)
       if constexpr (VARLEN) {
         // the last query block's rows past the sequence are the next sequence's Q / dO: zeros instead (their P^T
         // is 0, but dV = P^T dO and dK = dS^T Q would still multiply them)
@@ -407,7 +433,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       mma_ss_head_dim<BM, D>(dp_acc, sbase + V_OFF + kv_c, BN * 128, sdo, BM * 128);
       wgmma_commit();
 
-      float* stat_buf = stats + (step & 1) * 2 * BM;
+      // this consumer's buffer, behind the stage copies of dense builds
+      float* stat_buf = stat_smem + (STATS_BY_TMA ? STAGES * 2 * BM : 0) + c * 2 * 2 * BM + (step & 1) * 2 * BM;
       stat_buf[tid] = stat;
       named_barrier_sync(1 + c, 128);  // this warpgroup's 128 threads
 

@@ -66,14 +66,53 @@ def threads(variant: str) -> int:
     return 128 * (VARIANTS[variant] + 1)
 
 
-def smem_bytes(head_dim: int, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False) -> int:
-    """Dynamic shared memory: K + V blocks, STAGES x (Q + dO) blocks, each consumer's double-buffered row
-    statistics, with dQ in the pass two dS^T tiles and each consumer's fp32 64 x 64 dQ staging, the mbarriers and
-    1024 bytes of alignment slack."""
+def smem_bytes(head_dim: int, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False, packed: bool = False) -> int:
+    """Dynamic shared memory: K + V blocks, STAGES x (Q + dO) blocks, the row statistics (dense: one block a stage;
+    packed batches: each consumer's, double-buffered by step; rounded up to 1024 bytes, the dS^T tile's alignment),
+    with dQ in the pass two dS^T tiles and each consumer's fp32 64 x 64 dQ staging, the mbarriers and 1024 bytes of
+    alignment slack."""
     bn, nc = block_n(variant), VARIANTS[variant]
     dq = 2 * bn * BLOCK_M * 2 + nc * 64 * 64 * 4 if dq_atomic else 0
-    return 1024 + 2 * bn * head_dim * 2 + 2 * STAGES * BLOCK_M * head_dim * 2 + nc * 2 * 2 * BLOCK_M * 4 + dq + \
+    stats = (0 if packed else STAGES * STATS_BLOCK_BYTES) + nc * 2 * STATS_BLOCK_BYTES  # the kernel's STAT_REGION
+    return 1024 + 2 * bn * head_dim * 2 + 2 * STAGES * BLOCK_M * head_dim * 2 + -(-stats // 1024) * 1024 + dq + \
         (1 + 2 * STAGES) * 8
+
+
+# The dense builds' row statistics (the kernel's STATS_BY_TMA): per (b, h, 64-row query block), the block's 64 base-2
+# LSEs then its 64 deltas, fp32 - one 512-byte bulk copy a step, taken with the stage's Q and dO.
+STATS_ROWS = BLOCK_M
+STATS_BLOCK_BYTES = 2 * STATS_ROWS * 4
+
+
+def statistics_shape(B: int, Hq: int, Sq: int) -> tuple:
+    """Shape of the packed statistics of a dense (B, Hq, Sq) call: (B, Hq, ceil(Sq / 64), 2, 64) fp32."""
+    return (B, Hq, -(-Sq // STATS_ROWS), 2, STATS_ROWS)
+
+
+def pack_statistics(lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """The dK / dV kernel's packed statistics from the forward's natural-log LSE and delta (both (B, Hq, Sq) fp32):
+    LSE * log2(e), +inf where the LSE is -inf (a row that sees no key) and on the padding rows past Sq (P = 0 there),
+    delta with zeros on the padding. The op layer gets the same tensor from the Triton backward's preprocess kernel
+    (``pack_stats``) without these extra launches; this is the direct callers' path and the tests' reference."""
+    B, Hq, Sq = lse.shape
+    stats = torch.empty(statistics_shape(B, Hq, Sq), device=lse.device, dtype=torch.float32)
+    rows = stats.shape[2] * STATS_ROWS
+    log2 = torch.full((B, Hq, rows), float("inf"), device=lse.device, dtype=torch.float32)
+    log2[..., :Sq] = torch.where(lse == float("-inf"), float("inf"), lse.float() * LOG2E)
+    dl = torch.zeros((B, Hq, rows), device=lse.device, dtype=torch.float32)
+    dl[..., :Sq] = delta
+    stats[:, :, :, 0] = log2.view(B, Hq, -1, STATS_ROWS)
+    stats[:, :, :, 1] = dl.view(B, Hq, -1, STATS_ROWS)
+    return stats
+
+
+def check_statistics_pack(stats: torch.Tensor, q: torch.Tensor) -> None:
+    """ValueError unless ``stats`` is a contiguous fp32 tensor of :func:`statistics_shape` on q's device."""
+    B, Hq, Sq, _ = q.shape
+    if stats.shape != statistics_shape(B, Hq, Sq) or stats.dtype != torch.float32 or not stats.is_contiguous() or \
+            stats.device != q.device:
+        raise ValueError(f"cuda attention backward: stats must be a contiguous float32 "
+                         f"{statistics_shape(B, Hq, Sq)} tensor on q's device (pack_statistics)")
 
 
 def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False,
@@ -110,7 +149,8 @@ def build_check_builds() -> list:
         window, capped, offset, packed = (list(options) + [False] * 4)[:4]
         label = f"dkdv {name} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
         label += " window" * window + " softcap" * capped + " offset" * offset + " varlen" * packed
-        row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset, packed), smem_bytes(d, var, dq_atomic))
+        row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset, packed),
+               smem_bytes(d, var, dq_atomic, packed))
         markers = ("USETMAXREG",) if VARIANTS[var] == 2 else ()
         markers += ("UTMAREDG",) if dq_atomic else ()  # dQ's TMA reduce-adds
         rows.append(row + (markers,) if markers else row)
@@ -257,14 +297,14 @@ def _packed_arguments(packed: Varlen | None) -> list:
 
 
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
-             band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: Varlen | None = None):
+             band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: Varlen | None = None, stats=None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
     atomic = dq_accum is not None
     build = kernel_head_dim(D)
     # packed: each sequence has its own bottom-right offset, a runtime upper edge
-    fn, maps = _function_and_maps(KERNEL, smem_bytes(build, variant, atomic),
+    fn, maps = _function_and_maps(KERNEL, smem_bytes(build, variant, atomic, packed is not None),
                                   defines(build, causal, q.dtype == torch.float16, variant, atomic, band[1] is not None,
                                           softcap > 0, causal and (band[0] != 0 or packed is not None),
                                           packed is not None), q, k, v, do, bn)
@@ -276,7 +316,9 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
     else:
         tm_dq = launch.TensorMap()  # unused by the build: an empty map fills the parameter
     grid = (-(-(Skv if packed is None else packed.max_k) // bn), Hkv, B if packed is None else packed.batch)
-    args = [*maps, tm_dq, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DK", dk),
+    # dense builds read the packed statistics (STATS), packed batches lse / delta themselves (null STATS)
+    args = [*maps, tm_dq, launch.pointer("LSE", lse), launch.pointer("DELTA", delta),
+            launch.pointer("STATS", stats if packed is None else None), launch.pointer("DK", dk),
             launch.pointer("DV", dv), *(ctypes.c_int64(s) for s in dk.stride()[:3]),
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
@@ -287,7 +329,8 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
 
 def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None,
                 dq_accum: torch.Tensor | None = None, validate: bool = True, *, causal_offset: int = 0,
-                window_offset: int | None = None, softcap: float = 0.0, packed: Varlen | None = None) -> None:
+                window_offset: int | None = None, softcap: float = 0.0, packed: Varlen | None = None,
+                stats: torch.Tensor | None = None) -> None:
     """dK and dV of ``softmax(scale q k^T [mask]) v`` into ``dk`` / ``dv`` (sm_90a kernel); the mask is the
     forward's band and ``softcap`` its logit cap (``causal``, ``causal_offset``, ``window_offset``, ``softcap``:
     attention_sm90.launch_attention).
@@ -300,7 +343,11 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     two consumer warpgroups (variant b) only. ``validate=False``: the caller has checked the tensors against
     :func:`constraints` for this signature (the op layer, once per signature) - nothing is checked again.
     ``packed``: the tensors are (1, H, total, D) views of packed sequences with these offsets (flash-attn's varlen
-    layout; the band's offsets relative to each sequence's bottom-right corner, as the packed forward takes them)."""
+    layout; the band's offsets relative to each sequence's bottom-right corner, as the packed forward takes them).
+    ``stats``: lse and delta already in the dense kernel's layout (:func:`pack_statistics`; the op layer's come from
+    the Triton preprocess), else made here; packed batches read lse / delta and take no ``stats``."""
+    if packed is not None and stats is not None:
+        raise ValueError("cuda attention backward: stats are for dense calls; packed batches read lse / delta")
     if validate:
         ok, why = constraints(do, q, k, v, dk, dv)
         if not ok:
@@ -308,6 +355,10 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
         _check_statistics(q, lse, delta, scale, softcap)
         if packed is not None:
             check_packed(packed, q, "cuda attention backward")
+        if stats is not None:
+            check_statistics_pack(stats, q)
+    if packed is None and stats is None:
+        stats = pack_statistics(lse, delta)
     variant = variant or pick_variant()
     if variant not in VARIANTS:
         raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -321,12 +372,13 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     band = (causal_offset if causal else 0, window_offset)
     key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
+           None if stats is None else stats.data_ptr(),
            None if dq_accum is None else (dq_accum.data_ptr(), dq_accum.stride()), _packed_key(packed))
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
                                                           float(scale), variant, dq_accum, band, float(softcap),
-                                                          packed),
+                                                          packed, stats),
                          q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,
-                                                                dq_accum is not None))
+                                                                dq_accum is not None, packed is not None))
 
 
 def _packed_key(packed: Varlen | None):
@@ -335,31 +387,38 @@ def _packed_key(packed: Varlen | None):
 
 
 # The address roles of the bound launches (runtime.launch.BoundCudaLaunch), in the order their calls take them.
-DKDV_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DK", "DV")  # + "DQ_ACCUM" with dQ in the pass
+DKDV_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DK", "DV")  # + "STATS" (dense), + "DQ_ACCUM" with dQ in the pass
 DQ_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DQ")
 PACKED_ROLES = ("CU_Q", "CU_K")  # last, packed batches only
 
 
 def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
-              band: tuple[int, int | None] = (0, None), softcap: float = 0.0, packed: Varlen | None = None):
+              band: tuple[int, int | None] = (0, None), softcap: float = 0.0, packed: Varlen | None = None,
+              stats=None):
     """The dK / dV kernel's launch for this call's signature with only the operands' addresses left open: a
-    :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then dq_accum's, then
-    those of :data:`PACKED_ROLES` for a packed batch), or None if it cannot be bound. The caller has checked the
+    :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then, for a dense call,
+    ``stats``' - :func:`pack_statistics`' layout, required then - then dq_accum's, then those of
+    :data:`PACKED_ROLES` for a packed batch), or None if it cannot be bound. The caller has checked the
     call (:func:`constraints`) and keys the result by the signature (shapes, strides, dtypes, alignment), causal,
     scale, ``band`` ((causal_offset, window_offset), as :func:`launch_dkdv` takes them), ``softcap`` and the
     packing: a call of another signature needs its own.
     Why: a new address set re-prepares :func:`launch_dkdv`'s launch (five tensor maps encoded, ~10 us each), and
     fresh activations bring new addresses every step."""
+    if (stats is None) != (packed is not None):
+        raise ValueError("cuda attention backward: a dense call binds with its packed statistics (pack_statistics), "
+                         "a packed batch without")
     fn, grid, args = _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal), float(scale), variant, dq_accum, band,
-                              float(softcap), packed)
+                              float(softcap), packed, stats)
     roles = dict(zip(DKDV_ROLES, (do, q, k, v, lse, delta, dk, dv)))
+    if stats is not None:
+        roles["STATS"] = stats
     if dq_accum is not None:
         roles["DQ_ACCUM"] = dq_accum
     if packed is not None:
         roles.update(CU_Q=packed.cu_q, CU_K=packed.cu_k)
     return launch.bind_cuda(fn, grid, threads(variant),
-                            smem_bytes(kernel_head_dim(q.shape[-1]), variant, dq_accum is not None), args, roles,
-                            q.device)
+                            smem_bytes(kernel_head_dim(q.shape[-1]), variant, dq_accum is not None,
+                                       packed is not None), args, roles, q.device)
 
 
 def bind_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: tuple[int, int | None] = (0, None),

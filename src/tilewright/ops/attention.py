@@ -172,10 +172,11 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     upper, offset, window_offset = _band(q.shape[2], k.shape[2], causal, bottom_right, window_left, window_right)
-    dkdv_launch, dq_launch = _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, upper, scale, offset, window_offset,
-                                            softcap, choice, backend)
+    dkdv_launch, dq_launch, stats = _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, upper, scale, offset,
+                                                   window_offset, softcap, choice, backend)
     attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, dlse=dlse, causal_offset=offset,
-                       softcap=softcap, window_offset=window_offset, dkdv_launch=dkdv_launch, dq_launch=dq_launch)
+                       softcap=softcap, window_offset=window_offset, dkdv_launch=dkdv_launch, dq_launch=dq_launch,
+                       stats=stats)
     return (dq.neg_() if flipped else dq), dk, dv
 
 
@@ -187,16 +188,18 @@ _CUDA_PLANS_MAX = 1024
 
 def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
                    backend=None, packed=None):
-    """The sm_90a backward kernels as the Triton backward's ``(dkdv_launch, dq_launch)`` where they take the call
-    and :func:`attention_bwd_sm90.enabled` says they win (``TILEWRIGHT_CUDA_ATTN_BWD`` overrides); (None, None) -
-    Triton's kernels - otherwise, and always when the caller asked for ``backend="triton"``. dQ per
+    """The sm_90a backward kernels as the Triton backward's ``(dkdv_launch, dq_launch, stats)`` where they take the
+    call and :func:`attention_bwd_sm90.enabled` says they win (``TILEWRIGHT_CUDA_ATTN_BWD`` overrides); (None, None,
+    None) - Triton's kernels - otherwise, and always when the caller asked for ``backend="triton"``. ``stats``: the
+    buffer the Triton preprocess fills with the dK / dV kernel's packed row statistics (dense calls; None for packed
+    batches, whose kernel reads lse and delta itself), which ``dkdv_launch`` then reads. dQ per
     :func:`attention_bwd_sm90.dq_mode`: in the dK / dV pass (an fp32 workspace, converted into dq afterwards; the
     launch of dq is then nothing), the separate dQ kernel, or Triton's. ``packed``: a ``_codes.Varlen`` for a
     packed variable-length batch (ops/varlen.py; the tensors are then the (1, H,
     total, D) views, the band's offsets relative to each sequence's corner, and the measured rule is asked at the
     batch's mean lengths)."""
     if choice == "torch" or backend == "triton" or not q.is_cuda or not scale > 0:
-        return None, None
+        return None, None, None
     from ..cuda_fallback import attention_bwd_sm90 as cb
 
     key = (os.environ.get(cb.ENV), os.environ.get(cb.VARIANT_ENV), os.environ.get(cb.DQ_ENV),
@@ -223,8 +226,10 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
             _cuda_plans.clear()
         _cuda_plans[key] = plan
     if plan is None:
-        return None, None
+        return None, None, None
     operands = (grad_out, q, k, v, lse)
+    stats = None if packed is not None else torch.empty(cb.statistics_shape(*lse.shape), device=q.device,
+                                                        dtype=torch.float32)
     if plan.mode == "atomic":
         def dkdv_and_dq(delta):
             # the fp32 workspace in dq's dim order: dq is usually a (B, H, S, D) view of (B, S, H, D) memory, and a
@@ -232,14 +237,14 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
             # step, ~1.9 TB/s) where a same-order one streams
             acc = _dense_in_order(dq, dq.shape, lambda dims: torch.zeros(dims, device=dq.device,
                                                                            dtype=torch.float32))
-            plan.dkdv((*operands, delta, dk, dv), causal, scale, acc, packed)
+            plan.dkdv((*operands, delta, dk, dv), causal, scale, acc, packed, stats)
             dq.copy_(acc)
 
-        return dkdv_and_dq, _dq_done
-    dkdv = lambda delta: plan.dkdv((*operands, delta, dk, dv), causal, scale, None, packed)  # noqa: E731
+        return dkdv_and_dq, _dq_done, stats
+    dkdv = lambda delta: plan.dkdv((*operands, delta, dk, dv), causal, scale, None, packed, stats)  # noqa: E731
     if plan.mode == "kernel":
-        return dkdv, lambda delta: plan.dq((*operands, delta, dq), causal, scale, packed)
-    return dkdv, None
+        return dkdv, lambda delta: plan.dq((*operands, delta, dq), causal, scale, packed), stats
+    return dkdv, None, stats
 
 
 class _CudaPlan:
@@ -255,18 +260,18 @@ class _CudaPlan:
         self.softcap = softcap
         self._dkdv = self._dq = None
 
-    def dkdv(self, tensors, causal, scale, dq_accum=None, packed=None):
+    def dkdv(self, tensors, causal, scale, dq_accum=None, packed=None, stats=None):
         cb = self._cb
         if self._dkdv is None:
             self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum, self.band, self.softcap,
-                                      packed) or False
+                                      packed, stats) or False
         if self._dkdv:
-            self._dkdv(*(t.data_ptr() for t in tensors), *(() if dq_accum is None else (dq_accum.data_ptr(),)),
-                       *_packed_pointers(packed))
+            self._dkdv(*(t.data_ptr() for t in tensors), *(() if stats is None else (stats.data_ptr(),)),
+                       *(() if dq_accum is None else (dq_accum.data_ptr(),)), *_packed_pointers(packed))
         else:
             cb.launch_dkdv(*tensors, causal, scale, self.variant, dq_accum=dq_accum, validate=False,
                            causal_offset=self.band[0], window_offset=self.band[1], softcap=self.softcap,
-                           packed=packed)
+                           packed=packed, stats=stats)
 
     def dq(self, tensors, causal, scale, packed=None):
         cb = self._cb

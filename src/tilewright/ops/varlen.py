@@ -124,8 +124,8 @@ def varlen_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: t
     if q.is_cuda and v.shape[-1] == q.shape[-1]:
         from .attention import _cuda_backward
 
-        dkdv_launch, dq_launch = _cuda_backward(g4, q4, k4, v4, lse[None], dq4, dk4, dv4, upper, scale, offset,
-                                                window_offset, softcap, "cuda", packed=rows)
+        dkdv_launch, dq_launch, _ = _cuda_backward(g4, q4, k4, v4, lse[None], dq4, dk4, dv4, upper, scale, offset,
+                                                   window_offset, softcap, "cuda", packed=rows)
     attention_backward(g4, q4, k4, v4, o4, lse[None], dq4, dk4, dv4, upper, scale, dlse=dlse,
                        causal_offset=offset, softcap=softcap, window_offset=window_offset,
                        dkdv_launch=dkdv_launch, dq_launch=dq_launch, varlen=rows)

@@ -397,12 +397,18 @@ def _attn_fwd_kernel(
 # ----------------------------------------------------------------------------------------------------------------
 @triton.jit
 def _attn_bwd_preprocess(
-    O, DO, DLSE, DELTA,
+    O, DO, DLSE, DELTA, LSE, STATS,
     stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos,
     Hq, Sq,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr,
+    PACK_STATS: tl.constexpr, STAT_ROWS: tl.constexpr,
 ):
-    """delta[b, h, i] = sum_d dO[i, d] * O[i, d]  (- dLSE[i]: dLSE/dS = P folds into the same term)."""
+    """delta[b, h, i] = sum_d dO[i, d] * O[i, d]  (- dLSE[i]: dLSE/dS = P folds into the same term).
+
+    PACK_STATS: also the sm_90a dK / dV kernel's row statistics, (B, Hq, ceil(Sq / STAT_ROWS), 2, STAT_ROWS) fp32 -
+    per block of STAT_ROWS query rows their base-2 LSEs (+inf for LSE -inf and for the padding rows past Sq, so P is
+    0 there) then their deltas (0 on the padding) - which that kernel's producer copies with each query block's Q and
+    dO in one bulk copy (cuda_fallback/attention_bwd_sm90.pack_statistics is the same layout in torch)."""
     start_m = tl.program_id(0) * BLOCK_M
     off_h = tl.program_id(1)
     off_b = tl.program_id(2).to(tl.int64)
@@ -416,6 +422,14 @@ def _attn_bwd_preprocess(
     if HAS_DLSE:
         delta = delta - tl.load(DLSE + row, mask=offs_m < Sq, other=0.0)
     tl.store(DELTA + row, delta, mask=offs_m < Sq)
+    if PACK_STATS:
+        lse = tl.load(LSE + row, mask=offs_m < Sq, other=float("-inf"))
+        m = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+        blocks = tl.cdiv(Sq, STAT_ROWS)
+        at = ((off_b * Hq + off_h) * blocks + offs_m // STAT_ROWS) * (2 * STAT_ROWS) + offs_m % STAT_ROWS
+        padded = offs_m < blocks * STAT_ROWS
+        tl.store(STATS + at, m, mask=padded)
+        tl.store(STATS + at + STAT_ROWS, tl.where(offs_m < Sq, delta, 0.0), mask=padded)
 
 
 @triton.jit
@@ -994,7 +1008,7 @@ _varlen_fwd_bound: dict = {}
 # ~0.1 ms of host a launch, and nothing records this launcher for an op-level replay (three launches and a scratch
 # buffer). Key: everything the launches read besides pointers - every tensor's shape, strides, dtype, device and
 # 16 / 128-byte alignment (which decide TMA use and Triton's specialization), the options, the current device.
-_BWD_ROLES_PRE = ("O", "DO", "DLSE", "DELTA")
+_BWD_ROLES_PRE = ("O", "DO", "DLSE", "DELTA", "LSE", "STATS")
 _BWD_ROLES_DKDV = ("Q", "K", "V", "DO", "DK", "DV", "LSE", "DELTA")
 _BWD_ROLES_DQ = ("Q", "K", "V", "DO", "DQ", "LSE", "DELTA")
 _bwd_bound: dict = {}
@@ -1003,7 +1017,7 @@ _bwd_bound: dict = {}
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
                        softcap: float = 0.0, window_offset: int | None = None, dkdv_launch=None, dq_launch=None,
-                       varlen: Varlen | None = None):
+                       varlen: Varlen | None = None, stats: torch.Tensor | None = None):
     """Gradients into dq/dk/dv (shaped like q/k/v). ``dlse``: optional gradient of the LSE output (fp32,
     contiguous (B, Hq, Sq)). ``configs``: (dkdv_config, dq_config) to bypass the autotuner; ``causal_offset``,
     ``window_offset`` and ``softcap`` as in :func:`attention_forward`. A call with the default configs at a
@@ -1011,7 +1025,9 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     through Triton's dispatch. ``dkdv_launch``: a callable ``(delta) -> None`` that writes dk / dv in place of the
     Triton dK / dV kernel (the sm_90a kernel, which ops/attention.py passes when it takes the call); ``dq_launch``
     likewise for dq. ``varlen``: packed sequences as in :func:`attention_forward` (their cu_seqlens join the bound
-    launches' pointer arguments)."""
+    launches' pointer arguments). ``stats``: a contiguous fp32 (B, Hq, ceil(Sq / R), 2, R) buffer the preprocess
+    fills with the sm_90a dK / dV kernel's packed row statistics (``_attn_bwd_preprocess``; R = its last dim) before
+    ``dkdv_launch``, which reads it, runs."""
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     if B == 0 or Hq == 0 or (varlen and varlen.batch == 0):
@@ -1030,14 +1046,15 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
         key = (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
                float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device(),
-               dkdv_launch is not None, dq_launch is not None,
+               dkdv_launch is not None, dq_launch is not None, tensor_signature(stats),
                None if varlen is None else (tensor_signature(varlen.cu_q), tensor_signature(varlen.cu_k),
                                             varlen.max_q, varlen.max_k))
         bound = _bwd_bound.get(key)
         if bound is not None:
             delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
             pre, dkdv, dqk = bound
-            pre(out.data_ptr(), do.data_ptr(), (dlse if dlse is not None else delta).data_ptr(), delta.data_ptr())
+            pre(out.data_ptr(), do.data_ptr(), (dlse if dlse is not None else delta).data_ptr(), delta.data_ptr(),
+                lse.data_ptr(), (stats if stats is not None else delta).data_ptr())
             ptr = {"Q": q, "K": k, "V": v, "DO": do, "DK": dk, "DV": dv, "DQ": dq, "LSE": lse, "DELTA": delta}
             if varlen is not None:
                 ptr.update(CU_Q=varlen.cu_q, CU_K=varlen.cu_k)
@@ -1055,13 +1072,16 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     pre_block = 64 if INTERPRET else 128
     pre_grid = (triton.cdiv(Sq, pre_block), Hq, B)
-    pre_args = dict(O=out, DO=do, DLSE=dlse if dlse is not None else delta, DELTA=delta,
+    pre_args = dict(O=out, DO=do, DLSE=dlse if dlse is not None else delta, DELTA=delta, LSE=lse,
+                    STATS=stats if stats is not None else delta,
                     stride_ob=out.stride(0), stride_oh=out.stride(1), stride_os=out.stride(2),
                     stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
                     Hq=Hq, Sq=Sq, HEAD_DIM=do.shape[-1], HEAD_DIM_PAD=head_dim_pad(do.shape[-1]),
                     HAS_DLSE=dlse is not None,
-                    BLOCK_M=pre_block)
-    pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=4)
+                    BLOCK_M=pre_block, PACK_STATS=stats is not None,
+                    STAT_ROWS=stats.shape[-1] if stats is not None else 64)
+    # 8 warps with the packed statistics: at 4 the hdim-128 build spilled 32 bytes (sm_90a, 72 registers)
+    pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=8 if stats is not None else 4)
     args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset,
                                    softcap, window_offset, varlen)
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)

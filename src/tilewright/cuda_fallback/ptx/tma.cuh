@@ -88,6 +88,15 @@ TW_DEVICE void tma_load_4d(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int c
       : "memory");
 }
 
+// Copy `bytes` contiguous bytes from global `src` into smem `dst` (no tensor map: a plain 1-D bulk copy); they
+// complete_tx on mbarrier `bar`. Both addresses 16-byte aligned, `bytes` a multiple of 16, and every byte in bounds:
+// unlike the tiled loads nothing is zero-filled, so the caller sizes its buffers to whole copies.
+TW_DEVICE void bulk_load(tw_u32 dst, const void* src, tw_u32 bytes, tw_u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // Copy smem `src` into the box at (c0, c1, c2, c3) of the 4-D `map`; elements outside the tensor are not written.
 // Joins the calling thread's current bulk async-group.
 TW_DEVICE void tma_store_4d(const TwTensorMap* map, tw_u32 src, int c0, int c1, int c2, int c3) {
