@@ -332,3 +332,58 @@ def test_the_preprocess_writes_the_packed_statistics():
     torch.testing.assert_close(stats, cb.pack_statistics(lse, delta), rtol=1e-5, atol=1e-5)
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_gqa_group_splits_only_where_the_grid_leaves_sms_idle(monkeypatch):
+    """heads_per_cta: the whole group for a grid of >= one CTA an SM, a group under 4 heads or fewer than 2560 keys;
+    else two slices (96 CTAs of a 7-head group at 3000 keys on 132 SMs: 4 heads a CTA); the environment overrides it,
+    a bad value names the variable. partial_shape / add_partials: slices summed into dk / dv's own head-dim
+    columns."""
+    monkeypatch.delenv(cb.SPLIT_ENV, raising=False)
+    assert cb.heads_per_cta(512, 4, 132, 8192) == 4 and cb.heads_per_cta(20, 1, 132, 8192) == 1
+    assert cb.heads_per_cta(96, 7, 132, 3000) == 4 and cb.heads_per_cta(128, 8, 132, 4096) == 4
+    assert cb.heads_per_cta(128, 4, 132, 2048) == 4 and cb.heads_per_cta(64, 2, 132, 8192) == 2
+    monkeypatch.setenv(cb.SPLIT_ENV, "2")
+    assert cb.heads_per_cta(512, 4, 132, 8192) == 2 and cb.heads_per_cta(96, 1, 132, 8192) == 1
+    monkeypatch.setenv(cb.SPLIT_ENV, "0")
+    with pytest.raises(ValueError, match=cb.SPLIT_ENV):
+        cb.heads_per_cta(96, 7, 132, 3000)
+    dk, dv = torch.empty(2, 3, 10, 96, dtype=torch.bfloat16), torch.empty(2, 3, 10, 96, dtype=torch.bfloat16)
+    shape = cb.partial_shape(dk, 7, 3, 128)
+    assert shape == (2, 3, 2, 3, 10, 128)
+    partial = torch.randn(shape)
+    cb.add_partials(partial, dk, dv)
+    torch.testing.assert_close(dk.float(), partial[0].sum(0)[..., :96], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dv.float(), partial[1].sum(0)[..., :96], rtol=1e-2, atol=1e-2)
+
+
+def test_a_split_launch_widens_the_grid_and_passes_the_partials(monkeypatch):
+    """launch_dkdv with heads_per_cta below the group: grid y = Hkv x slices, the heads and the partials' address as
+    the arguments before cu_q / cu_k, then the partials added into dk / dv; bind_dkdv refuses a split without its
+    partials and heads_per_cta outside [1, group] raises."""
+    from tilewright.cuda_fallback.runtime import launch
+
+    drv = _RecordingDriver()
+    monkeypatch.setattr(build, "compile_source", lambda src, arch, defines: types.SimpleNamespace(key="k"))
+    monkeypatch.setattr(launch, "driver", lambda: drv)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(cb, "_prepared", {})
+    added = []
+    monkeypatch.setattr(cb, "add_partials", lambda p, dk, dv: added.append(p.shape))
+    q, do = torch.randn(1, 7, 300, 128, dtype=torch.bfloat16), torch.randn(1, 7, 300, 128, dtype=torch.bfloat16)
+    k, v = torch.randn(1, 1, 300, 128, dtype=torch.bfloat16), torch.randn(1, 1, 300, 128, dtype=torch.bfloat16)
+    lse, delta = torch.randn(1, 7, 300), torch.randn(1, 7, 300)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", validate=False, heads_per_cta=3)
+    fn, grid, block, smem, args = drv.launches[-1]
+    assert grid == (3, 3, 1)  # ceil(300 / 128) key blocks, 1 KV head x 3 slices of the 7-head group
+    assert args[-4].value == 3 and args[-3].value != 0 and [a.value for a in args[-2:]] == [0, 0]
+    assert added == [(2, 3, 1, 1, 300, 128)]
+    cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", validate=False)  # the whole group
+    assert drv.launches[-1][1] == (3, 1, 1) and drv.launches[-1][4][-4].value == 7 and drv.launches[-1][4][-3].value == 0
+    with pytest.raises(ValueError, match="heads_per_cta 8 must be in"):
+        cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", validate=False, heads_per_cta=8)
+    with pytest.raises(ValueError, match="binds with its partials"):
+        cb.bind_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", None, (0, None), 0.0, None,
+                     cb.pack_statistics(lse, delta), 3)

@@ -165,12 +165,25 @@ struct KeyBlockSteps {
   int m_first, m_blocks, steps;
 };
 
-TW_DEVICE KeyBlockSteps key_block_steps(int n0, int Sq, int group, KeyBand band) {
+TW_DEVICE KeyBlockSteps key_block_steps(int n0, int Sq, int heads, KeyBand band) {
   const int rows_begin = CAUSAL ? max(0, n0 - band.upper) : 0;
   const int rows_end = WINDOW ? min(Sq, n0 + BN - band.lower) : Sq;
   const int m_first = (rows_begin / BM) * BM;
   const int m_blocks = rows_end > rows_begin ? (rows_end - m_first + BM - 1) / BM : 0;
-  return {m_first, m_blocks, m_blocks * group};
+  return {m_first, m_blocks, m_blocks * heads};
+}
+
+// The query heads a CTA walks: its KV head's whole GQA group, or - when the host splits the group over CTAs so that
+// a grid of few key blocks x KV heads still fills the SMs - slice `split` of `splits`, heads_per_cta heads each (the
+// last one shorter); grid y is then Hkv x splits, and each slice writes fp32 partial dK / dV that the host adds up.
+struct HeadSlice {
+  int hkv, split, splits, head0, heads;
+};
+
+TW_DEVICE HeadSlice head_slice(int y, int group, int heads_per_cta) {
+  const int splits = (group + heads_per_cta - 1) / heads_per_cta;
+  const int hkv = y / splits, split = y - hkv * splits;
+  return {hkv, split, splits, hkv * group + split * heads_per_cta, min(heads_per_cta, group - split * heads_per_cta)};
 }
 
 }  // namespace twb
@@ -185,7 +198,10 @@ TW_DEVICE KeyBlockSteps key_block_steps(int n0, int Sq, int group, KeyBand band)
 // the dK / dV stores skip them. band_upper / band_lower: the forward's KeyBand (clamped by the host). softcap_pre =
 // scale / cap, softcap_post = cap * log2(e) (read by TW_SOFTCAP builds). TW_VARLEN builds: maps over (D, total, H,
 // 1), Sq / Skv the totals (lse / delta are (Hq, total_q)), cu_q / cu_k the sequences' row offsets, the band's offsets
-// relative to each sequence's bottom-right corner; dense builds ignore cu_q / cu_k.
+// relative to each sequence's bottom-right corner; dense builds ignore cu_q / cu_k. heads_per_cta: the query heads of
+// the group one CTA walks (group: no split; else grid y = Hkv x ceil(group / heads_per_cta), see head_slice) and
+// dkv_partial, with a split, the fp32 partials (2 (dK, dV), splits, B (1 packed), Hkv, Skv, D) the CTAs write instead
+// of dk / dv (null without one).
 extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     tw_attn_bwd_dkdv_sm90(const __grid_constant__ TwTensorMap tm_q, const __grid_constant__ TwTensorMap tm_k,
                           const __grid_constant__ TwTensorMap tm_v, const __grid_constant__ TwTensorMap tm_do,
@@ -196,7 +212,8 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
                           long long dk_sh, long long dk_ss, long long dv_sb, long long dv_sh, long long dv_ss,
                           int Sq, int Skv, int Hq, int group, float scale_log2, float scale, int head_dim,
                           int band_upper, int band_lower, float softcap_pre, float softcap_post,
-                          const int* __restrict__ cu_q, const int* __restrict__ cu_k) {
+                          int heads_per_cta, float* __restrict__ dkv_partial, const int* __restrict__ cu_q,
+                          const int* __restrict__ cu_k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace twb;
   extern __shared__ unsigned char smem_raw[];
@@ -230,9 +247,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     if constexpr (NC == 2) setmaxnreg_dec<PRODUCER_REGS>();
     // (the rows this pass streams per head, whose L2 reuse the limit keeps, are Q's and dO's: Sq of them)
     const CtaCoords cta = cta_coords(HEAVY_FIRST, Sq);
-    const int n0 = cta.rank * BN, hkv = cta.y, b = cta.z;  // key block 0 first: the longest in a causal grid
+    const HeadSlice heads = head_slice(cta.y, group, heads_per_cta);
+    const int n0 = cta.rank * BN, hkv = heads.hkv, b = cta.z;  // key block 0 first: the longest in a causal grid
     const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
-    const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, group, seq.band);
+    const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, heads.heads, seq.band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     if (tid == 0) {
       tma_prefetch_desc(&tm_q);
@@ -248,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       for (int step = 0; step < steps; ++step) {
         const int s = ring.stage;
         const tw_u32 phase = ring.phase;
-        const int hq = hkv * group + step / m_blocks;
+        const int hq = heads.head0 + step / m_blocks;
         const int m0 = m_first + (step % m_blocks) * BM;
         mbar_wait(empty + 8 * s, phase ^ 1);  // the first pass over the ring waits on fresh barriers' parity 1
         mbar_arrive_expect_tx(full + 8 * s, 2 * QD_BYTES + (STATS_BY_TMA ? STAT_BLOCK_BYTES : 0));
@@ -276,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         for (int c = 0; c < NC; ++c) named_barrier_arrive(DQ_FREE_BAR + c, 160);
       }
       // (query head, query block) of each step as two counters: no division in 24 registers a thread.
-      int hq = hkv * group, m0 = m_first;
+      int hq = heads.head0, m0 = m_first;
       const int m_stop = m_first + m_blocks * BM;
 #pragma unroll 1
       for (int left = steps; left > 0; --left) {
@@ -307,10 +325,11 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     // ------------------------------------------------------------------ consumers
     if constexpr (NC == 2) setmaxnreg_inc<CONSUMER_REGS>();
     const CtaCoords cta = cta_coords(HEAVY_FIRST, Sq);
-    const int n0 = cta.rank * BN, hkv = cta.y, b = cta.z;
+    const HeadSlice heads = head_slice(cta.y, group, heads_per_cta);
+    const int n0 = cta.rank * BN, hkv = heads.hkv, b = cta.z;
     const SequenceRows seq = sequence_rows<VARLEN, UPPER_OFFSET>(cu_q, cu_k, b, Sq, Skv, band_upper, band_lower);
     const KeyBand band = seq.band;
-    const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, group, band);
+    const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, heads.heads, band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
     const int c = NC == 1 ? 0 : wg - 1;  // a constant with one consumer: its code stays what it was measured as
     const int warp = tid / 32;
@@ -402,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // the reads and the reads of step k - 1 before the stores of step k + 1.
       float stat = 0.0f;
       if constexpr (!STATS_BY_TMA) {
-        const int hq = hkv * group + step / m_blocks;
+        const int hq = heads.head0 + step / m_blocks;
         const long long row_base = VARLEN ? (long long)hq * Sq + seq.q_start : ((long long)b * Hq + hq) * Sq;
         const int stat_col = m0 + (tid & (BM - 1));
         if (tid < BM) {
@@ -564,16 +583,25 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
 
     // ------------------------------------------------------------------ epilogue: dK * scale, dV -> global
     // Fragment element (j, h, e): key row key0 + 8h, head-dim column 8j + col_lane + e; two adjacent columns are one
-    // 32-bit store. Rows >= Skv (zero-filled keys) are not stored.
+    // 32-bit store (fp32 partials: one 8-byte store). Rows >= Skv (zero-filled keys) are not stored.
+    const int partial_b = VARLEN ? 1 : (int)gridDim.z, partial_hkv = (int)gridDim.y / heads.splits;
+    const long long partial_half = (long long)heads.splits * partial_b * partial_hkv * Skv * D;  // dK's, then dV's
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int key = key0 + 8 * h;
       if (key < seq.seq_k) {
         const long long row = seq.k_start + key;
-        const long long dk_at = (long long)seq.map_b * dk_sb + (long long)hkv * dk_sh + row * dk_ss;
-        const long long dv_at = (long long)seq.map_b * dv_sb + (long long)hkv * dv_sh + row * dv_ss;
-        store_row_pairs<D, true>(dk + dk_at, dk_acc, h, col_lane, scale, head_dim);
-        store_row_pairs<D, false>(dv + dv_at, dv_acc, h, col_lane, 1.0f, head_dim);
+        if (dkv_partial != nullptr) {
+          float* dk_row = dkv_partial +
+                          ((((long long)heads.split * partial_b + seq.map_b) * partial_hkv + hkv) * Skv + row) * D;
+          store_row_pairs<D, true>(dk_row, dk_acc, h, col_lane, scale, head_dim);
+          store_row_pairs<D, false>(dk_row + partial_half, dv_acc, h, col_lane, 1.0f, head_dim);
+        } else {
+          const long long dk_at = (long long)seq.map_b * dk_sb + (long long)hkv * dk_sh + row * dk_ss;
+          const long long dv_at = (long long)seq.map_b * dv_sb + (long long)hkv * dv_sh + row * dv_ss;
+          store_row_pairs<D, true>(dk + dk_at, dk_acc, h, col_lane, scale, head_dim);
+          store_row_pairs<D, false>(dv + dv_at, dv_acc, h, col_lane, 1.0f, head_dim);
+        }
       }
     }
   }

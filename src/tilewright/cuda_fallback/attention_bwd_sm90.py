@@ -157,6 +157,52 @@ def build_check_builds() -> list:
     return rows
 
 
+SPLIT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_HEADS_PER_CTA"
+SPLIT_MIN_GROUP = 4  # query heads a KV head; and keys, below which a split group measured no faster:
+SPLIT_MIN_KEYS = 2560
+
+
+def heads_per_cta(ctas: int, group: int, sms: int, keys: int) -> int:
+    """Query heads of a GQA group one dK / dV CTA walks: the whole group, unless the grid (``ctas`` = key blocks x KV
+    heads x batch) leaves SMs idle on a long sequence (``keys``) with a group of >= 4 heads - then two slices of it,
+    each CTA writing fp32 partial dK / dV that are added up afterwards (:func:`partial_shape`). Why: a 28 / 4-head
+    layer at 3000 keys has 96 CTAs on 132 SMs, each walking all 7 query heads in turn. Measured (H200, fwd + bwd
+    through the op, `perf/results/h200/attention/group_split_ab_2026-11-29_0138.csv`): two slices 0.935 -> 0.641 ms
+    there (causal, head dim 96), 1.525 -> 1.066 at 32 / 4 x 4096, 2.94 -> 2.37 at 16 / 2 x 8192; at 2048 keys and
+    below the partials' pass and the extra K / V loads cost more than the shorter chain saves (32 / 8 x 1024:
+    0.457 -> 0.554); more slices than two measured no better and sometimes worse (28 / 4 x 3000: three 0.954).
+    ``TILEWRIGHT_CUDA_ATTN_BWD_HEADS_PER_CTA`` (an integer) overrides the rule."""
+    value = os.environ.get(SPLIT_ENV)
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{SPLIT_ENV}: {value!r} is not a positive integer")
+        return min(group, int(value))
+    if group < SPLIT_MIN_GROUP or ctas >= sms or keys < SPLIT_MIN_KEYS:
+        return group
+    return -(-group // 2)
+
+
+def sm_count(device) -> int:
+    """The device's multiprocessors (an H100's / H200's 132 for a tensor off the GPU: the op layer's planning tests)."""
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def partial_shape(dk, group: int, heads: int, build: int) -> tuple:
+    """The fp32 partials of a split group: (2 (dK, dV), slices, B, Hkv, Skv, build head dim) for dk's (B, Hkv, Skv,
+    D) (a packed batch's (1, Hkv, total, D) view: B = 1)."""
+    B, Hkv, Skv, _ = dk.shape
+    return (2, -(-group // heads), B, Hkv, Skv, build)
+
+
+def add_partials(partial: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
+    """dk / dv = the sum of a split group's fp32 partials over its slices (the head-dim columns dk has)."""
+    D = dk.shape[-1]
+    dk.copy_(partial[0].sum(0)[..., :D])
+    dv.copy_(partial[1].sum(0)[..., :D])
+
+
 def dq_fits(dq, q) -> bool:
     """Whether the dQ kernel can write ``dq``: shaped like q, same dtype, unit last stride, 4-byte aligned rows."""
     return dq.shape == q.shape and dq.dtype == q.dtype and dq.stride(-1) == 1 and dq.data_ptr() % 4 == 0 and \
@@ -297,7 +343,8 @@ def _packed_arguments(packed: Varlen | None) -> list:
 
 
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
-             band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: Varlen | None = None, stats=None):
+             band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: Varlen | None = None, stats=None,
+             heads: int | None = None, partial=None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
@@ -315,7 +362,10 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
                                                             (32, 64, 1, 1), 128), "DQ_ACCUM")
     else:
         tm_dq = launch.TensorMap()  # unused by the build: an empty map fills the parameter
-    grid = (-(-(Skv if packed is None else packed.max_k) // bn), Hkv, B if packed is None else packed.batch)
+    group = Hq // Hkv
+    heads = heads or group
+    grid = (-(-(Skv if packed is None else packed.max_k) // bn), Hkv * -(-group // heads),
+            B if packed is None else packed.batch)
     # dense builds read the packed statistics (STATS), packed batches lse / delta themselves (null STATS)
     args = [*maps, tm_dq, launch.pointer("LSE", lse), launch.pointer("DELTA", delta),
             launch.pointer("STATS", stats if packed is None else None), launch.pointer("DK", dk),
@@ -323,14 +373,14 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
             *(ctypes.c_int64(s) for s in dv.stride()[:3]), ctypes.c_int32(Sq), ctypes.c_int32(Skv),
             ctypes.c_int32(Hq), ctypes.c_int32(Hq // Hkv), ctypes.c_float(scale * LOG2E), ctypes.c_float(scale),
             ctypes.c_int32(D), *_band_arguments(Sq, Skv, band, packed), *softcap_args(scale, softcap),
-            *_packed_arguments(packed)]
+            ctypes.c_int32(heads), launch.pointer("DKV_PARTIAL", partial), *_packed_arguments(packed)]
     return fn, grid, args
 
 
 def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str | None = None,
                 dq_accum: torch.Tensor | None = None, validate: bool = True, *, causal_offset: int = 0,
                 window_offset: int | None = None, softcap: float = 0.0, packed: Varlen | None = None,
-                stats: torch.Tensor | None = None) -> None:
+                stats: torch.Tensor | None = None, heads_per_cta: int | None = None) -> None:
     """dK and dV of ``softmax(scale q k^T [mask]) v`` into ``dk`` / ``dv`` (sm_90a kernel); the mask is the
     forward's band and ``softcap`` its logit cap (``causal``, ``causal_offset``, ``window_offset``, ``softcap``:
     attention_sm90.launch_attention).
@@ -345,7 +395,9 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     ``packed``: the tensors are (1, H, total, D) views of packed sequences with these offsets (flash-attn's varlen
     layout; the band's offsets relative to each sequence's bottom-right corner, as the packed forward takes them).
     ``stats``: lse and delta already in the dense kernel's layout (:func:`pack_statistics`; the op layer's come from
-    the Triton preprocess), else made here; packed batches read lse / delta and take no ``stats``."""
+    the Triton preprocess), else made here; packed batches read lse / delta and take no ``stats``.
+    ``heads_per_cta``: split each GQA group over CTAs this many query heads each (:func:`heads_per_cta`; default:
+    the whole group), dk / dv then added up from fp32 partials."""
     if packed is not None and stats is not None:
         raise ValueError("cuda attention backward: stats are for dense calls; packed batches read lse / delta")
     if validate:
@@ -359,6 +411,15 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
             check_statistics_pack(stats, q)
     if packed is None and stats is None:
         stats = pack_statistics(lse, delta)
+    group = q.shape[1] // k.shape[1]
+    heads = group if heads_per_cta is None else int(heads_per_cta)
+    if not 1 <= heads <= group:
+        raise ValueError(f"cuda attention backward: heads_per_cta {heads_per_cta} must be in [1, {group}] (the "
+                         f"GQA group)")
+    partial = None
+    if heads < group:
+        partial = torch.empty(partial_shape(dk, group, heads, kernel_head_dim(q.shape[-1])), device=q.device,
+                              dtype=torch.float32)
     variant = variant or pick_variant()
     if variant not in VARIANTS:
         raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -372,13 +433,15 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
     band = (causal_offset if causal else 0, window_offset)
     key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap),
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
-           None if stats is None else stats.data_ptr(),
+           None if stats is None else stats.data_ptr(), heads, None if partial is None else partial.data_ptr(),
            None if dq_accum is None else (dq_accum.data_ptr(), dq_accum.stride()), _packed_key(packed))
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
                                                           float(scale), variant, dq_accum, band, float(softcap),
-                                                          packed, stats),
+                                                          packed, stats, heads, partial),
                          q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,
                                                                 dq_accum is not None, packed is not None))
+    if partial is not None:
+        add_partials(partial, dk, dv)
 
 
 def _packed_key(packed: Varlen | None):
@@ -387,18 +450,20 @@ def _packed_key(packed: Varlen | None):
 
 
 # The address roles of the bound launches (runtime.launch.BoundCudaLaunch), in the order their calls take them.
-DKDV_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DK", "DV")  # + "STATS" (dense), + "DQ_ACCUM" with dQ in the pass
+# + "STATS" (dense), + "DQ_ACCUM" with dQ in the pass, + "DKV_PARTIAL" with a split group
+DKDV_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DK", "DV")
 DQ_ROLES = ("DO", "Q", "K", "V", "LSE", "DELTA", "DQ")
 PACKED_ROLES = ("CU_Q", "CU_K")  # last, packed batches only
 
 
 def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
               band: tuple[int, int | None] = (0, None), softcap: float = 0.0, packed: Varlen | None = None,
-              stats=None):
+              stats=None, heads_per_cta: int | None = None, partial=None):
     """The dK / dV kernel's launch for this call's signature with only the operands' addresses left open: a
     :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then, for a dense call,
-    ``stats``' - :func:`pack_statistics`' layout, required then - then dq_accum's, then those of
-    :data:`PACKED_ROLES` for a packed batch), or None if it cannot be bound. The caller has checked the
+    ``stats``' - :func:`pack_statistics`' layout, required then - then dq_accum's, then with ``heads_per_cta`` below
+    the group the fp32 partials' (:func:`partial_shape`; the caller adds them up: :func:`add_partials`), then those
+    of :data:`PACKED_ROLES` for a packed batch), or None if it cannot be bound. The caller has checked the
     call (:func:`constraints`) and keys the result by the signature (shapes, strides, dtypes, alignment), causal,
     scale, ``band`` ((causal_offset, window_offset), as :func:`launch_dkdv` takes them), ``softcap`` and the
     packing: a call of another signature needs its own.
@@ -407,13 +472,17 @@ def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varia
     if (stats is None) != (packed is not None):
         raise ValueError("cuda attention backward: a dense call binds with its packed statistics (pack_statistics), "
                          "a packed batch without")
+    if (partial is None) != (heads_per_cta is None or heads_per_cta >= q.shape[1] // k.shape[1]):
+        raise ValueError("cuda attention backward: a split group (heads_per_cta below it) binds with its partials")
     fn, grid, args = _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal), float(scale), variant, dq_accum, band,
-                              float(softcap), packed, stats)
+                              float(softcap), packed, stats, heads_per_cta, partial)
     roles = dict(zip(DKDV_ROLES, (do, q, k, v, lse, delta, dk, dv)))
     if stats is not None:
         roles["STATS"] = stats
     if dq_accum is not None:
         roles["DQ_ACCUM"] = dq_accum
+    if partial is not None:
+        roles["DKV_PARTIAL"] = partial
     if packed is not None:
         roles.update(CU_Q=packed.cu_q, CU_K=packed.cu_k)
     return launch.bind_cuda(fn, grid, threads(variant),

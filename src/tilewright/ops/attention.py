@@ -221,7 +221,11 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
                 mode = "kernel"  # dQ in the pass takes two consumer warpgroups
             if mode == "kernel" and not cb.dq_fits(dq, q):
                 mode = "triton"
-            plan = _CudaPlan(cb, variant, mode, (offset, window_offset), softcap)
+            group = q.shape[1] // k.shape[1]
+            ctas = -(-k.shape[2] // cb.block_n(variant)) * k.shape[1] * (q.shape[0] if packed is None else
+                                                                         packed.batch)
+            heads = cb.heads_per_cta(ctas, group, cb.sm_count(q.device), skv)
+            plan = _CudaPlan(cb, variant, mode, (offset, window_offset), softcap, heads if heads < group else None)
         if len(_cuda_plans) >= _CUDA_PLANS_MAX:
             _cuda_plans.clear()
         _cuda_plans[key] = plan
@@ -252,26 +256,36 @@ class _CudaPlan:
     first use (runtime.launch.BoundCudaLaunch: later calls pass addresses only; a launch that cannot be bound goes
     through the kernel module's launch each call)."""
 
-    __slots__ = ("_cb", "variant", "mode", "band", "softcap", "_dkdv", "_dq")
+    __slots__ = ("_cb", "variant", "mode", "band", "softcap", "heads", "_dkdv", "_dq")
 
-    def __init__(self, cb, variant: str, mode: str, band: tuple, softcap: float):
+    def __init__(self, cb, variant: str, mode: str, band: tuple, softcap: float, heads: int | None = None):
         self._cb, self.variant, self.mode = cb, variant, mode  # cb: the kernels' host module, attention_bwd_sm90
         self.band = band  # (causal_offset, window_offset): the mask's edges, as the Triton kernels take them
         self.softcap = softcap
+        self.heads = heads  # query heads a dK / dV CTA walks when the GQA group is split (cb.heads_per_cta), else None
         self._dkdv = self._dq = None
 
     def dkdv(self, tensors, causal, scale, dq_accum=None, packed=None, stats=None):
         cb = self._cb
+        partial = None
+        if self.heads is not None:  # a split group: fp32 partials a call, added into dk / dv below
+            q, k, dk = tensors[1], tensors[2], tensors[6]
+            partial = torch.empty(cb.partial_shape(dk, q.shape[1] // k.shape[1], self.heads,
+                                                   cb.kernel_head_dim(q.shape[-1])),
+                                  device=q.device, dtype=torch.float32)
         if self._dkdv is None:
             self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum, self.band, self.softcap,
-                                      packed, stats) or False
+                                      packed, stats, self.heads, partial) or False
         if self._dkdv:
             self._dkdv(*(t.data_ptr() for t in tensors), *(() if stats is None else (stats.data_ptr(),)),
-                       *(() if dq_accum is None else (dq_accum.data_ptr(),)), *_packed_pointers(packed))
+                       *(() if dq_accum is None else (dq_accum.data_ptr(),)),
+                       *(() if partial is None else (partial.data_ptr(),)), *_packed_pointers(packed))
+            if partial is not None:
+                cb.add_partials(partial, tensors[6], tensors[7])
         else:
             cb.launch_dkdv(*tensors, causal, scale, self.variant, dq_accum=dq_accum, validate=False,
                            causal_offset=self.band[0], window_offset=self.band[1], softcap=self.softcap,
-                           packed=packed, stats=stats)
+                           packed=packed, stats=stats, heads_per_cta=self.heads)
 
     def dq(self, tensors, causal, scale, packed=None):
         cb = self._cb

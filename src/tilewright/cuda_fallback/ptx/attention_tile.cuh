@@ -170,3 +170,15 @@ TW_DEVICE void store_row_pairs(unsigned short* row_ptr, const float (&acc)[N / 2
       *reinterpret_cast<tw_u32*>(row_ptr + 8 * j + col_lane) = SCALED ? pack2(lo * scale, hi * scale) : pack2(lo, hi);
   }
 }
+
+// The same row as fp32 pairs (one 8-byte store each; row_ptr 8-byte aligned): partial sums another pass adds up.
+template <int N, bool SCALED>
+TW_DEVICE void store_row_pairs(float* row_ptr, const float (&acc)[N / 2], int h, int col_lane, float scale, int cols) {
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    const float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
+    if (8 * j + col_lane < cols)
+      *reinterpret_cast<float2*>(row_ptr + 8 * j + col_lane) = SCALED ? make_float2(lo * scale, hi * scale)
+                                                                      : make_float2(lo, hi);
+  }
+}
