@@ -381,7 +381,8 @@ def test_a_split_launch_widens_the_grid_and_passes_the_partials(monkeypatch):
     assert args[-4].value == 3 and args[-3].value != 0 and [a.value for a in args[-2:]] == [0, 0]
     assert added == [(2, 3, 1, 1, 300, 128)]
     cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", validate=False)  # the whole group
-    assert drv.launches[-1][1] == (3, 1, 1) and drv.launches[-1][4][-4].value == 7 and drv.launches[-1][4][-3].value == 0
+    whole = drv.launches[-1]
+    assert whole[1] == (3, 1, 1) and whole[4][-4].value == 7 and whole[4][-3].value == 0
     with pytest.raises(ValueError, match="heads_per_cta 8 must be in"):
         cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", validate=False, heads_per_cta=8)
     with pytest.raises(ValueError, match="binds with its partials"):
