@@ -222,8 +222,9 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
             if mode == "kernel" and not cb.dq_fits(dq, q):
                 mode = "triton"
             group = q.shape[1] // k.shape[1]
-            ctas = -(-k.shape[2] // cb.block_n(variant)) * k.shape[1] * (q.shape[0] if packed is None else
-                                                                         packed.batch)
+            # the dK / dV grid: key blocks (a packed batch's: of its longest sequence) x KV heads x sequences
+            rows = k.shape[2] if packed is None else packed.max_k
+            ctas = -(-rows // cb.block_n(variant)) * k.shape[1] * (q.shape[0] if packed is None else packed.batch)
             heads = cb.heads_per_cta(ctas, group, cb.sm_count(q.device), skv)
             plan = _CudaPlan(cb, variant, mode, (offset, window_offset), softcap, heads if heads < group else None)
         if len(_cuda_plans) >= _CUDA_PLANS_MAX:
