@@ -556,21 +556,26 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         }
         fence_proxy_async_smem();  // generic-proxy stores before the dQ wgmma's async-proxy reads
       }
-      wgmma_fence();  // the dS^T fragments were written by ordinary instructions
-      mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
-      wgmma_commit();
       if constexpr (DQ_ATOMIC) {
-        // dQ = dS K, issued behind dV / dK, after the barrier that makes the other consumer's dS^T rows visible
-        // (D = 128) or this warpgroup's own (D = 64).
+        // dQ = dS K, after the barrier that makes the other consumer's dS^T rows visible (D = 128) or this
+        // warpgroup's own (D = 64), issued before dK += dS^T Q: wgmma groups retire in issue order, so waiting for
+        // dQ's (wait 1) leaves dK's product in the tensor cores while dQ is staged for the writer, where issuing dQ
+        // last made the staging wait for all three products.
         if constexpr (DQ_SPLIT_COLUMNS) named_barrier_sync(3, 256);  // both consumers' dS^T rows are written
         else named_barrier_sync(3 + c, 128);
-        wgmma_fence();  // a fresh accumulator may sit in registers the elementwise code wrote
+        wgmma_fence();  // dS^T's fragments and dQ's fresh accumulator were written by ordinary instructions
         issue_dq(step & 1);
         wgmma_commit();
-        wgmma_wait<0>();
+        mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
+        wgmma_commit();
+        wgmma_wait<1>();  // dV and dQ are complete; dK's product may still run
         wgmma_reg_fence(dq_part);
         stage_dq(seq.seq_q - m0);
+        wgmma_wait<0>();
       } else {
+        wgmma_fence();  // the dS^T fragments were written by ordinary instructions
+        mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
+        wgmma_commit();
         wgmma_wait<0>();
       }
       wgmma_reg_fence(dv_acc);
