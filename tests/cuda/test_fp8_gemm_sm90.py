@@ -28,6 +28,19 @@ def test_variant_switches_follow_the_operands():
     assert f8.ACCURATE_VARIANT.smem_bytes() <= f8.gemm_sm90.SMEM_LIMIT
 
 
+def test_block_scales_ahead_is_a_block_build_switch():
+    """TW_FP8_SCALE_AHEAD (block scales copied k-blocks ahead into a shared-memory ring): its own build name and
+    macro, absent from every other build's defines (their cache keys stay), the ring's bytes in the launch's shared
+    memory (2 consumers x 2 slots x (64 rows + 4 warps) floats), and dropped for other scales."""
+    v = f8.BLOCK_AHEAD_VARIANT
+    assert v.name == "coop128x128s6f8blka2" and v.defines(False, False, False)["TW_FP8_SCALE_AHEAD"] == 2
+    assert all("TW_FP8_SCALE_AHEAD" not in b.defines(False, False, False) for b, *_ in f8.BUILD_CHECK_BUILDS
+               if not b.scale_ahead)
+    assert v.smem_bytes() == f8.ACCURATE_VARIANT.smem_bytes() + 2 * 2 * (64 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
+    assert v.with_operands(3, (2, 1)).scale_ahead == 2 and v.with_operands(2, (1, 1)) == f8.ACCURATE_VARIANT
+    assert f8.ACCURATE_VARIANT.with_operands(3, (1, 1)).scale_ahead == 0  # the default block build is unchanged
+
+
 @needs_compiler
 def test_accurate_build_promotes_every_k_block(cache):
     """The accurate build adds each k-block's partial tile into the accumulator (64 FADDs a thread per k-block at
@@ -40,6 +53,27 @@ def test_accurate_build_promotes_every_k_block(cache):
     assert len(re.findall(r"\bFADD\b", fast)) < 16
     assert re.search(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3", accurate), "m64n128k32 e4m3 wgmma"
     assert re.search(r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3", fast)
+
+
+@needs_compiler
+def test_block_scales_ahead_wait_for_the_copy_group_not_the_newest_load(cache):
+    """The default block build loads its scales with LDGs between the k-block's QGMMAs and multiplies them just
+    before the WARPGROUP.DEPBAR, so each promotion waits for that k-block's load. The ahead build reads them from
+    shared memory after a DEPBAR.LE SB0, 1 (cp.async.wait_group 1: the group copied two k-blocks ago, leaving the
+    newer one in flight) and issues no LDG between the wgmmas and their wait."""
+    def mainloop(v):
+        text = build_check.sass(build.compile_source(f8.SOURCE, "sm_90a", v.defines(False, False, False)).cubin)
+        ops = [ln.split(";")[0].split("*/")[-1].strip() for ln in text.splitlines()
+               if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
+        first = next(i for i, op in enumerate(ops) if op.startswith("QGMMA"))
+        wait = next(i for i in range(first, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
+        return ops[first:wait]
+
+    default = mainloop(f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))
+    assert any(op.startswith("LDG") for op in default) and default[-1].startswith("FMUL")
+    ahead = mainloop(f8.BLOCK_AHEAD_VARIANT)
+    assert "DEPBAR.LE SB0, 0x1" in ahead and sum(op.startswith("LDS ") for op in ahead) == 3
+    assert not any(op.startswith("LDG.") for op in ahead) and any("LDGSTS" in op for op in ahead)
 
 
 def _operands(M=256, N=512, K=1024, fa=E4M3, fb=E4M3):
@@ -213,3 +247,8 @@ def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
     row_major = col_major.contiguous()
     assert f8._block_scale_a(row_major).stride() == (1, M) and torch.equal(f8._block_scale_a(row_major), row_major)
     assert f8._block_scale_a(col_major) is col_major and f8._block_scale_a(torch.rand(M, 1)).shape == (M, 1)
+    # the scales-ahead build: its switch and its ring's shared memory; row-wise scales on it build the plain tile
+    f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out, variant=f8.BLOCK_AHEAD_VARIANT)
+    assert builds[-1][2]["TW_FP8_SCALE_AHEAD"] == 2 and launches[-1][2] == f8.BLOCK_AHEAD_VARIANT.smem_bytes()
+    f8.launch_fp8_gemm(a, b, sa, sb[:, :512], out, variant=f8.BLOCK_AHEAD_VARIANT)
+    assert "TW_FP8_SCALE_AHEAD" not in builds[-1][2] and launches[-1][2] == f8.ACCURATE_VARIANT.smem_bytes()

@@ -42,18 +42,25 @@ OUT_DTYPES = (torch.bfloat16, torch.float16)
 @dataclass(frozen=True)
 class FP8Variant(gemm_sm90.Variant):
     """A GEMM tile variant built for FP8 operands: scale mode (1 per-tensor, 2 row-wise, 3 block), k-blocks of 128
-    per fp32 promotion (accurate mode; 0: fast mode, the tensor cores sum all of K) and the operands' formats
-    (1 e4m3, 2 e5m2)."""
+    per fp32 promotion (accurate mode; 0: fast mode, the tensor cores sum all of K), the operands' formats (1 e4m3,
+    2 e5m2) and, for block scales, how many k-blocks ahead their copies into shared memory run (0: loaded into
+    registers in their own k-block; gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD)."""
 
     fp8_scale: int = 2
     promote: int = 1
     formats: tuple = (1, 1)
+    scale_ahead: int = 0
 
     @property
     def name(self) -> str:
         fmt = "" if self.formats == (1, 1) else "-" + "x".join(("e4m3", "e5m2")[f - 1] for f in self.formats)
         promote = "fast" if not self.promote else "" if self.promote == 1 else f"p{self.promote}"
-        return super().name + ("", "f8", "f8row", "f8blk")[self.fp8_scale] + promote + fmt
+        ahead = f"a{self.scale_ahead}" if self.scale_ahead else ""
+        return super().name + ("", "f8", "f8row", "f8blk")[self.fp8_scale] + ahead + promote + fmt
+
+    def smem_bytes(self) -> int:
+        # + the block scales' ring: per consumer, scale_ahead slots of its rows' scale_a and one scale_b per warp
+        return super().smem_bytes() + 2 * self.scale_ahead * (self.wm + 4) * 4
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
@@ -61,11 +68,15 @@ class FP8Variant(gemm_sm90.Variant):
         d = super().defines(a_mn, b_mn, fp16, act, bias, res)
         d.update(TW_FP8=self.formats[0], TW_FP8_B=self.formats[1], TW_SCALE=self.fp8_scale,
                  TW_FP8_PROMOTE=self.promote)
+        if self.scale_ahead:  # (absent at 0, the kernel's default: the measured builds keep their cache keys)
+            d["TW_FP8_SCALE_AHEAD"] = self.scale_ahead
         return d
 
     def with_operands(self, scale_mode: int, formats: tuple) -> "FP8Variant":
-        """This tile and schedule for other scales / formats (they are compile-time switches)."""
-        return FP8Variant(self.bm, self.bn, self.stages, self.coop, scale_mode, self.promote, formats)
+        """This tile and schedule for other scales / formats (they are compile-time switches); the block scales'
+        copy distance only where the scales are blocks."""
+        return FP8Variant(self.bm, self.bn, self.stages, self.coop, scale_mode, self.promote, formats,
+                          self.scale_ahead if scale_mode == 3 else 0)
 
 
 # Tiles: promotion holds a partial tile beside the accumulator, so the accurate builds take 64 x 128 per consumer
@@ -82,11 +93,16 @@ SMALL_M = 256
 # Promotion every 2 k-blocks (256 K elements): half the tensor-pipe stalls, more FP8 accumulation between them.
 # Build-checked; its speed and error against cuBLASLt's are the next device run's (perf/LOG.md, session 19).
 PROMOTE2_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=2)
+# Block scales copied two k-blocks ahead into shared memory (cp.async groups) instead of loaded into registers in
+# their own k-block, whose latency each promotion waits out (gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD). Build-checked
+# only: the default block build stays ACCURATE_VARIANT's until an A/B on the GPU measures this one
+# (perf/results/h200/fp8/block_fix_ab_2026-11-29.py); launch_fp8_gemm(..., variant=BLOCK_AHEAD_VARIANT) selects it.
+BLOCK_AHEAD_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1, scale_ahead=2)
 
 BUILD_CHECK_BUILDS = (
     # (variant, a_mn, b_mn, fp16 output, act, bias, res): both schedules row-wise, per-tensor plain, the full
     # epilogue (bias + GELU + residual) on the accurate tile, fp16 output from e5m2 x e4m3, promotion every 2
-    # k-blocks, the small-M fast tile, block scales
+    # k-blocks, the small-M fast tile, block scales (loaded in their k-block, and copied ahead with a bias)
     (ACCURATE_VARIANT, False, False, False, 0, False, False), (FAST_VARIANT, False, False, False, 0, True, False),
     (ACCURATE_VARIANT.with_operands(1, (1, 1)), False, False, False, 0, False, False),
     (ACCURATE_VARIANT, False, False, False, 2, True, True),
@@ -94,6 +110,7 @@ BUILD_CHECK_BUILDS = (
     (PROMOTE2_VARIANT, False, False, False, 0, False, False),
     (FAST_SMALL_M_VARIANT, False, False, False, 0, False, False),
     (ACCURATE_VARIANT.with_operands(3, (1, 1)), False, False, False, 0, True, False),
+    (BLOCK_AHEAD_VARIANT, False, False, False, 0, True, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # QGMMA: the FP8 wgmma; TMA in and out, setmaxnreg, stmatrix as the 16-bit GEMM
@@ -103,7 +120,9 @@ BUILD_CHECK_MARKERS = ("QGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
 def build_check_builds() -> list:
     """``tilewright build-check`` rows (label, defines, dynamic smem) of BUILD_CHECK_BUILDS."""
     variants = {v.name: v for v, *_ in BUILD_CHECK_BUILDS}
-    return gemm_common.build_check_rows([(v.name, *rest) for v, *rest in BUILD_CHECK_BUILDS], variants)
+    # the block scales copied ahead come through cp.async (LDGSTS) into the shared-memory ring
+    return gemm_common.build_check_rows([(v.name, *rest) for v, *rest in BUILD_CHECK_BUILDS], variants,
+                                        lambda v: ("LDGSTS",) if v.scale_ahead else ())
 
 
 def _scale_mode(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int, K: int) -> int | None:

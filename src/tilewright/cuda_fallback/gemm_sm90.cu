@@ -46,6 +46,24 @@
 //     more. Why column-major: a warp's promotion reads the scales of 8 consecutive rows (two per thread) of one
 //     k-block - one 32-byte sector stored that way, 8 sectors row-major, where ncu (H200, 4096^3) counted 47% excess
 //     sectors and L1TEX waits in 37% of the issue cycles, the build running 0.61-0.83x the row-wise one.
+//     TW_FP8_SCALE_AHEAD=D (block scales, D = 1 or 2; 0, the default, loads each k-block's scales into registers
+//     in that k-block): k-block kb's scales are copied (cp.async) into a shared-memory ring of D slots per consumer
+//     during k-block kb - D, one copy group per k-block, and read from it at kb's promotion after a wait that leaves
+//     the D - 1 younger groups in flight; a tile's first D k-blocks are copied during the previous tile's epilogue.
+//     Why: loaded in their own k-block, the scales' product is formed right before the k-block's wait (SASS: two
+//     FMULs just above the WARPGROUP.DEPBAR, their operands the LDGs issued between the QGMMAs), so each promotion
+//     waits out a global load's whole latency beyond its wgmmas - ncu's L1TEX stall, 1.6 of 5.1 cycles an issue at
+//     4096^3 (H200) once the loads were coalesced. Register loads issued earlier do not fix it: ptxas gives every
+//     LDG of the loop one scoreboard and a wait on it covers all loads in flight, the newest included (SASS of a
+//     3-set register ring: one set's FMUL waits for the set issued at the top of its own k-block), so a register
+//     load is at best one k-block ahead of its use - and a variant that multiplied the scales where it loaded them
+//     one k-block ahead compiled to today's wait exactly. cp.async groups are waited for by count, oldest first.
+//     Ring layout per consumer and slot: scale_a of its WM rows (warp w's 16 at [16 w, 16 w + 16)), then the
+//     tile's scale_b once per warp (each warp reads only what its own lanes copied: a warp barrier, no CTA one).
+//     A slot is refilled right after its k-block has read it, so D slots suffice (D = 3 would overflow the 6-stage
+//     tile's shared memory). In SASS the wait is DEPBAR.LE SB0, D - 1 - the counter the TMA store's bulk group
+//     of the consumer's tid 0 also counts, which can only make that warp's wait stricter, never let it pass early
+//     (the copy groups complete in order): at most a wait for the previous tile's store to read cbuf.
 //
 // TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
 // GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
@@ -155,6 +173,9 @@
 #ifndef TW_FP8_PROMOTE
 #define TW_FP8_PROMOTE (TW_FP8 ? 1 : 0)  // k-blocks per promotion; 0: fast mode
 #endif
+#ifndef TW_FP8_SCALE_AHEAD
+#define TW_FP8_SCALE_AHEAD 0  // block scales: k-blocks between a scale's copy and its use (header)
+#endif
 
 #ifndef TW_BM
 #define TW_BM 128
@@ -198,6 +219,7 @@ constexpr int BK = 128 / ELEM_BYTES;  // one 128-byte swizzle row: 64 16-bit or 
 constexpr int K_STEPS = 4;            // wgmmas per k-block (k16 of 16-bit, k32 of fp8): each 32 bytes into the row
 constexpr int STAGES = TW_STAGES;
 constexpr bool COOP = TW_COOP != 0;
+constexpr int SCALE_AHEAD = TW_FP8_SCALE_AHEAD;
 constexpr bool A_MN = TW_A_MN != 0;
 constexpr bool B_MN = TW_B_MN != 0;
 constexpr int WM = COOP ? BM / 2 : BM;  // rows owned by one consumer warpgroup
@@ -216,10 +238,14 @@ constexpr int SMEM_BYTES = 1024 + RSTD_OFFSET + 2 * BM * 4;
 constexpr int RES_BAR_OFFSET = 0;  // (no residual barriers: RES_TMA is off in the RMSNorm builds)
 #else
 // after full/empty: res_full[2], one per consumer (the residual tile's TMA load, RES_TMA), then bias[2][BN], one
-// slice of the tile's bias per consumer (cp.async during the mainloop, BIAS_SMEM)
+// slice of the tile's bias per consumer (cp.async during the mainloop, BIAS_SMEM), then the block scales' ring
+// (TW_FP8_SCALE_AHEAD): SCALE_AHEAD slots per consumer of its WM rows' scale_a and one scale_b per warp
 constexpr int RES_BAR_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
 constexpr int BIAS_OFFSET = RES_BAR_OFFSET + 2 * 8;
-constexpr int SMEM_BYTES = 1024 + BIAS_OFFSET + 2 * BN * 2;  // + slack to align the base to 1024
+constexpr int SCALE_RING_OFFSET = BIAS_OFFSET + 2 * BN * 2;
+constexpr int SCALE_SLOT_BYTES = (WM + 4) * 4;
+// + slack to align the base to 1024
+constexpr int SMEM_BYTES = 1024 + SCALE_RING_OFFSET + 2 * SCALE_AHEAD * SCALE_SLOT_BYTES;
 #endif
 
 // Named barrier ids (0 is __syncthreads): consumer c may start its mainloop on ORDER_BAR + c; epilogue of c on
@@ -242,6 +268,9 @@ static_assert(FP8 ? (SCALE >= 1 && SCALE <= 3) : SCALE == 0, "TW_SCALE: 1 per-te
 // block scales are applied at each promotion, one B block per tile: promotion every k-block (128 K = one scale
 // block) and 128-column tiles (one scale_b block each)
 static_assert(SCALE != 3 || (TW_FP8_PROMOTE == 1 && BN == 128), "TW_SCALE 3: promotion every k-block, BN = 128");
+// (MA == 1 follows from the promoted 128-column tile; the ring holds 16 rows a warp. 3 slots would not fit the
+// shared memory of the 6-stage 128 x 128 tile: the SMEM_BYTES assert.)
+static_assert(SCALE_AHEAD == 0 || (SCALE == 3 && MA == 1 && SCALE_AHEAD <= 2), "TW_FP8_SCALE_AHEAD: block scales, 1-2");
 static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
 static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 128 and 256");
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
@@ -653,6 +682,46 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
     tw_u32 res_phase = 0;
 
+#if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD
+    // the block scales' ring (header: TW_FP8_SCALE_AHEAD); k-block kb of iteration it's tile uses slot
+    // (it * kt + kb) % SCALE_AHEAD, which k-block kb - SCALE_AHEAD of the same tile (or the previous tile's epilogue)
+    // filled
+    const tw_u32 scale_ring = sbase + SCALE_RING_OFFSET + c * SCALE_AHEAD * SCALE_SLOT_BYTES;
+    // This warp's part of a slot: lane l < 16 copies the scale_a of row 16 warp + l (zero-filled past M, reading
+    // nothing), lane 16 the tile's scale_b block, lanes 17-31 nothing. A lane's source for a tile is a pointer to its
+    // k-block 0 and a step per k-block (a column of scale_a, a row of scale_b), so every k-block's copy is one
+    // address and one instruction for all 17 lanes - no divergent paths between the wgmmas and their wait.
+    struct ScaleSource {
+      const float* k0;
+      int step, bytes;
+    };
+    auto scale_source = [&](int tile_row0, int tile_n0) -> ScaleSource {
+      const int r = tile_row0 + warp * 16 + lane;
+      if (lane < 16) return {scale_a + (r < M ? r : 0), M, r < M ? 4 : 0};
+      return {scale_b + tile_n0 / 128, num_nb, lane == 16 ? 4 : 0};
+    };
+    const tw_u32 scale_lane_offset = 4 * (lane < 16 ? warp * 16 + lane : WM + warp);
+    auto copy_block_scales = [&](const ScaleSource& src, int kb, int slot) {
+      if (lane <= 16)
+        cp_async_4_zfill(scale_ring + slot * SCALE_SLOT_BYTES + scale_lane_offset, src.k0 + (long long)kb * src.step,
+                         src.bytes);
+    };
+    // the first SCALE_AHEAD k-blocks' scales of iteration it's tile, one group each - empty past its k-blocks or the
+    // last tile, so that every k-block still closes exactly one group and the mainloop's wait counts k-blocks
+    auto copy_head_scales = [&](int it) {
+      const int t = tile_of(it);
+      int pm = 0, pn = 0;
+      if (t < num_tiles) tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+#pragma unroll
+      for (int kb = 0; kb < SCALE_AHEAD; ++kb) {
+        if (t < num_tiles && kb < kt)
+          copy_block_scales(scale_source(pm * BM + (COOP ? c * WM : 0), pn * BN), kb, (it * kt + kb) % SCALE_AHEAD);
+        cp_async_commit_group();
+      }
+    };
+    copy_head_scales(COOP ? 0 : c);
+#endif
+
     if (!COOP && c == 1 && tile_of(0) < num_tiles) named_barrier_arrive(ORDER_BAR + 0, 256);  // consumer 0 first
 
     for (int it = COOP ? 0 : c;; it += COOP ? 1 : 2) {
@@ -662,6 +731,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
       const int n0 = pn * BN;
       const int row0 = pm * BM + (COOP ? c * WM : 0);
+#if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD
+      const ScaleSource tile_scales = scale_source(row0, n0);  // (this lane's block scales of the tile)
+#endif
 
       // this tile's bias columns into the consumer's smem slice (BIAS_SMEM): one 4-byte pair per thread, issued
       // during the mainloop and waited for at the epilogue's first barrier, so the epilogue reads it from smem
@@ -798,8 +870,25 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         if ((kb + 1) % TW_FP8_PROMOTE == 0 || kb + 1 == kt) {
 #if TW_SCALE == 3
           // block scales (header): this k-block's scale of each of the thread's rows times the tile's B block
-          // scale, loaded before the wait so their latency hides under the k-block's wgmmas
+          // scale - by default loaded here, before the wait, whose wgmmas do not outlast the loads (header)
           float kscale[MA][2];
+#if TW_FP8_SCALE_AHEAD
+          {
+            // copied SCALE_AHEAD k-blocks ago: this k-block's group is the oldest in flight, so waiting until
+            // SCALE_AHEAD - 1 remain lands it; the warp barrier then shows each lane the copies of the others
+            cp_async_wait_group<SCALE_AHEAD - 1>();
+            __syncwarp();
+            const int slot = (pos + kb) % SCALE_AHEAD;
+            const tw_u32 src = scale_ring + slot * SCALE_SLOT_BYTES;
+            const float col_scale = __uint_as_float(ld_shared_b32(src + 4 * (WM + warp)));
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              kscale[0][h] = __uint_as_float(ld_shared_b32(src + 4 * (warp * 16 + (lane >> 2) + 8 * h))) * col_scale;
+            __syncwarp();  // every lane has read the slot before any lane refills it
+            if (kb + SCALE_AHEAD < kt) copy_block_scales(tile_scales, kb + SCALE_AHEAD, slot);
+            cp_async_commit_group();  // (empty near the tile's end: one group per k-block keeps the count)
+          }
+#else
           {
             const float sbk = scale_b[(long long)kb * num_nb + n0 / 128];
 #pragma unroll
@@ -810,6 +899,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 kscale[ma][h] = (r < M ? scale_a[(long long)kb * M + r] : 0.0f) * sbk;  // no read past M
               }
           }
+#endif
 #endif
           // promotion: the group's partial tile is complete once its wgmmas retire, which also frees the stage
           wgmma_wait<0>();
@@ -861,6 +951,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         cp_async_wait_all();  // this thread's pair landed; the barrier below publishes every thread's
       }
       named_barrier_sync(EPI_BAR + c, 128);
+#if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD
+      // the next tile's first scales: after the bias slice's wait_all (which would wait for them too), and the
+      // rest of this epilogue hides their latency
+      copy_head_scales(it + (COOP ? 1 : 2));
+#endif
       if (res_by_tma) {
         if (kt == 0 && tid == 0) load_residual_tile();  // (K = 0: no mainloop issued it)
         mbar_wait(res_full, res_phase);  // the residual tile is in cbuf

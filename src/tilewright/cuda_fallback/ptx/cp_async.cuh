@@ -20,3 +20,14 @@ TW_DEVICE tw_u32 ld_shared_b32(tw_u32 addr) {
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+
+// cp.async groups (gemm_sm90.cu's block scales copied k-blocks ahead, TW_FP8_SCALE_AHEAD): the copies this thread
+// issued since its last commit become one group; the wait returns once at most N of this thread's groups are still
+// in flight - groups complete in commit order, so the older ones have landed and are visible to this thread. (A
+// register load's wait is for every load in flight, the newest included.)
+TW_DEVICE void cp_async_commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+TW_DEVICE void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
