@@ -596,7 +596,7 @@ def test_backward_preprocess_compiles_for_sm90_with_the_packed_statistics():
     jobs = [dict(kernel="tilewright.triton_kernels.attention:_attn_bwd_preprocess",
                  signature={"O": "*bf16", "DO": "*bf16", "DLSE": "*fp32", "DELTA": "*fp32", "LSE": "*fp32",
                             "STATS": "*fp32", **{s: "i32" for s in strides}, "Hq": "i32", "Sq": "i32"},
-                 arch=90, num_warps=8 if pack else 4, num_stages=1, name=f"pre D={D} pack={pack}",
+                 arch=90, num_warps=A.PREPROCESS_WARPS[pack], num_stages=1, name=f"pre D={D} pack={pack}",
                  divisible_by_16=("O", "DO", "DLSE", "DELTA", "LSE", "STATS", "stride_ob", "stride_oh", "stride_os",
                                   "stride_dob", "stride_doh", "stride_dos"),
                  constexprs=dict(HEAD_DIM=D, HEAD_DIM_PAD=A.head_dim_pad(D), HAS_DLSE=False, BLOCK_M=128,

@@ -4,6 +4,7 @@ and the decision cache following a family that was disabled after it was cached.
 from __future__ import annotations
 
 import re
+import types
 import warnings
 from pathlib import Path
 
@@ -380,3 +381,15 @@ def test_attention_and_rmsnorm_self_checks_fail_a_wrong_kernel(monkeypatch):
     variant = type("V", (), {"bm": 64, "bn": 64, "name": "fake-rms"})()
     ok, why = rmsnorm_gemm_sm90._self_check_one(torch.device("cpu"), variant, torch.float32)
     assert not ok and "rstd error" in why
+
+
+def test_sm_count_is_the_reference_card_off_the_gpu_and_cached_per_device(monkeypatch):
+    """_env.sm_count: REFERENCE_SMS for a CPU tensor's device (the interpreter's stand-in), else the device's
+    multiprocessor count, queried once per device index."""
+    assert _env.sm_count(torch.device("cpu")) == _env.REFERENCE_SMS
+    calls = []
+    monkeypatch.setattr(_env, "_sm_counts", {})
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: calls.append(index) or types.SimpleNamespace(multi_processor_count=78))
+    assert _env.sm_count(torch.device("cuda", 1)) == 78 and _env.sm_count(torch.device("cuda", 1)) == 78
+    assert calls == [1]

@@ -4,6 +4,7 @@
   because a test or a user may set it at any time.
 * :func:`full_autotune` - whether a new shape may run a tuning sweep (``TILEWRIGHT_AUTOTUNE=full``, or ``1``).
 * :func:`capability` - a device's compute capability (None off CUDA), for the router and the records' predicates.
+* :func:`sm_count` - a device's multiprocessors (:data:`REFERENCE_SMS` off CUDA), for grid-size rules.
 * :data:`SMEM_OPTIN_BYTES` - the per-block opt-in shared-memory maximum of sm_90 and sm_100 (227 KiB); the CUDA
   sources state the same number as ``TW_SMEM_OPTIN_BYTES`` in ``cuda_fallback/ptx/common.cuh`` (a CPU test keeps
   the two equal).
@@ -57,3 +58,20 @@ def capability(device) -> tuple[int, int] | None:
     import torch  # lazily: this module is read by everything, torch's CUDA queries only by some
 
     return torch.cuda.get_device_capability(device)
+
+
+_sm_counts: dict = {}
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA ``device`` (queried once per device index), :data:`REFERENCE_SMS` for any
+    other device (the interpreter's and the CPU tests' stand-in for an H100 / H200)."""
+    if device.type != "cuda":
+        return REFERENCE_SMS
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = _sm_counts.get(index)
+    if count is None:
+        count = _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count

@@ -337,7 +337,7 @@ def test_the_preprocess_writes_the_packed_statistics():
 def test_the_gqa_group_splits_only_where_the_grid_leaves_sms_idle(monkeypatch):
     """heads_per_cta: the whole group for a grid of >= one CTA an SM, a group under 4 heads or fewer than 2560 keys;
     else two slices (96 CTAs of a 7-head group at 3000 keys on 132 SMs: 4 heads a CTA); the environment overrides it,
-    a bad value names the variable. partial_shape / add_partials: slices summed into dk / dv's own head-dim
+    a bad value names the variable. new_partials / add_partials: slices summed into dk / dv's own head-dim
     columns."""
     monkeypatch.delenv(cb.SPLIT_ENV, raising=False)
     assert cb.heads_per_cta(512, 4, 132, 8192) == 4 and cb.heads_per_cta(20, 1, 132, 8192) == 1
@@ -349,9 +349,11 @@ def test_the_gqa_group_splits_only_where_the_grid_leaves_sms_idle(monkeypatch):
     with pytest.raises(ValueError, match=cb.SPLIT_ENV):
         cb.heads_per_cta(96, 7, 132, 3000)
     dk, dv = torch.empty(2, 3, 10, 96, dtype=torch.bfloat16), torch.empty(2, 3, 10, 96, dtype=torch.bfloat16)
-    shape = cb.partial_shape(dk, 7, 3, 128)
-    assert shape == (2, 3, 2, 3, 10, 128)
-    partial = torch.randn(shape)
+    q, k = torch.empty(2, 21, 10, 96), torch.empty(2, 3, 10, 96)  # a 7-head group at head dim 96 (the 128 build)
+    assert cb.new_partials(q, k, dk, None) is None and cb.new_partials(q, k, dk, 7) is None
+    partial = cb.new_partials(q, k, dk, 3)
+    assert partial.shape == (2, 3, 2, 3, 10, 128) and partial.dtype == torch.float32
+    partial.normal_()
     cb.add_partials(partial, dk, dv)
     torch.testing.assert_close(dk.float(), partial[0].sum(0)[..., :96], rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(dv.float(), partial[1].sum(0)[..., :96], rtol=1e-2, atol=1e-2)
@@ -385,6 +387,9 @@ def test_a_split_launch_widens_the_grid_and_passes_the_partials(monkeypatch):
     assert whole[1] == (3, 1, 1) and whole[4][-4].value == 7 and whole[4][-3].value == 0
     with pytest.raises(ValueError, match="heads_per_cta 8 must be in"):
         cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", validate=False, heads_per_cta=8)
+    with pytest.raises(ValueError, match="heads_per_cta 0 must be in"):
+        cb.bind_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", None, (0, None), 0.0, None,
+                     cb.pack_statistics(lse, delta), 0)
     with pytest.raises(ValueError, match="binds with its partials"):
         cb.bind_dkdv(do, q, k, v, lse, delta, dk, dv, True, 0.1, "b", None, (0, None), 0.0, None,
                      cb.pack_statistics(lse, delta), 3)

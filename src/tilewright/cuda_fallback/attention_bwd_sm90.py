@@ -165,7 +165,7 @@ SPLIT_MIN_KEYS = 2560
 def heads_per_cta(ctas: int, group: int, sms: int, keys: int) -> int:
     """Query heads of a GQA group one dK / dV CTA walks: the whole group, unless the grid (``ctas`` = key blocks x KV
     heads x batch) leaves SMs idle on a long sequence (``keys``) with a group of >= 4 heads - then two slices of it,
-    each CTA writing fp32 partial dK / dV that are added up afterwards (:func:`partial_shape`). Why: a 28 / 4-head
+    each CTA writing fp32 partial dK / dV that are added up afterwards (:func:`new_partials`). Why: a 28 / 4-head
     layer at 3000 keys has 96 CTAs on 132 SMs, each walking all 7 query heads in turn. Measured (H200, fwd + bwd
     through the op, `perf/results/h200/attention/group_split_ab_2026-11-29_0138.csv`): two slices 0.935 -> 0.641 ms
     there (causal, head dim 96), 1.525 -> 1.066 at 32 / 4 x 4096, 2.94 -> 2.37 at 16 / 2 x 8192; at 2048 keys and
@@ -182,18 +182,27 @@ def heads_per_cta(ctas: int, group: int, sms: int, keys: int) -> int:
     return -(-group // 2)
 
 
-def sm_count(device) -> int:
-    """The device's multiprocessors (an H100's / H200's 132 for a tensor off the GPU: the op layer's planning tests)."""
-    if device.type != "cuda":
-        return 132
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def _group_slice(q, k, heads_per_cta) -> int:
+    """The query heads a dK / dV CTA walks: the whole GQA group for None, else ``heads_per_cta`` - ValueError naming
+    it outside [1, group]."""
+    group = q.shape[1] // k.shape[1]
+    heads = group if heads_per_cta is None else int(heads_per_cta)
+    if not 1 <= heads <= group:
+        raise ValueError(f"cuda attention backward: heads_per_cta {heads_per_cta} must be in [1, {group}] (the "
+                         f"GQA group)")
+    return heads
 
 
-def partial_shape(dk, group: int, heads: int, build: int) -> tuple:
-    """The fp32 partials of a split group: (2 (dK, dV), slices, B, Hkv, Skv, build head dim) for dk's (B, Hkv, Skv,
-    D) (a packed batch's (1, Hkv, total, D) view: B = 1)."""
+def new_partials(q, k, dk, heads: int | None):
+    """A fresh fp32 buffer for a split group's partial dK / dV - (2 (dK, dV), slices, B, Hkv, Skv, build head dim)
+    for dk's (B, Hkv, Skv, D) (a packed batch's (1, Hkv, total, D) view: B = 1) - or None when ``heads`` (query heads
+    a CTA walks) is None or the whole group: no split."""
+    group = q.shape[1] // k.shape[1]
+    if heads is None or heads >= group:
+        return None
     B, Hkv, Skv, _ = dk.shape
-    return (2, -(-group // heads), B, Hkv, Skv, build)
+    return torch.empty((2, -(-group // heads), B, Hkv, Skv, kernel_head_dim(q.shape[-1])), device=q.device,
+                       dtype=torch.float32)
 
 
 def add_partials(partial: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
@@ -411,15 +420,8 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
             check_statistics_pack(stats, q)
     if packed is None and stats is None:
         stats = pack_statistics(lse, delta)
-    group = q.shape[1] // k.shape[1]
-    heads = group if heads_per_cta is None else int(heads_per_cta)
-    if not 1 <= heads <= group:
-        raise ValueError(f"cuda attention backward: heads_per_cta {heads_per_cta} must be in [1, {group}] (the "
-                         f"GQA group)")
-    partial = None
-    if heads < group:
-        partial = torch.empty(partial_shape(dk, group, heads, kernel_head_dim(q.shape[-1])), device=q.device,
-                              dtype=torch.float32)
+    heads = _group_slice(q, k, heads_per_cta)
+    partial = new_partials(q, k, dk, heads)
     variant = variant or pick_variant()
     if variant not in VARIANTS:
         raise ValueError(f"cuda attention backward: unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
@@ -462,7 +464,7 @@ def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varia
     """The dK / dV kernel's launch for this call's signature with only the operands' addresses left open: a
     :class:`runtime.launch.BoundCudaLaunch` called with the addresses of :data:`DKDV_ROLES` (then, for a dense call,
     ``stats``' - :func:`pack_statistics`' layout, required then - then dq_accum's, then with ``heads_per_cta`` below
-    the group the fp32 partials' (:func:`partial_shape`; the caller adds them up: :func:`add_partials`), then those
+    the group the fp32 partials' (:func:`new_partials`; the caller adds them up: :func:`add_partials`), then those
     of :data:`PACKED_ROLES` for a packed batch), or None if it cannot be bound. The caller has checked the
     call (:func:`constraints`) and keys the result by the signature (shapes, strides, dtypes, alignment), causal,
     scale, ``band`` ((causal_offset, window_offset), as :func:`launch_dkdv` takes them), ``softcap`` and the
@@ -472,7 +474,7 @@ def bind_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varia
     if (stats is None) != (packed is not None):
         raise ValueError("cuda attention backward: a dense call binds with its packed statistics (pack_statistics), "
                          "a packed batch without")
-    if (partial is None) != (heads_per_cta is None or heads_per_cta >= q.shape[1] // k.shape[1]):
+    if (partial is None) != (_group_slice(q, k, heads_per_cta) == q.shape[1] // k.shape[1]):
         raise ValueError("cuda attention backward: a split group (heads_per_cta below it) binds with its partials")
     fn, grid, args = _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal), float(scale), variant, dq_accum, band,
                               float(softcap), packed, stats, heads_per_cta, partial)

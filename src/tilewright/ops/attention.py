@@ -41,7 +41,7 @@ from typing import Optional
 import torch
 
 from .. import router
-from .._env import capability
+from .._env import capability, sm_count
 from .._record import tensor_signature
 from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
@@ -225,7 +225,7 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
             # the dK / dV grid: key blocks (a packed batch's: of its longest sequence) x KV heads x sequences
             rows = k.shape[2] if packed is None else packed.max_k
             ctas = -(-rows // cb.block_n(variant)) * k.shape[1] * (q.shape[0] if packed is None else packed.batch)
-            heads = cb.heads_per_cta(ctas, group, cb.sm_count(q.device), skv)
+            heads = cb.heads_per_cta(ctas, group, sm_count(q.device), skv)
             plan = _CudaPlan(cb, variant, mode, (offset, window_offset), softcap, heads if heads < group else None)
         if len(_cuda_plans) >= _CUDA_PLANS_MAX:
             _cuda_plans.clear()
@@ -268,12 +268,8 @@ class _CudaPlan:
 
     def dkdv(self, tensors, causal, scale, dq_accum=None, packed=None, stats=None):
         cb = self._cb
-        partial = None
-        if self.heads is not None:  # a split group: fp32 partials a call, added into dk / dv below
-            q, k, dk = tensors[1], tensors[2], tensors[6]
-            partial = torch.empty(cb.partial_shape(dk, q.shape[1] // k.shape[1], self.heads,
-                                                   cb.kernel_head_dim(q.shape[-1])),
-                                  device=q.device, dtype=torch.float32)
+        # a split group: fresh fp32 partials a call, added into dk / dv below (None without a split)
+        partial = cb.new_partials(tensors[1], tensors[2], tensors[6], self.heads)
         if self._dkdv is None:
             self._dkdv = cb.bind_dkdv(*tensors, causal, scale, self.variant, dq_accum, self.band, self.softcap,
                                       packed, stats, self.heads, partial) or False

@@ -1009,6 +1009,9 @@ _varlen_fwd_bound: dict = {}
 # buffer). Key: everything the launches read besides pointers - every tensor's shape, strides, dtype, device and
 # 16 / 128-byte alignment (which decide TMA use and Triton's specialization), the options, the current device.
 _BWD_ROLES_PRE = ("O", "DO", "DLSE", "DELTA", "LSE", "STATS")
+# The preprocess's warps without / with the packed statistics: at 4 the latter's hdim-128 sm_90a build spilled 32
+# bytes (72 registers), at 8 none (tests/test_attention.py compiles both)
+PREPROCESS_WARPS = {False: 4, True: 8}
 _BWD_ROLES_DKDV = ("Q", "K", "V", "DO", "DK", "DV", "LSE", "DELTA")
 _BWD_ROLES_DQ = ("Q", "K", "V", "DO", "DQ", "LSE", "DELTA")
 _bwd_bound: dict = {}
@@ -1080,8 +1083,7 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
                     HAS_DLSE=dlse is not None,
                     BLOCK_M=pre_block, PACK_STATS=stats is not None,
                     STAT_ROWS=stats.shape[-1] if stats is not None else 64)
-    # 8 warps with the packed statistics: at 4 the hdim-128 build spilled 32 bytes (sm_90a, 72 registers)
-    pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=8 if stats is not None else 4)
+    pre_compiled = _attn_bwd_preprocess[pre_grid](**pre_args, num_warps=PREPROCESS_WARPS[stats is not None])
     args_dkdv, args_dq = _bwd_args(do, q, k, v, lse, delta, dq, dk, dv, causal, sm_scale, use_tma, causal_offset,
                                    softcap, window_offset, varlen)
     cfg_dkdv, cfg_dq = configs if configs is not None else (None, None)

@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._env import REFERENCE_SMS, interpreting
+from .._env import REFERENCE_SMS, interpreting, sm_count
 from .._record import is_recording, record, tensor_signature
 from ._runtime import bind, retry_after_oom, store_bound
 from .gemm import NormPrologue, launch_gemm
@@ -159,7 +159,7 @@ def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.T
     u = torch.empty((M, K), device=x.device, dtype=x.dtype)
     if M == 0:
         return u
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else REFERENCE_SMS
+    sms = sm_count(x.device)
     block_k, chunks, warps = _row_tiling(K, max_block_k or 8192)
     rows = triton.cdiv(M, min(M, 8 * sms))  # a few waves of programs, several rows each
     programs = triton.cdiv(M, rows)

@@ -156,29 +156,22 @@ struct StageRing {
   }
 };
 
-// Row h (0: lane/4, 1: lane/4 + 8 of the warp's 16-row slice) of an m64nN fp32 accumulator (times `scale` when
-// SCALED) stored as 16-bit pairs at row_ptr: fragment element (j, h, e) is column 8j + col_lane + e, two adjacent
-// columns one 32-bit store (row_ptr 4-byte aligned). Only columns < cols are stored: a head dim padded up to the
-// build's N (a multiple of 8, so a pair is wholly in or out) has no memory past its last column.
-template <int N, bool SCALED>
-TW_DEVICE void store_row_pairs(unsigned short* row_ptr, const float (&acc)[N / 2], int h, int col_lane, float scale,
-                               int cols) {
-#pragma unroll
-  for (int j = 0; j < N / 8; ++j) {
-    const float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
-    if (8 * j + col_lane < cols)
-      *reinterpret_cast<tw_u32*>(row_ptr + 8 * j + col_lane) = SCALED ? pack2(lo * scale, hi * scale) : pack2(lo, hi);
-  }
-}
+// One column pair of a stored row: two 16-bit values as one 32-bit store, or two fp32 partial sums (another pass adds
+// them up) as one 8-byte store.
+TW_DEVICE void store_pair(unsigned short* at, float lo, float hi) { *reinterpret_cast<tw_u32*>(at) = pack2(lo, hi); }
+TW_DEVICE void store_pair(float* at, float lo, float hi) { *reinterpret_cast<float2*>(at) = make_float2(lo, hi); }
 
-// The same row as fp32 pairs (one 8-byte store each; row_ptr 8-byte aligned): partial sums another pass adds up.
-template <int N, bool SCALED>
-TW_DEVICE void store_row_pairs(float* row_ptr, const float (&acc)[N / 2], int h, int col_lane, float scale, int cols) {
+// Row h (0: lane/4, 1: lane/4 + 8 of the warp's 16-row slice) of an m64nN fp32 accumulator (times `scale` when
+// SCALED) stored in pairs at row_ptr (16-bit or fp32 elements: store_pair): fragment element (j, h, e) is column
+// 8j + col_lane + e, two adjacent columns one store (row_ptr aligned to a pair). Only columns < cols are stored: a
+// head dim padded up to the build's N (a multiple of 8, so a pair is wholly in or out) has no memory past its last
+// column.
+template <int N, bool SCALED, typename T>
+TW_DEVICE void store_row_pairs(T* row_ptr, const float (&acc)[N / 2], int h, int col_lane, float scale, int cols) {
 #pragma unroll
   for (int j = 0; j < N / 8; ++j) {
     const float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
     if (8 * j + col_lane < cols)
-      *reinterpret_cast<float2*>(row_ptr + 8 * j + col_lane) = SCALED ? make_float2(lo * scale, hi * scale)
-                                                                      : make_float2(lo, hi);
+      store_pair(row_ptr + 8 * j + col_lane, SCALED ? lo * scale : lo, SCALED ? hi * scale : hi);
   }
 }
