@@ -38,7 +38,10 @@ def test_block_scales_ahead_is_a_block_build_switch():
                if not b.scale_ahead)
     assert v.smem_bytes() == f8.ACCURATE_VARIANT.smem_bytes() + 2 * 2 * (64 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
     assert v.with_operands(3, (2, 1)).scale_ahead == 2 and v.with_operands(2, (1, 1)) == f8.ACCURATE_VARIANT
-    assert f8.ACCURATE_VARIANT.with_operands(3, (1, 1)).scale_ahead == 0  # the default block build is unchanged
+    assert f8.ACCURATE_VARIANT.with_operands(3, (1, 1)).scale_ahead == 0  # the register-load block build
+    assert f8._default_variant(4096, 3, True) is v and f8._default_variant(4096, 2, False) is f8.ACCURATE_VARIANT
+    assert f8._default_variant(4096, 2, True) is f8.FAST_VARIANT
+    assert f8._default_variant(64, 1, True) is f8.FAST_SMALL_M_VARIANT
 
 
 @needs_compiler
@@ -242,13 +245,14 @@ def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
     sb_blocks = torch.rand(K // 128, 4)
     col_major = torch.rand(K // 128, M).t()
     f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out)
+    assert builds[-1][2]["TW_FP8_SCALE_AHEAD"] == 2 and launches[-1][2] == f8.BLOCK_AHEAD_VARIANT.smem_bytes()
     assert builds[-1][2]["TW_SCALE"] == 3 and [x.value for x in launches[-1][3][-2:]] == [col_major.data_ptr(),
                                                                                           sb_blocks.data_ptr()]
     row_major = col_major.contiguous()
     assert f8._block_scale_a(row_major).stride() == (1, M) and torch.equal(f8._block_scale_a(row_major), row_major)
     assert f8._block_scale_a(col_major) is col_major and f8._block_scale_a(torch.rand(M, 1)).shape == (M, 1)
-    # the scales-ahead build: its switch and its ring's shared memory; row-wise scales on it build the plain tile
-    f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out, variant=f8.BLOCK_AHEAD_VARIANT)
-    assert builds[-1][2]["TW_FP8_SCALE_AHEAD"] == 2 and launches[-1][2] == f8.BLOCK_AHEAD_VARIANT.smem_bytes()
+    # the register-load block build on request; row-wise scales on the scales-ahead build build the plain tile
+    f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out, variant=f8.ACCURATE_VARIANT)
+    assert "TW_FP8_SCALE_AHEAD" not in builds[-1][2] and builds[-1][2]["TW_SCALE"] == 3
     f8.launch_fp8_gemm(a, b, sa, sb[:, :512], out, variant=f8.BLOCK_AHEAD_VARIANT)
     assert "TW_FP8_SCALE_AHEAD" not in builds[-1][2] and launches[-1][2] == f8.ACCURATE_VARIANT.smem_bytes()

@@ -93,10 +93,10 @@ SMALL_M = 256
 # Promotion every 2 k-blocks (256 K elements): half the tensor-pipe stalls, more FP8 accumulation between them.
 # Build-checked; its speed and error against cuBLASLt's are the next device run's (perf/LOG.md, session 19).
 PROMOTE2_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=2)
-# Block scales copied two k-blocks ahead into shared memory (cp.async groups) instead of loaded into registers in
-# their own k-block, whose latency each promotion waits out (gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD). Build-checked
-# only: the default block build stays ACCURATE_VARIANT's until an A/B on the GPU measures this one
-# (perf/results/h200/fp8/block_fix_ab_2026-11-29.py); launch_fp8_gemm(..., variant=BLOCK_AHEAD_VARIANT) selects it.
+# Block scales: copied two k-blocks ahead into shared memory (cp.async groups) instead of loaded into registers in
+# their own k-block, whose latency each promotion waited out (gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD). Same
+# arithmetic, bit-equal output; H200: block / row-wise 0.715-0.842x -> 0.868-0.920x on the large shapes (one k-block
+# ahead: 0.824-0.922x). The default for block scales.
 BLOCK_AHEAD_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1, scale_ahead=2)
 
 BUILD_CHECK_BUILDS = (
@@ -191,9 +191,7 @@ def launch_fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
                   else int(activation))
     tile_order = gemm_common.TILE_ORDERS[tile_order] if isinstance(tile_order, str) else int(tile_order)
     mode = _scale_mode(scale_a, scale_b, M, N, K)
-    # block scales are applied at every k-block's promotion (use_fast_accum has no effect, as in the Triton path)
-    fast = FAST_VARIANT if M > SMALL_M else FAST_SMALL_M_VARIANT
-    base = variant or (fast if use_fast_accum and mode != 3 else ACCURATE_VARIANT)
+    base = variant or _default_variant(M, mode, use_fast_accum)
     if mode == 3 and (base.promote != 1 or base.bn != 128):
         raise ValueError(f"variant {base.name}: block scales need promotion every k-block and 128-column tiles")
     v = base.with_operands(mode, (FP8_FORMATS[a.dtype], FP8_FORMATS[b.dtype]))
@@ -206,6 +204,17 @@ def launch_fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
                                                           tile_order, group, num_ctas),
                          a.device, 384, v.smem_bytes())
     return out
+
+
+def _default_variant(M: int, scale_mode: int, use_fast_accum: bool) -> FP8Variant:
+    """The build a launch without ``variant`` takes: block scales the copied-ahead accurate build (promotion every
+    k-block applies them, so use_fast_accum has no effect there, as in the Triton path), fast accumulation its tile
+    by M, else the accurate build."""
+    if scale_mode == 3:
+        return BLOCK_AHEAD_VARIANT
+    if use_fast_accum:
+        return FAST_VARIANT if M > SMALL_M else FAST_SMALL_M_VARIANT
+    return ACCURATE_VARIANT
 
 
 def _block_scale_a(scale_a: torch.Tensor) -> torch.Tensor:
@@ -314,8 +323,7 @@ def ready(a, b, scales="row", out_dtype=torch.bfloat16, bias_dtype=None, use_fas
     blocked = GUARD.blocked(_router_constraints(a, b, scales, out_dtype, bias_dtype, use_fast_accum))
     if blocked:
         return blocked
-    fast = FAST_VARIANT if a.shape[0] > SMALL_M else FAST_SMALL_M_VARIANT
-    base = fast if use_fast_accum and scales != "block" else ACCURATE_VARIANT  # (as launch_fp8_gemm picks)
+    base = _default_variant(a.shape[0], SCALES[scales], use_fast_accum)
     v = base.with_operands(SCALES[scales], (FP8_FORMATS[a.dtype], FP8_FORMATS[b.dtype]))
     with_bias = bias_dtype is not None
     return GUARD.check(a.device, v.name, (out_dtype, with_bias), lambda: _self_check(a.device, v, out_dtype, with_bias))
