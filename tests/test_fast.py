@@ -201,6 +201,34 @@ def test_interpreting_and_read_env_follow_os_environ(monkeypatch):
     assert read_env(("TILEWRIGHT_TEST_SWITCH",), (b"TILEWRIGHT_TEST_SWITCH",)) == (None,)
 
 
+def test_set_env_and_the_replay_state_follow_os_environ(monkeypatch):
+    """set_env (the replay key's form of the switches: the set ones, sorted) and _fast.state() change with every
+    switch set, changed or removed through os.environ - a replay recorded under one value is not found under
+    another."""
+    from tilewright._env import _environ_bytes, set_env
+
+    def enc(name):
+        return name.encode() if _environ_bytes is not None else name
+
+    names = frozenset(map(enc, ("TILEWRIGHT_TEST_A", "TILEWRIGHT_TEST_B")))
+    monkeypatch.delenv("TILEWRIGHT_TEST_A", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_TEST_B", raising=False)
+    assert set_env(names) == ()
+    monkeypatch.setenv("TILEWRIGHT_TEST_B", "1")
+    monkeypatch.setenv("TILEWRIGHT_TEST_A", "x")
+    assert set_env(names) == ((enc("TILEWRIGHT_TEST_A"), enc("x")), (enc("TILEWRIGHT_TEST_B"), enc("1")))
+    monkeypatch.setenv("TILEWRIGHT_TEST_A", "y")
+    assert set_env(names)[0] == (enc("TILEWRIGHT_TEST_A"), enc("y"))
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)  # (CPU builds of torch lack it)
+    for switch in ("TILEWRIGHT_AUTOTUNE", "TRITON_INTERPRET", "TILEWRIGHT_CUDA_ATTN_VARIANT"):
+        monkeypatch.delenv(switch, raising=False)
+        before = _fast.state()
+        monkeypatch.setenv(switch, "0")
+        assert _fast.state() != before, switch
+        monkeypatch.delenv(switch)
+        assert _fast.state() == before, switch
+
+
 def test_build_refuses_an_output_the_launch_did_not_write():
     """An output made by a torch op after the launch (a reduced partial, a copy) is not the kernel's to write: a
     replay would hand back uninitialised memory, so no replay is built. A 0-size placeholder output is fine."""

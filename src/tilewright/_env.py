@@ -34,6 +34,18 @@ def read_env(names: tuple[str, ...], encoded: tuple[bytes, ...]) -> tuple:
     return tuple([os.environ.get(n) for n in names])
 
 
+def set_env(names: frozenset) -> tuple:
+    """The variables of ``names`` that are set, as sorted (name, value) pairs (``names`` as bytes on POSIX, where a
+    value is bytes, else str): a cache key's form of many switches, most of them unset. On POSIX one set
+    intersection in C against the environment's keys, ~0.4 us for 16 names where :func:`read_env`'s lookups cost
+    ~0.8 (dev box)."""
+    env = os.environ if _environ_bytes is None else _environ_bytes
+    present = env.keys() & names
+    if not present:
+        return ()
+    return tuple(sorted([(n, env[n]) for n in present]))
+
+
 def interpreting() -> bool:
     """True while ``TRITON_INTERPRET=1``: Triton kernels then run on CPU tensors (correct, not fast). Read at every
     call (a test or a user may set it at any time), through the bytes dict where there is one."""

@@ -88,6 +88,7 @@ def test_op_forward_and_backward_on_the_cuda_kernels(monkeypatch, case, dq_mode)
 
     B, Hq, Hkv, Sq, Skv, D, causal, br, window, cap = case
     monkeypatch.setattr(ops_attention, "_cuda_plans", {})
+    monkeypatch.setattr(ops_attention, "_bwd_replays", {})  # (replays hold plans)
     monkeypatch.setenv(cb.ENV, "1")
     monkeypatch.setenv(cb.DQ_ENV, dq_mode)
     launches = []

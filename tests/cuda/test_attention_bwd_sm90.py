@@ -224,6 +224,110 @@ def test_the_op_layer_plans_each_signature_once(monkeypatch):
     assert plan(**small) == (None, None, None)  # 4 x 4 x 1 = 16 CTAs: Triton's backward
 
 
+def test_the_op_layer_replans_when_a_switch_changes(monkeypatch):
+    """Every switch a plan reads is in its key (the op layer's names are the kernel module's): setting the GQA split's
+    override after a first call takes effect at the next call without clearing the plans, and unsetting it brings
+    the rule's plan back."""
+    from tilewright._env import read_env
+
+    assert ops_attention._CUDA_BWD_ENV_NAMES == (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV, cb.SPLIT_ENV)
+    assert ops_attention._CUDA_BWD_ENV[1] == tuple(n.encode() for n in ops_attention._CUDA_BWD_ENV_NAMES)
+    monkeypatch.setattr(ops_attention, "capability", lambda device: (9, 0))
+    monkeypatch.setattr(ops_attention, "sm_count", lambda device: 132)
+    monkeypatch.setattr(ops_attention, "_cuda_plans", {})
+    for name in ops_attention._CUDA_BWD_ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    B, Hq, Hkv, S, D = 1, 28, 4, 3000, 128  # 24 key blocks x 4 KV heads = 96 CTAs: the rule splits the 7-head group
+    q, do, dq = (_t(B, Hq, S, D) for _ in range(3))
+    k, v, dk, dv = (_t(B, Hkv, S, D) for _ in range(4))
+    lse = torch.empty(B, Hq, S)
+
+    def heads():
+        ops_attention._cuda_backward(do, q, k, v, lse, dq, dk, dv, True, D ** -0.5, 0, None, 0.0, "cuda")
+        env = read_env(*ops_attention._CUDA_BWD_ENV)
+        plan, = [p for key, p in ops_attention._cuda_plans.items() if key[0] == env]
+        return plan.heads
+
+    assert heads() == 4
+    monkeypatch.setenv(cb.SPLIT_ENV, "7")
+    assert heads() is None  # the whole group: no split
+    monkeypatch.setenv(cb.SPLIT_ENV, "2")
+    assert heads() == 2
+    monkeypatch.delenv(cb.SPLIT_ENV)
+    assert heads() == 4 and len(ops_attention._cuda_plans) == 3
+
+
+def test_the_backward_replay_key_leaves_out_what_the_full_path_changes(monkeypatch):
+    """The backward replay keys only calls its launches serve as given: an LSE gradient, a non-positive or non-float
+    scale, a copy the full path would make (a non-unit last stride, a non-contiguous lse) or an ineligible call
+    (traced, not plain CUDA tensors: ``_fast.eligible``) have no key; the key follows the options, the deterministic
+    flag and the CUDA backward's switches."""
+    monkeypatch.setattr(ops_attention._fast, "eligible", lambda *t: True)  # (CPU tensors stand in for CUDA ones)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    for name in ops_attention._CUDA_BWD_ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    q, do, out = (_t(1, 4, 64, 64) for _ in range(3))
+    k, v = _t(1, 2, 64, 64), _t(1, 2, 64, 64)
+    lse = torch.empty(1, 4, 64)
+
+    def key(**kw):
+        a = dict(grad_out=do, grad_lse=None, q=q, k=k, v=v, out=out, lse=lse, causal=True, bottom_right=False,
+                 scale=0.125, softcap=0.0, backend=None, window_left=-1, window_right=-1)
+        a.update(kw)
+        return ops_attention._bwd_replay_key(*a.values())
+
+    base = key()
+    assert base is not None and key() == base
+    assert key(grad_lse=torch.zeros(1, 4, 64)) is None
+    assert key(scale=-0.125) is None and key(scale=0.0) is None and key(scale=1) is None
+    assert key(q=_t(1, 4, 64, 128)[..., ::2]) is None and key(lse=torch.empty(1, 64, 4).transpose(1, 2)) is None
+    assert key(causal=False) != base and key(window_left=32) != base and key(softcap=5.0) != base
+    monkeypatch.setenv(cb.SPLIT_ENV, "1")
+    assert key() != base
+    monkeypatch.delenv(cb.SPLIT_ENV)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert key() != base
+    finally:
+        torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(ops_attention._fast, "eligible", lambda *t: False)
+    assert key() is None
+
+
+def test_the_backward_replay_launches_as_the_bound_path(monkeypatch):
+    """A replayed backward allocates fresh dq / dk / dv, delta and statistics, then launches the bound preprocess
+    on (out, dO, delta, delta, lse, stats), then the plan's dK / dV launch with dQ's fp32 workspace in dq's dim order
+    (zeroed), then converts the workspace into dq - the order attention_backward's bound path takes."""
+    events = []
+
+    class Plan:
+        mode = "atomic"
+
+        def stats_shape(self, lse):
+            return (*lse.shape[:2], 1, 2, 64)
+
+        def dkdv(self, tensors, causal, scale, acc, packed, stats):
+            events.append(("dkdv", [t.data_ptr() for t in tensors], causal, scale, acc.shape, acc.stride(),
+                           bool((acc == 0).all()), stats.data_ptr()))
+            acc.fill_(3.0)
+
+    q, do, out = (_t(1, 4, 64, 32) for _ in range(3))
+    k, v = _t(1, 2, 64, 32), _t(1, 2, 64, 32)
+    lse = torch.empty(1, 4, 64)
+    dq_like = torch.empty_like(q)
+    replay = ops_attention._BackwardReplay(Plan(), lambda *ptrs: events.append(("pre", ptrs)), True, 0.125, q, lse,
+                                           dq_like)
+    dq, dk, dv = replay(do, q, k, v, out, lse)
+    (pre, ptrs), (name, tensors, causal, scale, acc_shape, acc_stride, zeroed, stats_ptr) = events
+    assert pre == "pre" and name == "dkdv" and causal is True and scale == 0.125 and zeroed
+    delta_ptr = ptrs[2]
+    assert ptrs == (out.data_ptr(), do.data_ptr(), delta_ptr, delta_ptr, lse.data_ptr(), stats_ptr)
+    assert tensors[:5] == [do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), lse.data_ptr()]
+    assert tensors[5] == delta_ptr and tensors[6:] == [dk.data_ptr(), dv.data_ptr()]
+    assert acc_shape == q.shape and acc_stride == dq.stride() and torch.equal(dq, torch.full_like(dq, 3.0))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+
+
 class _RecordingDriver:
     """Records the backward's builds, maps and launches (no GPU)."""
 

@@ -90,6 +90,7 @@ def _spy_binding(monkeypatch, cb, binder: str, check=lambda args: True) -> list:
     from tilewright.ops import attention as ops_attention
 
     monkeypatch.setattr(ops_attention, "_cuda_plans", {})
+    monkeypatch.setattr(ops_attention, "_bwd_replays", {})  # (replays hold plans)
     calls = []
     real = getattr(cb, binder)
 
@@ -313,6 +314,7 @@ def test_the_op_splits_a_small_gqa_grid(monkeypatch):
     monkeypatch.setenv(cb.ENV, "1")
     monkeypatch.setenv(cb.SPLIT_ENV, "1")
     monkeypatch.setattr(ops_attention, "_cuda_plans", {})
+    monkeypatch.setattr(ops_attention, "_bwd_replays", {})  # (replays hold plans)
     bound = []
     real = cb.bind_dkdv
     monkeypatch.setattr(cb, "bind_dkdv", lambda *a: bound.append(a[16]) or real(*a))
@@ -325,3 +327,53 @@ def test_the_op_splits_a_small_gqa_grid(monkeypatch):
     for name, got, ref, peer in zip(("dq", "dk", "dv"), (qq.grad, kk.grad, vv.grad), refs, peers):
         assert torch.isfinite(got).all(), name
         assert _err(got, ref) <= 2 * _err(peer, ref) + 1e-3, name
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,S,D,causal,window,deterministic", [
+    (1, 16, 16, 1024, 128, True, None, False),  # dQ in the dK / dV pass
+    (1, 28, 4, 3000, 96, True, None, False),  # the GQA group split by the rule (fp32 partials added)
+    (2, 8, 2, 333, 64, False, None, True),  # the dQ kernel (deterministic mode); ragged
+    (1, 8, 8, 700, 128, True, (128, 0), True)])  # a sliding window
+def test_the_backward_replay_matches_the_full_path(monkeypatch, B, Hq, Hkv, S, D, causal, window, deterministic):
+    """The op's backward replay (ops/attention._BackwardReplay: a signature's second call skips the router, the plan
+    lookup and the Triton driver's checks) gives the full path's gradients - bit-equal where they are deterministic
+    (dK / dV always, dQ from the dQ kernel), within 2x torch's error for dQ's reductions - and a switch set after it
+    was recorded (the CUDA backward off) is honoured at the next call."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+    from tilewright.ops import attention as ops_attention
+
+    monkeypatch.setenv(cb.ENV, "1")
+    monkeypatch.setattr(ops_attention, "_bwd_replays", {})
+    monkeypatch.setattr(ops_attention, "_cuda_plans", {})
+    calls = []
+    real = ops_attention._BackwardReplay.__call__
+    monkeypatch.setattr(ops_attention._BackwardReplay, "__call__", lambda self, *a: calls.append(1) or real(self, *a))
+    q, k, v, do, *_ = _problem(B, Hq, Hkv, S, S, D, causal, torch.bfloat16, seed=7)
+
+    def grads():
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        o = tilewright.flash_attention(qq, kk, vv, causal=causal, window=window)
+        return torch.autograd.grad(o, (qq, kk, vv), do)
+
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        full = grads()
+        assert len(ops_attention._bwd_replays) == 1 and not calls
+        replayed = grads()
+        assert calls == [1]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(full[1], replayed[1]) and torch.equal(full[2], replayed[2])
+    if deterministic:
+        assert torch.equal(full[0], replayed[0])
+    else:
+        ref = attention_grad_reference(do.double(), q.double(), k.double(), v.double(), causal, None)[0]
+        peer = _torch_grads(q, k, v, do, causal)[0]  # (the non-deterministic rows have no window)
+        assert torch.isfinite(replayed[0]).all()
+        assert _err(replayed[0], ref) <= 2 * _err(peer, ref) + 1e-3
+    monkeypatch.setenv(cb.ENV, "0")  # Triton's backward now: the recorded replay's key no longer matches
+    calls.clear()
+    triton_grads = grads()
+    assert not calls and len(ops_attention._bwd_replays) == 1
+    for a, b in zip(triton_grads, full):
+        assert (a.float() - b.float()).abs().max() <= 2e-2 * b.float().abs().max()

@@ -36,7 +36,8 @@ from __future__ import annotations
 import torch
 
 from .. import backends, router
-from .._env import interpreting, read_env
+from .. import _env
+from .._env import interpreting
 from ..autotune import cache
 from . import _aten
 from .._record import is_recording, record, recording, tensor_signature
@@ -44,7 +45,7 @@ from ._eager import _PLAIN, traced
 
 CACHE_MAX = 4096
 _caches: list[dict] = []
-_env_names: tuple | None = None  # (names, the same as bytes)
+_env_names: frozenset | None = None  # the switches' names (bytes on POSIX: _env.set_env)
 
 
 def new_cache() -> dict:
@@ -90,8 +91,8 @@ def state() -> tuple:
     global _env_names
     if _env_names is None:
         names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE", _aten.ENV)
-        _env_names = (names, tuple(n.encode() for n in names))
-    return (read_env(*_env_names), cache.generation, router.epoch, backends.readiness_epoch,
+        _env_names = frozenset(n.encode() for n in names) if _env._environ_bytes is not None else frozenset(names)
+    return (_env.set_env(_env_names), cache.generation, router.epoch, backends.readiness_epoch,
             router._local.backend, torch._C._cuda_getDevice())
 
 

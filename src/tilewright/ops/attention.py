@@ -34,15 +34,14 @@ Semantics (documented contract):
 from __future__ import annotations
 
 import math
-import os
 from numbers import Real
 from typing import Optional
 
 import torch
 
 from .. import router
-from .._env import capability, sm_count
-from .._record import tensor_signature
+from .._env import capability, read_env, sm_count
+from .._record import is_recording, record, tensor_signature
 from ..reference import attention_grad_reference, attention_reference
 from .._codes import (HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_HEAD_DIMS,  # noqa: F401
                       supported_head_dim)
@@ -152,6 +151,12 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
                       scale: float, softcap: float, backend: Optional[str], window_left: int = -1,
                       window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) given dOut (and optionally dLSE) and the forward's saved out / lse."""
+    replay_key = _bwd_replay_key(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right, scale, softcap,
+                                 backend, window_left, window_right)
+    if replay_key is not None:
+        replay = _bwd_replays.get(replay_key)
+        if replay is not None:
+            return replay(grad_out, q, k, v, out, lse)
     # The kernels take (B, H, S, D) strides with a unit last dim; the row statistics (lse, dlse) are read as
     # contiguous (B, H, S). Direct callers of this op (torch.ops.tilewright.flash_attn_bwd) may pass any layout.
     grad_out, q, k, v, out = (_unit_last(t) for t in (grad_out, q, k, v, out))
@@ -172,18 +177,93 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
 
     dlse = None if grad_lse is None else grad_lse.float().contiguous()
     upper, offset, window_offset = _band(q.shape[2], k.shape[2], causal, bottom_right, window_left, window_right)
-    dkdv_launch, dq_launch, stats = _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, upper, scale, offset,
-                                                   window_offset, softcap, choice, backend)
+    plan = _cuda_plan(grad_out, q, k, v, lse, dq, dk, dv, upper, scale, offset, window_offset, softcap, choice,
+                      backend)
+    dkdv_launch, dq_launch, stats = (None, None, None) if plan is None else \
+        _cuda_launches(plan, grad_out, q, k, v, lse, dq, dk, dv, upper, scale)
     attention_backward(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, dlse=dlse, causal_offset=offset,
                        softcap=softcap, window_offset=window_offset, dkdv_launch=dkdv_launch, dq_launch=dq_launch,
                        stats=stats)
+    if replay_key is not None and plan is not None and dq_launch is not None:
+        # the call went to the CUDA kernels with dQ in the dK / dV pass or the dQ kernel: replayable once the
+        # preprocess is bound (replay_key held only for calls the lines above change nothing of: no copies, no
+        # flipped scale, no dLSE)
+        from ..triton_kernels.attention import bound_preprocess
+
+        pre = bound_preprocess(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, offset, softcap, window_offset,
+                               stats)
+        if pre is not None:
+            _fast.store(_bwd_replays, replay_key, _BackwardReplay(plan, pre, upper, scale, q, lse, dq))
     return (dq.neg_() if flipped else dq), dk, dv
+
+
+_bwd_replays = _fast.new_cache()
+
+
+def _bwd_replay_key(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right, scale, softcap, backend,
+                    window_left, window_right):
+    """The backward replay's key of a call (:class:`_BackwardReplay`), or None where the full path must run: a
+    traced call, tensors that are not plain CUDA tensors, the interpreter (``_fast.eligible``), an LSE gradient, a
+    scale that is not positive, or an input the full path would copy (a non-unit last stride, a non-contiguous
+    lse). The key holds everything the full path reads besides the addresses: the tensors' signatures, the options,
+    the deterministic-algorithms flag, the CUDA backward's switches and ``_fast.state()`` (the router's and the
+    records' switches, the tuning cache generation, the router's and readiness epochs, a forced backend, the
+    current device)."""
+    if grad_lse is not None or type(scale) is not float or not scale > 0 or \
+            not _fast.eligible(grad_out, q, k, v, out, lse):
+        return None
+    if grad_out.stride(-1) != 1 or q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or \
+            out.stride(-1) != 1 or not lse.is_contiguous():
+        return None
+    sig = _fast.sig
+    return (sig(grad_out), sig(q), sig(k), sig(v), sig(out), sig(lse), causal, bottom_right, scale, softcap, backend,
+            window_left, window_right, torch.are_deterministic_algorithms_enabled(), read_env(*_CUDA_BWD_ENV),
+            _fast.state())
+
+
+class _BackwardReplay:
+    """The CUDA backward of one call signature with its decisions made: the router's pick, the
+    :class:`_CudaPlan` and the bound preprocess. A call allocates dq / dk / dv, delta and the packed statistics, and
+    makes the launches :func:`attention_backward` makes for it on its bound path: the preprocess, then the plan's
+    dK / dV (and dQ) launches.
+
+    Why: the backward's Python path - the router, the plan's lookup, the Triton driver's own signature check - re-
+    derived per call what the first call at a signature knew, with three signature passes over up to eleven tensors;
+    on the device's host that made a small step's fwd + bwd 2-3x cuDNN's host time (perf/LOG.md, session 27)."""
+
+    __slots__ = ("_plan", "_pre", "_causal", "_scale", "_delta_shape", "_acc_layout")
+
+    def __init__(self, plan, pre, causal: bool, scale: float, q, lse, dq):
+        self._plan, self._pre, self._causal, self._scale = plan, pre, causal, scale
+        self._delta_shape = tuple(lse.shape)
+        self._acc_layout = _dense_layout(dq)  # (dq is empty_like(q): the same layout every call)
+
+    def __call__(self, grad_out, q, k, v, out, lse):
+        dq = torch.empty_like(q)
+        dk = torch.empty_like(k)
+        dv = torch.empty_like(v)
+        delta = torch.empty(self._delta_shape, device=q.device, dtype=torch.float32)
+        dkdv_launch, dq_launch, stats = _cuda_launches(self._plan, grad_out, q, k, v, lse, dq, dk, dv, self._causal,
+                                                       self._scale, acc_layout=self._acc_layout)
+        self._pre(out.data_ptr(), grad_out.data_ptr(), delta.data_ptr(), delta.data_ptr(), lse.data_ptr(),
+                  stats.data_ptr())
+        dkdv_launch(delta)
+        dq_launch(delta)
+        if is_recording():
+            record(None, {})  # as attention_backward reports: not an op's single replayable launch
+        return dq, dk, dv
 
 
 # (signature, options, switches) of a backward call -> (variant, dQ mode) of the CUDA kernels, or None (Triton's):
 # the constraints, capability and environment checks run once per signature, not per call.
 _cuda_plans: dict = {}
 _CUDA_PLANS_MAX = 1024
+# the switches a plan depends on - the kernels' enable, variant, dQ mode and the GQA split's override
+# (attention_bwd_sm90's ENV, VARIANT_ENV, DQ_ENV, SPLIT_ENV; a test keeps them equal) - and their bytes form for
+# _env.read_env
+_CUDA_BWD_ENV_NAMES = ("TILEWRIGHT_CUDA_ATTN_BWD", "TILEWRIGHT_CUDA_ATTN_BWD_VARIANT", "TILEWRIGHT_CUDA_ATTN_BWD_DQ",
+                       "TILEWRIGHT_CUDA_ATTN_BWD_HEADS_PER_CTA")
+_CUDA_BWD_ENV = (_CUDA_BWD_ENV_NAMES, tuple(n.encode() for n in _CUDA_BWD_ENV_NAMES))
 
 
 def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
@@ -198,13 +278,23 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
     packed variable-length batch (ops/varlen.py; the tensors are then the (1, H,
     total, D) views, the band's offsets relative to each sequence's corner, and the measured rule is asked at the
     batch's mean lengths)."""
-    if choice == "torch" or backend == "triton" or not q.is_cuda or not scale > 0:
+    plan = _cuda_plan(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
+                      backend, packed)
+    if plan is None:
         return None, None, None
+    return _cuda_launches(plan, grad_out, q, k, v, lse, dq, dk, dv, causal, scale, packed)
+
+
+def _cuda_plan(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
+               backend=None, packed=None):
+    """The :class:`_CudaPlan` of a backward call (:func:`_cuda_backward`'s arguments), or None for Triton's kernels;
+    decided once per signature."""
+    if choice == "torch" or backend == "triton" or not q.is_cuda or not scale > 0:
+        return None
     from ..cuda_fallback import attention_bwd_sm90 as cb
 
-    key = (os.environ.get(cb.ENV), os.environ.get(cb.VARIANT_ENV), os.environ.get(cb.DQ_ENV),
-           torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale), offset, window_offset,
-           softcap, *(tensor_signature(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)),
+    key = (read_env(*_CUDA_BWD_ENV), torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale),
+           offset, window_offset, softcap, *(tensor_signature(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)),
            None if packed is None else (packed.cu_q.shape[0], packed.max_q, packed.max_k))
     plan = _cuda_plans.get(key, False)
     if plan is False:
@@ -230,18 +320,21 @@ def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, wi
         if len(_cuda_plans) >= _CUDA_PLANS_MAX:
             _cuda_plans.clear()
         _cuda_plans[key] = plan
-    if plan is None:
-        return None, None, None
+    return plan
+
+
+def _cuda_launches(plan, grad_out, q, k, v, lse, dq, dk, dv, causal, scale, packed=None, acc_layout=None):
+    """``plan``'s ``(dkdv_launch, dq_launch, stats)`` for this call's tensors (see :func:`_cuda_backward`);
+    ``acc_layout``: dq's :func:`_dense_layout` where the caller has it (the backward replay keeps it)."""
     operands = (grad_out, q, k, v, lse)
-    stats = None if packed is not None else torch.empty(cb.statistics_shape(*lse.shape), device=q.device,
-                                                        dtype=torch.float32)
+    stats = None if packed is not None else torch.empty(plan.stats_shape(lse), device=q.device, dtype=torch.float32)
     if plan.mode == "atomic":
         def dkdv_and_dq(delta):
             # the fp32 workspace in dq's dim order: dq is usually a (B, H, S, D) view of (B, S, H, D) memory, and a
             # (B, H, S, D)-contiguous workspace made the conversion a transposing copy (0.106 ms a Llama B8 x S2048
             # step, ~1.9 TB/s) where a same-order one streams
-            acc = _dense_in_order(dq, dq.shape, lambda dims: torch.zeros(dims, device=dq.device,
-                                                                           dtype=torch.float32))
+            dims, perm = acc_layout or _dense_layout(dq)
+            acc = torch.zeros(dims, device=dq.device, dtype=torch.float32).permute(perm)
             plan.dkdv((*operands, delta, dk, dv), causal, scale, acc, packed, stats)
             dq.copy_(acc)
 
@@ -265,6 +358,10 @@ class _CudaPlan:
         self.softcap = softcap
         self.heads = heads  # query heads a dK / dV CTA walks when the GQA group is split (cb.heads_per_cta), else None
         self._dkdv = self._dq = None
+
+    def stats_shape(self, lse) -> tuple:
+        """The packed row statistics' buffer shape for this call's (B, H, S) lse."""
+        return self._cb.statistics_shape(*lse.shape)
 
     def dkdv(self, tensors, causal, scale, dq_accum=None, packed=None, stats=None):
         cb = self._cb
@@ -439,9 +536,16 @@ def _out_like(q: torch.Tensor, head_dim_v: int) -> torch.Tensor:
 def _dense_in_order(t: torch.Tensor, shape, factory) -> torch.Tensor:
     """``factory(dims)`` for a tensor of ``shape`` laid out densely in ``t``'s dim order (outermost stride first),
     viewed back in ``t``'s dim order."""
+    dims, perm = _dense_layout(t, shape)
+    return factory(dims).permute(perm)
+
+
+def _dense_layout(t: torch.Tensor, shape=None) -> tuple[list, list]:
+    """(dims, perm) of :func:`_dense_in_order`: a tensor of ``shape`` (default ``t``'s) dense in ``t``'s dim order is
+    ``empty(dims).permute(perm)``."""
+    shape = t.shape if shape is None else shape
     order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
-    dense = factory([shape[d] for d in order])
-    return dense.permute([order.index(d) for d in range(t.dim())])
+    return [shape[d] for d in order], [order.index(d) for d in range(t.dim())]
 
 
 _unit_last = unit_last  # the kernels assume a unit stride along D (ops/_checks.unit_last); varlen / kvcache use it

@@ -1017,6 +1017,30 @@ _BWD_ROLES_DQ = ("Q", "K", "V", "DO", "DQ", "LSE", "DELTA")
 _bwd_bound: dict = {}
 
 
+def _bwd_bound_key(do, q, k, v, out, lse, dq, dk, dv, causal, sm_scale, dlse, causal_offset, softcap, window_offset,
+                   own_dkdv: bool, own_dq: bool, varlen, stats) -> tuple:
+    """The signature :func:`attention_backward` keeps its bound launches under (own_dkdv / own_dq: the caller passes
+    its own dK / dV or dQ launch)."""
+    return (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
+            float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device(),
+            own_dkdv, own_dq, tensor_signature(stats),
+            None if varlen is None else (tensor_signature(varlen.cu_q), tensor_signature(varlen.cu_k),
+                                         varlen.max_q, varlen.max_k))
+
+
+def bound_preprocess(do, q, k, v, out, lse, dq, dk, dv, causal, sm_scale, causal_offset, softcap, window_offset,
+                     stats):
+    """The preprocess launch :func:`attention_backward` bound for a dense call without an LSE gradient whose dK / dV
+    and dQ launches are the caller's (its arguments as given there, after such a call), or None: called with the
+    addresses of (out, do, delta, delta, lse, stats) it fills delta and the packed statistics as that call did.
+    The op layer's backward replay (ops/attention.py) launches it with the caller's own dK / dV and dQ launches."""
+    if INTERPRET or full_autotune():
+        return None
+    bound = _bwd_bound.get(_bwd_bound_key(do, q, k, v, out, lse, dq, dk, dv, causal, sm_scale, None, causal_offset,
+                                          softcap, window_offset, True, True, None, stats))
+    return None if bound is None else bound[0]
+
+
 def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale: float, dlse=None,
                        configs: tuple | None = None, use_tma: bool | None = None, causal_offset: int = 0,
                        softcap: float = 0.0, window_offset: int | None = None, dkdv_launch=None, dq_launch=None,
@@ -1047,11 +1071,8 @@ def attention_backward(do, q, k, v, out, lse, dq, dk, dv, causal: bool, sm_scale
     cu_roles = ("CU_Q", "CU_K") if varlen is not None else ()
     roles_dkdv, roles_dq = _BWD_ROLES_DKDV + cu_roles, _BWD_ROLES_DQ + cu_roles
     if configs is None and use_tma is None and q.is_cuda and not INTERPRET and not full_autotune():
-        key = (*(tensor_signature(t) for t in (do, q, k, v, out, lse, dq, dk, dv, dlse)), bool(causal),
-               float(sm_scale), int(causal_offset), float(softcap), window_offset, torch.cuda.current_device(),
-               dkdv_launch is not None, dq_launch is not None, tensor_signature(stats),
-               None if varlen is None else (tensor_signature(varlen.cu_q), tensor_signature(varlen.cu_k),
-                                            varlen.max_q, varlen.max_k))
+        key = _bwd_bound_key(do, q, k, v, out, lse, dq, dk, dv, causal, sm_scale, dlse, causal_offset, softcap,
+                             window_offset, dkdv_launch is not None, dq_launch is not None, varlen, stats)
         bound = _bwd_bound.get(key)
         if bound is not None:
             delta = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
