@@ -461,6 +461,9 @@ def test_the_gqa_group_splits_only_where_the_grid_leaves_sms_idle(monkeypatch):
     cb.add_partials(partial, dk, dv)
     torch.testing.assert_close(dk.float(), partial[0].sum(0)[..., :96], rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(dv.float(), partial[1].sum(0)[..., :96], rtol=1e-2, atol=1e-2)
+    dk_bshd = torch.empty(2, 10, 3, 96, dtype=torch.bfloat16).transpose(1, 2)  # k's (B, S, H, D) memory order
+    cb.add_partials(partial, dk_bshd, dv)
+    assert torch.equal(dk_bshd, dk)
 
 
 def test_a_split_launch_widens_the_grid_and_passes_the_partials(monkeypatch):
