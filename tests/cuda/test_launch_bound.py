@@ -31,6 +31,14 @@ class _FakeDriver:
     def launch(self, fn, grid, block, smem, stream, args):
         self.launches.append((fn, grid, block, smem, stream, list(args)))
 
+    def launch_params(self, fn, grid, block, smem, stream, params):
+        # a bound launch's parameter array: the addresses of its arguments, read back as the kernel would (slot 0
+        # a map, 1-2 pointers, 3 the int32 of _prepare), the address itself beside each
+        addresses = list(params)
+        args = [launch.TensorMap.from_address(addresses[0]), ctypes.c_uint64.from_address(addresses[1]),
+                ctypes.c_uint64.from_address(addresses[2]), ctypes.c_int32.from_address(addresses[3])]
+        self.launches.append((fn, grid, block, smem, stream, [(a, p) for a, p in zip(args, addresses)]))
+
 
 @pytest.fixture
 def fake(monkeypatch):
@@ -62,10 +70,15 @@ def test_a_recorded_launch_binds_and_replays_on_new_addresses(fake):
     bound(1 << 20, 2 << 20, 3 << 20)  # pointers in the roles' order
     fn, grid, block, smem, stream, args = fake.launches[-1]
     assert (fn, grid, block, smem, stream) == ("fn", (3, 1, 1), (128, 1, 1), 1024, 9)
-    assert args[0].opaque[0] == 1 << 20 and fake.encoded[-1] == (recorded_args[0].spec, 1 << 20)  # re-encoded map
-    assert args[1].value == 2 << 20 and args[2].value == 3 << 20
-    assert args[3] is recorded_args[3]  # everything else reused as prepared
+    (tmap, _), (ptr_c, _), (ptr_bias, _), (scalar, scalar_at) = args
+    assert tmap.opaque[0] == 1 << 20 and fake.encoded[-1] == (recorded_args[0].spec, 1 << 20)  # re-encoded map
+    assert ptr_c.value == 2 << 20 and ptr_bias.value == 3 << 20
+    assert scalar_at == ctypes.addressof(recorded_args[3]) and scalar.value == 5  # everything else as prepared
     assert recorded_args[0].ptr == a.data_ptr()  # the prepared launch itself is untouched
+    assert recorded_args[1].value == out.data_ptr() and recorded_args[2].value == bias.data_ptr()
+    bound(1 << 20, 4 << 20, 5 << 20)  # the next call's pointers in the same parameter array
+    _, _, _, _, _, again = fake.launches[-1]
+    assert again[1][0].value == 4 << 20 and again[2][0].value == 5 << 20 and again[0][1] == args[0][1]
 
 
 @pytest.mark.parametrize("problem", ["role without argument", "argument without role", "copy", "no roles"])
@@ -99,14 +112,16 @@ def test_a_bound_launch_reuses_the_maps_of_addresses_it_has_seen(fake, monkeypat
     (bound, _, _), = _launch_recorded(fake, a, out, None, {"a_ptr": a, "c_ptr": out})
     before = len(fake.encoded)
     bound(1 << 20, 5)
+    first_map_at = fake.launches[-1][5][0][1]
     bound(1 << 20, 6)  # same A address: its map is reused, the pointer argument replaced
-    assert len(fake.encoded) == before + 1
-    assert fake.launches[-1][5][0].opaque[0] == 1 << 20 and fake.launches[-1][5][1].value == 6
-    bound(2 << 20, 7)
-    bound(3 << 20, 8)  # a third address: the slot's cache (2 maps) starts over
-    bound(1 << 20, 9)
+    assert len(fake.encoded) == before + 1 and fake.launches[-1][5][0][1] == first_map_at
+    assert fake.launches[-1][5][0][0].opaque[0] == 1 << 20 and fake.launches[-1][5][1][0].value == 6
+    opaque = []
+    for a_ptr, c_ptr in ((2 << 20, 7), (3 << 20, 8), (1 << 20, 9)):  # a third address: the slot's 2 maps start over
+        bound(a_ptr, c_ptr)
+        opaque.append(fake.launches[-1][5][0][0].opaque[0])  # (read at the launch, as the driver copies it)
     assert len(fake.encoded) == before + 4
-    assert [launch_[5][0].opaque[0] for launch_ in fake.launches[-3:]] == [2 << 20, 3 << 20, 1 << 20]
+    assert opaque == [2 << 20, 3 << 20, 1 << 20]
 
 
 def test_tiled_map_spec_holds_the_encode_arguments():
