@@ -315,7 +315,7 @@ def test_the_backward_replay_launches_as_the_bound_path(monkeypatch):
     k, v = _t(1, 2, 64, 32), _t(1, 2, 64, 32)
     lse = torch.empty(1, 4, 64)
     dq_like = torch.empty_like(q)
-    replay = ops_attention._BackwardReplay(Plan(), lambda *ptrs: events.append(("pre", ptrs)), True, 0.125, q, lse,
+    replay = ops_attention._BackwardReplay(Plan(), lambda *ptrs: events.append(("pre", ptrs)), True, 0.125, lse,
                                            dq_like)
     dq, dk, dv = replay(do, q, k, v, out, lse)
     (pre, ptrs), (name, tensors, causal, scale, acc_shape, acc_stride, zeroed, stats_ptr) = events

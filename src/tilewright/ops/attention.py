@@ -193,7 +193,7 @@ def flash_attn_bwd_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], 
         pre = bound_preprocess(grad_out, q, k, v, out, lse, dq, dk, dv, upper, scale, offset, softcap, window_offset,
                                stats)
         if pre is not None:
-            _fast.store(_bwd_replays, replay_key, _BackwardReplay(plan, pre, upper, scale, q, lse, dq))
+            _fast.store(_bwd_replays, replay_key, _BackwardReplay(plan, pre, upper, scale, lse, dq))
     return (dq.neg_() if flipped else dq), dk, dv
 
 
@@ -233,7 +233,7 @@ class _BackwardReplay:
 
     __slots__ = ("_plan", "_pre", "_causal", "_scale", "_delta_shape", "_acc_layout")
 
-    def __init__(self, plan, pre, causal: bool, scale: float, q, lse, dq):
+    def __init__(self, plan, pre, causal: bool, scale: float, lse, dq):
         self._plan, self._pre, self._causal, self._scale = plan, pre, causal, scale
         self._delta_shape = tuple(lse.shape)
         self._acc_layout = _dense_layout(dq)  # (dq is empty_like(q): the same layout every call)
