@@ -129,3 +129,35 @@ def test_tiled_map_spec_holds_the_encode_arguments():
     assert spec.rank == 3 and spec.dtype == launch.TMA_DTYPE["float16"] and spec.swizzle == launch.TMA_SWIZZLE[64]
     assert list(spec.dims) == [64, 100, 3] and list(spec.strides) == [256, 25600] and list(spec.box) == [64, 32, 1]
     assert list(spec.elem_strides) == [1, 1, 1]
+
+
+def test_threads_launching_one_bound_launch_do_not_mix_their_pointers(fake, monkeypatch):
+    """A bound launch writes a call's pointers into its one parameter array, then launches: two threads calling it
+    at once must each launch with their own pointers (the lock spans the writes and the launch). The fake driver
+    yields the GIL inside the launch and checks both pointer slots still hold one call's values."""
+    import threading
+    import time
+
+    a, out, bias = torch.randn(32, 64), torch.empty(32, 64), torch.randn(64)
+    (bound, _, _), = _launch_recorded(fake, a, out, bias, {"a_ptr": a, "c_ptr": out, "bias_ptr": bias})
+    mixed = []
+
+    def launch_params(fn, grid, block, smem, stream, params):
+        c, b = ctypes.c_uint64.from_address(params[1]).value, ctypes.c_uint64.from_address(params[2]).value
+        time.sleep(0)  # another thread may run here
+        c2, b2 = ctypes.c_uint64.from_address(params[1]).value, ctypes.c_uint64.from_address(params[2]).value
+        if not (c == b == c2 == b2):
+            mixed.append((c, b, c2, b2))
+
+    monkeypatch.setattr(fake, "launch_params", launch_params)
+
+    def worker(value):
+        for _ in range(2000):
+            bound(1 << 20, value, value)
+
+    threads = [threading.Thread(target=worker, args=(v << 12,)) for v in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not mixed, mixed[:3]
