@@ -79,6 +79,71 @@ def test_block_scales_ahead_wait_for_the_copy_group_not_the_newest_load(cache):
     assert not any(op.startswith("LDG.") for op in ahead) and any("LDGSTS" in op for op in ahead)
 
 
+def test_block_promote_v2_is_a_copied_ahead_block_switch():
+    """TW_FP8_BLOCK_PROMOTE_V2 (the lean per-k-block scale path; 1 at the k-block's top, 2 before the wgmma wait):
+    its own build names and macro, absent from every other build's defines (their cache keys stay), the same shared
+    memory as the copied-ahead build it varies, kept for block scales of other formats and dropped for other
+    scales; the default block build stays BLOCK_AHEAD_VARIANT."""
+    v, w = f8.BLOCK_PROMOTE_V2_VARIANT, f8.BLOCK_PROMOTE_V2_AT_WAIT_VARIANT
+    assert (v.name, w.name) == ("coop128x128s6f8blka2v2", "coop128x128s6f8blka2v2w")
+    assert [x.defines(False, False, False)["TW_FP8_BLOCK_PROMOTE_V2"] for x in (v, w)] == [1, 2]
+    assert {k: d for k, d in v.defines(False, False, False).items() if k != "TW_FP8_BLOCK_PROMOTE_V2"} == \
+        f8.BLOCK_AHEAD_VARIANT.defines(False, False, False)
+    assert all("TW_FP8_BLOCK_PROMOTE_V2" not in b.defines(False, False, False) for b, *_ in f8.BUILD_CHECK_BUILDS
+               if not b.promote_v2)
+    assert {b.name for b, *_ in f8.BUILD_CHECK_BUILDS if b.promote_v2} == {v.name, w.name}
+    assert v.smem_bytes() == w.smem_bytes() == f8.BLOCK_AHEAD_VARIANT.smem_bytes()
+    assert v.with_operands(3, (2, 1)).promote_v2 == 1 and v.with_operands(2, (1, 1)) == f8.ACCURATE_VARIANT
+    assert f8._default_variant(4096, 3, False) is f8.BLOCK_AHEAD_VARIANT
+
+
+def _kblock(v, bias=False):
+    """(ptxas resources, SASS of one consumer k-block: the loop holding the first QGMMA, head to back edge)."""
+    b = build.compile_source(f8.SOURCE, "sm_90a", v.defines(False, False, False, 0, bias))
+    ops = [(int(m.group(1), 16), m.group(2).strip())
+           for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", build_check.sass(b.cubin))]
+    first = next(i for i, (_, op) in enumerate(ops) if op.startswith("QGMMA"))
+    for i in range(first, len(ops)):
+        back = re.search(r"\bBRA (0x[0-9a-f]+)", ops[i][1])
+        if back and int(back.group(1), 16) < ops[first][0]:
+            return build_check.parse_ptxas(b.log), [op for a, op in ops if int(back.group(1), 16) <= a <= ops[i][0]]
+    raise AssertionError("no k-loop around the QGMMAs")
+
+
+def _window(body):
+    """The instructions between the k-block's last QGMMA and its wgmma wait."""
+    last = max(i for i, op in enumerate(body) if op.startswith("QGMMA"))
+    return body[last + 1:next(i for i in range(last, len(body)) if body[i].startswith("WARPGROUP.DEPBAR"))]
+
+
+@needs_compiler
+def test_block_promote_v2_leaves_the_wgmma_wait_window_empty(cache):
+    """The lean scale path at the k-block's top (P = 1): spill-free, QGMMA as every FP8 build; the k-block reads its
+    scales after one copy-group wait (DEPBAR.LE SB0, 0x1) before its first QGMMA, one 8-byte LDS for the two rows,
+    a predicated cp.async (no divergent branch), and nothing between its last QGMMA and the wgmma wait, after which
+    come the 64 FFMAs and no FMUL (the products are formed before the wait) - fewer instructions than the default
+    copied-ahead k-block, which has 26 in that window. P = 2 keeps the leaner path in that window."""
+    (info, v2), (_, ahead) = _kblock(f8.BLOCK_PROMOTE_V2_VARIANT), _kblock(f8.BLOCK_AHEAD_VARIANT)
+    assert info["spills"] == 0 and info["stack"] == 0
+    assert sum(op.startswith("QGMMA.64x128x32.F32.E4M3.E4M3") for op in v2) == 4
+    assert _window(v2) == [] and len(_window(ahead)) > 10
+    first_q = next(i for i, op in enumerate(v2) if op.startswith("QGMMA"))
+    copy_waits = [i for i, op in enumerate(v2) if op == "DEPBAR.LE SB0, 0x1"]
+    assert len(copy_waits) == 1 and copy_waits[0] < first_q
+    assert sum(op.startswith("LDS.64 ") for op in v2) == 1 and any("LDGSTS" in op for op in v2)
+    assert not any(op.startswith(("BSSY", "LDG.")) for op in v2)
+    wait = next(i for i, op in enumerate(v2) if op.startswith("WARPGROUP.DEPBAR"))
+    assert sum(op.startswith("FFMA ") for op in v2[wait:]) == 64 and not any(op.startswith("FMUL") for op in v2[wait:])
+    assert len(v2) < len(ahead)
+    info, at_wait = _kblock(f8.BLOCK_PROMOTE_V2_AT_WAIT_VARIANT)
+    assert info["spills"] == 0 and info["stack"] == 0
+    window = _window(at_wait)
+    assert "DEPBAR.LE SB0, 0x1" in window and any(op.startswith("LDS.64 ") for op in window)
+    assert len(window) < len(_window(ahead))
+    info, _ = _kblock(f8.BLOCK_PROMOTE_V2_VARIANT, bias=True)  # (the build-check row: a bias slice beside the ring)
+    assert info["spills"] == 0 and info["stack"] == 0
+
+
 def _operands(M=256, N=512, K=1024, fa=E4M3, fb=E4M3):
     a = torch.randn(M, K).to(fa)
     b = torch.randn(N, K).to(fb).t()

@@ -64,6 +64,21 @@
 //     tile's shared memory). In SASS the wait is DEPBAR.LE SB0, D - 1 - the counter the TMA store's bulk group
 //     of the consumer's tid 0 also counts, which can only make that warp's wait stricter, never let it pass early
 //     (the copy groups complete in order): at most a wait for the previous tile's store to read cbuf.
+//     TW_FP8_BLOCK_PROMOTE_V2=P (with TW_FP8_SCALE_AHEAD; 0, the default: off): the same ring, products and FFMA
+//     promotion - bit-equal output - through a leaner per-k-block scale path. Why: SASS (nvcc 13.0, no bias) of
+//     the copied-ahead build's k-block is 180 instructions to the row-wise build's 140 (both 4 QGMMA and 64 FFMA /
+//     FADD). 26 of them sit between the last QGMMA and the wgmma wait, where the row-wise build has none: the copy
+//     group's DEPBAR, 3 LDS, a divergent branch (BSSY / BSYNC) around the next copy whose 64-bit source is
+//     recomputed from kb, the slot from (pos + kb) % D, the commit; and the two FMULs of the products land after the
+//     wait, the first FFMA waiting on them. Both consumers' warps share the four schedulers, so that window takes
+//     issue slots from the other consumer's promotion and reissue - the path that decides when the tensor cores
+//     get their next wgmmas - while the 14 further instructions lengthen this consumer's own. The lean path: a
+//     lane's two rows' scale_a side by side in the ring (one 8-byte LDS), the next copy's source and the slot kept
+//     as running values (a 64-bit add and an XOR a k-block), the copy a predicated cp.async. P = 1 runs it at the
+//     k-block's top, before the full-barrier wait: SASS 165 instructions, none between the last QGMMA and the wait,
+//     the FMULs among the QGMMAs, only the 64 FFMAs after the wait (as the row-wise build's 64 FADDs). P = 2 runs it
+//     where the default build reads (166 instructions, 15 in that window: ptxas branches around the copy there):
+//     the A/B of the two tells whether that window or the count before the next wgmmas costs.
 //
 // TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
 // GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
@@ -176,6 +191,9 @@
 #ifndef TW_FP8_SCALE_AHEAD
 #define TW_FP8_SCALE_AHEAD 0  // block scales: k-blocks between a scale's copy and its use (header)
 #endif
+#ifndef TW_FP8_BLOCK_PROMOTE_V2
+#define TW_FP8_BLOCK_PROMOTE_V2 0  // block scales copied ahead: where the lean scale path runs, 0 off (header)
+#endif
 
 #ifndef TW_BM
 #define TW_BM 128
@@ -271,6 +289,8 @@ static_assert(SCALE != 3 || (TW_FP8_PROMOTE == 1 && BN == 128), "TW_SCALE 3: pro
 // (MA == 1 follows from the promoted 128-column tile; the ring holds 16 rows a warp. 3 slots would not fit the
 // shared memory of the 6-stage 128 x 128 tile: the SMEM_BYTES assert.)
 static_assert(SCALE_AHEAD == 0 || (SCALE == 3 && MA == 1 && SCALE_AHEAD <= 2), "TW_FP8_SCALE_AHEAD: block scales, 1-2");
+static_assert(TW_FP8_BLOCK_PROMOTE_V2 == 0 || (SCALE_AHEAD >= 1 && TW_FP8_BLOCK_PROMOTE_V2 <= 2),
+              "TW_FP8_BLOCK_PROMOTE_V2: 1 or 2, a variant of the copied-ahead block scales (TW_FP8_SCALE_AHEAD)");
 static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
 static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 128 and 256");
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
@@ -700,7 +720,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       if (lane < 16) return {scale_a + (r < M ? r : 0), M, r < M ? 4 : 0};
       return {scale_b + tile_n0 / 128, num_nb, lane == 16 ? 4 : 0};
     };
+#if TW_FP8_BLOCK_PROMOTE_V2
+    // (lean path: rows l and l + 8 of a warp's 16 side by side - row 16 w + l at 16 w + 2 (l % 8) + l / 8 - so that
+    // a lane's two rows, lane / 4 and lane / 4 + 8, are one 8-byte load)
+    const tw_u32 scale_lane_offset = 4 * (lane < 16 ? warp * 16 + 2 * (lane & 7) + (lane >> 3) : WM + warp);
+#else
     const tw_u32 scale_lane_offset = 4 * (lane < 16 ? warp * 16 + lane : WM + warp);
+#endif
     auto copy_block_scales = [&](const ScaleSource& src, int kb, int slot) {
       if (lane <= 16)
         cp_async_4_zfill(scale_ring + slot * SCALE_SLOT_BYTES + scale_lane_offset, src.k0 + (long long)kb * src.step,
@@ -763,6 +789,34 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       int s = pos % STAGES;
       tw_u32 phase = (pos / STAGES) & 1;
       int prev = 0;
+#if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD && TW_FP8_BLOCK_PROMOTE_V2
+      // The lean block-scale path (header: TW_FP8_BLOCK_PROMOTE_V2): per k-block one copy-group wait, an 8-byte and
+      // a 4-byte LDS, two FMULs, one predicated cp.async and its commit, and two running values instead of kb
+      // arithmetic - the source of the next copy (k-block kb + SCALE_AHEAD: the previous epilogue copied the tile's
+      // first SCALE_AHEAD) and the slot's address.
+      const float* scale_next = tile_scales.k0 + (long long)SCALE_AHEAD * tile_scales.step;
+      tw_u32 scale_slot = scale_ring + (pos % SCALE_AHEAD) * SCALE_SLOT_BYTES;
+      const bool scale_copier = lane <= 16;  // lanes 0-15 copy scale_a rows, lane 16 the tile's scale_b block
+      auto block_scales_v2 = [&](int kb, float (&kscale)[MA][2]) {
+        // k-block kb's group is the oldest in flight (copied SCALE_AHEAD k-blocks ago): waiting until SCALE_AHEAD - 1
+        // remain lands it; the warp barrier then shows each lane the copies of the others
+        cp_async_wait_group<SCALE_AHEAD - 1>();
+        __syncwarp();
+        float sa_lo, sa_hi;
+        ld_shared_f32x2(scale_slot + 4 * (warp * 16 + 2 * (lane >> 2)), sa_lo, sa_hi);
+        const float col_scale = __uint_as_float(ld_shared_b32(scale_slot + 4 * (WM + warp)));
+        // the default build's products, bit for bit: scale_a[row, kb] * scale_b[kb, n0 / 128] in one fp32 multiply
+        kscale[0][0] = sa_lo * col_scale;
+        kscale[0][1] = sa_hi * col_scale;
+        __syncwarp();  // every lane has read the slot before any lane refills it
+        // (no copy past the tile's k-blocks; the group is still closed, so every k-block closes exactly one)
+        cp_async_4_zfill_if(scale_copier && kb + SCALE_AHEAD < kt, scale_slot + scale_lane_offset, scale_next,
+                            tile_scales.bytes);
+        cp_async_commit_group();
+        scale_next += tile_scales.step;
+        if constexpr (SCALE_AHEAD == 2) scale_slot ^= (scale_ring ^ (scale_ring + SCALE_SLOT_BYTES));
+      };
+#endif
 #if TW_NORM_A && !TW_NORM_XFORM
       float ss[MA][2] = {};  // fp32 sums of x^2 of this thread's two rows per atom, over its fragment columns
       // One k-block: g loads (issued before the full-barrier wait so their latency hides under it), fragments into
@@ -829,6 +883,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < BN / 2; ++i) acc[ma][i] = 0.0f;
 #endif
       for (int kb = 0; kb < kt; ++kb) {
+#if TW_SCALE == 3 && TW_FP8_BLOCK_PROMOTE_V2 == 1
+        // the k-block's scales at its top, before the full-barrier wait: the window between its wgmmas and their
+        // wait (the other consumer's promotion and reissue on the same schedulers) stays as empty as the row-wise
+        // build's, and the products are ready before the wait instead of two FMULs after it (header)
+        float kscale[MA][2];
+        block_scales_v2(kb, kscale);
+#endif
 #if TW_NORM_XFORM
         // TMA landed and the transform warps wrote x * g (overlapped read-only: TMA landed)
         mbar_wait((XF_OVERLAP ? bar_full : sbase + XF_BAR_OFFSET) + 8 * s, phase);
@@ -871,6 +932,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if TW_SCALE == 3
           // block scales (header): this k-block's scale of each of the thread's rows times the tile's B block
           // scale - by default loaded here, before the wait, whose wgmmas do not outlast the loads (header)
+#if TW_FP8_BLOCK_PROMOTE_V2 == 1
+          // (kscale: read at the k-block's top)
+#elif TW_FP8_BLOCK_PROMOTE_V2 == 2
+          float kscale[MA][2];
+          block_scales_v2(kb, kscale);  // the lean path where the default build reads (header)
+#else
           float kscale[MA][2];
 #if TW_FP8_SCALE_AHEAD
           {
@@ -900,6 +967,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               }
           }
 #endif
+#endif  // TW_FP8_BLOCK_PROMOTE_V2
 #endif
           // promotion: the group's partial tile is complete once its wgmmas retire, which also frees the stage
           wgmma_wait<0>();

@@ -11,6 +11,16 @@ TW_DEVICE void cp_async_4_zfill(tw_u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// cp_async_4_zfill under a predicate instead of an `if` around the copy and its address: ptxas keeps it one predicated
+// LDGSTS where an `if` compiled to a divergent branch (BSSY / BSYNC) in gemm_sm90.cu's block-scale k-block
+// (TW_FP8_BLOCK_PROMOTE_V2).
+TW_DEVICE void cp_async_4_zfill_if(bool pred, tw_u32 dst, const void* src, int src_bytes) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n\t}"
+      ::"r"(dst), "l"(src), "r"(src_bytes), "r"((int)pred)
+      : "memory");
+}
+
 // Wait until every cp.async this thread issued has landed in shared memory (visible to this thread).
 TW_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
@@ -19,6 +29,12 @@ TW_DEVICE tw_u32 ld_shared_b32(tw_u32 addr) {
   tw_u32 v;
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
+}
+
+// Two adjacent fp32 from a shared-window address (8-byte aligned) in one LDS.64 (gemm_sm90.cu's block scales: a
+// lane's two rows' scale_a side by side, TW_FP8_BLOCK_PROMOTE_V2).
+TW_DEVICE void ld_shared_f32x2(tw_u32 addr, float& lo, float& hi) {
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(lo), "=f"(hi) : "r"(addr) : "memory");
 }
 
 // cp.async groups (gemm_sm90.cu's block scales copied k-blocks ahead, TW_FP8_SCALE_AHEAD): the copies this thread
