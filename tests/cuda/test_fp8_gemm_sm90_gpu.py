@@ -139,9 +139,26 @@ def test_block_scales_within_the_triton_kernels_error(shape):
     assert err <= peer_err + 2 ** -9 * ref.abs().max().item() + 1e-6, (err, peer_err)
 
 
+# the block-scale variants' bit-equality shapes: tails in M, N and K, K of 1-2 k-blocks, several tiles a CTA
+BLOCK_SHAPES = [((512, 1024, 2048), None), ((333, 1296, 1000 // 16 * 16), 3), ((300, 640, 128), 2),
+                ((1024, 384, 256), 5), ((256, 512, 4096), 1)]
+
+
+def _block_operands(M: int, N: int, K: int, seed: int):
+    """(a, b, scale_a, scale_b) for a block-scaled GEMM: quantize_fp8's 1 x 128 / 128 x 128 blocks of random x (one
+    row block 100x larger) and w, b = w^T, scale_b jittered per block so that no two blocks share a scale."""
+    import tilewright
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", generator=g)
+    x[M // 3, :128] *= 100
+    a, sa = tilewright.quantize_fp8(x, block=(1, 128))
+    q, sw = tilewright.quantize_fp8(torch.randn(N, K, device="cuda", generator=g), block=(128, 128))
+    return a, q.t(), sa, (sw.t() * (torch.rand(sw.t().shape, device="cuda", generator=g) + 0.5)).contiguous()
+
+
 @pytest.mark.parametrize("ahead", [1, 2])
-@pytest.mark.parametrize("shape, num_ctas", [((512, 1024, 2048), None), ((333, 1296, 1000 // 16 * 16), 3),
-                                             ((300, 640, 128), 2), ((1024, 384, 256), 5), ((256, 512, 4096), 1)])
+@pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
 def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahead):
     """TW_FP8_SCALE_AHEAD (the block scales copied 1 or 2 k-blocks ahead into shared memory, the default block
     build) computes the same products in the same order as the build loading them into registers in their k-block:
@@ -149,15 +166,8 @@ def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahe
     several tiles per CTA (num_ctas), whose first scales the previous tile's epilogue copies."""
     import dataclasses
 
-    import tilewright
-
     M, N, K = shape
-    g = torch.Generator(device="cuda").manual_seed(5)
-    x = torch.randn(M, K, device="cuda", generator=g)
-    x[M // 3, :128] *= 100
-    a, sa = tilewright.quantize_fp8(x, block=(1, 128))
-    q, sw = tilewright.quantize_fp8(torch.randn(N, K, device="cuda", generator=g), block=(128, 128))
-    b, sb = q.t(), (sw.t() * (torch.rand(sw.t().shape, device="cuda", generator=g) + 0.5)).contiguous()
+    a, b, sa, sb = _block_operands(M, N, K, seed=5)
     ref = f8.fp8_gemm(a, b, sa, sb, num_ctas=num_ctas, variant=f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))
     v = dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=ahead)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -167,8 +177,7 @@ def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahe
 
 @pytest.mark.parametrize("promote_v2", [1, 2], ids=["v2-top", "v2-at-wait"])
 @pytest.mark.parametrize("ahead", [1, 2])
-@pytest.mark.parametrize("shape, num_ctas", [((512, 1024, 2048), None), ((333, 1296, 1000 // 16 * 16), 3),
-                                             ((300, 640, 128), 2), ((1024, 384, 256), 5), ((256, 512, 4096), 1)])
+@pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
 def test_block_promote_v2_equals_the_default_block_build(shape, num_ctas, ahead, promote_v2):
     """TW_FP8_BLOCK_PROMOTE_V2 (the lean per-k-block scale path: another ring layout, running copy source and slot,
     the scales read at the k-block's top or before its wait) computes the same products and FFMAs in the same order
@@ -178,17 +187,11 @@ def test_block_promote_v2_equals_the_default_block_build(shape, num_ctas, ahead,
     (with one k-block, no group: the epilogue's wait_all takes it)."""
     import dataclasses
 
-    import tilewright
-
     M, N, K = shape
-    g = torch.Generator(device="cuda").manual_seed(7)
-    x = torch.randn(M, K, device="cuda", generator=g)
-    x[M // 3, :128] *= 100
-    a, sa = tilewright.quantize_fp8(x, block=(1, 128))
-    q, sw = tilewright.quantize_fp8(torch.randn(N, K, device="cuda", generator=g), block=(128, 128))
-    b, sb = q.t(), (sw.t() * (torch.rand(sw.t().shape, device="cuda", generator=g) + 0.5)).contiguous()
+    a, b, sa, sb = _block_operands(M, N, K, seed=7)
     v = dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=ahead, promote_v2=promote_v2)
-    for bias in (None, torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)):
+    bias_values = torch.randn(N, device="cuda", generator=torch.Generator(device="cuda").manual_seed(8))
+    for bias in (None, bias_values.to(torch.bfloat16)):
         ref = f8.fp8_gemm(a, b, sa, sb, bias=bias, num_ctas=num_ctas, variant=f8.BLOCK_AHEAD_VARIANT)
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         f8.launch_fp8_gemm(a, b, sa, sb, out, bias=bias, variant=v, num_ctas=num_ctas)

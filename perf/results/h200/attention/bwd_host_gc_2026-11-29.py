@@ -11,10 +11,7 @@ import time
 os.environ.setdefault("TILEWRIGHT_ATEN_BELOW", "0")
 os.environ.setdefault("TILEWRIGHT_CUDA_ATTN_BWD", "1")
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-import tilewright
+from attention_steps import Step, per_step_us, row_name
 
 ROWS = ((1, 16, 16, 1024, 128, True), (1, 28, 4, 3000, 96, True))
 STEPS = 50
@@ -34,30 +31,11 @@ def on_gc(phase, info):
 gc.callbacks.append(on_gc)
 
 
-def per_step_us(fn):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(STEPS):
-        fn()
-    host = (time.perf_counter() - t0) / STEPS * 1e6
-    torch.cuda.synchronize()
-    return host
-
-
 for (B, Hq, Hkv, S, D, causal) in ROWS:
-    row = f"B{B}_{Hq}/{Hkv}_S{S}_D{D}_{'causal' if causal else 'full'}"
+    row = row_name(B, Hq, Hkv, S, D, causal)
     torch.manual_seed(0)
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for H in (Hq, Hkv, Hkv))
-    do = torch.randn(B, Hq, S, D, device="cuda", dtype=torch.bfloat16)
-    kk = k.detach().repeat_interleave(Hq // Hkv, 1).requires_grad_()
-    vv = v.detach().repeat_interleave(Hq // Hkv, 1).requires_grad_()
-
-    def tw():
-        torch.autograd.grad(tilewright.flash_attention(q, k, v, causal=causal), (q, k, v), do)
-
-    def sd():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            torch.autograd.grad(F.scaled_dot_product_attention(q, kk, vv, is_causal=causal), (q, kk, vv), do)
+    step = Step(B, Hq, Hkv, S, D, causal)
+    tw, sd = step.tw, step.sd
 
     for fn in (tw, sd):
         for _ in range(10):
@@ -66,8 +44,9 @@ for (B, Hq, Hkv, S, D, causal) in ROWS:
         for collector in ("on", "off"):
             (gc.enable if collector == "on" else gc.disable)()
             stats.update(n=[0, 0, 0], t=0.0)
-            runs = sorted(per_step_us(fn) for _ in range(5))
-            print(f"{row},{name},gc {collector}: host us/step {runs[2]:.1f} (runs {', '.join(f'{r:.0f}' for r in runs)}); "
+            runs = sorted(per_step_us(fn, STEPS)[0] for _ in range(5))
+            listed = ", ".join(f"{r:.0f}" for r in runs)
+            print(f"{row},{name},gc {collector}: host us/step {runs[2]:.1f} (runs {listed}); "
                   f"collections gen0/1/2 {stats['n']} in {5 * STEPS} steps, {stats['t'] / (5 * STEPS) * 1e6:.1f} us "
                   f"a step in the collector", flush=True)
         gc.enable()
@@ -87,4 +66,4 @@ for (B, Hq, Hkv, S, D, causal) in ROWS:
                   flush=True)
             gc.set_debug(0)
             gc.garbage.clear()
-    del q, k, v, kk, vv, do
+    del step

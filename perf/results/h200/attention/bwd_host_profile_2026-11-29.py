@@ -2,19 +2,18 @@
 kernels' sum by 600-900 us a step, cuDNN's by ~250): per row, the wall time per step of STEPS queued steps (no sync
 inside: host-bound when it exceeds the kernels' sum) for tilewright (TILEWRIGHT_ATEN_BELOW=0,
 TILEWRIGHT_CUDA_ATTN_BWD=1) and SDPA cuDNN, then cProfile of tilewright's steps (top functions by own and by
-cumulative time), or with PROFILER=pyinstrument its sampled call tree. Run: PYTHONPATH=src python bwd_host_profile_2026-11-29.py."""
+cumulative time), or with PROFILER=pyinstrument its sampled call tree.
+Run: PYTHONPATH=src python bwd_host_profile_2026-11-29.py."""
 import cProfile
 import io
 import os
 import pstats
 import threading
-import time
 
 os.environ.setdefault("TILEWRIGHT_ATEN_BELOW", "0")
 os.environ.setdefault("TILEWRIGHT_CUDA_ATTN_BWD", "1")
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from attention_steps import Step, per_step_us, row_name
 
 import tilewright
 
@@ -22,16 +21,6 @@ ROWS = ((1, 16, 16, 1024, 128, True), (1, 28, 4, 3000, 96, True))
 STEPS = 50
 torch.manual_seed(0)
 print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-
-
-def per_step_us(fn, steps=STEPS):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    host = (time.perf_counter() - t0) / steps * 1e6
-    torch.cuda.synchronize()
-    return host, (time.perf_counter() - t0) / steps * 1e6
 
 
 class _Identity(torch.autograd.Function):
@@ -47,22 +36,13 @@ class _Identity(torch.autograd.Function):
 
 
 for (B, Hq, Hkv, S, D, causal) in ROWS:
-    row = f"B{B}_{Hq}/{Hkv}_S{S}_D{D}_{'causal' if causal else 'full'}"
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for H in (Hq, Hkv, Hkv))
-    do = torch.randn(B, Hq, S, D, device="cuda", dtype=torch.bfloat16)
-    kk = k.detach().repeat_interleave(Hq // Hkv, 1).requires_grad_()
-    vv = v.detach().repeat_interleave(Hq // Hkv, 1).requires_grad_()
-
-    def tw():
-        torch.autograd.grad(tilewright.flash_attention(q, k, v, causal=causal), (q, k, v), do)
+    row = row_name(B, Hq, Hkv, S, D, causal)
+    step = Step(B, Hq, Hkv, S, D, causal)
+    q, k, v, do, tw, sd = step.q, step.k, step.v, step.do, step.tw, step.sd
 
     def tw_fwd():
         with torch.no_grad():
             tilewright.flash_attention(q, k, v, causal=causal)
-
-    def sd():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            torch.autograd.grad(F.scaled_dot_product_attention(q, kk, vv, is_causal=causal), (q, kk, vv), do)
 
     def engine():
         torch.autograd.grad(_Identity.apply(q), (q,), do)
@@ -82,7 +62,7 @@ for (B, Hq, Hkv, S, D, causal) in ROWS:
                      ("tw fwd+bwd, backward on this thread", one_thread(tw)),
                      ("cudnn fwd+bwd, backward on this thread", one_thread(sd)),
                      ("engine, empty Function, on this thread", one_thread(engine))):
-        runs = [per_step_us(fn) for _ in range(5)]
+        runs = [per_step_us(fn, STEPS) for _ in range(5)]
         runs.sort()
         print(f"{row},{name}: host us/step {runs[2][0]:.1f}, wall us/step {runs[2][1]:.1f}", flush=True)
     if os.environ.get("PROFILER") == "pyinstrument":
@@ -115,7 +95,7 @@ for (B, Hq, Hkv, S, D, causal) in ROWS:
 
         for _ in range(10):
             bwd()
-        runs = sorted(per_step_us(bwd) for _ in range(5))
+        runs = sorted(per_step_us(bwd, STEPS) for _ in range(5))
         print(f"{row},tw bwd op alone: host us/step {runs[2][0]:.1f}, wall us/step {runs[2][1]:.1f}", flush=True)
         if os.environ["PROFILER"] == "none":
             continue
@@ -140,4 +120,4 @@ for (B, Hq, Hkv, S, D, causal) in ROWS:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(order).print_stats(28)
         print(f"--- {row} cProfile by {order} ({STEPS} steps)\n" + s.getvalue(), flush=True)
-    del q, k, v, kk, vv, do
+    del step  # (q, k, v, do: rebound by the next row)

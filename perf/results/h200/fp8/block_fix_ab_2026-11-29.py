@@ -1,6 +1,13 @@
-"""Issue 19, block-scaled FP8 (sm_90a): the block build with its scales copied ahead into shared memory
-(BLOCK_AHEAD_VARIANT, TW_FP8_SCALE_AHEAD=2; `cuda_block_fix1`: one k-block ahead) against today's block build, the
-row-wise build and cuBLASLt row-wise (torch._scaled_mm), one H200.
+"""Issue 19, block-scaled FP8 (sm_90a): block builds against the row-wise build and cuBLASLt row-wise
+(torch._scaled_mm), one H200. Provider sets (first argument; default ``ahead``):
+* ``ahead`` (session 27's first call, `block_fix_ab_2026-11-29_0318.csv`): the block build with its scales copied
+  ahead into shared memory (BLOCK_AHEAD_VARIANT, TW_FP8_SCALE_AHEAD=2; `cuda_block_fix1`: one k-block ahead) against
+  the register-load block build (`cuda_block`);
+* ``promote`` (prepared, not run): the lean per-k-block scale path (TW_FP8_BLOCK_PROMOTE_V2) against the default
+  block build (`cuda_block_ahead`). `cuda_block_v2`: BLOCK_PROMOTE_V2_VARIANT (the scale path at the k-block's top,
+  nothing between the wgmmas and their wait); `cuda_block_v2w`: BLOCK_PROMOTE_V2_AT_WAIT_VARIANT (the same lean path
+  where the default build reads its scales). v2 ahead of v2w: the window between the wgmmas and their wait costs (it
+  takes the other consumer's issue slots); v2w ahead of v2: the count before the next wgmmas does.
 
 Timing: every provider runs on the same fp8 operands (block-quantized, so the tensor cores see the same bits - FP8
 power, and so the clocks, depend on them) with scales of its own kind; each provider's 20 launches are one CUDA
@@ -9,11 +16,12 @@ round, then 0.25 s idle (a provider timed right after the fastest one inherits i
 Block providers get scale_a column-major (the kernel's layout: no copy in the launcher).
 Error: x and w with a few 100x 128 x 128 blocks; row-wise providers on per-row quantized operands, block providers
 on quantize_fp8's 1 x 128 / 128 x 128 ones. err_e2e: max |out - x @ w^T| (float64, unquantized); err_kernel: max
-|out - the float64 product of the provider's own dequantized operands|; same_as_block: output bit-equal to today's
-block build (the fix changes where the scales come from, not the arithmetic).
-Output: one CSV line per (shape, provider), then '#' summary lines. Run: PYTHONPATH=src python <this file>."""
+|out - the float64 product of the provider's own dequantized operands|; same_as_block: output bit-equal to the set's
+first block provider (the variants change where and how the scales are read, not the arithmetic).
+Output: one CSV line per (shape, provider), then '#' summary lines. Run: PYTHONPATH=src python <this file> [set]."""
 import dataclasses
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,11 +36,16 @@ T0 = time.time()
 SHAPES = [(8192, 8192, 8192), (8192, 28672, 4096), (4096, 4096, 4096), (2048, 7168, 2048)]
 CALLS, ROUNDS, IDLE_S = 20, 5, 0.25
 E4M3 = torch.float8_e4m3fn
-VARIANTS = {"cuda_row": f8.ACCURATE_VARIANT, "cuda_block": f8.ACCURATE_VARIANT.with_operands(3, (1, 1)),
-            "cuda_block_fix": f8.BLOCK_AHEAD_VARIANT,
-            "cuda_block_fix1": dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=1)}
+# per set, the block providers (the first: the bit-equality reference)
+SETS = {"ahead": {"cuda_block": f8.ACCURATE_VARIANT.with_operands(3, (1, 1)), "cuda_block_fix": f8.BLOCK_AHEAD_VARIANT,
+                  "cuda_block_fix1": dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=1)},
+        "promote": {"cuda_block_ahead": f8.BLOCK_AHEAD_VARIANT, "cuda_block_v2": f8.BLOCK_PROMOTE_V2_VARIANT,
+                    "cuda_block_v2w": f8.BLOCK_PROMOTE_V2_AT_WAIT_VARIANT}}
+BLOCK_VARIANTS = SETS[sys.argv[1] if len(sys.argv) > 1 else "ahead"]
+BLOCK = tuple(BLOCK_VARIANTS)
+VARIANTS = {"cuda_row": f8.ACCURATE_VARIANT, **BLOCK_VARIANTS}
 print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-# the four builds in parallel (the launches' own build calls then hit the cache): e4m3 x e4m3, K-major, bf16 out
+# the builds in parallel (the launches' own build calls then hit the cache): e4m3 x e4m3, K-major, bf16 out
 with ThreadPoolExecutor(len(VARIANTS)) as ex:
     list(ex.map(lambda v: build.compile_source(f8.SOURCE, "sm_90a", v.defines(False, False, False)),
                 VARIANTS.values()))
@@ -67,7 +80,7 @@ for M, N, K in SHAPES:
     q_wr, sw_row = quantize_rows(w)
     b_row, sb_row = q_wr.t(), sw_row.t().contiguous()  # (1, N)
     ops = {"cuda_row": (a_row, b_row, sa_row, sb_row), "cublaslt_row": (a_row, b_row, sa_row, sb_row)}
-    ops.update({k: (a_blk, b_blk, sa_col, sb_blk) for k in ("cuda_block", "cuda_block_fix", "cuda_block_fix1")})
+    ops.update({k: (a_blk, b_blk, sa_col, sb_blk) for k in BLOCK})
 
     def run(name, a, b, sa, sb, out):
         if name == "cublaslt_row":
@@ -77,7 +90,7 @@ for M, N, K in SHAPES:
     # ---- timing: same fp8 bits for everyone, each provider's own kind of scales
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     timed = {"cuda_row": (a_blk, b_blk, sa_row, sb_row), "cublaslt_row": (a_blk, b_blk, sa_row, sb_row)}
-    timed.update({k: (a_blk, b_blk, sa_col, sb_blk) for k in ("cuda_block", "cuda_block_fix", "cuda_block_fix1")})
+    timed.update({k: (a_blk, b_blk, sa_col, sb_blk) for k in BLOCK})
     graphs = {}
     for name, args in timed.items():
         run(name, *args, out)  # compile / load / prepare outside the capture
@@ -106,8 +119,7 @@ for M, N, K in SHAPES:
     outs, err_kernel = {}, {}
     for name, (a, b, sa, sb) in ops.items():
         outs[name] = run(name, a, b, sa, sb, torch.empty(M, N, device="cuda", dtype=torch.bfloat16)).double()
-    for kind, names_k in (("row", ("cuda_row", "cublaslt_row")),
-                          ("block", ("cuda_block", "cuda_block_fix", "cuda_block_fix1"))):
+    for names_k in (("cuda_row", "cublaslt_row"), BLOCK):
         own = scaled_mm_reference(*ops[names_k[0]], None, torch.float64, torch.float64)
         for name in names_k:
             err_kernel[name] = (outs[name] - own).abs().max().item()
@@ -115,12 +127,12 @@ for M, N, K in SHAPES:
     fl = 2 * M * N * K
     for name in names:
         e2e = (outs[name] - ref).abs().max().item()
-        same = torch.equal(outs[name], outs["cuda_block"]) if "block" in name else ""
+        same = torch.equal(outs[name], outs[BLOCK[0]]) if name in BLOCK else ""
         print(f"{M}x{N}x{K},{name},{us[name]:.1f},{fl / us[name] / 1e6:.0f},{us['cuda_row'] / us[name]:.3f},"
               f"{e2e:.4g},{err_kernel[name]:.4g},{same}", flush=True)
-    summary.append(f"# {M}x{N}x{K}: block / row {us['cuda_row'] / us['cuda_block']:.3f}, fix / row "
-                   f"{us['cuda_row'] / us['cuda_block_fix']:.3f} (fix1 {us['cuda_row'] / us['cuda_block_fix1']:.3f}), "
-                   f"row vs cuBLASLt {us['cublaslt_row'] / us['cuda_row']:.3f}; max |ref| {ref.abs().max().item():.4g}")
+    ratios = ", ".join(f"{k} {us['cuda_row'] / us[k]:.3f}" for k in BLOCK)
+    summary.append(f"# {M}x{N}x{K}: block / row: {ratios}; row vs cuBLASLt {us['cublaslt_row'] / us['cuda_row']:.3f}; "
+                   f"max |ref| {ref.abs().max().item():.4g}")
     del ref, outs, x, w
     torch.cuda.empty_cache()
 print("\n".join(summary))
