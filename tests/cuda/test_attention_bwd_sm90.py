@@ -225,17 +225,14 @@ def test_the_op_layer_plans_each_signature_once(monkeypatch):
 
 
 def test_the_op_layer_replans_when_a_switch_changes(monkeypatch):
-    """Every switch a plan reads is in its key (the op layer's names are the kernel module's): setting the GQA split's
+    """Every switch a plan reads is in its key (attention_bwd_sm90.PLAN_SWITCHES): setting the GQA split's
     override after a first call takes effect at the next call without clearing the plans, and unsetting it brings
     the rule's plan back."""
-    from tilewright._env import read_env
-
-    assert ops_attention._CUDA_BWD_ENV_NAMES == (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV, cb.SPLIT_ENV)
-    assert ops_attention._CUDA_BWD_ENV[1] == tuple(n.encode() for n in ops_attention._CUDA_BWD_ENV_NAMES)
+    assert cb.PLAN_SWITCHES == (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV, cb.SPLIT_ENV)
     monkeypatch.setattr(ops_attention, "capability", lambda device: (9, 0))
     monkeypatch.setattr(ops_attention, "sm_count", lambda device: 132)
     monkeypatch.setattr(ops_attention, "_cuda_plans", {})
-    for name in ops_attention._CUDA_BWD_ENV_NAMES:
+    for name in cb.PLAN_SWITCHES:
         monkeypatch.delenv(name, raising=False)
     B, Hq, Hkv, S, D = 1, 28, 4, 3000, 128  # 24 key blocks x 4 KV heads = 96 CTAs: the rule splits the 7-head group
     q, do, dq = (_t(B, Hq, S, D) for _ in range(3))
@@ -244,7 +241,7 @@ def test_the_op_layer_replans_when_a_switch_changes(monkeypatch):
 
     def heads():
         ops_attention._cuda_backward(do, q, k, v, lse, dq, dk, dv, True, D ** -0.5, 0, None, 0.0, "cuda")
-        env = read_env(*ops_attention._CUDA_BWD_ENV)
+        env = ops_attention._cuda_bwd_switches()
         plan, = [p for key, p in ops_attention._cuda_plans.items() if key[0] == env]
         return plan.heads
 
@@ -264,7 +261,7 @@ def test_the_backward_replay_key_leaves_out_what_the_full_path_changes(monkeypat
     flag and the CUDA backward's switches."""
     monkeypatch.setattr(ops_attention._fast, "eligible", lambda *t: True)  # (CPU tensors stand in for CUDA ones)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
-    for name in ops_attention._CUDA_BWD_ENV_NAMES:
+    for name in cb.PLAN_SWITCHES:
         monkeypatch.delenv(name, raising=False)
     q, do, out = (_t(1, 4, 64, 64) for _ in range(3))
     k, v = _t(1, 2, 64, 64), _t(1, 2, 64, 64)

@@ -64,13 +64,10 @@ def test_block_scales_ahead_wait_for_the_copy_group_not_the_newest_load(cache):
     before the WARPGROUP.DEPBAR, so each promotion waits for that k-block's load. The ahead build reads them from
     shared memory after a DEPBAR.LE SB0, 1 (cp.async.wait_group 1: the group copied two k-blocks ago, leaving the
     newer one in flight) and issues no LDG between the wgmmas and their wait."""
-    def mainloop(v):
-        text = build_check.sass(build.compile_source(f8.SOURCE, "sm_90a", v.defines(False, False, False)).cubin)
-        ops = [ln.split(";")[0].split("*/")[-1].strip() for ln in text.splitlines()
-               if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
-        first = next(i for i, op in enumerate(ops) if op.startswith("QGMMA"))
-        wait = next(i for i in range(first, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
-        return ops[first:wait]
+    def mainloop(v):  # the k-block from its first QGMMA to the wgmma wait
+        body = _kblock(v)[1]
+        first = next(i for i, op in enumerate(body) if op.startswith("QGMMA"))
+        return body[first:next(i for i in range(first, len(body)) if body[i].startswith("WARPGROUP.DEPBAR"))]
 
     default = mainloop(f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))
     assert any(op.startswith("LDG") for op in default) and default[-1].startswith("FMUL")

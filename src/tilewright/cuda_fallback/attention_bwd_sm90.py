@@ -158,6 +158,8 @@ def build_check_builds() -> list:
 
 
 SPLIT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_HEADS_PER_CTA"
+# every switch the op layer's plan of a backward call reads (ops/attention.py keys its plans and replays on them)
+PLAN_SWITCHES = (ENV, VARIANT_ENV, DQ_ENV, SPLIT_ENV)
 SPLIT_MIN_GROUP = 4  # query heads a KV head; and keys, below which a split group measured no faster:
 SPLIT_MIN_KEYS = 2560
 

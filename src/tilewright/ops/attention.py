@@ -217,7 +217,7 @@ def _bwd_replay_key(grad_out, grad_lse, q, k, v, out, lse, causal, bottom_right,
         return None
     sig = _fast.sig
     return (sig(grad_out), sig(q), sig(k), sig(v), sig(out), sig(lse), causal, bottom_right, scale, softcap, backend,
-            window_left, window_right, torch.are_deterministic_algorithms_enabled(), read_env(*_CUDA_BWD_ENV),
+            window_left, window_right, torch.are_deterministic_algorithms_enabled(), _cuda_bwd_switches(),
             _fast.state())
 
 
@@ -258,12 +258,18 @@ class _BackwardReplay:
 # the constraints, capability and environment checks run once per signature, not per call.
 _cuda_plans: dict = {}
 _CUDA_PLANS_MAX = 1024
-# the switches a plan depends on - the kernels' enable, variant, dQ mode and the GQA split's override
-# (attention_bwd_sm90's ENV, VARIANT_ENV, DQ_ENV, SPLIT_ENV; a test keeps them equal) - and their bytes form for
-# _env.read_env
-_CUDA_BWD_ENV_NAMES = ("TILEWRIGHT_CUDA_ATTN_BWD", "TILEWRIGHT_CUDA_ATTN_BWD_VARIANT", "TILEWRIGHT_CUDA_ATTN_BWD_DQ",
-                       "TILEWRIGHT_CUDA_ATTN_BWD_HEADS_PER_CTA")
-_CUDA_BWD_ENV = (_CUDA_BWD_ENV_NAMES, tuple(n.encode() for n in _CUDA_BWD_ENV_NAMES))
+_cuda_bwd_env: tuple | None = None  # attention_bwd_sm90.PLAN_SWITCHES and their bytes, for read_env
+
+
+def _cuda_bwd_switches() -> tuple:
+    """The values of the switches a CUDA backward plan depends on (attention_bwd_sm90.PLAN_SWITCHES; the kernel
+    module is imported on first use, as everywhere in this layer)."""
+    global _cuda_bwd_env
+    if _cuda_bwd_env is None:
+        from ..cuda_fallback import attention_bwd_sm90 as cb
+
+        _cuda_bwd_env = (cb.PLAN_SWITCHES, tuple(n.encode() for n in cb.PLAN_SWITCHES))
+    return read_env(*_cuda_bwd_env)
 
 
 def _cuda_backward(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window_offset, softcap, choice,
@@ -293,7 +299,7 @@ def _cuda_plan(grad_out, q, k, v, lse, dq, dk, dv, causal, scale, offset, window
         return None
     from ..cuda_fallback import attention_bwd_sm90 as cb
 
-    key = (read_env(*_CUDA_BWD_ENV), torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale),
+    key = (_cuda_bwd_switches(), torch.are_deterministic_algorithms_enabled(), bool(causal), float(scale),
            offset, window_offset, softcap, *(tensor_signature(t) for t in (grad_out, q, k, v, lse, dq, dk, dv)),
            None if packed is None else (packed.cu_q.shape[0], packed.max_q, packed.max_k))
     plan = _cuda_plans.get(key, False)
