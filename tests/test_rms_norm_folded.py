@@ -99,6 +99,63 @@ def test_folded_weight_is_kept_until_either_tensor_changes():
     assert not hasattr(other, "_tilewright_folded") and rms.folded_weight(other, g, cache=False) is not f4
 
 
+def test_a_folded_replay_reads_the_kept_copy_only_while_it_is_current(monkeypatch):
+    """ops/rms_norm_linear._FoldedReplay: the recorded launch gets the weight's kept folded copy in the weight's
+    place; an in-place update of either tensor, a dropped copy, or a kept copy at another signature answers None (the
+    public function then runs the full path, which folds again)."""
+    # (the CPU allocator's 64-byte alignment would change the signature's 128-byte bit between refolds; the CUDA
+    # allocator's blocks are 512-byte aligned)
+    monkeypatch.setattr(rms._fast, "sig", lambda t: (t.shape, t.stride(), t.dtype))
+    g = (1 + 0.5 * torch.randn(48)).bfloat16()
+    w = torch.randn(24, 48).bfloat16()
+    x, bias = torch.randn(4, 48).bfloat16(), torch.randn(24).bfloat16()
+    calls = []
+
+    def inner(device, *inputs):
+        calls.append(inputs)
+        return ["out"]
+
+    replay = rms._FoldedReplay(inner, rms.folded_weight(w, g))
+    assert replay("cpu", x, g, w, bias) == ["out"]
+    assert calls[-1][0] is x and calls[-1][1] is g and calls[-1][2] is w._tilewright_folded[1] and calls[-1][3] is bias
+    n = len(calls)
+    for update in (lambda: w.add_(1), lambda: g.mul_(2)):
+        update()
+        assert replay("cpu", x, g, w, bias) is None  # stale: the full path refolds
+        rms.folded_weight(w, g)  # (what that full path does)
+        assert replay("cpu", x, g, w, bias) == ["out"]
+    rms.clear_folded(w)
+    assert replay("cpu", x, g, w, bias) is None
+    held = rms.folded_weight(w, g)
+    w._tilewright_folded = (w._tilewright_folded[0], held[:, 1:])  # a copy at another signature (alignment, shape)
+    assert replay("cpu", x, g, w, bias) is None
+    assert len(calls) == n + 2
+
+
+def test_run_recorded_takes_inputs_decided_by_the_call_and_wraps_what_it_stores(monkeypatch):
+    """ops/_fast.run_recorded: ``inputs`` as a function of the call's result (rms_norm_linear's folded call names
+    its folded copy there) and ``wrap`` making what is stored of the replay."""
+    from tilewright import _record
+    from tilewright.ops import _fast
+
+    x, copy, out = torch.randn(4), torch.randn(4), torch.empty(4)
+
+    class Bound:
+        def __call__(self, *ptrs):
+            pass
+
+    def call():
+        _record.record(Bound(), {"a_ptr": copy, "c_ptr": out}, writes=("c_ptr",))
+        return (out,)
+
+    cache = {}
+    assert _fast.run_recorded(cache, "k", call, {"a_ptr": (0, x)}, lambda r: {"c_ptr": (0, r[0])}) == (out,)
+    assert "k" not in cache  # a_ptr is not at the input's address: no replay
+    got = _fast.run_recorded(cache, "k", call, lambda r: {"a_ptr": (0, copy)}, lambda r: {"c_ptr": (0, r[0])},
+                             wrap=lambda replay, r: ("wrapped", replay))
+    assert got == (out,) and cache["k"][0] == "wrapped" and isinstance(cache["k"][1], _fast.Replay)
+
+
 def test_folded_weight_of_inference_tensors_is_never_cached():
     with torch.inference_mode():
         w = torch.randn(8, 16).bfloat16()

@@ -95,6 +95,29 @@ def test_in_place_weight_updates_refresh_the_folded_copy():
         assert ((y.float() - ref).norm() / ref.norm()).item() < 2 ** -7
 
 
+def test_a_folded_call_replays_on_the_kept_copy(monkeypatch):
+    """A second folded call at a signature replays (ops/rms_norm_linear._FoldedReplay: the full path does not run)
+    with the same bits; an in-place weight update makes the replay stand aside - the full path refolds - and the
+    call after that replays the new copy."""
+    M, N, K = SHAPE
+    x, g, w, b = _inputs(M, N, K, seed=4)
+    with torch.no_grad():
+        y1 = tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+        assert any(type(r) is rms._FoldedReplay for r in rms._replays.values())
+        full = rms._rms_norm_linear_full
+        calls = []
+        monkeypatch.setattr(rms, "_rms_norm_linear_full", lambda *a: calls.append(1) or full(*a))
+        y2 = tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+        assert not calls and torch.equal(y1, y2)
+        w.mul_(-0.5)
+        y3 = tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+        assert calls == [1]
+        y4 = tilewright.rms_norm_linear(x, g, w, b, eps=EPS)
+        assert calls == [1] and torch.equal(y3, y4)
+    ref = rms_norm_linear_reference(x.float(), g.float(), w.float(), b.float(), EPS)
+    assert ((y4.float() - ref).norm() / ref.norm()).item() < 2 ** -7
+
+
 def test_gradients_within_torchs_error():
     """At the folded shape with autograd recording: the call runs the two passes (training keeps them), and the
     gradients stay within torch's error - the folded path must not leak into a recorded call."""

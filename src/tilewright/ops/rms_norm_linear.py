@@ -160,8 +160,11 @@ def _folded(x, norm_weight, weight, bias, eps, y, rstd) -> bool:
     # (rmsnorm_gemm_sm90.FOLDED_VARIANT, 2-5% faster than the pass below on the measured rows); the weight's layout
     # stands in for the folded copy's in the check, so a declined call folds nothing.
     if rmsnorm_gemm_sm90.folded_ready(x, weight, bias)[0]:
-        wg = folded_weight(weight, norm_weight, cache=_keeps_fold(weight))
+        keep = _keeps_fold(weight)
+        wg = folded_weight(weight, norm_weight, cache=keep)
         if rmsnorm_gemm_sm90.try_launch_folded(x, wg, y, rstd, eps, bias=bias):
+            if keep and getattr(_call_state, "records", None) is False:
+                _call_state.folded = wg  # the public function's replay reads the kept copy (_FoldedReplay)
             return True
     from ..triton_kernels.rmsnorm_gemm import launch_row_sumsq
 
@@ -463,9 +466,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
                 x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
                 y = call_checked(rms_norm_linear_op, replay.impl(4), True, x2, norm_weight, weight, bias, eps,
                                  backend)[0]
-            else:
-                y = replay(x.device, x, norm_weight, weight, bias)[0]
-            return output_view(y, (*x.shape[:-1], weight.shape[0]))
+                return output_view(y, (*x.shape[:-1], weight.shape[0]))
+            outputs = replay(x.device, x, norm_weight, weight, bias)
+            if outputs is not None:  # (None: a folded replay whose fold is stale - the full path below refolds)
+                return output_view(outputs[0], (*x.shape[:-1], weight.shape[0]))
     check_tensor("x", x, min_dim=1)
     check_tensor("norm_weight", norm_weight, dims=(1,))
     check_tensor("weight", weight, dims=(2,))
@@ -498,19 +502,55 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         if aten is not None:
             return aten(x, norm_weight, weight, bias)
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
+    folded = []  # the folded weight the call ran on (see _folded), else None
 
     def call():
         _call_state.records = key[-2] if key is not None else _autograd_records(x, norm_weight, weight, bias)
+        _call_state.folded = None
         try:
             return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
         finally:
-            _call_state.records = None
+            folded.append(_call_state.folded)
+            _call_state.records = _call_state.folded = None
 
     if key is None:
         return output_view(call()[0], (*x.shape[:-1], N))
+
+    def inputs(result):
+        # a folded call's GEMM read the folded copy where the weight and the norm weight would be (its g argument is
+        # the copy's first row): the replay takes that copy in the weight's place (_FoldedReplay)
+        wg = folded[0]
+        if wg is None:
+            return {"a_ptr": (0, x), "g_ptr": (1, norm_weight), "b_ptr": (2, weight), "bias_ptr": (3, bias)}
+        return {"a_ptr": (0, x), "g_ptr": (2, wg), "b_ptr": (2, wg), "bias_ptr": (3, bias)}
+
     # one launch of the GEMM with its norm prologue; fp16's weight-scale kernel is a second launch (its g_scale is
     # no argument of the call): no replay there, nor for a strided norm weight or bias the op made contiguous
-    y, _ = _fast.run_recorded(_replays, key, call,
-                              {"a_ptr": (0, x), "g_ptr": (1, norm_weight), "b_ptr": (2, weight), "bias_ptr": (3, bias)},
-                              lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}, _LAUNCHES)
+    y, _ = _fast.run_recorded(_replays, key, call, inputs,
+                              lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}, _LAUNCHES,
+                              wrap=lambda replay, result: replay if folded[0] is None else
+                              _FoldedReplay(replay, folded[0]))
     return output_view(y, (*x.shape[:-1], N))
+
+
+class _FoldedReplay:
+    """The replay of a folded call (:func:`_folded`): the recorded launch reads the folded copy the weight keeps
+    (:func:`folded_weight`), checked current on every call - the same key the full path checks: both tensors'
+    addresses, layouts and version counters - and at the recorded copy's signature (alignment included). A stale
+    fold returns None and the caller runs the full path, which folds again and records a new replay.
+
+    Why: the folded call could not replay (its GEMM reads a copy, not an input), so every inference call ran the full
+    path: 1.1-1.2 ms of host a Llama B8 x S2048 forward for its two norm GEMMs, with 2.4 ms of kernels (H200,
+    perf/LOG.md session 28)."""
+
+    __slots__ = ("_replay", "_fold_sig")
+
+    def __init__(self, replay, wg: torch.Tensor):
+        self._replay = replay
+        self._fold_sig = _fast.sig(wg)
+
+    def __call__(self, device, x, norm_weight, weight, bias):
+        held = getattr(weight, "_tilewright_folded", None)
+        if held is None or held[0] != _fold_key(weight, norm_weight) or _fast.sig(held[1]) != self._fold_sig:
+            return None
+        return self._replay(device, x, norm_weight, held[1], bias)
