@@ -3,6 +3,7 @@ the promotion compiled into the accurate build, and the operand checks. Numerics
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -30,16 +31,19 @@ def test_variant_switches_follow_the_operands():
 
 def test_block_scales_ahead_is_a_block_build_switch():
     """TW_FP8_SCALE_AHEAD (block scales copied k-blocks ahead into a shared-memory ring): its own build name and
-    macro, absent from every other build's defines (their cache keys stay), the ring's bytes in the launch's shared
-    memory (2 consumers x 2 slots x (64 rows + 4 warps) floats), and dropped for other scales."""
+    macro, absent from every other build's defines (their cache keys stay), both copy distances build-checked, the
+    ring's bytes in the launch's shared memory (2 consumers x 2 slots x (64 rows + 4 warps) floats), and dropped for
+    other scales; the default block build."""
     v = f8.BLOCK_AHEAD_VARIANT
     assert v.name == "coop128x128s6f8blka2" and v.defines(False, False, False)["TW_FP8_SCALE_AHEAD"] == 2
     assert all("TW_FP8_SCALE_AHEAD" not in b.defines(False, False, False) for b, *_ in f8.BUILD_CHECK_BUILDS
                if not b.scale_ahead)
+    assert {b.name for b, *_ in f8.BUILD_CHECK_BUILDS if b.scale_ahead} == {v.name, "coop128x128s6f8blka1"}
     assert v.smem_bytes() == f8.ACCURATE_VARIANT.smem_bytes() + 2 * 2 * (64 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
     assert v.with_operands(3, (2, 1)).scale_ahead == 2 and v.with_operands(2, (1, 1)) == f8.ACCURATE_VARIANT
     assert f8.ACCURATE_VARIANT.with_operands(3, (1, 1)).scale_ahead == 0  # the register-load block build
-    assert f8._default_variant(4096, 3, True) is v and f8._default_variant(4096, 2, False) is f8.ACCURATE_VARIANT
+    assert f8._default_variant(4096, 3, True) is v and f8._default_variant(4096, 3, False) is v
+    assert f8._default_variant(4096, 2, False) is f8.ACCURATE_VARIANT
     assert f8._default_variant(4096, 2, True) is f8.FAST_VARIANT
     assert f8._default_variant(64, 1, True) is f8.FAST_SMALL_M_VARIANT
 
@@ -56,42 +60,6 @@ def test_accurate_build_promotes_every_k_block(cache):
     assert len(re.findall(r"\bFADD\b", fast)) < 16
     assert re.search(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3", accurate), "m64n128k32 e4m3 wgmma"
     assert re.search(r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3", fast)
-
-
-@needs_compiler
-def test_block_scales_ahead_wait_for_the_copy_group_not_the_newest_load(cache):
-    """The default block build loads its scales with LDGs between the k-block's QGMMAs and multiplies them just
-    before the WARPGROUP.DEPBAR, so each promotion waits for that k-block's load. The ahead build reads them from
-    shared memory after a DEPBAR.LE SB0, 1 (cp.async.wait_group 1: the group copied two k-blocks ago, leaving the
-    newer one in flight) and issues no LDG between the wgmmas and their wait."""
-    def mainloop(v):  # the k-block from its first QGMMA to the wgmma wait
-        body = _kblock(v)[1]
-        first = next(i for i, op in enumerate(body) if op.startswith("QGMMA"))
-        return body[first:next(i for i in range(first, len(body)) if body[i].startswith("WARPGROUP.DEPBAR"))]
-
-    default = mainloop(f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))
-    assert any(op.startswith("LDG") for op in default) and default[-1].startswith("FMUL")
-    ahead = mainloop(f8.BLOCK_AHEAD_VARIANT)
-    assert "DEPBAR.LE SB0, 0x1" in ahead and sum(op.startswith("LDS ") for op in ahead) == 3
-    assert not any(op.startswith("LDG.") for op in ahead) and any("LDGSTS" in op for op in ahead)
-
-
-def test_block_promote_v2_is_a_copied_ahead_block_switch():
-    """TW_FP8_BLOCK_PROMOTE_V2 (the lean per-k-block scale path; 1 at the k-block's top, 2 before the wgmma wait):
-    its own build names and macro, absent from every other build's defines (their cache keys stay), the same shared
-    memory as the copied-ahead build it varies, kept for block scales of other formats and dropped for other
-    scales; the default block build stays BLOCK_AHEAD_VARIANT."""
-    v, w = f8.BLOCK_PROMOTE_V2_VARIANT, f8.BLOCK_PROMOTE_V2_AT_WAIT_VARIANT
-    assert (v.name, w.name) == ("coop128x128s6f8blka2v2", "coop128x128s6f8blka2v2w")
-    assert [x.defines(False, False, False)["TW_FP8_BLOCK_PROMOTE_V2"] for x in (v, w)] == [1, 2]
-    assert {k: d for k, d in v.defines(False, False, False).items() if k != "TW_FP8_BLOCK_PROMOTE_V2"} == \
-        f8.BLOCK_AHEAD_VARIANT.defines(False, False, False)
-    assert all("TW_FP8_BLOCK_PROMOTE_V2" not in b.defines(False, False, False) for b, *_ in f8.BUILD_CHECK_BUILDS
-               if not b.promote_v2)
-    assert {b.name for b, *_ in f8.BUILD_CHECK_BUILDS if b.promote_v2} == {v.name, w.name}
-    assert v.smem_bytes() == w.smem_bytes() == f8.BLOCK_AHEAD_VARIANT.smem_bytes()
-    assert v.with_operands(3, (2, 1)).promote_v2 == 1 and v.with_operands(2, (1, 1)) == f8.ACCURATE_VARIANT
-    assert f8._default_variant(4096, 3, False) is f8.BLOCK_AHEAD_VARIANT
 
 
 def _kblock(v, bias=False):
@@ -114,30 +82,46 @@ def _window(body):
 
 
 @needs_compiler
-def test_block_promote_v2_leaves_the_wgmma_wait_window_empty(cache):
-    """The lean scale path at the k-block's top (P = 1): spill-free, QGMMA as every FP8 build; the k-block reads its
-    scales after one copy-group wait (DEPBAR.LE SB0, 0x1) before its first QGMMA, one 8-byte LDS for the two rows,
-    a predicated cp.async (no divergent branch), and nothing between its last QGMMA and the wgmma wait, after which
-    come the 64 FFMAs and no FMUL (the products are formed before the wait) - fewer instructions than the default
-    copied-ahead k-block, which has 26 in that window. P = 2 keeps the leaner path in that window."""
-    (info, v2), (_, ahead) = _kblock(f8.BLOCK_PROMOTE_V2_VARIANT), _kblock(f8.BLOCK_AHEAD_VARIANT)
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_block_scales_ahead_wait_for_the_copy_group_not_the_newest_load(cache, ahead):
+    """The register-load block build loads its scales with LDGs between the k-block's QGMMAs and multiplies them just
+    before the WARPGROUP.DEPBAR, so each promotion waits for that k-block's load. The copied-ahead build issues no
+    LDG in its k-block: it reads the scales from shared memory after one DEPBAR.LE SB0, D - 1 (cp.async.wait_group
+    D - 1: the group copied D k-blocks ago, leaving the younger ones in flight) at the k-block's top, before its first
+    QGMMA."""
+    register = _kblock(f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))[1]
+    first = next(i for i, op in enumerate(register) if op.startswith("QGMMA"))
+    mainloop = register[first:next(i for i in range(first, len(register))
+                                   if register[i].startswith("WARPGROUP.DEPBAR"))]
+    assert any(op.startswith("LDG") for op in mainloop) and mainloop[-1].startswith("FMUL")
+    body = _kblock(replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=ahead))[1]
+    copy_waits = [i for i, op in enumerate(body) if op.startswith("DEPBAR.LE SB0")]
+    assert [body[i] for i in copy_waits] == [f"DEPBAR.LE SB0, 0x{ahead - 1}"]
+    assert copy_waits[0] < next(i for i, op in enumerate(body) if op.startswith("QGMMA"))
+    assert not any(op.startswith("LDG.") for op in body) and any("LDGSTS" in op for op in body)
+
+
+@needs_compiler
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_block_scales_ahead_leave_the_wgmma_wait_window_empty(cache, ahead):
+    """The copied-ahead block scales are read at the k-block's top (gemm_sm90.cu's header: the window between the
+    last wgmma and its wait takes the other consumer's issue slots): spill-free, QGMMA as every FP8 build, one 8-byte
+    LDS for a lane's two rows, a predicated cp.async (no divergent branch), and nothing between the last QGMMA and
+    the wgmma wait - as in the row-wise build -, after which come the 64 FFMAs and no FMUL (the products are formed
+    before the wait); fewer instructions than the register-load k-block. The build-check rows (with a bias slice
+    beside the ring) spill-free too."""
+    v = replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=ahead)
+    (info, body), (_, row) = _kblock(v), _kblock(f8.ACCURATE_VARIANT)
     assert info["spills"] == 0 and info["stack"] == 0
-    assert sum(op.startswith("QGMMA.64x128x32.F32.E4M3.E4M3") for op in v2) == 4
-    assert _window(v2) == [] and len(_window(ahead)) > 10
-    first_q = next(i for i, op in enumerate(v2) if op.startswith("QGMMA"))
-    copy_waits = [i for i, op in enumerate(v2) if op == "DEPBAR.LE SB0, 0x1"]
-    assert len(copy_waits) == 1 and copy_waits[0] < first_q
-    assert sum(op.startswith("LDS.64 ") for op in v2) == 1 and any("LDGSTS" in op for op in v2)
-    assert not any(op.startswith(("BSSY", "LDG.")) for op in v2)
-    wait = next(i for i, op in enumerate(v2) if op.startswith("WARPGROUP.DEPBAR"))
-    assert sum(op.startswith("FFMA ") for op in v2[wait:]) == 64 and not any(op.startswith("FMUL") for op in v2[wait:])
-    assert len(v2) < len(ahead)
-    info, at_wait = _kblock(f8.BLOCK_PROMOTE_V2_AT_WAIT_VARIANT)
-    assert info["spills"] == 0 and info["stack"] == 0
-    window = _window(at_wait)
-    assert "DEPBAR.LE SB0, 0x1" in window and any(op.startswith("LDS.64 ") for op in window)
-    assert len(window) < len(_window(ahead))
-    info, _ = _kblock(f8.BLOCK_PROMOTE_V2_VARIANT, bias=True)  # (the build-check row: a bias slice beside the ring)
+    assert sum(op.startswith("QGMMA.64x128x32.F32.E4M3.E4M3") for op in body) == 4
+    assert _window(body) == [] and _window(row) == []
+    assert sum(op.startswith("LDS.64 ") for op in body) == 1 and any("LDGSTS" in op for op in body)
+    assert not any(op.startswith(("BSSY", "LDG.")) for op in body)
+    wait = next(i for i, op in enumerate(body) if op.startswith("WARPGROUP.DEPBAR"))
+    assert sum(op.startswith("FFMA ") for op in body[wait:]) == 64
+    assert not any(op.startswith("FMUL") for op in body[wait:])
+    assert len(body) < len(_kblock(f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))[1])
+    info, _ = _kblock(v, bias=True)
     assert info["spills"] == 0 and info["stack"] == 0
 
 

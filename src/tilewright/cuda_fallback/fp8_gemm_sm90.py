@@ -22,7 +22,7 @@ rows, 0.57x at M <= 64 with the 128 x 256 tile (too few tiles; M <= 256 now take
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -44,22 +44,18 @@ class FP8Variant(gemm_sm90.Variant):
     """A GEMM tile variant built for FP8 operands: scale mode (1 per-tensor, 2 row-wise, 3 block), k-blocks of 128
     per fp32 promotion (accurate mode; 0: fast mode, the tensor cores sum all of K), the operands' formats (1 e4m3,
     2 e5m2) and, for block scales, how many k-blocks ahead their copies into shared memory run (0: loaded into
-    registers in their own k-block; gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD) and, with those copies, where the
-    lean per-k-block scale path runs (0: the default path; 1 the k-block's top, 2 before its wgmma wait;
-    TW_FP8_BLOCK_PROMOTE_V2)."""
+    registers in their own k-block; gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD)."""
 
     fp8_scale: int = 2
     promote: int = 1
     formats: tuple = (1, 1)
     scale_ahead: int = 0
-    promote_v2: int = 0
 
     @property
     def name(self) -> str:
         fmt = "" if self.formats == (1, 1) else "-" + "x".join(("e4m3", "e5m2")[f - 1] for f in self.formats)
         promote = "fast" if not self.promote else "" if self.promote == 1 else f"p{self.promote}"
         ahead = f"a{self.scale_ahead}" if self.scale_ahead else ""
-        ahead += ("", "v2", "v2w")[self.promote_v2]  # (empty at 0: the measured builds keep their names)
         return super().name + ("", "f8", "f8row", "f8blk")[self.fp8_scale] + ahead + promote + fmt
 
     def smem_bytes(self) -> int:
@@ -74,15 +70,13 @@ class FP8Variant(gemm_sm90.Variant):
                  TW_FP8_PROMOTE=self.promote)
         if self.scale_ahead:  # (absent at 0, the kernel's default: the measured builds keep their cache keys)
             d["TW_FP8_SCALE_AHEAD"] = self.scale_ahead
-        if self.promote_v2:  # (likewise)
-            d["TW_FP8_BLOCK_PROMOTE_V2"] = self.promote_v2
         return d
 
     def with_operands(self, scale_mode: int, formats: tuple) -> "FP8Variant":
         """This tile and schedule for other scales / formats (they are compile-time switches); the block scales'
-        copy distance and scale path only where the scales are blocks."""
+        copy distance only where the scales are blocks."""
         return FP8Variant(self.bm, self.bn, self.stages, self.coop, scale_mode, self.promote, formats,
-                          self.scale_ahead if scale_mode == 3 else 0, self.promote_v2 if scale_mode == 3 else 0)
+                          self.scale_ahead if scale_mode == 3 else 0)
 
 
 # Tiles: promotion holds a partial tile beside the accumulator, so the accurate builds take 64 x 128 per consumer
@@ -100,24 +94,18 @@ SMALL_M = 256
 # Build-checked; its speed and error against cuBLASLt's are the next device run's (perf/LOG.md, session 19).
 PROMOTE2_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=2)
 # Block scales: copied two k-blocks ahead into shared memory (cp.async groups) instead of loaded into registers in
-# their own k-block, whose latency each promotion waited out (gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD). Same
-# arithmetic, bit-equal output; H200: block / row-wise 0.715-0.842x -> 0.868-0.920x on the large shapes (one k-block
-# ahead: 0.824-0.922x). The default for block scales.
+# their own k-block, whose latency each promotion waited out, and read at the k-block's top, so that nothing sits
+# between its wgmmas and their wait (gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD). Same arithmetic, bit-equal output.
+# H200, block / row-wise speed (CUDA-graph replays, the same fp8 bits) on 8192^3, 8192 x 28672 x 4096, 4096^3 and
+# 2048 x 7168 x 2048: 0.922, 0.906, 0.939, 0.964x, where the same copies read before the wgmma wait ran 0.861, 0.809,
+# 0.893, 0.921x (and the register loads, in an earlier run, 0.715-0.842x). The default for block scales.
 BLOCK_AHEAD_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1, scale_ahead=2)
-# The same ring and arithmetic (bit-equal output) with the lean per-k-block scale path at the k-block's top
-# (gemm_sm90.cu's header, TW_FP8_BLOCK_PROMOTE_V2): in SASS the copied-ahead build's k-block is 180 instructions to
-# the row-wise build's 140, 26 of them between its wgmmas and their wait (the row-wise build: none) and 2 FMULs after
-# that wait. Build-checked only; its speed is the next device run's. BLOCK_PROMOTE_V2_AT_WAIT_VARIANT: the same
-# path where the default build reads its scales (the A/B of the two tells which window costs).
-BLOCK_PROMOTE_V2_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1, scale_ahead=2, promote_v2=1)
-BLOCK_PROMOTE_V2_AT_WAIT_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1, scale_ahead=2,
-                                              promote_v2=2)
 
 BUILD_CHECK_BUILDS = (
     # (variant, a_mn, b_mn, fp16 output, act, bias, res): both schedules row-wise, per-tensor plain, the full
     # epilogue (bias + GELU + residual) on the accurate tile, fp16 output from e5m2 x e4m3, promotion every 2
-    # k-blocks, the small-M fast tile, block scales (loaded in their k-block, and copied ahead with a bias), the lean
-    # block-scale path (at the k-block's top with a bias, before the wait without)
+    # k-blocks, the small-M fast tile, block scales (loaded in their k-block, and copied ahead: two k-blocks with a
+    # bias, one without)
     (ACCURATE_VARIANT, False, False, False, 0, False, False), (FAST_VARIANT, False, False, False, 0, True, False),
     (ACCURATE_VARIANT.with_operands(1, (1, 1)), False, False, False, 0, False, False),
     (ACCURATE_VARIANT, False, False, False, 2, True, True),
@@ -126,8 +114,7 @@ BUILD_CHECK_BUILDS = (
     (FAST_SMALL_M_VARIANT, False, False, False, 0, False, False),
     (ACCURATE_VARIANT.with_operands(3, (1, 1)), False, False, False, 0, True, False),
     (BLOCK_AHEAD_VARIANT, False, False, False, 0, True, False),
-    (BLOCK_PROMOTE_V2_VARIANT, False, False, False, 0, True, False),
-    (BLOCK_PROMOTE_V2_AT_WAIT_VARIANT, False, False, False, 0, False, False),
+    (replace(BLOCK_AHEAD_VARIANT, scale_ahead=1), False, False, False, 0, False, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # QGMMA: the FP8 wgmma; TMA in and out, setmaxnreg, stmatrix as the 16-bit GEMM

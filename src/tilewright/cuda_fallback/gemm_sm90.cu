@@ -48,37 +48,39 @@
 //     sectors and L1TEX waits in 37% of the issue cycles, the build running 0.61-0.83x the row-wise one.
 //     TW_FP8_SCALE_AHEAD=D (block scales, D = 1 or 2; 0, the default, loads each k-block's scales into registers
 //     in that k-block): k-block kb's scales are copied (cp.async) into a shared-memory ring of D slots per consumer
-//     during k-block kb - D, one copy group per k-block, and read from it at kb's promotion after a wait that leaves
+//     during k-block kb - D, one copy group per k-block, and read from it at the top of kb after a wait that leaves
 //     the D - 1 younger groups in flight; a tile's first D k-blocks are copied during the previous tile's epilogue.
-//     Why: loaded in their own k-block, the scales' product is formed right before the k-block's wait (SASS: two
-//     FMULs just above the WARPGROUP.DEPBAR, their operands the LDGs issued between the QGMMAs), so each promotion
-//     waits out a global load's whole latency beyond its wgmmas - ncu's L1TEX stall, 1.6 of 5.1 cycles an issue at
-//     4096^3 (H200) once the loads were coalesced. Register loads issued earlier do not fix it: ptxas gives every
-//     LDG of the loop one scoreboard and a wait on it covers all loads in flight, the newest included (SASS of a
-//     3-set register ring: one set's FMUL waits for the set issued at the top of its own k-block), so a register
+//     Why copied: loaded in their own k-block, the scales' product is formed right before the k-block's wait (SASS:
+//     two FMULs just above the WARPGROUP.DEPBAR, their operands the LDGs issued between the QGMMAs), so each
+//     promotion waits out a global load's whole latency beyond its wgmmas - ncu's L1TEX stall, 1.6 of 5.1 cycles an
+//     issue at 4096^3 (H200) once the loads were coalesced. Register loads issued earlier do not fix it: ptxas gives
+//     every LDG of the loop one scoreboard and a wait on it covers all loads in flight, the newest included (SASS of
+//     a 3-set register ring: one set's FMUL waits for the set issued at the top of its own k-block), so a register
 //     load is at best one k-block ahead of its use - and a variant that multiplied the scales where it loaded them
 //     one k-block ahead compiled to today's wait exactly. cp.async groups are waited for by count, oldest first.
-//     Ring layout per consumer and slot: scale_a of its WM rows (warp w's 16 at [16 w, 16 w + 16)), then the
-//     tile's scale_b once per warp (each warp reads only what its own lanes copied: a warp barrier, no CTA one).
-//     A slot is refilled right after its k-block has read it, so D slots suffice (D = 3 would overflow the 6-stage
-//     tile's shared memory). In SASS the wait is DEPBAR.LE SB0, D - 1 - the counter the TMA store's bulk group
-//     of the consumer's tid 0 also counts, which can only make that warp's wait stricter, never let it pass early
-//     (the copy groups complete in order): at most a wait for the previous tile's store to read cbuf.
-//     TW_FP8_BLOCK_PROMOTE_V2=P (with TW_FP8_SCALE_AHEAD; 0, the default: off): the same ring, products and FFMA
-//     promotion - bit-equal output - through a leaner per-k-block scale path. Why: SASS (nvcc 13.0, no bias) of
-//     the copied-ahead build's k-block is 180 instructions to the row-wise build's 140 (both 4 QGMMA and 64 FFMA /
-//     FADD). 26 of them sit between the last QGMMA and the wgmma wait, where the row-wise build has none: the copy
-//     group's DEPBAR, 3 LDS, a divergent branch (BSSY / BSYNC) around the next copy whose 64-bit source is
-//     recomputed from kb, the slot from (pos + kb) % D, the commit; and the two FMULs of the products land after the
-//     wait, the first FFMA waiting on them. Both consumers' warps share the four schedulers, so that window takes
-//     issue slots from the other consumer's promotion and reissue - the path that decides when the tensor cores
-//     get their next wgmmas - while the 14 further instructions lengthen this consumer's own. The lean path: a
-//     lane's two rows' scale_a side by side in the ring (one 8-byte LDS), the next copy's source and the slot kept
-//     as running values (a 64-bit add and an XOR a k-block), the copy a predicated cp.async. P = 1 runs it at the
-//     k-block's top, before the full-barrier wait: SASS 165 instructions, none between the last QGMMA and the wait,
-//     the FMULs among the QGMMAs, only the 64 FFMAs after the wait (as the row-wise build's 64 FADDs). P = 2 runs it
-//     where the default build reads (166 instructions, 15 in that window: ptxas branches around the copy there):
-//     the A/B of the two tells whether that window or the count before the next wgmmas costs.
+//     Ring layout per consumer and slot: scale_a of its WM rows, warp w's 16 at [16 w, 16 w + 16) with rows l and
+//     l + 8 side by side (row 16 w + l at 16 w + 2 (l % 8) + l / 8), so that a lane's two rows (lane / 4 and
+//     lane / 4 + 8) are one 8-byte LDS; then the tile's scale_b once per warp (each warp reads only what its own
+//     lanes copied: a warp barrier, no CTA one). A slot is refilled right after its k-block has read it, so D slots
+//     suffice (D = 3 would overflow the 6-stage tile's shared memory). In SASS the wait is DEPBAR.LE SB0, D - 1 - the
+//     counter the TMA store's bulk group of the consumer's tid 0 also counts, which can only make that warp's wait
+//     stricter, never let it pass early (the copy groups complete in order): at most a wait for the previous tile's
+//     store to read cbuf.
+//     Why lean and at the k-block's top: both consumers' warps share the four schedulers, so whatever sits between a
+//     k-block's last QGMMA and its wgmma wait takes issue slots from the other consumer's promotion and reissue - the
+//     path that decides when the tensor cores get their next wgmmas. Read where the register build reads (before the
+//     wait, one 4-byte LDS a row, the next copy under an `if` with its source and slot recomputed from kb), the k-block
+//     was 180 instructions to the row-wise build's 140 (SASS, nvcc 13.0, no bias; both 4 QGMMA and 64 FFMA / FADD), 26
+//     of them in that window, where the row-wise build has none (the copy group's DEPBAR, 3 LDS, a divergent branch
+//     around the copy - BSSY / BSYNC -, the commit), and the two FMULs after the wait, the first FFMA waiting on them.
+//     Now the next copy's source and slot are running values (a 64-bit add and an XOR a k-block), the copy one
+//     predicated cp.async, and all of it sits at the k-block's top, before the full-barrier wait (ptxas moves the two
+//     FMULs among the QGMMAs): 165 instructions at D = 2 (159 at D = 1), none between the last QGMMA and the wgmma
+//     wait, only the 64 FFMAs after it (as the row-wise build's 64 FADDs). Measured (H200, CUDA-graph replays, the same
+//     fp8 bits, bit-equal outputs): block / row-wise 0.906-0.964x on 8192^3, 8192 x 28672 x 4096, 4096^3 and 2048 x
+//     7168 x 2048, where that first placement ran 0.809-0.921x; the lean path placed there (15 instructions left in the
+//     window: ptxas branched around its copy) ran 0.847-0.957x: 0.847 against 0.906 at 8192 x 28672 x 4096,
+//     within 0.007 elsewhere.
 //
 // TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
 // GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
@@ -191,9 +193,6 @@
 #ifndef TW_FP8_SCALE_AHEAD
 #define TW_FP8_SCALE_AHEAD 0  // block scales: k-blocks between a scale's copy and its use (header)
 #endif
-#ifndef TW_FP8_BLOCK_PROMOTE_V2
-#define TW_FP8_BLOCK_PROMOTE_V2 0  // block scales copied ahead: where the lean scale path runs, 0 off (header)
-#endif
 
 #ifndef TW_BM
 #define TW_BM 128
@@ -289,8 +288,6 @@ static_assert(SCALE != 3 || (TW_FP8_PROMOTE == 1 && BN == 128), "TW_SCALE 3: pro
 // (MA == 1 follows from the promoted 128-column tile; the ring holds 16 rows a warp. 3 slots would not fit the
 // shared memory of the 6-stage 128 x 128 tile: the SMEM_BYTES assert.)
 static_assert(SCALE_AHEAD == 0 || (SCALE == 3 && MA == 1 && SCALE_AHEAD <= 2), "TW_FP8_SCALE_AHEAD: block scales, 1-2");
-static_assert(TW_FP8_BLOCK_PROMOTE_V2 == 0 || (SCALE_AHEAD >= 1 && TW_FP8_BLOCK_PROMOTE_V2 <= 2),
-              "TW_FP8_BLOCK_PROMOTE_V2: 1 or 2, a variant of the copied-ahead block scales (TW_FP8_SCALE_AHEAD)");
 static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
 static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 128 and 256");
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
@@ -710,7 +707,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     // This warp's part of a slot: lane l < 16 copies the scale_a of row 16 warp + l (zero-filled past M, reading
     // nothing), lane 16 the tile's scale_b block, lanes 17-31 nothing. A lane's source for a tile is a pointer to its
     // k-block 0 and a step per k-block (a column of scale_a, a row of scale_b), so every k-block's copy is one
-    // address and one instruction for all 17 lanes - no divergent paths between the wgmmas and their wait.
+    // address and one instruction for all 17 lanes.
     struct ScaleSource {
       const float* k0;
       int step, bytes;
@@ -720,13 +717,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       if (lane < 16) return {scale_a + (r < M ? r : 0), M, r < M ? 4 : 0};
       return {scale_b + tile_n0 / 128, num_nb, lane == 16 ? 4 : 0};
     };
-#if TW_FP8_BLOCK_PROMOTE_V2
-    // (lean path: rows l and l + 8 of a warp's 16 side by side - row 16 w + l at 16 w + 2 (l % 8) + l / 8 - so that
-    // a lane's two rows, lane / 4 and lane / 4 + 8, are one 8-byte load)
+    // (rows l and l + 8 of a warp's 16 side by side - row 16 w + l at 16 w + 2 (l % 8) + l / 8 - so that a lane's two
+    // rows, lane / 4 and lane / 4 + 8, are one 8-byte load: header)
     const tw_u32 scale_lane_offset = 4 * (lane < 16 ? warp * 16 + 2 * (lane & 7) + (lane >> 3) : WM + warp);
-#else
-    const tw_u32 scale_lane_offset = 4 * (lane < 16 ? warp * 16 + lane : WM + warp);
-#endif
+    // (the head copies below; the mainloop's copy is read_block_scales' predicated one)
     auto copy_block_scales = [&](const ScaleSource& src, int kb, int slot) {
       if (lane <= 16)
         cp_async_4_zfill(scale_ring + slot * SCALE_SLOT_BYTES + scale_lane_offset, src.k0 + (long long)kb * src.step,
@@ -789,15 +783,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       int s = pos % STAGES;
       tw_u32 phase = (pos / STAGES) & 1;
       int prev = 0;
-#if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD && TW_FP8_BLOCK_PROMOTE_V2
-      // The lean block-scale path (header: TW_FP8_BLOCK_PROMOTE_V2): per k-block one copy-group wait, an 8-byte and
-      // a 4-byte LDS, two FMULs, one predicated cp.async and its commit, and two running values instead of kb
-      // arithmetic - the source of the next copy (k-block kb + SCALE_AHEAD: the previous epilogue copied the tile's
-      // first SCALE_AHEAD) and the slot's address.
+#if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD
+      // A k-block's block scales from the ring, and the copy into the slot they leave (header: TW_FP8_SCALE_AHEAD):
+      // one copy-group wait, an 8-byte and a 4-byte LDS, two FMULs, one predicated cp.async and its commit, and two
+      // running values instead of kb arithmetic - the source of the next copy (k-block kb + SCALE_AHEAD: the previous
+      // epilogue copied the tile's first SCALE_AHEAD) and the slot's address.
       const float* scale_next = tile_scales.k0 + (long long)SCALE_AHEAD * tile_scales.step;
       tw_u32 scale_slot = scale_ring + (pos % SCALE_AHEAD) * SCALE_SLOT_BYTES;
       const bool scale_copier = lane <= 16;  // lanes 0-15 copy scale_a rows, lane 16 the tile's scale_b block
-      auto block_scales_v2 = [&](int kb, float (&kscale)[MA][2]) {
+      auto read_block_scales = [&](int kb, float (&kscale)[MA][2]) {
         // k-block kb's group is the oldest in flight (copied SCALE_AHEAD k-blocks ago): waiting until SCALE_AHEAD - 1
         // remain lands it; the warp barrier then shows each lane the copies of the others
         cp_async_wait_group<SCALE_AHEAD - 1>();
@@ -805,7 +799,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         float sa_lo, sa_hi;
         ld_shared_f32x2(scale_slot + 4 * (warp * 16 + 2 * (lane >> 2)), sa_lo, sa_hi);
         const float col_scale = __uint_as_float(ld_shared_b32(scale_slot + 4 * (WM + warp)));
-        // the default build's products, bit for bit: scale_a[row, kb] * scale_b[kb, n0 / 128] in one fp32 multiply
+        // the register build's products, bit for bit: scale_a[row, kb] * scale_b[kb, n0 / 128] in one fp32 multiply
         kscale[0][0] = sa_lo * col_scale;
         kscale[0][1] = sa_hi * col_scale;
         __syncwarp();  // every lane has read the slot before any lane refills it
@@ -883,12 +877,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < BN / 2; ++i) acc[ma][i] = 0.0f;
 #endif
       for (int kb = 0; kb < kt; ++kb) {
-#if TW_SCALE == 3 && TW_FP8_BLOCK_PROMOTE_V2 == 1
+#if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD
         // the k-block's scales at its top, before the full-barrier wait: the window between its wgmmas and their
         // wait (the other consumer's promotion and reissue on the same schedulers) stays as empty as the row-wise
         // build's, and the products are ready before the wait instead of two FMULs after it (header)
         float kscale[MA][2];
-        block_scales_v2(kb, kscale);
+        read_block_scales(kb, kscale);
 #endif
 #if TW_NORM_XFORM
         // TMA landed and the transform warps wrote x * g (overlapped read-only: TMA landed)
@@ -931,31 +925,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         if ((kb + 1) % TW_FP8_PROMOTE == 0 || kb + 1 == kt) {
 #if TW_SCALE == 3
           // block scales (header): this k-block's scale of each of the thread's rows times the tile's B block
-          // scale - by default loaded here, before the wait, whose wgmmas do not outlast the loads (header)
-#if TW_FP8_BLOCK_PROMOTE_V2 == 1
-          // (kscale: read at the k-block's top)
-#elif TW_FP8_BLOCK_PROMOTE_V2 == 2
+          // scale - copied ahead, read at the k-block's top (kscale); else loaded here, before the wait, whose
+          // wgmmas do not outlast the loads (header)
+#if !TW_FP8_SCALE_AHEAD
           float kscale[MA][2];
-          block_scales_v2(kb, kscale);  // the lean path where the default build reads (header)
-#else
-          float kscale[MA][2];
-#if TW_FP8_SCALE_AHEAD
-          {
-            // copied SCALE_AHEAD k-blocks ago: this k-block's group is the oldest in flight, so waiting until
-            // SCALE_AHEAD - 1 remain lands it; the warp barrier then shows each lane the copies of the others
-            cp_async_wait_group<SCALE_AHEAD - 1>();
-            __syncwarp();
-            const int slot = (pos + kb) % SCALE_AHEAD;
-            const tw_u32 src = scale_ring + slot * SCALE_SLOT_BYTES;
-            const float col_scale = __uint_as_float(ld_shared_b32(src + 4 * (WM + warp)));
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              kscale[0][h] = __uint_as_float(ld_shared_b32(src + 4 * (warp * 16 + (lane >> 2) + 8 * h))) * col_scale;
-            __syncwarp();  // every lane has read the slot before any lane refills it
-            if (kb + SCALE_AHEAD < kt) copy_block_scales(tile_scales, kb + SCALE_AHEAD, slot);
-            cp_async_commit_group();  // (empty near the tile's end: one group per k-block keeps the count)
-          }
-#else
           {
             const float sbk = scale_b[(long long)kb * num_nb + n0 / 128];
 #pragma unroll
@@ -967,7 +940,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               }
           }
 #endif
-#endif  // TW_FP8_BLOCK_PROMOTE_V2
 #endif
           // promotion: the group's partial tile is complete once its wgmmas retire, which also frees the stage
           wgmma_wait<0>();

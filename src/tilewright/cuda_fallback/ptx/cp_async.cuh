@@ -13,7 +13,7 @@ TW_DEVICE void cp_async_4_zfill(tw_u32 dst, const void* src, int src_bytes) {
 
 // cp_async_4_zfill under a predicate instead of an `if` around the copy and its address: ptxas keeps it one predicated
 // LDGSTS where an `if` compiled to a divergent branch (BSSY / BSYNC) in gemm_sm90.cu's block-scale k-block
-// (TW_FP8_BLOCK_PROMOTE_V2).
+// (TW_FP8_SCALE_AHEAD).
 TW_DEVICE void cp_async_4_zfill_if(bool pred, tw_u32 dst, const void* src, int src_bytes) {
   asm volatile(
       "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n\t}"
@@ -32,7 +32,7 @@ TW_DEVICE tw_u32 ld_shared_b32(tw_u32 addr) {
 }
 
 // Two adjacent fp32 from a shared-window address (8-byte aligned) in one LDS.64 (gemm_sm90.cu's block scales: a
-// lane's two rows' scale_a side by side, TW_FP8_BLOCK_PROMOTE_V2).
+// lane's two rows' scale_a side by side, TW_FP8_SCALE_AHEAD).
 TW_DEVICE void ld_shared_f32x2(tw_u32 addr, float& lo, float& hi) {
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(lo), "=f"(hi) : "r"(addr) : "memory");
 }
