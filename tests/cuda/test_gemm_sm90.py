@@ -137,6 +137,63 @@ def test_cache_key_covers_source_headers_arch_flags_and_compiler(tmp_path, monke
     assert build.cache_key(src, "sm_90a", ("-DA=1",), tc) != base
 
 
+def test_prebuild_compiles_the_builds_calls_ask_for_in_parallel_and_then_runs_nothing(tmp_path, monkeypatch):
+    """runtime.build.prebuild (a self-check's problems' builds, compiled concurrently before the problems run): each
+    call stops at its first compile_source - nothing after it runs, an ``except Exception`` around it does not
+    swallow the stop - the distinct uncached builds compile at once, a call failing before its build is skipped, a
+    failing build is left for its call; the calls afterwards find their builds cached."""
+    import threading
+    import time
+
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "_memo", {})
+    src = tmp_path / "k.cu"
+    src.write_text("// a kernel\n")
+    tc = build.Toolchain("nvcc", "/fake/nvcc", "13.0.88")
+    monkeypatch.setattr(build, "toolchain", lambda: tc)
+    running, peak, compiled = [0], [0], []
+    lock = threading.Lock()
+
+    def fake_nvcc(tc, source, arch, flags, out):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+            compiled.append(flags)
+        if "-DBAD=1" in flags:
+            raise build.CompileError("bad build")
+        out.write_bytes(b"cubin")
+        return "log"
+
+    monkeypatch.setattr(build, "_compile_nvcc", fake_nvcc)
+    launched = []
+
+    def call(i, bad=False):
+        def run():
+            try:  # (a launcher's fallback around its build must not take the stop for a failure)
+                build.compile_source(src, "sm_90a", {"V": i, **({"BAD": 1} if bad else {})})
+            except Exception:
+                launched.append(("fallback", i))
+                return
+            launched.append(i)
+        return run
+
+    def fails_first():
+        raise ValueError("bad input, before any build")
+
+    calls = [call(0), call(1), call(2), call(1), fails_first, call(3, bad=True)]
+    build.prebuild(calls)
+    assert launched == []  # nothing ran past its build
+    assert len(compiled) == 4 and peak[0] >= 2  # the four distinct builds, concurrently (one failing)
+    for c in calls[:4]:
+        c()
+    assert launched == [0, 1, 2, 1] and len(compiled) == 4  # all cached now
+    calls[-1]()
+    assert launched[-1] == ("fallback", 3) and len(compiled) == 5  # the failed build: compiled again by its call
+
+
 def test_no_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(build, "toolchain", lambda: None)
     with pytest.raises(build.CudaUnavailable, match="no CUDA compiler"):

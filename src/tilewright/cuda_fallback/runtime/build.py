@@ -235,6 +235,8 @@ def _file_lock(path: Path):
 def compile_source(source: str | Path, arch: str = "sm_90a", defines: dict | None = None,
                    tc: Toolchain | None = None, use_cache: bool = True) -> Build:
     """Compile ``source`` (a path, or a file name under cuda_fallback/) to a cubin for ``arch``, through the cache."""
+    if getattr(_collecting, "on", False):  # inside prebuild's first pass: name the build, compile nothing
+        raise _BuildWanted((source, arch, tuple(sorted((defines or {}).items())), tc, use_cache))
     source = Path(source)
     if not source.is_absolute():
         source = SOURCE_DIR / source
@@ -273,3 +275,54 @@ def compile_source(source: str | Path, arch: str = "sm_90a", defines: dict | Non
             os.replace(tmp_cubin, path)
     _memo[memo_key] = Build(cubin, log, key, path, False, tc)
     return _memo[memo_key]
+
+
+# ------------------------------------------------------------------------------------------ parallel prebuild
+class _BuildWanted(BaseException):
+    """What compile_source raises inside :func:`prebuild`'s first pass: the build its caller asked for. A
+    BaseException, so that no ``except Exception`` on the way up (a launcher's fallback) takes it for a failure."""
+
+    def __init__(self, request: tuple):
+        super().__init__()
+        self.request = request
+
+
+_collecting = threading.local()  # .on: compile_source names its build instead of compiling it (prebuild)
+
+
+def prebuild(calls) -> None:
+    """Compile at once, on parallel compiler processes, the builds ``calls`` will ask for: each call (a zero-argument
+    function that compiles and launches, e.g. a self-check's problem) runs until its first :func:`compile_source`,
+    which names its build and stops the call; the named builds that are not cached compile concurrently (threads
+    around the compiler's subprocess or NVRTC, at most one per CPU and 8). The calls themselves then find their cubins
+    cached. A call that asks for no build, or fails before asking, is skipped; a build that fails here is left for
+    its call, which compiles it again and reports the error as it always has.
+
+    Why: a family's first-use self-check compiles one build per epilogue / mask combination it checks, one after
+    another - 10 nvcc runs, 14.1 of the 19.4 s the Llama B8 block's first forward took on a cold H200 host
+    (perf/LOG.md, session 28)."""
+    wanted = []
+    for call in calls:
+        _collecting.on = True
+        try:
+            call()
+        except _BuildWanted as w:
+            wanted.append(w.request)
+        except Exception:  # noqa: BLE001 - the call itself reports it when it runs for real
+            pass
+        finally:
+            _collecting.on = False
+    wanted = list(dict.fromkeys(wanted))
+    if len(wanted) < 2:
+        return  # (one build: its call compiles it as soon)
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile_one(request) -> None:
+        source, arch, defines, tc, use_cache = request
+        try:
+            compile_source(source, arch, dict(defines), tc, use_cache)
+        except Exception:  # noqa: BLE001 - see above: the call compiles it again and raises
+            pass
+
+    with ThreadPoolExecutor(max_workers=min(len(wanted), os.cpu_count() or 1, 8)) as pool:
+        list(pool.map(compile_one, wanted))

@@ -40,6 +40,8 @@ def run_self_check(label: str, cases) -> tuple[bool, str]:
     and returns ``{metric: (value, limit)}`` with the headline relative error first. The first non-finite or
     over-limit metric fails the check with every metric of that problem in the message.
     """
+    cases = list(cases)
+    build.prebuild([measure for _, measure in cases])  # the problems' builds, compiled in parallel first
     worst = 0.0
     for problem, measure in cases:
         metrics = measure()
