@@ -216,6 +216,41 @@ def test_rms_norm_linear_takes_aten(route):
         tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
 
 
+def test_rms_norm_linear_training_takes_aten_where_cublas_runs_the_gemm(route):
+    """A training call (autograd records) over the small-problem limit takes ATen's pair where the op's GEMM would go
+    to cuBLAS anyway (cublas_routes.cublas_preferred, asked about the 2-D x and the (K, N) weight view); not without
+    autograd, not where cuBLAS is not preferred, not with a forced backend."""
+    import tilewright.cublas_routes as cr
+
+    _no_kernels(route)
+    route.setenv(_aten.ENV, "1")  # nothing is small: only the cuBLAS rule can send a call to ATen
+    asked, preferred = [], {"yes": True}
+    route.setattr(cr, "cublas_preferred",
+                  lambda a, b, bias=None: asked.append((tuple(a.shape), tuple(b.shape))) or (preferred["yes"], "test"))
+    x, g, w, b = torch.randn(2, 3, 16), torch.rand(16) + 0.5, torch.randn(8, 16), torch.randn(8)
+
+    def ref(x, g, w, b):
+        return F.linear(F.rms_norm(x, (16,), g, 1e-5), w, b)
+
+    def ours(x, g, w, b):
+        return tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
+
+    for _ in range(2):
+        out, grads = _grads(ours, x, g, w, b)
+        ref_out, ref_grads = _grads(ref, x, g, w, b)
+        torch.testing.assert_close(out, ref_out)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want)
+    assert asked[0] == ((6, 16), (16, 8)) and set(_entries(rms_ops._replays)) == {"AtenRmsNormLinear"}
+    with torch.no_grad(), pytest.raises(AssertionError, match="kernel"):  # inference keeps the op's path
+        ours(x, g, w, b)
+    with pytest.raises(AssertionError, match="kernel"):  # a forced backend too
+        tilewright.rms_norm_linear(x.requires_grad_(), g, w, b, eps=1e-5, backend="triton")
+    preferred["yes"] = False
+    with pytest.raises(AssertionError, match="kernel"):
+        ours(torch.randn(4, 16, requires_grad=True), g, w, b)
+
+
 def test_attention_takes_sdpa(route):
     _no_kernels(route)
     q = torch.randn(1, 4, 9, 16, dtype=torch.float16)

@@ -13,7 +13,8 @@ family only when autograd records, ``rms_norm_linear`` also without autograd out
 
 * ``linear`` / ``matmul``: ``F.linear`` / ``torch.matmul`` (a bias through addmm's), then the activation and the
   residual add: the ops torch's own unfused code runs, with its numerics.
-* ``rms_norm_linear``: ``F.linear(F.rms_norm(x, ...), weight, bias)``.
+* ``rms_norm_linear``: ``F.linear(F.rms_norm(x, ...), weight, bias)`` - also an eager training call of any size whose
+  plain GEMM cuBLAS runs anyway (:func:`_cublas_gemm`: the op would run that same unfused pair, with Python nodes).
 * ``flash_attention`` / ``scaled_dot_product_attention`` without soft-capping, a window, bottom-right alignment
   (when Sq != Skv), a different value head dim or the LSE output: ``F.scaled_dot_product_attention``.
 
@@ -180,13 +181,31 @@ class AtenRmsNormLinear:
         return F.linear(F.rms_norm(x, (x.shape[-1],), norm_weight, self._eps), weight, bias)
 
 
-def rms_norm_linear(x, weight, eps: float, backend, records_grad: bool) -> AtenRmsNormLinear | None:
+def rms_norm_linear(x, weight, eps: float, backend, records_grad: bool, bias=None,
+                    eager: bool = True) -> AtenRmsNormLinear | None:
     """The ATen route of a checked ``rms_norm_linear`` call, or None: a small call, with autograd recording or, without
-    it, outside CUDA-graph capture (see the module's docstring)."""
+    it, outside CUDA-graph capture (see the module's docstring); and an eager training call (autograd records) of any
+    size whose GEMM cuBLAS runs anyway (:func:`_cublas_gemm`; ``eager=False``: a traced call, which keeps the op)."""
     flops = 2 * math.prod(x.shape[:-1]) * x.shape[-1] * weight.shape[0]
     if not _takes(backend, flops):
-        return None
+        return AtenRmsNormLinear(eps) if eager and records_grad and _cublas_gemm(x, weight, bias, backend) else None
     return AtenRmsNormLinear(eps) if records_grad or not capturing(x) else None
+
+
+def _cublas_gemm(x, weight, bias, backend) -> bool:
+    """Whether a training ``rms_norm_linear`` call's GEMM goes to cuBLAS (cublas_routes.cublas_preferred: shapes where
+    the WGMMA kernel lost, e.g. M not a multiple of 64): the op would then run the unfused pair itself - its norm
+    pass, then cuBLAS - under a Python autograd node, and ATen's pair is the same GPU work with C++ nodes.
+
+    Why (H200, perf/results/h200/rms_norm_linear/fwd_bwd_rows_2026-11-29_0650.txt): at 3000 x 5120 x 5120 the op's
+    training step ran 0.98 ms a step in a queued loop against eager's 0.72, with 0.80 vs 0.69 ms of kernels - the
+    step was host-bound on the op's Python (forward node, two replayed GEMMs and the norm-backward op in the
+    backward), where eager's is GPU-bound. Not for a forced backend or with the route off (TILEWRIGHT_ATEN_BELOW=0)."""
+    if backend is not None or _limit_unless_forced() <= 0:
+        return False  # (cublas_preferred itself takes CUDA tensors only)
+    from ..cublas_routes import cublas_preferred
+
+    return cublas_preferred(x.reshape(-1, x.shape[-1]), weight.t(), bias)[0]
 
 
 def capturing(t: torch.Tensor) -> bool:

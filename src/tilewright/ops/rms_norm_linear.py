@@ -450,7 +450,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     With no backend given, a small problem (2MNK under 2^35) - eager with or without autograd, or traced by
     torch.compile - runs ``F.linear(F.rms_norm(...))`` (ops/_aten.py: host-bound sizes, torch's numerics); inside a
     CUDA-graph capture a call without autograd keeps the kernels (GPU time is what a graph replays);
-    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the fused kernel.
+    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the fused kernel. An eager call autograd records takes that
+    route at any size where the plain GEMM goes to cuBLAS (``cublas_routes.cublas_preferred``, e.g. M not a multiple
+    of 64): the op would run the same unfused pair there, under Python autograd nodes (3000 x 5120 x 5120 on an H200:
+    0.73x eager's training step before).
     """
     if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
         out = _dtensor.tensor_parallel_rms_norm_linear(rms_norm_linear, x, norm_weight, weight, bias, eps, backend)
@@ -492,13 +495,13 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     eps = _check_eps(eps)
     if key is not None:
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
-        aten = _aten.rms_norm_linear(x, weight, eps, backend, key[-2])
+        aten = _aten.rms_norm_linear(x, weight, eps, backend, key[-2], bias)
         if aten is not None:
             _fast.store(_replays, key, aten)
             return aten(x, norm_weight, weight, bias)
     elif _aten.compiling(x):
         # a small call traced by torch.compile: ATen's ops in the graph
-        aten = _aten.rms_norm_linear(x, weight, eps, backend, True)
+        aten = _aten.rms_norm_linear(x, weight, eps, backend, True, eager=False)
         if aten is not None:
             return aten(x, norm_weight, weight, bias)
     x2 = x.reshape(math.prod(x.shape[:-1]), K)
