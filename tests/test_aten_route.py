@@ -415,6 +415,30 @@ def test_gpu_large_calls_keep_the_kernels(monkeypatch):
     _fast.invalidate()
 
 
+@pytest.mark.gpu
+def test_gpu_training_rms_norm_linear_follows_the_cublas_rule(monkeypatch):
+    """A training call over the small-problem limit: ATen's pair exactly where cublas_preferred sends the plain GEMM
+    to cuBLAS (3000 rows: M % 64 != 0, where it is on the measured cards), with the pair's values and gradients."""
+    from tilewright.cublas_routes import cublas_preferred
+
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    _fast.invalidate()
+    M, N, K = 3000, 5120, 5120
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    g = (torch.rand(K, device="cuda", generator=gen) + 0.5).bfloat16()
+    w = (torch.randn(N, K, device="cuda", generator=gen) / K ** 0.5).bfloat16()
+    preferred = cublas_preferred(x, w.t(), None)[0]
+    got, got_grads = _grads(lambda x, g, w: tilewright.rms_norm_linear(x, g, w, eps=1e-5), x, g, w)
+    assert ("AtenRmsNormLinear" in _entries(rms_ops._replays)) == preferred
+    if preferred:
+        want, want_grads = _grads(lambda x, g, w: F.linear(F.rms_norm(x, (K,), g, 1e-5), w), x, g, w)
+        torch.testing.assert_close(got, want)  # (the same ATen ops; cuBLAS may pick another split between calls)
+        for a, b in zip(got_grads, want_grads):
+            torch.testing.assert_close(a, b)
+    _fast.invalidate()
+
+
 # ------------------------------------------------------------------------------------------- torch.compile traces
 def _graph_targets(fn, *args):
     """The call targets of the ATen-level forward graph(s) torch.compile makes of ``fn(*args)`` - what inductor
