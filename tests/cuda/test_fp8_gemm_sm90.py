@@ -48,6 +48,26 @@ def test_block_scales_ahead_is_a_block_build_switch():
     assert f8._default_variant(64, 1, True) is f8.FAST_SMALL_M_VARIANT
 
 
+def test_block_scales_in_the_stage_is_a_block_build_switch():
+    """TW_FP8_SCALE_STAGE (block scales copied into each pipeline stage by a producer warp): its own build name and
+    macro, absent from every other build's defines (their cache keys stay), build-checked with and without a bias, the
+    stages' scale slots in the launch's shared memory (5 stages x (128 rows + 4) floats) - a sixth stage would not fit
+    -, dropped for other scales; not the default block build."""
+    v = f8.BLOCK_STAGE_VARIANT
+    assert v.name == "coop128x128s5f8blkst" and v.defines(False, False, False)["TW_FP8_SCALE_STAGE"] == 1
+    assert "TW_FP8_SCALE_AHEAD" not in v.defines(False, False, False)
+    assert all("TW_FP8_SCALE_STAGE" not in b.defines(False, False, False) for b, *_ in f8.BUILD_CHECK_BUILDS
+               if not b.scale_stage)
+    assert sorted(bias for b, _, _, _, _, bias, _ in f8.BUILD_CHECK_BUILDS if b == v) == [False, True]
+    five = replace(f8.ACCURATE_VARIANT, stages=5).smem_bytes()
+    assert v.smem_bytes() == five + 5 * (128 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
+    assert replace(v, stages=6).smem_bytes() > f8.gemm_sm90.SMEM_LIMIT
+    assert v.with_operands(3, (2, 1)).scale_stage == 1 and v.with_operands(2, (1, 1)).scale_stage == 0
+    assert f8._default_variant(4096, 3, False) is f8.BLOCK_AHEAD_VARIANT
+    rows = {label: markers for label, _, _, markers in f8.build_check_builds()}
+    assert rows[f"{v.name} bf16 A:K-major B:K-major bias"] == ("LDGSTS",)
+
+
 @needs_compiler
 def test_accurate_build_promotes_every_k_block(cache):
     """The accurate build adds each k-block's partial tile into the accumulator (64 FADDs a thread per k-block at
@@ -123,6 +143,36 @@ def test_block_scales_ahead_leave_the_wgmma_wait_window_empty(cache, ahead):
     assert len(body) < len(_kblock(f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))[1])
     info, _ = _kblock(v, bias=True)
     assert info["spills"] == 0 and info["stack"] == 0
+
+
+@needs_compiler
+def test_block_scales_in_the_stage_leave_the_consumer_only_loads_and_multiplies(cache):
+    """With the block scales copied into the stage by the producer warpgroup (TW_FP8_SCALE_STAGE), a consumer k-block
+    does no copy work: no LDGSTS, copy-group wait (DEPBAR) or commit (LDGDEPBAR), no warp barrier, no global load -
+    one LDS.64 (its two rows), one LDS (scale_b) and two FMULs, nothing between the last QGMMA and the wgmma wait,
+    the 64 FFMAs after it and no FMUL there; fewer instructions than the copied-ahead k-block, within 8 of the
+    row-wise one; every consumer thread arrives on the empty barrier (one unpredicated arrive). The copies are the
+    producer side's: LDGSTS and the counted cp.async arrival (ARRIVES.LDGSTSBAR...ARVCNT: .noinc). Spill-free with
+    and without a bias (the bias build's window holds the bias slice's copy branch, as every build with a bias)."""
+    v = f8.BLOCK_STAGE_VARIANT
+    (info, body), (_, row), (_, ahead) = _kblock(v), _kblock(f8.ACCURATE_VARIANT), _kblock(f8.BLOCK_AHEAD_VARIANT)
+    counts = f"k-block: {len(body)} instructions (row-wise {len(row)}, copied ahead {len(ahead)})"
+    assert info["spills"] == 0 and info["stack"] == 0, (info, counts)
+    assert sum(op.startswith("QGMMA.64x128x32.F32.E4M3.E4M3") for op in body) == 4, counts
+    assert _window(body) == [], (_window(body), counts)
+    assert not any(op.startswith(("LDGSTS", "LDGDEPBAR", "DEPBAR", "WARPSYNC", "LDG.", "BSSY")) for op in body), counts
+    assert [sum(op.startswith(f"{o} ") for op in body) for o in ("LDS.64", "LDS", "FMUL")] == [1, 1, 2], counts
+    wait = next(i for i, op in enumerate(body) if op.startswith("WARPGROUP.DEPBAR"))
+    assert sum(op.startswith("FFMA ") for op in body[wait:]) == 64 and not any(
+        op.startswith("FMUL") for op in body[wait:]), counts
+    arrives = [op for op in body if "SYNCS.ARRIVE" in op]
+    assert len(arrives) == 1 and arrives[0].startswith("SYNCS.ARRIVE"), (arrives, counts)
+    assert len(body) < len(ahead) and len(body) <= len(row) + 8, counts
+    b = build.compile_source(f8.SOURCE, "sm_90a", v.defines(False, False, False))
+    sass = build_check.sass(b.cubin)
+    assert "LDGSTS" in sass and re.search(r"ARRIVES\.LDGSTSBAR\.64\.ARVCNT", sass), counts
+    info, _ = _kblock(v, bias=True)
+    assert info["spills"] == 0 and info["stack"] == 0, info
 
 
 def _operands(M=256, N=512, K=1024, fa=E4M3, fb=E4M3):
@@ -302,3 +352,8 @@ def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
     assert "TW_FP8_SCALE_AHEAD" not in builds[-1][2] and builds[-1][2]["TW_SCALE"] == 3
     f8.launch_fp8_gemm(a, b, sa, sb[:, :512], out, variant=f8.BLOCK_AHEAD_VARIANT)
     assert "TW_FP8_SCALE_AHEAD" not in builds[-1][2] and launches[-1][2] == f8.ACCURATE_VARIANT.smem_bytes()
+    # the block scales copied into the stages: the same scale arguments as every block build (no launcher copy)
+    f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out, variant=f8.BLOCK_STAGE_VARIANT)
+    assert builds[-1][2]["TW_FP8_SCALE_STAGE"] == 1 and "TW_FP8_SCALE_AHEAD" not in builds[-1][2]
+    assert launches[-1][2] == f8.BLOCK_STAGE_VARIANT.smem_bytes() and builds[-1][2]["TW_STAGES"] == 5
+    assert [x.value for x in launches[-1][3][-2:]] == [col_major.data_ptr(), sb_blocks.data_ptr()]

@@ -178,3 +178,21 @@ def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahe
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
         f8.launch_fp8_gemm(a, b, sa, sb, out, bias=bias, variant=v, num_ctas=num_ctas)
         assert torch.equal(out, ref), (v.name, bias is not None)
+
+
+@pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
+def test_block_scales_in_the_stage_equal_the_copied_ahead_build(shape, num_ctas):
+    """TW_FP8_SCALE_STAGE (BLOCK_STAGE_VARIANT: a producer warp copies each k-block's block scales into its pipeline
+    stage, counted by the stage's full barrier; 5 stages) computes the same products and FFMAs in the same order as
+    BLOCK_AHEAD_VARIANT, the default block build: bit-equal outputs with tails in M (zero-filled scale rows), N and
+    K, one and two k-blocks (the ring's first pass), several tiles per CTA (num_ctas: the ring wraps across tiles, 32
+    k-blocks a tile at K = 4096 on one CTA), with and without a bias; every element written (the output starts as
+    NaN)."""
+    M, N, K = shape
+    a, b, sa, sb = _block_operands(M, N, K, seed=6)
+    bias_values = torch.randn(N, device="cuda", generator=torch.Generator(device="cuda").manual_seed(9))
+    for bias in (None, bias_values.to(torch.bfloat16)):
+        ref = f8.fp8_gemm(a, b, sa, sb, bias=bias, num_ctas=num_ctas, variant=f8.BLOCK_AHEAD_VARIANT)
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        f8.launch_fp8_gemm(a, b, sa, sb, out, bias=bias, variant=f8.BLOCK_STAGE_VARIANT, num_ctas=num_ctas)
+        assert torch.equal(out, ref), (f8.BLOCK_STAGE_VARIANT.name, bias is not None)

@@ -44,23 +44,27 @@ class FP8Variant(gemm_sm90.Variant):
     """A GEMM tile variant built for FP8 operands: scale mode (1 per-tensor, 2 row-wise, 3 block), k-blocks of 128
     per fp32 promotion (accurate mode; 0: fast mode, the tensor cores sum all of K), the operands' formats (1 e4m3,
     2 e5m2) and, for block scales, how many k-blocks ahead their copies into shared memory run (0: loaded into
-    registers in their own k-block; gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD)."""
+    registers in their own k-block; gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD) or whether a producer warp copies them
+    into each pipeline stage beside its tiles (scale_stage, TW_FP8_SCALE_STAGE)."""
 
     fp8_scale: int = 2
     promote: int = 1
     formats: tuple = (1, 1)
     scale_ahead: int = 0
+    scale_stage: int = 0
 
     @property
     def name(self) -> str:
         fmt = "" if self.formats == (1, 1) else "-" + "x".join(("e4m3", "e5m2")[f - 1] for f in self.formats)
         promote = "fast" if not self.promote else "" if self.promote == 1 else f"p{self.promote}"
-        ahead = f"a{self.scale_ahead}" if self.scale_ahead else ""
+        ahead = f"a{self.scale_ahead}" if self.scale_ahead else "st" if self.scale_stage else ""
         return super().name + ("", "f8", "f8row", "f8blk")[self.fp8_scale] + ahead + promote + fmt
 
     def smem_bytes(self) -> int:
-        # + the block scales' ring: per consumer, scale_ahead slots of its rows' scale_a and one scale_b per warp
-        return super().smem_bytes() + 2 * self.scale_ahead * (self.wm + 4) * 4
+        # + the block scales' ring: per consumer, scale_ahead slots of its rows' scale_a and one scale_b per warp;
+        # or, in the stages, per stage the tile's scale_a rows and its scale_b (16 bytes)
+        return (super().smem_bytes() + 2 * self.scale_ahead * (self.wm + 4) * 4
+                + bool(self.scale_stage) * self.stages * (self.bm * 4 + 16))
 
     def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
                 res: bool = False) -> dict:
@@ -70,13 +74,15 @@ class FP8Variant(gemm_sm90.Variant):
                  TW_FP8_PROMOTE=self.promote)
         if self.scale_ahead:  # (absent at 0, the kernel's default: the measured builds keep their cache keys)
             d["TW_FP8_SCALE_AHEAD"] = self.scale_ahead
+        if self.scale_stage:  # (likewise)
+            d["TW_FP8_SCALE_STAGE"] = 1
         return d
 
     def with_operands(self, scale_mode: int, formats: tuple) -> "FP8Variant":
         """This tile and schedule for other scales / formats (they are compile-time switches); the block scales'
-        copy distance only where the scales are blocks."""
+        copy distance or copies into the stages only where the scales are blocks."""
         return FP8Variant(self.bm, self.bn, self.stages, self.coop, scale_mode, self.promote, formats,
-                          self.scale_ahead if scale_mode == 3 else 0)
+                          self.scale_ahead if scale_mode == 3 else 0, self.scale_stage if scale_mode == 3 else 0)
 
 
 # Tiles: promotion holds a partial tile beside the accumulator, so the accurate builds take 64 x 128 per consumer
@@ -100,12 +106,19 @@ PROMOTE2_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=2)
 # 2048 x 7168 x 2048: 0.922, 0.906, 0.939, 0.964x, where the same copies read before the wgmma wait ran 0.861, 0.809,
 # 0.893, 0.921x (and the register loads, in an earlier run, 0.715-0.842x). The default for block scales.
 BLOCK_AHEAD_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1, scale_ahead=2)
+# Block scales brought into each pipeline stage by the producer warpgroup (its warp 1: cp.async, arriving on the
+# stage's full barrier), so that a consumer k-block's scale work is one LDS.64, one LDS and two FMULs after the wait it
+# already does - no copy, copy-group wait, commit or warp barrier of its own (gemm_sm90.cu's header,
+# TW_FP8_SCALE_STAGE). Same arithmetic, bit-equal to BLOCK_AHEAD_VARIANT. 5 stages: a sixth does not fit beside the
+# stages' scales (528 bytes each). No launcher work: the kernel reads the column-major scale_a and the row-major
+# scale_b as the other block builds do. Prepared, not yet measured (not the default).
+BLOCK_STAGE_VARIANT = FP8Variant(128, 128, 5, coop=True, fp8_scale=3, promote=1, scale_stage=1)
 
 BUILD_CHECK_BUILDS = (
     # (variant, a_mn, b_mn, fp16 output, act, bias, res): both schedules row-wise, per-tensor plain, the full
     # epilogue (bias + GELU + residual) on the accurate tile, fp16 output from e5m2 x e4m3, promotion every 2
-    # k-blocks, the small-M fast tile, block scales (loaded in their k-block, and copied ahead: two k-blocks with a
-    # bias, one without)
+    # k-blocks, the small-M fast tile, block scales (loaded in their k-block; copied ahead: two k-blocks with a
+    # bias, one without; copied into the stages by a producer warp, with and without a bias)
     (ACCURATE_VARIANT, False, False, False, 0, False, False), (FAST_VARIANT, False, False, False, 0, True, False),
     (ACCURATE_VARIANT.with_operands(1, (1, 1)), False, False, False, 0, False, False),
     (ACCURATE_VARIANT, False, False, False, 2, True, True),
@@ -115,6 +128,8 @@ BUILD_CHECK_BUILDS = (
     (ACCURATE_VARIANT.with_operands(3, (1, 1)), False, False, False, 0, True, False),
     (BLOCK_AHEAD_VARIANT, False, False, False, 0, True, False),
     (replace(BLOCK_AHEAD_VARIANT, scale_ahead=1), False, False, False, 0, False, False),
+    (BLOCK_STAGE_VARIANT, False, False, False, 0, False, False),
+    (BLOCK_STAGE_VARIANT, False, False, False, 0, True, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # QGMMA: the FP8 wgmma; TMA in and out, setmaxnreg, stmatrix as the 16-bit GEMM
@@ -124,9 +139,9 @@ BUILD_CHECK_MARKERS = ("QGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
 def build_check_builds() -> list:
     """``tilewright build-check`` rows (label, defines, dynamic smem) of BUILD_CHECK_BUILDS."""
     variants = {v.name: v for v, *_ in BUILD_CHECK_BUILDS}
-    # the block scales copied ahead come through cp.async (LDGSTS) into the shared-memory ring
+    # the block scales copied ahead or into the stages come through cp.async (LDGSTS)
     return gemm_common.build_check_rows([(v.name, *rest) for v, *rest in BUILD_CHECK_BUILDS], variants,
-                                        lambda v: ("LDGSTS",) if v.scale_ahead else ())
+                                        lambda v: ("LDGSTS",) if v.scale_ahead or v.scale_stage else ())
 
 
 def _scale_mode(scale_a: torch.Tensor, scale_b: torch.Tensor, M: int, N: int, K: int) -> int | None:

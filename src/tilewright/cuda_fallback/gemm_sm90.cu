@@ -81,6 +81,35 @@
 //     7168 x 2048, where that first placement ran 0.809-0.921x; the lean path placed there (15 instructions left in the
 //     window: ptxas branched around its copy) ran 0.847-0.957x: 0.847 against 0.906 at 8192 x 28672 x 4096,
 //     within 0.007 elsewhere.
+//     TW_FP8_SCALE_STAGE=1 (block scales; default 0): the producer side brings each k-block's scales into the pipeline
+//     stage that holds its tiles, so that the consumer's scale work is the loads and the multiply. Why: the copied-
+//     ahead k-block is still 165 instructions to the row-wise build's 140 (beside 64 FFMAs for 64 FADDs: the copy
+//     group's DEPBAR, a warp barrier, 2 LDS, 2 FMULs, the predicated LDGSTS and its commit, the running source and
+//     slot, a second warp barrier), and ran 0.906-0.964x the row-wise build. How: warp 1 of the producer warpgroup
+//     (idle otherwise) walks the TMA thread's tiles and stages; after the stage's empty-barrier wait each lane
+//     cp.asyncs 4 of the tile's BM scale_a rows of the k-block (zero past M, reading nothing: the register build's 0)
+//     and lane 0 the tile's scale_b block into the stage's scale slot (BM + 4 floats, after the bias slices), then
+//     arrives with cp.async.mbarrier.arrive.noinc on the stage's full barrier - an arrival made once that lane's
+//     copies have landed, counted by the barrier (1 + 32 arrivals: the producer's arrive.expect_tx and
+//     the 32 lanes'; the tx bytes stay the tiles'). A consumer reads its two rows (one LDS.64: rows l and l + 8 of a
+//     16 side by side, the ring's layout) and scale_b (one LDS) after the full-barrier wait it already does (its
+//     acquire covers the copies as it covers the TMA bytes) and forms the products of every block build, bit for bit.
+//     Release: one thread's arrival after the wgmma wait orders the wgmmas' reads of the tiles, not the other
+//     threads' loads of the scales, so every consumer thread arrives on the empty barrier (128 a consumer: one
+//     unpredicated SYNCS.ARRIVE where tid 0 had a predicated one), and the copier refills a slot only after all of
+//     them have read it. Why a copier warp rather than TMA: a tensor map of the column-major scale_a needs a 16-byte
+//     row stride (M % 4 == 0, else a padded copy a call) and puts rows l and l + 8 in different 8-byte words (two LDS),
+//     and scale_b's one float a stage is no 16-byte box without a padded copy; the copies here take any M and both
+//     scales as the launcher already passes them. Stage count: the slots need STAGES x 528 bytes, and the 6-stage
+//     128 x 128 tile has 1,424 of its 232,448 left (231,024 used), so this build has 5 stages (200,880 bytes): the
+//     producer runs at most 5 k-blocks (640 K) ahead of the consumers instead of 6 - a cost not yet measured. SASS
+//     (nvcc 13.0, no bias): the k-block is 144 instructions (row-wise 140; beside 64 FFMAs for 64 FADDs: + the LDS.64,
+//     the LDS, 2 FMULs, the slot's address (UIMADs), - the vote and predicate of tid 0's arrival), nothing between the
+//     last QGMMA and the wgmma wait, no LDGSTS, DEPBAR or warp barrier; with a bias the window holds the bias slice's
+//     copy branch, as in every build with a bias (28 instructions, the copied-ahead build 17, row-wise 16: the copy's
+//     source is recomputed in the branch, taken once a tile; the products are pinned before the wgmmas - ptxas had
+//     put the FMULs after that branch). 168 registers, 0 spills; the copier's loop is kept rolled (unrolled, it
+//     spilled under the producer warpgroup's 40 registers).
 //
 // TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
 // GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
@@ -193,6 +222,9 @@
 #ifndef TW_FP8_SCALE_AHEAD
 #define TW_FP8_SCALE_AHEAD 0  // block scales: k-blocks between a scale's copy and its use (header)
 #endif
+#ifndef TW_FP8_SCALE_STAGE
+#define TW_FP8_SCALE_STAGE 0  // block scales: copied into each pipeline stage by a producer warp (header)
+#endif
 
 #ifndef TW_BM
 #define TW_BM 128
@@ -237,6 +269,7 @@ constexpr int K_STEPS = 4;            // wgmmas per k-block (k16 of 16-bit, k32 
 constexpr int STAGES = TW_STAGES;
 constexpr bool COOP = TW_COOP != 0;
 constexpr int SCALE_AHEAD = TW_FP8_SCALE_AHEAD;
+constexpr bool SCALE_STAGE = TW_FP8_SCALE_STAGE != 0;
 constexpr bool A_MN = TW_A_MN != 0;
 constexpr bool B_MN = TW_B_MN != 0;
 constexpr int WM = COOP ? BM / 2 : BM;  // rows owned by one consumer warpgroup
@@ -256,13 +289,15 @@ constexpr int RES_BAR_OFFSET = 0;  // (no residual barriers: RES_TMA is off in t
 #else
 // after full/empty: res_full[2], one per consumer (the residual tile's TMA load, RES_TMA), then bias[2][BN], one
 // slice of the tile's bias per consumer (cp.async during the mainloop, BIAS_SMEM), then the block scales' ring
-// (TW_FP8_SCALE_AHEAD): SCALE_AHEAD slots per consumer of its WM rows' scale_a and one scale_b per warp
+// (TW_FP8_SCALE_AHEAD): SCALE_AHEAD slots per consumer of its WM rows' scale_a and one scale_b per warp - or, in its
+// place, the stages' block scales (TW_FP8_SCALE_STAGE): per stage the tile's BM scale_a and its scale_b, 16 B apart
 constexpr int RES_BAR_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
 constexpr int BIAS_OFFSET = RES_BAR_OFFSET + 2 * 8;
 constexpr int SCALE_RING_OFFSET = BIAS_OFFSET + 2 * BN * 2;
 constexpr int SCALE_SLOT_BYTES = (WM + 4) * 4;
+constexpr int SCALE_STAGE_BYTES = SCALE_STAGE ? BM * 4 + 16 : 0;
 // + slack to align the base to 1024
-constexpr int SMEM_BYTES = 1024 + SCALE_RING_OFFSET + 2 * SCALE_AHEAD * SCALE_SLOT_BYTES;
+constexpr int SMEM_BYTES = 1024 + SCALE_RING_OFFSET + 2 * SCALE_AHEAD * SCALE_SLOT_BYTES + STAGES * SCALE_STAGE_BYTES;
 #endif
 
 // Named barrier ids (0 is __syncthreads): consumer c may start its mainloop on ORDER_BAR + c; epilogue of c on
@@ -288,6 +323,14 @@ static_assert(SCALE != 3 || (TW_FP8_PROMOTE == 1 && BN == 128), "TW_SCALE 3: pro
 // (MA == 1 follows from the promoted 128-column tile; the ring holds 16 rows a warp. 3 slots would not fit the
 // shared memory of the 6-stage 128 x 128 tile: the SMEM_BYTES assert.)
 static_assert(SCALE_AHEAD == 0 || (SCALE == 3 && MA == 1 && SCALE_AHEAD <= 2), "TW_FP8_SCALE_AHEAD: block scales, 1-2");
+// (one copier warp, 4 rows a lane; 6 stages of 128 x 128 do not fit beside the stages' scales: the SMEM_BYTES assert)
+static_assert(!SCALE_STAGE || (SCALE == 3 && SCALE_AHEAD == 0 && MA == 1 && BM <= 128),
+              "TW_FP8_SCALE_STAGE: block scales, not with TW_FP8_SCALE_AHEAD, BM <= 128");
+// Arrivals that complete a stage's full barrier: the producer's arrive.expect_tx, and with the block scales in the
+// stage the copier warp's 32 cp.async arrivals; and its empty barrier: one per consuming warpgroup - every consumer
+// thread with the block scales in the stage, each releasing its own LDS of them (header)
+constexpr int SCALE_COPY_ARRIVALS = SCALE_STAGE ? 32 : 0;
+constexpr int CONSUMER_RELEASE_ARRIVALS = (COOP ? 2 : 1) * (SCALE_STAGE ? 128 : 1);
 static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
 static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 128 and 256");
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
@@ -561,9 +604,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bar_full + 8 * s, 1);                  // one arrive.expect_tx by the producer + TMA bytes
-      // one arrive per consuming warpgroup (and, overlapped read-only transform, one per reader thread)
-      mbar_init(bar_empty + 8 * s, (COOP ? 2 : 1) + XF_RELEASE_ARRIVALS);
+      // one arrive.expect_tx by the producer + TMA bytes (+ the block-scale copier's arrivals)
+      mbar_init(bar_full + 8 * s, 1 + SCALE_COPY_ARRIVALS);
+      // one arrive per consuming warpgroup (or thread: block scales in the stage), and, overlapped read-only
+      // transform, one per reader thread
+      mbar_init(bar_empty + 8 * s, CONSUMER_RELEASE_ARRIVALS + XF_RELEASE_ARRIVALS);
     }
 #if !TW_NORM_XFORM
     for (int c = 0; c < 2; ++c) mbar_init(sbase + RES_BAR_OFFSET + 8 * c, 1);  // consumer c's tid 0 + TMA bytes
@@ -608,6 +653,44 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         }
       }
     }
+#if TW_FP8_SCALE_STAGE
+    else if (tid >= 32 && tid < 64) {
+      // ---------------- block-scale copier (warp 1): each k-block's scales into its stage (header) ----------------
+      // Lane l copies 4 of the tile's scale_a rows - 16 (l / 4) + 2 (l % 4) + {0, 8, 1, 9}, the slot's floats 4 l to
+      // 4 l + 3, so that rows r and r + 8 of every 16 sit side by side (a consumer lane's two rows: one LDS.64) -, zero
+      // past M (reading nothing); lane 0 also the tile's scale_b block, at float BM. Then each lane's cp.async
+      // arrival: the stage's full barrier completes once every lane's copies have landed, as the TMA bytes.
+      const int lane = tid - 32;
+      const int rbase = 16 * (lane >> 2) + 2 * (lane & 3);
+      for (int it = 0;; ++it) {
+        const int t = tile_of(it);
+        if (t >= num_tiles) break;
+        int pm, pn;
+        tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+        const int r0 = pm * BM + rbase;
+        const float* col_a = scale_a;                    // k-block kb's scale_a column (M floats)
+        const float* col_b = scale_b + pn * BN / 128;    // and its scale_b block
+#pragma unroll 1  // (unrolled, the copies of the loop body spilled under the producer's 40 registers)
+        for (int kb = 0; kb < kt; ++kb) {
+          const int pos = it * kt + kb;  // ring position, as the producer and the consumers count it
+          const int s = pos % STAGES;
+          mbar_wait(bar_empty + 8 * s, ((pos / STAGES) & 1) ^ 1);  // the consumers have read its previous scales
+          const tw_u32 slot = sbase + SCALE_RING_OFFSET + s * SCALE_STAGE_BYTES;
+          if (BM == 128 || lane < BM / 4) {  // (a 64-row tile: lanes 0-15)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int r = r0 + (i >> 1) + 8 * (i & 1);
+              cp_async_4_zfill(slot + 16 * lane + 4 * i, col_a + (r < M ? r : 0), r < M ? 4 : 0);
+            }
+          }
+          cp_async_4_zfill_if(lane == 0, slot + 4 * BM, col_b, 4);
+          cp_async_mbar_arrive_noinc(bar_full + 8 * s);
+          col_a += M;
+          col_b += num_nb;
+        }
+      }
+    }
+#endif
 #if TW_NORM_XFORM
     else if (tid >= 32) {
       // ---------------- transform warps (1-3): x -> x * g in place, row sums of squares, rstd ----------------
@@ -740,6 +823,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
     };
     copy_head_scales(COOP ? 0 : c);
+#endif
+#if TW_FP8_SCALE_STAGE
+    // this lane's two rows' scale_a in a stage's scales (the copier's layout: rows l and l + 8 of the CTA tile's 16-row
+    // group side by side), and the tile's scale_b after the BM rows
+    const tw_u32 stage_scale_offset = SCALE_RING_OFFSET + 4 * (16 * (atom0 * 4 + warp) + 2 * (lane >> 2));
 #endif
 
     if (!COOP && c == 1 && tile_of(0) < num_tiles) named_barrier_arrive(ORDER_BAR + 0, 256);  // consumer 0 first
@@ -890,6 +978,23 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #else
         mbar_wait(bar_full + 8 * s, phase);
 #endif
+#if TW_FP8_SCALE_STAGE
+        // the k-block's block scales from its stage, landed with its tiles (the full barrier's acquire): one LDS.64,
+        // one LDS and the register build's products, bit for bit - scale_a[row, kb] * scale_b[kb, n0 / 128] in one
+        // fp32 multiply (header)
+        float kscale[MA][2];
+        {
+          const tw_u32 scales = sbase + s * SCALE_STAGE_BYTES;
+          float sa_lo, sa_hi;
+          ld_shared_f32x2(scales + stage_scale_offset, sa_lo, sa_hi);
+          const float col_scale = __uint_as_float(ld_shared_b32(scales + SCALE_RING_OFFSET + 4 * BM));
+          kscale[0][0] = sa_lo * col_scale;
+          kscale[0][1] = sa_hi * col_scale;
+          // (the products pinned here, before the wgmmas: with a bias, ptxas otherwise put the two FMULs after the
+          // bias slice's copy, between the last wgmma and its wait)
+          wgmma_reg_fence(kscale[0]);
+        }
+#endif
         const tw_u32 sa = sbase + s * STAGE_BYTES;
         const tw_u32 sb = sa + A_STAGE;
         wgmma_fence();
@@ -925,9 +1030,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         if ((kb + 1) % TW_FP8_PROMOTE == 0 || kb + 1 == kt) {
 #if TW_SCALE == 3
           // block scales (header): this k-block's scale of each of the thread's rows times the tile's B block
-          // scale - copied ahead, read at the k-block's top (kscale); else loaded here, before the wait, whose
-          // wgmmas do not outlast the loads (header)
-#if !TW_FP8_SCALE_AHEAD
+          // scale - copied ahead and read at the k-block's top, or read from the stage after its full-barrier wait
+          // (kscale); else loaded here, before the wait, whose wgmmas do not outlast the loads (header)
+#if !TW_FP8_SCALE_AHEAD && !TW_FP8_SCALE_STAGE
           float kscale[MA][2];
           {
             const float sbk = scale_b[(long long)kb * num_nb + n0 / 128];
@@ -943,7 +1048,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
           // promotion: the group's partial tile is complete once its wgmmas retire, which also frees the stage
           wgmma_wait<0>();
-          if (tid == 0) {
+          // (block scales in the stage: every thread, whose arrival releases its own LDS of them)
+          if (SCALE_STAGE || tid == 0) {
             if (kb % TW_FP8_PROMOTE != 0) mbar_arrive(bar_empty + 8 * prev);  // (the group's previous k-block)
             mbar_arrive(bar_empty + 8 * s);
           }

@@ -1,8 +1,13 @@
 """Issue 19, block-scaled FP8 (sm_90a): block builds against the row-wise build and cuBLASLt row-wise
-(torch._scaled_mm), one H200: the block build with its scales copied ahead into shared memory (BLOCK_AHEAD_VARIANT,
-TW_FP8_SCALE_AHEAD=2; `cuda_block_fix1`: one k-block ahead) against the register-load block build (`cuda_block`).
-Run in session 27's first call (`block_fix_ab_2026-11-29_0318.csv`), when the copies were read before the wgmma
-wait. A second provider set, ``promote``, is gone with the variants it timed: the 2026-11-29 06:00 run
+(torch._scaled_mm), one H200. Provider sets (first argument; default ``ahead``):
+* ``ahead``: the block build with its scales copied ahead into shared memory (BLOCK_AHEAD_VARIANT,
+  TW_FP8_SCALE_AHEAD=2; `cuda_block_fix1`: one k-block ahead) against the register-load block build (`cuda_block`).
+  Run in session 27's first call (`block_fix_ab_2026-11-29_0318.csv`), when the copies were read before the wgmma
+  wait.
+* ``stage`` (prepared, not run): the block scales copied into each pipeline stage by a producer warp
+  (BLOCK_STAGE_VARIANT, TW_FP8_SCALE_STAGE: a consumer k-block of 144 instructions to the row-wise 140, 5 stages)
+  against the default block build (`cuda_block_ahead`: BLOCK_AHEAD_VARIANT, 165 instructions, 6 stages).
+A former set, ``promote``, is gone with the variants it timed: the 2026-11-29 06:00 run
 (`block_fix_ab_promote_2026-11-29_0605.csv`) of the lean scale path at the k-block's top (`cuda_block_v2`, block /
 row-wise 0.906-0.964x) and before the wgmma wait (`cuda_block_v2w`, 0.847-0.957x) against that build
 (`cuda_block_ahead`, 0.809-0.921x); the first is today's BLOCK_AHEAD_VARIANT (gemm_sm90.cu's header).
@@ -14,11 +19,12 @@ round, then 0.25 s idle (a provider timed right after the fastest one inherits i
 Block providers get scale_a column-major (the kernel's layout: no copy in the launcher).
 Error: x and w with a few 100x 128 x 128 blocks; row-wise providers on per-row quantized operands, block providers
 on quantize_fp8's 1 x 128 / 128 x 128 ones. err_e2e: max |out - x @ w^T| (float64, unquantized); err_kernel: max
-|out - the float64 product of the provider's own dequantized operands|; same_as_block: output bit-equal to the first
-block provider (the variants change where and how the scales are read, not the arithmetic).
-Output: one CSV line per (shape, provider), then '#' summary lines. Run: PYTHONPATH=src python <this file>."""
+|out - the float64 product of the provider's own dequantized operands|; same_as_block: output bit-equal to the set's
+first block provider (the variants change where and how the scales are read, not the arithmetic).
+Output: one CSV line per (shape, provider), then '#' summary lines. Run: PYTHONPATH=src python <this file> [set]."""
 import dataclasses
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,9 +39,11 @@ T0 = time.time()
 SHAPES = [(8192, 8192, 8192), (8192, 28672, 4096), (4096, 4096, 4096), (2048, 7168, 2048)]
 CALLS, ROUNDS, IDLE_S = 20, 5, 0.25
 E4M3 = torch.float8_e4m3fn
-# the block providers (the first: the bit-equality reference)
-BLOCK_VARIANTS = {"cuda_block": f8.ACCURATE_VARIANT.with_operands(3, (1, 1)), "cuda_block_fix": f8.BLOCK_AHEAD_VARIANT,
-                  "cuda_block_fix1": dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=1)}
+# per set, the block providers (the first: the bit-equality reference)
+SETS = {"ahead": {"cuda_block": f8.ACCURATE_VARIANT.with_operands(3, (1, 1)), "cuda_block_fix": f8.BLOCK_AHEAD_VARIANT,
+                  "cuda_block_fix1": dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=1)},
+        "stage": {"cuda_block_ahead": f8.BLOCK_AHEAD_VARIANT, "cuda_block_stage": f8.BLOCK_STAGE_VARIANT}}
+BLOCK_VARIANTS = SETS[sys.argv[1] if len(sys.argv) > 1 else "ahead"]
 BLOCK = tuple(BLOCK_VARIANTS)
 VARIANTS = {"cuda_row": f8.ACCURATE_VARIANT, **BLOCK_VARIANTS}
 print(torch.cuda.get_device_name(), torch.__version__, flush=True)

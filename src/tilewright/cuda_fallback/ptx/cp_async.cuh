@@ -21,6 +21,15 @@ TW_DEVICE void cp_async_4_zfill_if(bool pred, tw_u32 dst, const void* src, int s
       : "memory");
 }
 
+// Arrive on mbarrier `bar` once every cp.async this thread has issued so far has landed (the arrival is the copy
+// engine's, later; this thread goes on at once). .noinc: the arrival counts against the barrier's expected count, so
+// the phase cannot complete before these copies land - the init count includes one per arriving thread (gemm_sm90.cu's
+// block scales copied into the pipeline stage by a producer warp, TW_FP8_SCALE_STAGE). Waiters that see the phase
+// complete see the copied bytes.
+TW_DEVICE void cp_async_mbar_arrive_noinc(tw_u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
 // Wait until every cp.async this thread issued has landed in shared memory (visible to this thread).
 TW_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
