@@ -52,7 +52,7 @@ def _entries(cache) -> list:
 def _grads(fn, *tensors):
     tensors = [t.detach().clone().requires_grad_(True) for t in tensors]
     out = fn(*tensors)
-    out.backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(out.dtype))
+    out.backward(torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape).to(out.dtype))
     return out.detach(), [t.grad for t in tensors]
 
 

@@ -197,7 +197,7 @@ def _cublas_gemm(x, weight, bias, backend) -> bool:
     the WGMMA kernel lost, e.g. M not a multiple of 64): the op would then run the unfused pair itself - its norm
     pass, then cuBLAS - under a Python autograd node, and ATen's pair is the same GPU work with C++ nodes.
 
-    Why (H200, perf/results/h200/rms_norm_linear/fwd_bwd_rows_2026-11-29_0650.txt): at 3000 x 5120 x 5120 the op's
+    Why (H200, perf/results/h200/rms_norm_linear/fwd_bwd_rows_2026-11-29_0642.txt): at 3000 x 5120 x 5120 the op's
     training step ran 0.98 ms a step in a queued loop against eager's 0.72, with 0.80 vs 0.69 ms of kernels - the
     step was host-bound on the op's Python (forward node, two replayed GEMMs and the norm-backward op in the
     backward), where eager's is GPU-bound. Not for a forced backend or with the route off (TILEWRIGHT_ATEN_BELOW=0)."""
