@@ -257,6 +257,32 @@ def test_key_steps_per_card_and_regime():
     assert bn(head_dim_pad=128, whole_waves=True, wide_splits=True, split_keys=keys) == 128
 
 
+_KV_MODULE = "tilewright.triton_kernels.kvcache_attention"
+
+
+def _split_job(name, head_dim, block_n, stages, page_size=16, **constexprs):
+    """An AOT sm_90 job (triton_kernels/aot.compile_reports) of the split kernel as a bf16 GQA-8 decode launches it:
+    ``constexprs`` over a causal, unwindowed, uncapped build (PAGED, FUSED_COMBINE, PAGE_PREFETCH ...)."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SEQLENS": "*i32", "TABLE": "*i32", "O_PART": "*fp32",
+           "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", "ARRIVALS": "*i32", **{a: "i32" for a in (
+               "stride_qb", "stride_qs", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs",
+               "stride_vh", "stride_tb", "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2",
+               "stride_os2", "stride_oh2", "B", "Hkv", "Sq", "num_pages", "capacity", "num_splits", "new_tokens")},
+           "scale_log2": "fp32", "softcap": "fp32", "window_left": "i32", "window_right": "i32"}
+    const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, PAGE_SIZE=page_size, BLOCK_N=block_n,
+                 PAGED=False, CAUSAL=True, WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False,
+                 DOT_PRECISION="tf32")
+    return {"kernel": f"{_KV_MODULE}:_split_kernel", "signature": sig, "constexprs": {**const, **constexprs},
+            "num_warps": ka.NUM_WARPS, "num_stages": stages, "name": name,
+            # what a launch specializes: 16-byte aligned buffers and strides that are multiples of 16 elements
+            "divisible_by_16": ["Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART", "stride_qb", "stride_qs",
+                                "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs",
+                                "stride_vh", "stride_os", "stride_ob", "stride_oh", "stride_om", "OUT", "LSE",
+                                "ARRIVALS", "stride_ob2", "stride_os2", "stride_oh2"]}
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("paged, whole_waves", [(False, False), (False, True), (False, "short"), (True, False),
                                                 (True, True)])  # (paged caches never take the short ring)
@@ -272,38 +298,132 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
     whole_waves = bool(whole_waves)
     wide = dict(wide_splits=True, split_keys=1024, narrow=True) if short else {}
 
-    mod = "tilewright.triton_kernels.kvcache_attention"
-    split_sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "SEQLENS": "*i32", "TABLE": "*i32", "O_PART": "*fp32",
-                 "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", "ARRIVALS": "*i32", **{a: "i32" for a in (
-                     "stride_qb", "stride_qs", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp",
-                     "stride_vs", "stride_vh", "stride_tb", "stride_os", "stride_ob", "stride_oh", "stride_om",
-                     "stride_ob2", "stride_os2", "stride_oh2", "B", "Hkv", "Sq", "num_pages", "capacity", "num_splits",
-                     "new_tokens")}, "scale_log2": "fp32", "softcap": "fp32", "window_left": "i32",
-                 "window_right": "i32"}
     # the split regime's build also with the combine fused in (arrival counters: an atomic, no spills either)
     fused = not whole_waves and head_dim == 128
-    split_const = dict(GROUP=8, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=16, PAGE_SIZE=16,
-                       BLOCK_N=ka.block_n(head_dim, whole_waves, paged, interpret=False, **wide), PAGED=paged,
-                       CAUSAL=True,
-                       WINDOW_LEFT=False, WINDOW_RIGHT=False, SOFTCAP=False, UPCAST=False, DOT_PRECISION="tf32",
-                       FUSED_COMBINE=fused)
     combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
         "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}
     reports = compile_reports([
-        {"kernel": f"{mod}:_split_kernel", "signature": split_sig, "constexprs": split_const,
-         "num_warps": ka.NUM_WARPS, "num_stages": ka.num_stages(head_dim, paged, short), "name": "split",
-         # what a launch specializes: 16-byte aligned buffers and strides that are multiples of 16 elements
-         "divisible_by_16": ["Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART", "stride_qb", "stride_qs",
-                             "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_vp", "stride_vs", "stride_vh",
-                             "stride_os", "stride_ob", "stride_oh", "stride_om", "OUT", "LSE", "ARRIVALS",
-                             "stride_ob2", "stride_os2", "stride_oh2"]},
-        {"kernel": f"{mod}:_combine_kernel", "signature": combine_sig, "num_warps": 1, "name": "combine",
+        _split_job("split", head_dim, ka.block_n(head_dim, whole_waves, paged, interpret=False, **wide),
+                   ka.num_stages(head_dim, paged, short), PAGED=paged, FUSED_COMBINE=fused),
+        {"kernel": f"{_KV_MODULE}:_combine_kernel", "signature": combine_sig, "num_warps": 1, "name": "combine",
          "constexprs": dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, NUM_SPLITS=8, SPLITS_PAD=8)}])
     for rep in reports:
         assert rep.spill_bytes == 0, (rep.name, rep.spill_bytes)
     assert (reports[0].has("HMMA") or reports[0].has("HGMMA")) and reports[0].has("LDGSTS")
     if fused:  # the arrival count (ATOMG / RED) and the reloads past L1 (LDG.E.STRONG.GPU: .cg)
         assert reports[0].has("ATOM") and reports[0].has("STRONG.GPU"), reports[0].name
+
+
+def test_the_page_prefetch_variant_compiles_for_sm90_with_a_k_v_ring():
+    """PAGE_PREFETCH's AOT sm_90 builds at the launcher's key block and ring (num_stages(paged=False)) - pages of 16
+    and 32 (the step's entries spread to its rows with tl.gather), 256 (one entry a step): no spills, tensor core MMAs,
+    LDGSTS, and shared memory for num_stages - 1 K / V buffers; the default paged build at its 4 stages holds one
+    (Triton's pipeliner gives the in-step table load a stage of its own), which is what the variant is for."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+    from tilewright.triton_kernels.aot import compile_reports
+
+    jobs, rings = [], {}
+    for head_dim, pages in ((64, (16,)), (128, (16, 32, 256)), (256, (16,))):
+        bn = ka.block_n(head_dim, paged=True, interpret=False)
+        tile = 2 * bn * head_dim * 2  # one step's K and V, bf16
+        for page in pages:
+            stages = ka.num_stages(head_dim)
+            jobs.append(_split_job(f"prefetch-d{head_dim}-p{page}", head_dim, bn, stages, page, PAGED=True,
+                                   PAGE_PREFETCH=True))
+            rings[jobs[-1]["name"]] = (stages - 1) * tile
+        if head_dim <= 128:
+            jobs.append(_split_job(f"default-d{head_dim}", head_dim, bn, ka.num_stages(head_dim, True), PAGED=True))
+            rings[jobs[-1]["name"]] = -tile  # at most one buffer
+    for rep in compile_reports(jobs):
+        assert rep.spill_bytes == 0, (rep.name, rep.spill_bytes)
+        assert (rep.has("HMMA") or rep.has("HGMMA")) and rep.has("LDGSTS"), rep.name
+        ring = rings[rep.name]
+        assert rep.shared_bytes >= ring if ring > 0 else rep.shared_bytes < -2 * ring, (rep.name, rep.shared_bytes)
+
+
+def _split_launches(monkeypatch):
+    """(PAGE_PREFETCH, num_stages) of each split-kernel launch from here on: a variant that fell back to the in-step
+    lookup would pass an equality test unseen."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    kernel, seen = ka._split_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(**kw):
+                seen.append((kw["PAGE_PREFETCH"], kw["num_stages"]))
+                return kernel[grid](**kw)
+            return launch
+    monkeypatch.setattr(ka, "_split_kernel", Spy())
+    return seen
+
+
+@pytest.mark.parametrize("page,block_n,window", [(4, None, None), (8, None, (9, 0)), (16, 64, None), (32, 64, (3, 0)),
+                                                 (16, None, (9, 0)), (64, None, None)],
+                         ids=["page4", "page8-window", "page16-64key-steps", "page32-64key-steps-window",
+                              "page16-one-entry-a-step", "page64-one-entry-a-step"])
+def test_page_prefetch_equals_the_in_step_lookup(page, block_n, window, monkeypatch):
+    """PAGE_PREFETCH (config page_prefetch): each step's page-table entries loaded a step ahead - a step's
+    BLOCK_N // PAGE_SIZE entries for pages smaller than a step (16-key steps here, as the GPU's 64 with pages of 16 and
+    32), one for pages a multiple of it - changes only addressing: out and LSE equal the default lookup's bit for bit,
+    and the reference. Lengths past whole pages and steps, an empty sequence, two new tokens (bottom-right causal),
+    GQA 3, two splits (one empty under the 3-key window), a shuffled table, unused entries 10**6 and -1."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    lengths = (45, 0, 70)
+    kc, vc, table = _cache(3, 72, 2, 16, torch.float16, lengths, page)
+    table[1] = -1  # the empty sequence's entries: none in use
+    q = torch.randn(3, 2, 6, 16, dtype=torch.float16, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    cfg = {} if block_n is None else {"block_n": block_n}
+    win = window if window is not None else (None, None)
+    launches = _split_launches(monkeypatch)
+    want = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=2, config=cfg)
+    got = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=2,
+                               config={**cfg, "page_prefetch": True})
+    assert [p for p, _ in launches] == [False, True]
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    _assert_close(*got, _ref(q, kc, vc, seqlens, table, window=window), 2e-3)
+
+
+@pytest.mark.parametrize("page,block_n", [(8, None), (16, 64), (32, None)])
+def test_page_prefetch_clamps_entries_in_use_as_the_in_step_lookup_does(page, block_n, monkeypatch):
+    """Entries in use outside [0, num_pages) (the op layer reports them; the kernels clamp them to the cache, so
+    nothing outside it is ever read): the variant reads the same clamped pages as the default lookup, bit for bit."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    kc, vc, table = _cache(2, 96, 1, 16, torch.float32, (96, 41), page)
+    kc, vc = kc.nan_to_num(0.0), vc.nan_to_num(0.0)  # the pages clamped to hold values too
+    table[0, 0], table[0, -1], table[1, 1] = -5, 10 ** 9, 2 ** 31 - 1
+    q = torch.randn(2, 1, 2, 16, device=DEV)
+    seqlens = torch.tensor([96, 41], dtype=torch.int32, device=DEV)
+    cfg = {} if block_n is None else {"block_n": block_n}
+    launches = _split_launches(monkeypatch)
+    want = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=3, config=cfg)
+    got = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=3, config={**cfg, "page_prefetch": True})
+    assert [p for p, _ in launches] == [False, True]
+    assert torch.isfinite(got[0]).all() and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_page_prefetch_module_switch_and_where_it_does_not_apply(monkeypatch):
+    """kvcache_attention.PAGE_PREFETCH = True turns the variant on for every paged call (how the GPU tier runs with
+    it), with the contiguous ring depth (num_stages(paged=False): 3 where the paged default takes 4); page sizes that
+    neither divide a step nor are multiples of it (3, 24 with 16-key steps) keep the in-step lookup, as do contiguous
+    caches; each against the reference."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    monkeypatch.setattr(ka, "PAGE_PREFETCH", True)
+    launches = _split_launches(monkeypatch)
+    lengths = (30, 7)
+    for page in (8, 3, 24, None):
+        kc, vc, table = _cache(2, 48, 2, 16, torch.float32, lengths, page)
+        q = torch.randn(2, 1, 4, 16, device=DEV)
+        seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+        out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, return_lse=True)
+        _assert_close(out, lse, _ref(q, kc, vc, seqlens, table), 1e-5)
+    assert launches == [(True, ka.num_stages(16)), (False, ka.num_stages(16, True)), (False, ka.num_stages(16, True)),
+                        (False, ka.num_stages(16))]
+    assert ka.num_stages(16) == 3 and ka.num_stages(16, True) == 4
 
 
 def test_the_decode_bench_tiny_suite_runs_and_agrees():

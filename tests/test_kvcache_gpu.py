@@ -131,11 +131,10 @@ def test_a_decode_loop_with_appends(page):
         assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2, step
 
 
-@pytest.mark.parametrize("page", [None, 16])
-def test_combine_fused_into_the_split_kernel(page):
-    """The split kernel's own combine (config fused_combine; off by default until measured): the same answer as the
-    second launch's combine, on the first (compiling) call, the bound replay of the signature, and a CUDA-graph replay
-    - where the arrival counters must come back to zero after every launch."""
+def _variant_matches_the_default(page, config):
+    """kvcache_attention with ``config`` against the default launch on a bf16 GQA 32/8 decode (lengths past whole
+    pages and steps, one of a single key), on the first (compiling) call, the bound replay of the signature, and a
+    CUDA-graph replay - where the fused combine's arrival counters must come back to zero after every launch."""
     from tilewright.triton_kernels import kvcache_attention as ka
 
     g = torch.Generator(device=DEV).manual_seed(11)
@@ -147,15 +146,29 @@ def test_combine_fused_into_the_split_kernel(page):
     if page is not None:
         kc, vc, table = _paged(kc, vc, page)
     want = ka.kvcache_attention(q, kc, vc, seqlens, table)
-    fused = lambda: ka.kvcache_attention(q, kc, vc, seqlens, table, config={"fused_combine": True})  # noqa: E731
+    variant = lambda: ka.kvcache_attention(q, kc, vc, seqlens, table, config=config)  # noqa: E731
     for _ in range(3):  # compile + record, then the bound replay twice
-        out, lse = fused()
+        out, lse = variant()
         assert (out.float() - want[0].float()).abs().max().item() <= 1e-2
         assert (lse - want[1]).abs().max().item() <= 1e-4
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        g_out, g_lse = fused()
+        g_out, g_lse = variant()
     for _ in range(3):
         g_out.zero_()
         graph.replay()
         assert (g_out.float() - want[0].float()).abs().max().item() <= 1e-2
+
+
+@pytest.mark.parametrize("page", [None, 16])
+def test_combine_fused_into_the_split_kernel(page):
+    """The split kernel's own combine (config fused_combine; off by default until measured): the same answer as the
+    second launch's combine (_variant_matches_the_default)."""
+    _variant_matches_the_default(page, {"fused_combine": True})
+
+
+@pytest.mark.parametrize("page", [8, 16, 32, 256])
+def test_page_prefetch_matches_the_in_step_lookup(page):
+    """PAGE_PREFETCH (config page_prefetch; off by default until measured): each step's page-table entries loaded a
+    step ahead, K / V in the contiguous ring - the default paged launch's answer (_variant_matches_the_default)."""
+    _variant_matches_the_default(page, {"page_prefetch": True})

@@ -22,7 +22,8 @@ num_splits programs fill the SMs; each writes its chunk's normalised output and 
 combines the chunks with weights ``exp(lse_chunk - lse)``. A page-table lookup per key row (paged caches) costs one
 int32 load per row (one per step when the page size is a multiple of the key block); pages of any size work, and an
 entry outside [0, num_pages) or a length past the capacity is clamped, never dereferenced out of bounds (the op layer
-reports such tables and lengths unless told not to check).
+reports such tables and lengths unless told not to check). A variant loads each step's entries a step ahead
+(:data:`PAGE_PREFETCH`; prepared, off by default).
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr,
                   WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_COMBINE: tl.constexpr = False):
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_COMBINE: tl.constexpr = False,
+                  PAGE_PREFETCH: tl.constexpr = False):
     bh = tl.program_id(0)  # (sequence, kv head) on the grid's x: B * Hkv may pass y's 65,535 limit
     split = tl.program_id(1)
     b = bh // Hkv
@@ -96,10 +98,23 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
     keys = tl.arange(0, BLOCK_N)
+    if PAGE_PREFETCH:
+        # the first step's table entries; each step then loads the next one's (below)
+        table_row = TABLE + b.to(tl.int64) * stride_tb
+        entries = _step_entries(table_row, start, stop, PAGE_SIZE, BLOCK_N)
     for n0 in range(start, stop, BLOCK_N):
         n = n0 + keys
         n_ok = n < stop
-        if PAGED:
+        if PAGE_PREFETCH:
+            # this step's entries came in the previous step: no K / V address waits on a load of its own step, so
+            # the pipeliner rings K / V num_stages - 1 steps deep (PAGE_PREFETCH, below: in the step, one buffer)
+            page = tl.minimum(tl.maximum(entries, 0), num_pages - 1)  # never out of bounds, whatever the table says
+            entries = _step_entries(table_row, n0 + BLOCK_N, stop, PAGE_SIZE, BLOCK_N)
+            if PAGE_SIZE < BLOCK_N:
+                page = tl.gather(page, keys // PAGE_SIZE, 0)  # each key row's page (n0 is block-aligned)
+            k_row = page.to(tl.int64) * stride_kp + (n % PAGE_SIZE) * stride_ks
+            v_row = page.to(tl.int64) * stride_vp + (n % PAGE_SIZE) * stride_vs
+        elif PAGED:
             if PAGE_SIZE % BLOCK_N == 0:
                 # the step's keys share one page (n0 is block-aligned): one scalar table load, and the rows' addresses
                 # stay affine in n, which keeps the gather's index math to one add a row
@@ -158,6 +173,19 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
         _combine_on_last_arrival(O_PART, LSE_PART, OUT, LSE, ARRIVALS, bh, b, hkv, g, tok, row_ok, cols, col_ok,
                                  stride_os, stride_ob, stride_oh, stride_om, stride_ob2, stride_os2, stride_oh2, B,
                                  Hkv, Sq, num_splits, GROUP, BLOCK_M, HEAD_DIM_PAD)
+
+
+@triton.jit
+def _step_entries(table_row, n0, stop, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The page-table entries of the key step at block-aligned ``n0`` (PAGE_PREFETCH): its BLOCK_N // PAGE_SIZE
+    whole pages when pages are smaller than a step (a small vector, not an entry a key row), else the one page holding
+    the step; entries of pages with no key before ``stop`` are not read (0)."""
+    if PAGE_SIZE < BLOCK_N:
+        pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
+        entries = tl.load(table_row + pages, mask=pages * PAGE_SIZE < stop, other=0)
+    else:
+        entries = tl.load(table_row + n0 // PAGE_SIZE, mask=n0 < stop, other=0)
+    return entries
 
 
 @triton.jit
@@ -382,6 +410,17 @@ MID_BAND_WAVES = 1.4  # B x Hkv from this many waves of programs to two: unsplit
 # than that buffer holds keeps the second launch.
 FUSED_COMBINE = False
 FUSED_COMBINE_MAX_COUNTERS = SPLIT_K_MAX_TILES
+# Paged steps with the next step's page-table entries loaded a step ahead (issue 16: paged decode 1.01-1.11x the
+# contiguous time; prepared, off until measured: config={"page_prefetch": True} runs it). With the lookup inside the
+# step, a K / V address waits on a table load of its own step, and Triton 3.6's pipeliner splits the ring between the
+# two loads: at num_stages 3 or 4 the table load gets one stage and K / V a single buffer, waited out (wait 0) at the
+# top of every step - each step pays a whole K / V round trip (AOT sm_90 TTGIR). Carried in the loop, the entries are
+# an ordinary loop value, and K / V get the contiguous kernel's ring (num_stages - 1 buffers, 70 KB at 3 and head dim
+# 128, so ~three programs per SM still fit; the variant takes the contiguous ring depth, num_stages(paged=False)).
+# Pages smaller than a step load the step's BLOCK_N // PAGE_SIZE entries (a small vector, spread to the rows with
+# tl.gather: a reshape there makes the pipeliner leave K / V in plain loads), pages a multiple of it one entry; other
+# page sizes keep the lookup in the step.
+PAGE_PREFETCH = False
 
 
 def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
@@ -513,7 +552,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     D), caches with a unit last stride, seqlens int32 (B,) on q's device, block_table int32 (B, max_pages) or None;
     ``new_tokens``: tokens this call appended after seqlens (each sequence has seqlens[b] + new_tokens keys).
     ``config``: a dict overriding the launch shape (``block_n``, ``num_warps``, ``num_stages``, ``block_m``), for
-    measuring variants (``skip_combine``: launch the split kernel only, leaving out / lse unwritten)."""
+    measuring variants (``skip_combine``: launch the split kernel only, leaving out / lse unwritten;
+    ``fused_combine`` / ``page_prefetch``: :data:`FUSED_COMBINE` / :data:`PAGE_PREFETCH` for this call)."""
     B, Sq, Hq, D = q.shape
     paged = block_table is not None
     options = (bool(causal), scale, float(softcap), window, num_splits, int(new_tokens),
@@ -534,8 +574,15 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
     warps = NUM_WARPS
+    page_size = k_cache.shape[1] if paged else 1
     if config:
         bn = config.get("block_n", bn)
+    # whole pages in a step, or a step in one page (n0 is block-aligned): the step's entries can be loaded ahead
+    prefetch = paged and (bn % page_size == 0 or page_size % bn == 0) and \
+        bool((config or {}).get("page_prefetch", PAGE_PREFETCH))
+    if prefetch:
+        stages = num_stages(head_dim_pad)  # the contiguous ring (see PAGE_PREFETCH)
+    if config:
         warps = config.get("num_warps", warps)
         stages = config.get("num_stages", stages)
         block_m = config.get("block_m", block_m)
@@ -573,10 +620,10 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         scale_log2=(scale / softcap if softcap else scale) * LOG2E, softcap=float(softcap),
         window_left=int(left or 0), window_right=int(right or 0),
         GROUP=group, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m, BLOCK_N=bn,
-        PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged, CAUSAL=bool(causal),
+        PAGE_SIZE=page_size, PAGED=paged, CAUSAL=bool(causal),
         WINDOW_LEFT=left is not None, WINDOW_RIGHT=right is not None, SOFTCAP=bool(softcap), UPCAST=upcast,
         DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", FUSED_COMBINE=fused,
-        num_warps=warps, num_stages=stages)
+        PAGE_PREFETCH=prefetch, num_warps=warps, num_stages=stages)
     split_grid = (B * Hkv, splits, row_blocks)
     split_compiled = _split_kernel[split_grid](**split_args)
     split_roles = ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART") + (("OUT", "LSE") if fused else ())
