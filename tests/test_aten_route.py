@@ -189,26 +189,33 @@ def test_bad_input_still_raises_on_the_route(route):
         tilewright.linear(torch.randn(4, 8), torch.randn(6, 8), residual=torch.randn(5, 6))
 
 
+def _rms_ours(x, g, w, b):
+    return tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
+
+
+def _rms_pair(x, g, w, b):
+    return F.linear(F.rms_norm(x, (x.shape[-1],), g, 1e-5), w, b)
+
+
+def _rms_calls_match_the_pair(x, g, w, b):
+    """Two training calls (the first decides and stores, the second hits) equal ATen's pair in values and gradients."""
+    for _ in range(2):
+        out, grads = _grads(_rms_ours, x, g, w, b)
+        ref_out, ref_grads = _grads(_rms_pair, x, g, w, b)
+        torch.testing.assert_close(out, ref_out)
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got, want)
+
+
 def test_rms_norm_linear_takes_aten(route):
     _no_kernels(route)
     x, g, w, b = torch.randn(2, 3, 16), torch.rand(16) + 0.5, torch.randn(8, 16), torch.randn(8)
 
-    def ref(x, g, w, b):
-        return F.linear(F.rms_norm(x, (16,), g, 1e-5), w, b)
-
-    def ours(x, g, w, b):
-        return tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
-
-    for _ in range(2):
-        out, grads = _grads(ours, x, g, w, b)
-        ref_out, ref_grads = _grads(ref, x, g, w, b)
-        torch.testing.assert_close(out, ref_out)
-        for got, want in zip(grads, ref_grads):
-            torch.testing.assert_close(got, want)
+    _rms_calls_match_the_pair(x, g, w, b)
     assert set(_entries(rms_ops._replays)) == {"AtenRmsNormLinear"}
     recorded = len(rms_ops._replays)
     with torch.no_grad():  # inference too (the two passes' replay cost more host than torch's two ops)
-        torch.testing.assert_close(ours(x, g, w, b), ref(x, g, w, b))
+        torch.testing.assert_close(_rms_ours(x, g, w, b), _rms_pair(x, g, w, b))
     assert len(rms_ops._replays) == recorded + 1 and set(_entries(rms_ops._replays)) == {"AtenRmsNormLinear"}
     # inside a CUDA-graph capture an inference call keeps the kernels (GPU time is what the graph replays)
     route.setattr(_aten, "capturing", lambda t: True)
@@ -229,26 +236,15 @@ def test_rms_norm_linear_training_takes_aten_where_cublas_runs_the_gemm(route):
                   lambda a, b, bias=None: asked.append((tuple(a.shape), tuple(b.shape))) or (preferred["yes"], "test"))
     x, g, w, b = torch.randn(2, 3, 16), torch.rand(16) + 0.5, torch.randn(8, 16), torch.randn(8)
 
-    def ref(x, g, w, b):
-        return F.linear(F.rms_norm(x, (16,), g, 1e-5), w, b)
-
-    def ours(x, g, w, b):
-        return tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
-
-    for _ in range(2):
-        out, grads = _grads(ours, x, g, w, b)
-        ref_out, ref_grads = _grads(ref, x, g, w, b)
-        torch.testing.assert_close(out, ref_out)
-        for got, want in zip(grads, ref_grads):
-            torch.testing.assert_close(got, want)
+    _rms_calls_match_the_pair(x, g, w, b)
     assert asked[0] == ((6, 16), (16, 8)) and set(_entries(rms_ops._replays)) == {"AtenRmsNormLinear"}
     with torch.no_grad(), pytest.raises(AssertionError, match="kernel"):  # inference keeps the op's path
-        ours(x, g, w, b)
+        _rms_ours(x, g, w, b)
     with pytest.raises(AssertionError, match="kernel"):  # a forced backend too
         tilewright.rms_norm_linear(x.requires_grad_(), g, w, b, eps=1e-5, backend="triton")
     preferred["yes"] = False
     with pytest.raises(AssertionError, match="kernel"):
-        ours(torch.randn(4, 16, requires_grad=True), g, w, b)
+        _rms_ours(torch.randn(4, 16, requires_grad=True), g, w, b)
 
 
 def test_attention_takes_sdpa(route):
@@ -429,10 +425,10 @@ def test_gpu_training_rms_norm_linear_follows_the_cublas_rule(monkeypatch):
     g = (torch.rand(K, device="cuda", generator=gen) + 0.5).bfloat16()
     w = (torch.randn(N, K, device="cuda", generator=gen) / K ** 0.5).bfloat16()
     preferred = cublas_preferred(x, w.t(), None)[0]
-    got, got_grads = _grads(lambda x, g, w: tilewright.rms_norm_linear(x, g, w, eps=1e-5), x, g, w)
+    got, got_grads = _grads(lambda x, g, w: _rms_ours(x, g, w, None), x, g, w)
     assert ("AtenRmsNormLinear" in _entries(rms_ops._replays)) == preferred
     if preferred:
-        want, want_grads = _grads(lambda x, g, w: F.linear(F.rms_norm(x, (K,), g, 1e-5), w), x, g, w)
+        want, want_grads = _grads(lambda x, g, w: _rms_pair(x, g, w, None), x, g, w)
         torch.testing.assert_close(got, want)  # (the same ATen ops; cuBLAS may pick another split between calls)
         for a, b in zip(got_grads, want_grads):
             torch.testing.assert_close(a, b)

@@ -289,7 +289,7 @@ def test_the_op_itself_replays_for_direct_and_compiled_callers():
     recorded = []
     real = _fast.run_recorded
     mp = pytest.MonkeyPatch()
-    mp.setattr(_fast, "run_recorded", lambda *a: recorded.append(1) or real(*a))
+    mp.setattr(_fast, "run_recorded", lambda *a, **k: recorded.append(1) or real(*a, **k))
     x2 = _rand(300, 200)
     try:
         got = layer(x2, w, b)

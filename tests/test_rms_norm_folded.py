@@ -133,7 +133,7 @@ def test_a_folded_replay_reads_the_kept_copy_only_while_it_is_current(monkeypatc
 
 
 def test_run_recorded_takes_inputs_decided_by_the_call_and_wraps_what_it_stores(monkeypatch):
-    """ops/_fast.run_recorded: ``inputs`` as a function of the call's result (rms_norm_linear's folded call names
+    """ops/_fast.run_recorded: ``inputs`` as a function called after the call (rms_norm_linear's folded call names
     its folded copy there) and ``wrap`` making what is stored of the replay."""
     from tilewright import _record
     from tilewright.ops import _fast
@@ -151,8 +151,8 @@ def test_run_recorded_takes_inputs_decided_by_the_call_and_wraps_what_it_stores(
     cache = {}
     assert _fast.run_recorded(cache, "k", call, {"a_ptr": (0, x)}, lambda r: {"c_ptr": (0, r[0])}) == (out,)
     assert "k" not in cache  # a_ptr is not at the input's address: no replay
-    got = _fast.run_recorded(cache, "k", call, lambda r: {"a_ptr": (0, copy)}, lambda r: {"c_ptr": (0, r[0])},
-                             wrap=lambda replay, r: ("wrapped", replay))
+    got = _fast.run_recorded(cache, "k", call, lambda: {"a_ptr": (0, copy)}, lambda r: {"c_ptr": (0, r[0])},
+                             wrap=lambda replay: ("wrapped", replay))
     assert got == (out,) and cache["k"][0] == "wrapped" and isinstance(cache["k"][1], _fast.Replay)
 
 

@@ -207,14 +207,14 @@ def replayed_op(cache: dict, tensors: tuple, roles: tuple, options: tuple, out_r
 def run_recorded(cache: dict, key, call, inputs, outputs, max_launches: int = 1, wrap=None):
     """``call()`` (the op's full path) with its launches recorded; stores the :class:`Replay` :func:`build` makes of
     them under ``key`` (when it makes one) and returns ``call()``'s result. ``outputs(result)`` names the outputs'
-    roles as :func:`build` takes them; ``inputs`` likewise, as a dict or a function of ``result`` (for an op whose
-    full path decides which tensor an input role is: rms_norm_linear's folded weight). ``wrap(replay, result)``, if
+    roles as :func:`build` takes them; ``inputs`` the inputs' roles, as a dict or a function called after the call (for
+    an op whose full path decides which tensor an input role is: rms_norm_linear's folded weight). ``wrap(replay)``, if
     given, makes what is stored of the replay (None: nothing)."""
     with recording() as launches:
         result = call()
-    replay = build(launches, inputs(result) if callable(inputs) else inputs, outputs(result), max_launches)
+    replay = build(launches, inputs() if callable(inputs) else inputs, outputs(result), max_launches)
     if replay is not None and wrap is not None:
-        replay = wrap(replay, result)
+        replay = wrap(replay)
     if replay is not None:
         store(cache, key, replay)
     return result

@@ -237,11 +237,21 @@ def _fold_key(weight, norm_weight) -> tuple:
             norm_weight.data_ptr(), norm_weight.stride(), norm_weight.dtype, _version(norm_weight))
 
 
+def _kept_fold(weight, norm_weight, key: tuple | None = None) -> torch.Tensor | None:
+    """The folded copy ``weight`` keeps for ``norm_weight`` (:func:`folded_weight`) while it is current - both
+    tensors' addresses, layouts and version counters unchanged (``key``: their :func:`_fold_key`, if computed) - else
+    None. The one test of a kept copy: the full path's, :func:`folded_weight`'s and the folded replay's."""
+    held = getattr(weight, "_tilewright_folded", None)
+    if held is None:
+        return None
+    key = key or _fold_key(weight, norm_weight)
+    return held[1] if held[0] == key and None not in key else None
+
+
 def _folded_is_current(weight, norm_weight) -> bool:
     if os.environ.get(FOLDED_ENV) == "nocache":
         return False  # (folded_weight ignores a kept copy then)
-    held = getattr(weight, "_tilewright_folded", None)
-    return held is not None and held[0] == _fold_key(weight, norm_weight)
+    return _kept_fold(weight, norm_weight) is not None
 
 
 def folded_weight(weight: torch.Tensor, norm_weight: torch.Tensor, cache: bool = True) -> torch.Tensor:
@@ -251,9 +261,9 @@ def folded_weight(weight: torch.Tensor, norm_weight: torch.Tensor, cache: bool =
     Writes through ``.data`` bypass version counters (as they bypass autograd's own checks): after such a write call
     :func:`clear_folded` or set ``TILEWRIGHT_RMS_FOLDED=nocache``. Costs one extra copy of the weight's memory."""
     key = _fold_key(weight, norm_weight)
-    held = getattr(weight, "_tilewright_folded", None) if cache else None
-    if held is not None and held[0] == key and None not in key:
-        return held[1]
+    held = _kept_fold(weight, norm_weight, key) if cache else None
+    if held is not None:
+        return held
     wg = torch.mul(weight, norm_weight)
     if cache and None not in key:
         try:
@@ -519,7 +529,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     if key is None:
         return output_view(call()[0], (*x.shape[:-1], N))
 
-    def inputs(result):
+    def inputs():
         # a folded call's GEMM read the folded copy where the weight and the norm weight would be (its g argument is
         # the copy's first row): the replay takes that copy in the weight's place (_FoldedReplay)
         wg = folded[0]
@@ -531,8 +541,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     # no argument of the call): no replay there, nor for a strided norm weight or bias the op made contiguous
     y, _ = _fast.run_recorded(_replays, key, call, inputs,
                               lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}, _LAUNCHES,
-                              wrap=lambda replay, result: replay if folded[0] is None else
-                              _FoldedReplay(replay, folded[0]))
+                              wrap=lambda replay: replay if folded[0] is None else _FoldedReplay(replay, folded[0]))
     return output_view(y, (*x.shape[:-1], N))
 
 
@@ -553,7 +562,7 @@ class _FoldedReplay:
         self._fold_sig = _fast.sig(wg)
 
     def __call__(self, device, x, norm_weight, weight, bias):
-        held = getattr(weight, "_tilewright_folded", None)
-        if held is None or held[0] != _fold_key(weight, norm_weight) or _fast.sig(held[1]) != self._fold_sig:
+        wg = _kept_fold(weight, norm_weight)
+        if wg is None or _fast.sig(wg) != self._fold_sig:
             return None
-        return self._replay(device, x, norm_weight, held[1], bias)
+        return self._replay(device, x, norm_weight, wg, bias)
