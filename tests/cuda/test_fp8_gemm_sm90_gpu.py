@@ -157,6 +157,19 @@ def _block_operands(M: int, N: int, K: int, seed: int):
     return a, q.t(), sa, (sw.t() * (torch.rand(sw.t().shape, device="cuda", generator=g) + 0.5)).contiguous()
 
 
+def _assert_block_builds_equal(shape, num_ctas, ref_variant, variant, seed: int):
+    """``variant``'s output bit-equal to ``ref_variant``'s on block-scaled operands of ``shape``, without and with a
+    bf16 bias (every element written: the output starts as NaN)."""
+    M, N, K = shape
+    a, b, sa, sb = _block_operands(M, N, K, seed=seed)
+    bias_values = torch.randn(N, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed + 3))
+    for bias in (None, bias_values.to(torch.bfloat16)):
+        ref = f8.fp8_gemm(a, b, sa, sb, bias=bias, num_ctas=num_ctas, variant=ref_variant)
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        f8.launch_fp8_gemm(a, b, sa, sb, out, bias=bias, variant=variant, num_ctas=num_ctas)
+        assert torch.equal(out, ref), (variant.name, bias is not None)
+
+
 @pytest.mark.parametrize("ahead", [1, 2])
 @pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
 def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahead):
@@ -168,16 +181,8 @@ def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahe
     epilogue's wait_all takes it)."""
     import dataclasses
 
-    M, N, K = shape
-    a, b, sa, sb = _block_operands(M, N, K, seed=5)
-    v = dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=ahead)
-    bias_values = torch.randn(N, device="cuda", generator=torch.Generator(device="cuda").manual_seed(8))
-    for bias in (None, bias_values.to(torch.bfloat16)):
-        ref = f8.fp8_gemm(a, b, sa, sb, bias=bias, num_ctas=num_ctas,
-                          variant=f8.ACCURATE_VARIANT.with_operands(3, (1, 1)))
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        f8.launch_fp8_gemm(a, b, sa, sb, out, bias=bias, variant=v, num_ctas=num_ctas)
-        assert torch.equal(out, ref), (v.name, bias is not None)
+    _assert_block_builds_equal(shape, num_ctas, f8.ACCURATE_VARIANT.with_operands(3, (1, 1)),
+                               dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=ahead), seed=5)
 
 
 @pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
@@ -188,11 +193,4 @@ def test_block_scales_in_the_stage_equal_the_copied_ahead_build(shape, num_ctas)
     K, one and two k-blocks (the ring's first pass), several tiles per CTA (num_ctas: the ring wraps across tiles, 32
     k-blocks a tile at K = 4096 on one CTA), with and without a bias; every element written (the output starts as
     NaN)."""
-    M, N, K = shape
-    a, b, sa, sb = _block_operands(M, N, K, seed=6)
-    bias_values = torch.randn(N, device="cuda", generator=torch.Generator(device="cuda").manual_seed(9))
-    for bias in (None, bias_values.to(torch.bfloat16)):
-        ref = f8.fp8_gemm(a, b, sa, sb, bias=bias, num_ctas=num_ctas, variant=f8.BLOCK_AHEAD_VARIANT)
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        f8.launch_fp8_gemm(a, b, sa, sb, out, bias=bias, variant=f8.BLOCK_STAGE_VARIANT, num_ctas=num_ctas)
-        assert torch.equal(out, ref), (f8.BLOCK_STAGE_VARIANT.name, bias is not None)
+    _assert_block_builds_equal(shape, num_ctas, f8.BLOCK_AHEAD_VARIANT, f8.BLOCK_STAGE_VARIANT, seed=6)
