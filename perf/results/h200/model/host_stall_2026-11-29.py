@@ -15,28 +15,16 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tilewright.bench import model
+from model_steps import builds, case_inputs, step_of
 
-case = [c for c in model.SUITES["default"] if c.tag == sys.argv[1]][0]
+case, ref, ours, x = case_inputs(sys.argv[1])
 mode = sys.argv[2]
-ref, ours = model.build_blocks(case, "cuda", torch.bfloat16)
-x = model.make_input(case, "cuda", torch.bfloat16)
-builds = {"torch_eager": lambda: ref, "torch_compile": lambda: torch.compile(ref),
-          "tilewright_eager": lambda: ours, "tilewright_compile": lambda: torch.compile(ours)}
+makers = builds(ref, ours)
 names = sys.argv[3].split(",") if len(sys.argv) > 3 else ["torch_eager", "tilewright_eager"]
 print(torch.cuda.get_device_name(), torch.__version__, case.tag, mode, flush=True)
 SLEEP_CYCLES = int(4e8)  # ~200 ms at the H200's ~1.98 GHz
 for name in names:
-    blk = builds[name]()
-
-    def step(blk=blk):
-        if mode == "fwd":
-            with torch.no_grad():
-                blk(x)
-        else:
-            blk.zero_grad(set_to_none=True)
-            x.grad = None
-            blk(x).sum().backward()
+    step = step_of(makers[name](), x, mode)
 
     for _ in range(3):
         step()

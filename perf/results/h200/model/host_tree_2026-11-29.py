@@ -9,26 +9,14 @@ import time
 
 import torch
 
-from tilewright.bench import model
+from model_steps import case_inputs, step_of
 
-case = [c for c in model.SUITES["default"] if c.tag == sys.argv[1]][0]
+case, ref, ours, x = case_inputs(sys.argv[1])
 mode = sys.argv[2]
 provider = sys.argv[3] if len(sys.argv) > 3 else "tilewright_eager"
-ref, ours = model.build_blocks(case, "cuda", torch.bfloat16)
-blk = ours if provider == "tilewright_eager" else ref
-x = model.make_input(case, "cuda", torch.bfloat16)
+step = step_of(ours if provider == "tilewright_eager" else ref, x, mode)
 torch.autograd.set_multithreading_enabled(False)
 print(torch.cuda.get_device_name(), torch.__version__, case.tag, mode, provider, flush=True)
-
-
-def step():
-    if mode == "fwd":
-        with torch.no_grad():
-            blk(x)
-    else:
-        blk.zero_grad(set_to_none=True)
-        x.grad = None
-        blk(x).sum().backward()
 
 
 def host_ms(n=10):

@@ -6,34 +6,21 @@ the GPU total is host time. Follows h100/model/prof_prefill_2026-11-27.py (fwd +
 `PYTHONPATH=src python perf/results/h200/model/kernels_2026-11-29.py <case tag> <fwd|fwd+bwd> [providers]`
 (case tags: llama-prefill, llama-small, vit-prefill, vit-small; providers: comma-separated of torch_eager,
 torch_compile, tilewright_eager, tilewright_compile)."""
-import collections
 import sys
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tilewright.bench import model
+from model_steps import builds, case_inputs, kernel_times, step_of
 
-case = [c for c in model.SUITES["default"] if c.tag == sys.argv[1]][0]
+case, ref, ours, x = case_inputs(sys.argv[1])
 mode = sys.argv[2]
-ref, ours = model.build_blocks(case, "cuda", torch.bfloat16)
-x = model.make_input(case, "cuda", torch.bfloat16)
-builds = {"torch_eager": lambda: ref, "torch_compile": lambda: torch.compile(ref),
-          "tilewright_eager": lambda: ours, "tilewright_compile": lambda: torch.compile(ours)}
-names = sys.argv[3].split(",") if len(sys.argv) > 3 else list(builds)
+makers = builds(ref, ours)
+names = sys.argv[3].split(",") if len(sys.argv) > 3 else list(makers)
 print(torch.cuda.get_device_name(), torch.__version__, case.tag, mode, flush=True)
 for name in names:
-    blk = builds[name]()
-
-    def step(blk=blk):
-        if mode == "fwd":
-            with torch.no_grad():
-                blk(x)
-        else:
-            blk.zero_grad(set_to_none=True)
-            x.grad = None
-            blk(x).sum().backward()
+    step = step_of(makers[name](), x, mode)
 
     for _ in range(3):
         step()
@@ -49,11 +36,7 @@ for name in names:
         for _ in range(5):
             step()
         torch.cuda.synchronize()
-    agg = collections.defaultdict(lambda: [0.0, 0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            agg[e.name][0] += e.device_time_total
-            agg[e.name][1] += 1
+    agg = kernel_times(prof)
     total = sum(t for t, _ in agg.values()) / 5 / 1000
     print(f"===== {case.tag} {mode} {name}: GPU {total:.3f} ms/step, wall {sorted(walls)[2]:.3f} ms/step "
           f"(median of 5 loops of 20)", flush=True)
