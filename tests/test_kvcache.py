@@ -315,23 +315,23 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
 
 
 def test_the_page_prefetch_variant_compiles_for_sm90_with_a_k_v_ring():
-    """PAGE_PREFETCH's AOT sm_90 builds at the launcher's key block and ring (num_stages(paged=False)) - pages of 16
-    and 32 (the step's entries spread to its rows with tl.gather), 256 (one entry a step): no spills, tensor core MMAs,
-    LDGSTS, and shared memory for num_stages - 1 K / V buffers; the default paged build at its 4 stages holds one
-    (Triton's pipeliner gives the in-step table load a stage of its own), which is what the variant is for."""
+    """PAGE_PREFETCH's AOT sm_90 builds at the contiguous launch's key blocks (64; 128 at head dim 128) and ring
+    (num_stages(paged=False)) - pages of 16 and 32 (the step's entries spread to its rows with tl.gather), 256 (one
+    entry a step): no spills, tensor core MMAs, LDGSTS, and shared memory for num_stages - 1 K / V buffers; the
+    in-step lookup's build at its 4 stages holds one (Triton's pipeliner gives the in-step table load a stage of its
+    own), which is what the prefetch is for."""
     from tilewright.triton_kernels import kvcache_attention as ka
     from tilewright.triton_kernels.aot import compile_reports
 
     jobs, rings = [], {}
-    for head_dim, pages in ((64, (16,)), (128, (16, 32, 256)), (256, (16,))):
-        bn = ka.block_n(head_dim, paged=True, interpret=False)
+    for head_dim, pages, bn in ((64, (16,), 64), (128, (16, 32, 256), 64), (128, (16, 256), 128), (256, (16,), 64)):
         tile = 2 * bn * head_dim * 2  # one step's K and V, bf16
         for page in pages:
             stages = ka.num_stages(head_dim)
-            jobs.append(_split_job(f"prefetch-d{head_dim}-p{page}", head_dim, bn, stages, page, PAGED=True,
+            jobs.append(_split_job(f"prefetch-d{head_dim}-n{bn}-p{page}", head_dim, bn, stages, page, PAGED=True,
                                    PAGE_PREFETCH=True))
             rings[jobs[-1]["name"]] = (stages - 1) * tile
-        if head_dim <= 128:
+        if head_dim <= 128 and bn == ka.block_n(head_dim, paged=True, interpret=False):
             jobs.append(_split_job(f"default-d{head_dim}", head_dim, bn, ka.num_stages(head_dim, True), PAGED=True))
             rings[jobs[-1]["name"]] = -tile  # at most one buffer
     for rep in compile_reports(jobs):
@@ -341,9 +341,9 @@ def test_the_page_prefetch_variant_compiles_for_sm90_with_a_k_v_ring():
         assert rep.shared_bytes >= ring if ring > 0 else rep.shared_bytes < -2 * ring, (rep.name, rep.shared_bytes)
 
 
-def _split_launches(monkeypatch):
-    """(PAGE_PREFETCH, num_stages) of each split-kernel launch from here on: a variant that fell back to the in-step
-    lookup would pass an equality test unseen."""
+def _split_launches(monkeypatch, fields=("PAGE_PREFETCH", "num_stages")):
+    """(PAGE_PREFETCH, num_stages) - or other ``fields`` of its arguments - of each split-kernel launch from here on:
+    a variant that fell back to the in-step lookup would pass an equality test unseen."""
     from tilewright.triton_kernels import kvcache_attention as ka
 
     kernel, seen = ka._split_kernel, []
@@ -351,7 +351,7 @@ def _split_launches(monkeypatch):
     class Spy:
         def __getitem__(self, grid):
             def launch(**kw):
-                seen.append((kw["PAGE_PREFETCH"], kw["num_stages"]))
+                seen.append(tuple(kw[f] for f in fields))
                 return kernel[grid](**kw)
             return launch
     monkeypatch.setattr(ka, "_split_kernel", Spy())
@@ -363,9 +363,10 @@ def _split_launches(monkeypatch):
                          ids=["page4", "page8-window", "page16-64key-steps", "page32-64key-steps-window",
                               "page16-one-entry-a-step", "page64-one-entry-a-step"])
 def test_page_prefetch_equals_the_in_step_lookup(page, block_n, window, monkeypatch):
-    """PAGE_PREFETCH (config page_prefetch): each step's page-table entries loaded a step ahead - a step's
-    BLOCK_N // PAGE_SIZE entries for pages smaller than a step (16-key steps here, as the GPU's 64 with pages of 16 and
-    32), one for pages a multiple of it - changes only addressing: out and LSE equal the default lookup's bit for bit,
+    """PAGE_PREFETCH (the default; config page_prefetch False: the in-step lookup): each step's page-table entries
+    loaded a step ahead - a step's BLOCK_N // PAGE_SIZE entries for pages smaller than a step (16-key steps here, as
+    the GPU's 64 / 128 with pages of 16 and 32), one for pages a multiple of it - changes only addressing at the same
+    split count and key step: out and LSE equal the in-step lookup's bit for bit,
     and the reference. Lengths past whole pages and steps, an empty sequence, two new tokens (bottom-right causal),
     GQA 3, two splits (one empty under the 3-key window), a shuffled table, unused entries 10**6 and -1."""
     from tilewright.triton_kernels import kvcache_attention as ka
@@ -378,9 +379,9 @@ def test_page_prefetch_equals_the_in_step_lookup(page, block_n, window, monkeypa
     cfg = {} if block_n is None else {"block_n": block_n}
     win = window if window is not None else (None, None)
     launches = _split_launches(monkeypatch)
-    want = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=2, config=cfg)
-    got = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=2,
-                               config={**cfg, "page_prefetch": True})
+    want = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=2,
+                                config={**cfg, "page_prefetch": False})
+    got = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=2, config=cfg)
     assert [p for p, _ in launches] == [False, True]
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     _assert_close(*got, _ref(q, kc, vc, seqlens, table, window=window), 2e-3)
@@ -399,17 +400,17 @@ def test_page_prefetch_clamps_entries_in_use_as_the_in_step_lookup_does(page, bl
     seqlens = torch.tensor([96, 41], dtype=torch.int32, device=DEV)
     cfg = {} if block_n is None else {"block_n": block_n}
     launches = _split_launches(monkeypatch)
-    want = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=3, config=cfg)
-    got = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=3, config={**cfg, "page_prefetch": True})
+    want = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=3, config={**cfg, "page_prefetch": False})
+    got = ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=3, config=cfg)
     assert [p for p, _ in launches] == [False, True]
     assert torch.isfinite(got[0]).all() and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_page_prefetch_module_switch_and_where_it_does_not_apply(monkeypatch):
-    """kvcache_attention.PAGE_PREFETCH = True turns the variant on for every paged call (how the GPU tier runs with
-    it), with the contiguous ring depth (num_stages(paged=False): 3 where the paged default takes 4); page sizes that
-    neither divide a step nor are multiples of it (3, 24 with 16-key steps) keep the in-step lookup, as do contiguous
-    caches; each against the reference."""
+    """kvcache_attention.PAGE_PREFETCH (the default) runs every paged call with the entries a step ahead, at the
+    contiguous launch's shape: the contiguous ring depth (num_stages(paged=False): 3 where the paged default takes 4);
+    page sizes that neither divide a step nor are multiples of it (3, 24 with 16-key steps) keep the in-step lookup, as
+    do contiguous caches; each against the reference."""
     from tilewright.triton_kernels import kvcache_attention as ka
 
     monkeypatch.setattr(ka, "PAGE_PREFETCH", True)
@@ -424,6 +425,25 @@ def test_page_prefetch_module_switch_and_where_it_does_not_apply(monkeypatch):
     assert launches == [(True, ka.num_stages(16)), (False, ka.num_stages(16, True)), (False, ka.num_stages(16, True)),
                         (False, ka.num_stages(16))]
     assert ka.num_stages(16) == 3 and ka.num_stages(16, True) == 4
+
+
+def test_paged_launches_take_the_contiguous_shape_with_the_prefetch(monkeypatch):
+    """With the entries a step ahead (the default), a paged cache launches as a contiguous one of its capacity would:
+    the same split count, key step and ring (4 SMs under the interpreter: 4 splits of a 1024-key cache, where the
+    in-step lookup's rule takes three programs an SM, 12); both against the reference."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    launches = _split_launches(monkeypatch, ("PAGE_PREFETCH", "num_splits", "BLOCK_N", "num_stages"))
+    lengths = (1000,)
+    kc, vc, table = _cache(1, 1024, 1, 16, torch.float32, lengths, 16)
+    q = torch.randn(1, 1, 2, 16, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    want = _ref(q, kc, vc, seqlens, table)
+    for cfg in (None, {"page_prefetch": False}):
+        _assert_close(*ka.kvcache_attention(q, kc, vc, seqlens, table, config=cfg), want, 1e-5)
+    contiguous, paged = (ka.launch_shape(1, 1, 1024, 16, q.device, paged=p) for p in (False, True))
+    assert contiguous[0] == 4 and paged[0] == 12
+    assert launches == [(True, *contiguous), (False, *paged)]
 
 
 def test_the_decode_bench_tiny_suite_runs_and_agrees():

@@ -169,6 +169,7 @@ def test_combine_fused_into_the_split_kernel(page):
 
 @pytest.mark.parametrize("page", [8, 16, 32, 256])
 def test_page_prefetch_matches_the_in_step_lookup(page):
-    """PAGE_PREFETCH (config page_prefetch; off by default until measured): each step's page-table entries loaded a
-    step ahead, K / V in the contiguous ring - the default paged launch's answer (_variant_matches_the_default)."""
-    _variant_matches_the_default(page, {"page_prefetch": True})
+    """PAGE_PREFETCH (the default: each step's page-table entries loaded a step ahead, K / V in the contiguous ring,
+    at the contiguous launch's shape) and the in-step lookup at the paged shape (config page_prefetch False) give the
+    same answer (_variant_matches_the_default)."""
+    _variant_matches_the_default(page, {"page_prefetch": False})

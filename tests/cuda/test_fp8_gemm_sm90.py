@@ -33,7 +33,7 @@ def test_block_scales_ahead_is_a_block_build_switch():
     """TW_FP8_SCALE_AHEAD (block scales copied k-blocks ahead into a shared-memory ring): its own build name and
     macro, absent from every other build's defines (their cache keys stay), both copy distances build-checked, the
     ring's bytes in the launch's shared memory (2 consumers x 2 slots x (64 rows + 4 warps) floats), and dropped for
-    other scales; the default block build."""
+    other scales; the default block build until session 29 (BLOCK_STAGE_VARIANT is now)."""
     v = f8.BLOCK_AHEAD_VARIANT
     assert v.name == "coop128x128s6f8blka2" and v.defines(False, False, False)["TW_FP8_SCALE_AHEAD"] == 2
     assert all("TW_FP8_SCALE_AHEAD" not in b.defines(False, False, False) for b, *_ in f8.BUILD_CHECK_BUILDS
@@ -42,7 +42,6 @@ def test_block_scales_ahead_is_a_block_build_switch():
     assert v.smem_bytes() == f8.ACCURATE_VARIANT.smem_bytes() + 2 * 2 * (64 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
     assert v.with_operands(3, (2, 1)).scale_ahead == 2 and v.with_operands(2, (1, 1)) == f8.ACCURATE_VARIANT
     assert f8.ACCURATE_VARIANT.with_operands(3, (1, 1)).scale_ahead == 0  # the register-load block build
-    assert f8._default_variant(4096, 3, True) is v and f8._default_variant(4096, 3, False) is v
     assert f8._default_variant(4096, 2, False) is f8.ACCURATE_VARIANT
     assert f8._default_variant(4096, 2, True) is f8.FAST_VARIANT
     assert f8._default_variant(64, 1, True) is f8.FAST_SMALL_M_VARIANT
@@ -52,7 +51,8 @@ def test_block_scales_in_the_stage_is_a_block_build_switch():
     """TW_FP8_SCALE_STAGE (block scales copied into each pipeline stage by a producer warp): its own build name and
     macro, absent from every other build's defines (their cache keys stay), build-checked with and without a bias, the
     stages' scale slots in the launch's shared memory (5 stages x (128 rows + 4) floats) - a sixth stage would not fit
-    -, dropped for other scales; not the default block build."""
+    -, dropped for other scales; the default block build, with fast accumulation or without (promotion every k-block
+    applies the scales)."""
     v = f8.BLOCK_STAGE_VARIANT
     assert v.name == "coop128x128s5f8blkst" and v.defines(False, False, False)["TW_FP8_SCALE_STAGE"] == 1
     assert "TW_FP8_SCALE_AHEAD" not in v.defines(False, False, False)
@@ -63,7 +63,8 @@ def test_block_scales_in_the_stage_is_a_block_build_switch():
     assert v.smem_bytes() == five + 5 * (128 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
     assert replace(v, stages=6).smem_bytes() > f8.gemm_sm90.SMEM_LIMIT
     assert v.with_operands(3, (2, 1)).scale_stage == 1 and v.with_operands(2, (1, 1)).scale_stage == 0
-    assert f8._default_variant(4096, 3, False) is f8.BLOCK_AHEAD_VARIANT
+    assert f8._default_variant(4096, 3, False) is v and f8._default_variant(4096, 3, True) is v
+    assert f8._default_variant(64, 3, True) is v
     rows = {label: markers for label, _, _, markers in f8.build_check_builds()}
     assert rows[f"{v.name} bf16 A:K-major B:K-major bias"] == ("LDGSTS",)
 
@@ -341,7 +342,7 @@ def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
     sb_blocks = torch.rand(K // 128, 4)
     col_major = torch.rand(K // 128, M).t()
     f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out)
-    assert builds[-1][2]["TW_FP8_SCALE_AHEAD"] == 2 and launches[-1][2] == f8.BLOCK_AHEAD_VARIANT.smem_bytes()
+    assert builds[-1][2]["TW_FP8_SCALE_STAGE"] == 1 and launches[-1][2] == f8.BLOCK_STAGE_VARIANT.smem_bytes()
     assert builds[-1][2]["TW_SCALE"] == 3 and [x.value for x in launches[-1][3][-2:]] == [col_major.data_ptr(),
                                                                                           sb_blocks.data_ptr()]
     row_major = col_major.contiguous()
@@ -352,8 +353,12 @@ def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
     assert "TW_FP8_SCALE_AHEAD" not in builds[-1][2] and builds[-1][2]["TW_SCALE"] == 3
     f8.launch_fp8_gemm(a, b, sa, sb[:, :512], out, variant=f8.BLOCK_AHEAD_VARIANT)
     assert "TW_FP8_SCALE_AHEAD" not in builds[-1][2] and launches[-1][2] == f8.ACCURATE_VARIANT.smem_bytes()
-    # the block scales copied into the stages: the same scale arguments as every block build (no launcher copy)
+    # the default block build copies the scales into the stages: the same scale arguments (no launcher copy), built
+    # once (the explicit variant reuses it); the copied-ahead build on request
+    stage_builds = [d for _, _, d in builds if d.get("TW_FP8_SCALE_STAGE") == 1]
+    assert len(stage_builds) == 1 and "TW_FP8_SCALE_AHEAD" not in stage_builds[0] and stage_builds[0]["TW_STAGES"] == 5
     f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out, variant=f8.BLOCK_STAGE_VARIANT)
-    assert builds[-1][2]["TW_FP8_SCALE_STAGE"] == 1 and "TW_FP8_SCALE_AHEAD" not in builds[-1][2]
-    assert launches[-1][2] == f8.BLOCK_STAGE_VARIANT.smem_bytes() and builds[-1][2]["TW_STAGES"] == 5
+    assert launches[-1][2] == f8.BLOCK_STAGE_VARIANT.smem_bytes()
     assert [x.value for x in launches[-1][3][-2:]] == [col_major.data_ptr(), sb_blocks.data_ptr()]
+    f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out, variant=f8.BLOCK_AHEAD_VARIANT)
+    assert builds[-1][2]["TW_FP8_SCALE_AHEAD"] == 2 and launches[-1][2] == f8.BLOCK_AHEAD_VARIANT.smem_bytes()

@@ -174,10 +174,10 @@ def _assert_block_builds_equal(shape, num_ctas, ref_variant, variant, seed: int)
 @pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
 def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahead):
     """TW_FP8_SCALE_AHEAD (the block scales copied 1 or 2 k-blocks ahead into shared memory and read at the k-block's
-    top, the default block build) computes the same products and FFMAs in the same order as the build loading them
-    into registers in their k-block: bit-equal outputs, with tails in M, N and K, tiles with fewer k-blocks than the
-    copy distance (K = 128, 256), several tiles per CTA (num_ctas: the first scales come from the previous tile's
-    epilogue), and with a bias, whose cp.async joins the next k-block's copy group (with one k-block, none: the
+    top; the default block build until session 29) computes the same products and FFMAs in the same order as the build
+    loading them into registers in their k-block: bit-equal outputs, with tails in M, N and K, tiles with fewer k-blocks
+    than the copy distance (K = 128, 256), several tiles per CTA (num_ctas: the first scales come from the previous
+    tile's epilogue), and with a bias, whose cp.async joins the next k-block's copy group (with one k-block, none: the
     epilogue's wait_all takes it)."""
     import dataclasses
 
@@ -187,10 +187,10 @@ def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahe
 
 @pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
 def test_block_scales_in_the_stage_equal_the_copied_ahead_build(shape, num_ctas):
-    """TW_FP8_SCALE_STAGE (BLOCK_STAGE_VARIANT: a producer warp copies each k-block's block scales into its pipeline
-    stage, counted by the stage's full barrier; 5 stages) computes the same products and FFMAs in the same order as
-    BLOCK_AHEAD_VARIANT, the default block build: bit-equal outputs with tails in M (zero-filled scale rows), N and
-    K, one and two k-blocks (the ring's first pass), several tiles per CTA (num_ctas: the ring wraps across tiles, 32
-    k-blocks a tile at K = 4096 on one CTA), with and without a bias; every element written (the output starts as
-    NaN)."""
+    """TW_FP8_SCALE_STAGE (BLOCK_STAGE_VARIANT, the default block build: a producer warp copies each k-block's block
+    scales into its pipeline stage, counted by the stage's full barrier; 5 stages) computes the same products and FFMAs
+    in the same order as BLOCK_AHEAD_VARIANT, the default before it: bit-equal outputs with tails in M (zero-filled
+    scale rows), N and K, one and two k-blocks (the ring's first pass), several tiles per CTA (num_ctas: the ring wraps
+    across tiles, 32 k-blocks a tile at K = 4096 on one CTA), with and without a bias; every element written (the output
+    starts as NaN)."""
     _assert_block_builds_equal(shape, num_ctas, f8.BLOCK_AHEAD_VARIANT, f8.BLOCK_STAGE_VARIANT, seed=6)

@@ -104,7 +104,8 @@ PROMOTE2_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=2, promote=2)
 # between its wgmmas and their wait (gemm_sm90.cu's header, TW_FP8_SCALE_AHEAD). Same arithmetic, bit-equal output.
 # H200, block / row-wise speed (CUDA-graph replays, the same fp8 bits) on 8192^3, 8192 x 28672 x 4096, 4096^3 and
 # 2048 x 7168 x 2048: 0.922, 0.906, 0.939, 0.964x, where the same copies read before the wgmma wait ran 0.861, 0.809,
-# 0.893, 0.921x (and the register loads, in an earlier run, 0.715-0.842x). The default for block scales.
+# 0.893, 0.921x (and the register loads, in an earlier run, 0.715-0.842x). The default for block scales until
+# session 29 (BLOCK_STAGE_VARIANT below is now); kept for its A/B and build check.
 BLOCK_AHEAD_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1, scale_ahead=2)
 # Block scales brought into each pipeline stage by the producer warpgroup (its warp 1: cp.async, arriving on the
 # stage's full barrier), so that a consumer k-block's scale work is one LDS.64, one LDS and two FMULs after the wait it
@@ -112,8 +113,9 @@ BLOCK_AHEAD_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1,
 # TW_FP8_SCALE_STAGE). Same arithmetic, bit-equal to BLOCK_AHEAD_VARIANT. 5 stages: a sixth does not fit beside the
 # stages' scales (528 bytes each). No launcher work: the kernel reads the column-major scale_a and the row-major
 # scale_b as the other block builds do. H200, block / row-wise, one A/B beside BLOCK_AHEAD_VARIANT (same shapes as
-# above): 0.934 / 0.936 / 0.959 / 0.996x against its 0.921 / 0.944 / 0.943 / 0.965x. Not the default until the FP8 and
-# scaled_mm GPU tiers have run with it as the default (perf/LOG.md, session 28).
+# above): 0.934 / 0.936 / 0.959 / 0.996x against its 0.921 / 0.944 / 0.943 / 0.965x; a second A/B (session 29)
+# 0.937 / 0.979 / 0.954 / 1.001x against 0.927 / 0.919 / 0.938 / 0.967x, and the FP8 and scaled_mm GPU tiers passed
+# with it as the default (78 tests). The default for block scales.
 BLOCK_STAGE_VARIANT = FP8Variant(128, 128, 5, coop=True, fp8_scale=3, promote=1, scale_stage=1)
 
 BUILD_CHECK_BUILDS = (
@@ -228,11 +230,11 @@ def launch_fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
 
 
 def _default_variant(M: int, scale_mode: int, use_fast_accum: bool) -> FP8Variant:
-    """The build a launch without ``variant`` takes: block scales the copied-ahead accurate build (promotion every
+    """The build a launch without ``variant`` takes: block scales the stage-copying accurate build (promotion every
     k-block applies them, so use_fast_accum has no effect there, as in the Triton path), fast accumulation its tile
     by M, else the accurate build."""
     if scale_mode == 3:
-        return BLOCK_AHEAD_VARIANT
+        return BLOCK_STAGE_VARIANT
     if use_fast_accum:
         return FAST_VARIANT if M > SMALL_M else FAST_SMALL_M_VARIANT
     return ACCURATE_VARIANT

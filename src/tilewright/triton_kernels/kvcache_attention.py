@@ -22,8 +22,8 @@ num_splits programs fill the SMs; each writes its chunk's normalised output and 
 combines the chunks with weights ``exp(lse_chunk - lse)``. A page-table lookup per key row (paged caches) costs one
 int32 load per row (one per step when the page size is a multiple of the key block); pages of any size work, and an
 entry outside [0, num_pages) or a length past the capacity is clamped, never dereferenced out of bounds (the op layer
-reports such tables and lengths unless told not to check). A variant loads each step's entries a step ahead
-(:data:`PAGE_PREFETCH`; prepared, off by default).
+reports such tables and lengths unless told not to check). Each step's entries are loaded a step ahead, so that the
+K / V loads keep the contiguous kernel's ring (:data:`PAGE_PREFETCH`).
 """
 from __future__ import annotations
 
@@ -373,7 +373,8 @@ def _pow2(x: int, lo: int) -> int:
 #   flight; a split count that spills past the first wave (5 at B * Hkv = 64: 320 programs) cost 4-7%.
 # * contiguous, B * Hkv at or above it: no split (each program already streams a whole sequence), 128 keys a step
 #   (192 KB ring): 1-2% over 64-key steps on the longest rows.
-# * paged: each step's rows wait on a page-table load before their K / V loads can issue, so one program per SM
+# * paged, the in-step lookup (page sizes :data:`PAGE_PREFETCH` does not take; the others take the contiguous rules):
+#   each step's rows wait on a page-table load before their K / V loads can issue, so one program per SM
 #   leaves the memory system idle (B 8 x S 32k: 526 us with pages of 16 against 354 contiguous). About three programs
 #   per SM with a 4-deep ring of 64-key steps hide it: 366 us (pages of 16), 364 (of 256).
 # * H200 (perf/LOG.md, session 22: 10 rows x 16 shapes, SDPA interleaved): its ~1.3x the H100's bandwidth wants
@@ -410,17 +411,20 @@ MID_BAND_WAVES = 1.4  # B x Hkv from this many waves of programs to two: unsplit
 # than that buffer holds keeps the second launch.
 FUSED_COMBINE = False
 FUSED_COMBINE_MAX_COUNTERS = SPLIT_K_MAX_TILES
-# Paged steps with the next step's page-table entries loaded a step ahead (issue 16: paged decode 1.01-1.11x the
-# contiguous time; prepared, off until measured: config={"page_prefetch": True} runs it). With the lookup inside the
-# step, a K / V address waits on a table load of its own step, and Triton 3.6's pipeliner splits the ring between the
-# two loads: at num_stages 3 or 4 the table load gets one stage and K / V a single buffer, waited out (wait 0) at the
-# top of every step - each step pays a whole K / V round trip (AOT sm_90 TTGIR). Carried in the loop, the entries are
-# an ordinary loop value, and K / V get the contiguous kernel's ring (num_stages - 1 buffers, 70 KB at 3 and head dim
-# 128, so ~three programs per SM still fit; the variant takes the contiguous ring depth, num_stages(paged=False)).
+# Paged steps with the next step's page-table entries loaded a step ahead, at the contiguous launch's shape (issue 16:
+# paged decode within 5% of contiguous). With the lookup inside the step, a K / V address waits on a table load of
+# its own step, and Triton 3.6's pipeliner splits the ring between the two loads: at num_stages 3 or 4 the table load
+# gets one stage and K / V a single buffer, waited out (wait 0) at the top of every step - each step pays a whole K / V
+# round trip (AOT sm_90 TTGIR). Carried in the loop, the entries are an ordinary loop value, and K / V get the
+# contiguous kernel's ring; the launch then takes the contiguous one's split count, key step and ring depth too (the
+# paged rules above - three programs an SM, a 4-deep ring of 64-key steps - were there to hide the round trip).
 # Pages smaller than a step load the step's BLOCK_N // PAGE_SIZE entries (a small vector, spread to the rows with
 # tl.gather: a reshape there makes the pipeliner leave K / V in plain loads), pages a multiple of it one entry; other
-# page sizes keep the lookup in the step.
-PAGE_PREFETCH = False
+# page sizes keep the lookup in the step at the paged shape. H200 (perf/LOG.md, session 29; GQA 32/8, D 128, B 1 / 8 /
+# 64 x 1k / 8k / 32k, graph replays interleaved): paged / contiguous geomean 1.045 (pages of 16; max 1.11 at B 1 x 8k)
+# and 1.021 (of 256; max 1.049) against the in-step lookup's 1.061 / 1.037; the prefetch at the paged shape ran
+# 1.110 / 1.098, at 4 stages 1.161 / 1.128. ``config={"page_prefetch": False}`` runs the in-step lookup.
+PAGE_PREFETCH = True
 
 
 def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
@@ -568,21 +572,24 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     group = Hq // Hkv
     capacity = _capacity(k_cache, block_table)
     head_dim_pad = _pow2(D, 16)
-    splits, bn, stages = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, paged, num_splits)
+    page_size = k_cache.shape[1] if paged else 1
+    prefetch = paged and bool((config or {}).get("page_prefetch", PAGE_PREFETCH))
+    if prefetch:
+        # the contiguous launch's shape (split count, keys a step, ring; see PAGE_PREFETCH), where the page size
+        # fits its steps: whole pages in a step, or a step in one page (n0 is block-aligned), so that the step's
+        # entries can be loaded ahead
+        splits, bn, stages = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, False, num_splits)
+        bn = (config or {}).get("block_n", bn)
+        prefetch = bn % page_size == 0 or page_size % bn == 0
+    if not prefetch:
+        splits, bn, stages = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, paged, num_splits)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     left, right = window
     rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
     warps = NUM_WARPS
-    page_size = k_cache.shape[1] if paged else 1
     if config:
         bn = config.get("block_n", bn)
-    # whole pages in a step, or a step in one page (n0 is block-aligned): the step's entries can be loaded ahead
-    prefetch = paged and (bn % page_size == 0 or page_size % bn == 0) and \
-        bool((config or {}).get("page_prefetch", PAGE_PREFETCH))
-    if prefetch:
-        stages = num_stages(head_dim_pad)  # the contiguous ring (see PAGE_PREFETCH)
-    if config:
         warps = config.get("num_warps", warps)
         stages = config.get("num_stages", stages)
         block_m = config.get("block_m", block_m)
