@@ -359,11 +359,17 @@ def test_router_default_per_suite_shape(fake_gpu, shape, expect):
 
 
 # ---------------------------------------------------------------------------------------- residual win region
-def test_residual_region_follows_the_measured_rows():
-    """A residual repeated over the batch (a pos_embed) takes the sm_90a kernel in its region; a residual of one row
-    per output row stays on Triton (gemm_sm90.py says why); no residual: the plain region."""
+def test_residual_region_follows_the_measured_rows(monkeypatch):
+    """A residual repeated over the batch (a pos_embed) and one of a row per output row (with RESIDUAL_ROWS, the
+    default: measured faster than Triton on the model benches' residual GEMMs) take the sm_90a kernel in its region;
+    RESIDUAL_ROWS off keeps the latter on Triton; no residual: the plain region."""
+    assert cg.RESIDUAL_ROWS and cg.preferred(16384, 2048, 2048, "rows")[0]
+    assert cg.preferred(16384, 1024, 4096, "rows")[0] and not cg.preferred(16384, 1000, 4096, "rows")[0]
+    assert not cg.preferred(16384, 1024, 1024, "rows")[0]  # (the host-bound floor holds as ever)
+    monkeypatch.setattr(cg, "RESIDUAL_ROWS", False)
     assert not cg.preferred(16384, 2048, 2048, "rows")[0]
     assert "Triton" in cg.preferred(16384, 2048, 2048, "rows")[1]
+    assert cg.preferred(16384, 2048, 2048, "repeated")[0]
     assert cg.preferred(32768, 1024, 1536, "repeated")[0]  # (the region's FLOPs floor holds as ever)
     assert cg.preferred(32768, 1024, 1536, False)[0]
     assert not cg.preferred(32768, 1000, 1536, "repeated")[0]  # outside the region (N % 128)

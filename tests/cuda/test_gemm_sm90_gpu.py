@@ -273,7 +273,8 @@ def test_op_and_router_path():
     # 2MNK = 2^38, above the smallest problem the router hands the CUDA kernel (gemm_sm90.PREFER_MIN_FLOPS = 2^36)
     d = router.decide("gemm", a, w.t(), bias, None)
     assert d.backend == "cuda", str(d)  # large bf16 on Hopper: in the win region, self-check passes
-    assert router.decide("gemm", a[:2048], w.t(), bias, None).backend == "triton"  # 2^35: below the floor
+    # 2^35: below the floor - Triton, or cuBLAS where the measured table (cublas_routes.py) prefers it
+    assert router.decide("gemm", a[:2048], w.t(), bias, None).backend in ("triton", "torch")
     y = tilewright.linear(a, w, bias, activation="gelu", backend="cuda")
     ref = gemm_reference(a.double(), w.t().double(), bias.double(), None, "gelu")
     assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
@@ -282,7 +283,7 @@ def test_op_and_router_path():
     assert router.decide("gemm", a[:16], w.t(), None, None).backend == expect
     odd_k = torch.randn(4096, 2047, device=DEV, dtype=torch.bfloat16)  # row stride 4094 B: not TMA-able
     assert router.decide("gemm", odd_k, torch.randn(2047, 4096, device=DEV, dtype=torch.bfloat16), None,
-                         None).backend == "triton"
+                         None).backend in ("triton", "torch")
     assert cg.try_launch(a, w.t(), torch.empty(16384, 4096, device=DEV, dtype=torch.bfloat16))
 
 

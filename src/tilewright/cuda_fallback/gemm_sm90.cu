@@ -13,6 +13,16 @@
 // Tails: TMA zero-fills out-of-bounds loads (M, N and K tails), TMA stores clip, bias/residual loads are masked.
 // Tile order: row-major, grouped (bands of `group` tile rows) or Hilbert/Morton inside group x group squares -
 // the same mapping as triton_kernels/tile_order.py, evaluated identically by every role.
+// Descriptors: before a tile's mainloop a consumer builds its A and B wgmma descriptors of stage 0, k step 0 once,
+// and each wgmma's is that one advanced by its byte offset (stage, k step, m64 atom: wgmma_desc_advance, one 32-bit
+// add to the low word; the high word stays a constant); the consumer's warpgroup index comes through a warp shuffle,
+// so that ptxas knows it warp-uniform and keeps all of it in uniform registers. Why: built per wgmma from the row
+// offset of the consumer (a per-thread value to ptxas), each descriptor was a mask, shift and OR in vector registers
+// moved over with R2UR (the constant high word too), and the FP8 k-block's four QGMMAs were spread over 36 of its 140
+// instructions; now 15 of 107 (SASS, nvcc 13.0, row-wise accurate build, no bias; 168 registers, 0 spills as before;
+// ptxas now puts the ring counter's four uniform instructions, the next stage and the empty barrier's address, between
+// the last QGMMA and the wgmma wait - no vector instruction; block scales in the stages: 144 -> 112, span 38 -> 21).
+// The 16-bit builds gain alike (coop128x256s3: 147 -> 89 instructions for the two k-blocks ptxas unrolls).
 //
 // Compile-time variant (-D): TW_BM, TW_BN, TW_STAGES, TW_COOP, TW_A_MN (A stored M-major), TW_B_MN (B stored
 // N-major, i.e. a row-major (K, N) matrix), TW_FP16 (fp16 instead of bf16); the epilogue is compile-time too:
@@ -110,6 +120,11 @@
 //     source is recomputed in the branch, taken once a tile; the products are pinned before the wgmmas - ptxas had
 //     put the FMULs after that branch). 168 registers, 0 spills; the copier's loop is kept rolled (unrolled, it
 //     spilled under the producer warpgroup's 40 registers).
+//   * Tried and dropped (session 29): the two consumers taking turns to issue their k-blocks through a pair of named
+//     barriers (consumer 0's k-block, then consumer 1's, ...), so that one promotes while the other's wgmmas run -
+//     bit-equal, and 2.3-4.0% slower than the free-running cooperative mainloop with the descriptors above, row-wise
+//     and block scales alike (H200, perf/LOG.md): with each k-block's QGMMAs issued back to back, the schedulers
+//     interleave the consumers well enough, and the turns' barrier round trips cost more than they order.
 //
 // TW_NORM_A=1 (built through rmsnorm_gemm_sm90.cu, kernel tw_rmsnorm_gemm_sm90) turns this into the RMSNorm-fused
 // GEMM y = act(rstd * ((x * g) @ B) + bias) + residual with the contract of triton_kernels/rmsnorm_gemm.py:
@@ -762,7 +777,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   } else {
     // ---------------- consumers ----------------
     setmaxnreg_inc<TW_CONSUMER_REGS>();
-    const int c = wg - 1;
+    const int c = __shfl_sync(0xffffffffu, wg, 0) - 1;
     const int warp = tid / 32;
     const int lane = tid % 32;
     const tw_u32 cbuf = sbase + STAGES * STAGE_BYTES + c * C_WG;
@@ -964,6 +979,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[ma][i] = 0.0f;
 #endif
+      // the descriptors of stage 0's first k step for this consumer's rows, built once (header: descriptors)
+      const tw_u64 desc_a0 = wgmma_desc_sw128(sbase + atom0 * 64 * 128, A_MN ? BK * 128 : 16, 1024);
+      const tw_u64 desc_b0 = wgmma_desc_sw128(sbase + A_STAGE, B_MN ? BK * 128 : 16, 1024);
       for (int kb = 0; kb < kt; ++kb) {
 #if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD
         // the k-block's scales at its top, before the full-barrier wait: the window between its wgmmas and their
@@ -995,19 +1013,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           wgmma_reg_fence(kscale[0]);
         }
 #endif
-        const tw_u32 sa = sbase + s * STAGE_BYTES;
-        const tw_u32 sb = sa + A_STAGE;
+        // the stage's descriptors: stage 0's advanced by the stage's bytes (one uniform add each)
+        const tw_u64 da_s = wgmma_desc_advance(desc_a0, s * STAGE_BYTES);
+        const tw_u64 db_s = wgmma_desc_advance(desc_b0, s * STAGE_BYTES);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < K_STEPS; ++ks) {  // k16 steps (k32 in FP8): 32 bytes each into the K-major row
-          tw_u64 db;
-          if constexpr (B_MN) db = wgmma_desc_sw128(sb + ks * 16 * 128, BK * 128, 1024);
-          else db = wgmma_desc_sw128(sb + ks * 32, 16, 1024);
+          const tw_u64 db = wgmma_desc_advance(db_s, B_MN ? ks * 16 * 128 : ks * 32);
 #pragma unroll
           for (int ma = 0; ma < MA; ++ma) {
-            tw_u64 da;
-            if constexpr (A_MN) da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + ks * 16 * 128, BK * 128, 1024);
-            else da = wgmma_desc_sw128(sa + (atom0 + ma) * 64 * 128 + ks * 32, 16, 1024);
+            const tw_u64 da = wgmma_desc_advance(da_s, ma * 64 * 128 + (A_MN ? ks * 16 * 128 : ks * 32));
 #if TW_FP8_PROMOTE
             mma<0, 0>(part[ma], da, db, ((kb % TW_FP8_PROMOTE) | ks) != 0);  // a fresh partial tile per group
 #else

@@ -106,6 +106,12 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
 # (forward 1.29 vs 1.31; Llama unchanged) - unexplained, and an in-process A/B could not be run in that session. Until
 # it is (perf/LOG.md, session 16), a residual keeps Triton, except one repeated over the batch (a pos_embed: 25%
 # faster here, no such GEMM in the ViT step above the region's FLOPs floor).
+# H200, in-process (MEASURED_ON[7]: CUDA-graph replays interleaved, L2 flushed, bf16, the model benches' residual
+# GEMMs): this kernel / Triton with a residual of one row per output row 1.105x at 16384 x 2048 x 2048 (Llama wo),
+# 1.031x at K 5632 (down), 1.170x at 16384 x 1024 x 1024 (ViT-L proj), 1.008x at K 4096 (fc2), 1.064 / 1.022x at 8192
+# x 4096 x 4096 / 14336; Triton ran level with cuBLAS's addmm (residual as C) and F.linear + add. RESIDUAL_ROWS says
+# whether such residuals take this kernel (the model-level A/B decides: perf/LOG.md, session 29).
+RESIDUAL_ROWS = True
 MEASURED_ON = (
     Measurement("H200", "perf/results/h200/cuda_gemm_2026-11-26.csv", "2026-11-26"),
     Measurement("H200", "perf/results/h200/2026-11-26/gemm.csv", "2026-11-26"),
@@ -114,6 +120,7 @@ MEASURED_ON = (
     Measurement("H100", "perf/results/h100/model/profile_prefill_2026-11-26_1830_dense_grad.txt", "2026-11-26"),
     Measurement("H100", "perf/results/h100/model/gemm_floor_2026-11-27_0205_ab_floor36.csv", "2026-11-27"),
     Measurement("H100", "perf/results/h100/gemm/epilogue_loads_2026-11-27_2100.txt", "2026-11-27"),
+    Measurement("H200", "perf/results/h200/gemm/residual_cublas_ab_2026-11-29_0845.txt", "2026-11-29"),
 )
 PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
@@ -132,8 +139,8 @@ def preferred(M: int, N: int, K: int, residual: bool | str = False,
     residual when ``residual``: ``"repeated"`` for one whose rows repeat over the batch, a pos_embed), and why: the
     measured win region. ``min_flops``: the host-bound floor of the caller's launch path (the RMSNorm-GEMM build
     passes its own)."""
-    if residual and residual != "repeated":
-        return False, "a fused residual stays on Triton until the model-level A/B is measured (see MEASURED_ON)"
+    if residual and residual != "repeated" and not RESIDUAL_ROWS:
+        return False, "a fused residual of one row per output row stays on Triton (RESIDUAL_ROWS is off)"
     region = (f"M >= {PREFER_MIN_M}, N >= {PREFER_MIN_N}, K >= {PREFER_MIN_K}, M % 64 == 0, N % 128 == 0, "
               f"2MNK >= {min_flops / 1e9:.0f} GFLOP")
     if M >= PREFER_MIN_M and N >= PREFER_MIN_N and K >= PREFER_MIN_K and M % 64 == 0 and N % 128 == 0:

@@ -7,6 +7,9 @@
 * ``stage`` (prepared, not run): the block scales copied into each pipeline stage by a producer warp
   (BLOCK_STAGE_VARIANT, TW_FP8_SCALE_STAGE: a consumer k-block of 144 instructions to the row-wise 140, 5 stages)
   against the default block build (`cuda_block_ahead`: BLOCK_AHEAD_VARIANT, 165 instructions, 6 stages).
+A set ``order`` ran once (2026-11-29, `block_fix_ab_2026-11-29_0913_order.csv`, with the wgmma descriptors formed
+once a stage in every build): the two consumers issuing their k-blocks in turns (named barriers), row-wise and with
+block scales in the stages, 2.3-4.0% slower than the free-running builds; the switch and the set are gone.
 A former set, ``promote``, is gone with the variants it timed: the 2026-11-29 06:00 run
 (`block_fix_ab_promote_2026-11-29_0605.csv`) of the lean scale path at the k-block's top (`cuda_block_v2`, block /
 row-wise 0.906-0.964x) and before the wgmma wait (`cuda_block_v2w`, 0.847-0.957x) against that build

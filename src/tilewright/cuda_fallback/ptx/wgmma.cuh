@@ -17,6 +17,13 @@ TW_DEVICE tw_u64 wgmma_desc_sw128(tw_u32 smem_addr, tw_u32 lbo_bytes, tw_u32 sbo
   return d;
 }
 
+// Descriptor `d` with its start address `bytes` (a multiple of 16) further on: only the low word changes - the 14-bit
+// start-address field holds any shared-memory address (< 256 KB) and so never carries into the fields above it -, so
+// a descriptor built once keeps its constant high word and each advanced one costs a 32-bit add.
+TW_DEVICE tw_u64 wgmma_desc_advance(tw_u64 d, tw_u32 bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | (tw_u32)((tw_u32)d + (bytes >> 4));
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Make this warpgroup's prior register writes (accumulators) visible to the wgmma ops issued after it; required
 // before the first wgmma of a batch and whenever accumulator registers were touched by ordinary instructions.
