@@ -4,9 +4,11 @@
   TW_FP8_SCALE_AHEAD=2; `cuda_block_fix1`: one k-block ahead) against the register-load block build (`cuda_block`).
   Run in session 27's first call (`block_fix_ab_2026-11-29_0318.csv`), when the copies were read before the wgmma
   wait.
-* ``stage`` (prepared, not run): the block scales copied into each pipeline stage by a producer warp
-  (BLOCK_STAGE_VARIANT, TW_FP8_SCALE_STAGE: a consumer k-block of 144 instructions to the row-wise 140, 5 stages)
-  against the default block build (`cuda_block_ahead`: BLOCK_AHEAD_VARIANT, 165 instructions, 6 stages).
+* ``stage``: the block scales copied into each pipeline stage by a producer warp (BLOCK_STAGE_VARIANT,
+  TW_FP8_SCALE_STAGE, 5 stages; the default since session 29) against the copied-ahead build (`cuda_block_ahead`:
+  BLOCK_AHEAD_VARIANT, 6 stages) - run 2026-11-29 07:04 and 08:28 (`block_fix_ab_2026-11-29_0704_stage.csv`,
+  `_0828_stage.csv`); since the descriptors are formed once a stage (session 29) with a diagnostic row-wise provider
+  at 5 stages (`cuda_row5`): the block build's remaining gap at 8192^3 (0.927) against the sixth stage it lacks.
 A set ``order`` ran once (2026-11-29, `block_fix_ab_2026-11-29_0913_order.csv`, with the wgmma descriptors formed
 once a stage in every build): the two consumers issuing their k-blocks in turns (named barriers), row-wise and with
 block scales in the stages, 2.3-4.0% slower than the free-running builds; the switch and the set are gone.
@@ -46,9 +48,14 @@ E4M3 = torch.float8_e4m3fn
 SETS = {"ahead": {"cuda_block": f8.ACCURATE_VARIANT.with_operands(3, (1, 1)), "cuda_block_fix": f8.BLOCK_AHEAD_VARIANT,
                   "cuda_block_fix1": dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=1)},
         "stage": {"cuda_block_ahead": f8.BLOCK_AHEAD_VARIANT, "cuda_block_stage": f8.BLOCK_STAGE_VARIANT}}
-BLOCK_VARIANTS = SETS[sys.argv[1] if len(sys.argv) > 1 else "ahead"]
+SET = sys.argv[1] if len(sys.argv) > 1 else "ahead"
+BLOCK_VARIANTS = SETS[SET]
 BLOCK = tuple(BLOCK_VARIANTS)
-VARIANTS = {"cuda_row": f8.ACCURATE_VARIANT, **BLOCK_VARIANTS}
+# row-wise providers beside cuda_row: with the ``stage`` set, the row-wise build at the stage build's 5 stages - how
+# much of the block / row-wise gap is the sixth stage that the stages' scale slots leave no room for
+ROW_EXTRA = {"cuda_row5": dataclasses.replace(f8.ACCURATE_VARIANT, stages=5)} if SET == "stage" else {}
+ROW = ("cuda_row", "cublaslt_row", *ROW_EXTRA)
+VARIANTS = {"cuda_row": f8.ACCURATE_VARIANT, **ROW_EXTRA, **BLOCK_VARIANTS}
 print(torch.cuda.get_device_name(), torch.__version__, flush=True)
 # the builds in parallel (the launches' own build calls then hit the cache): e4m3 x e4m3, K-major, bf16 out
 with ThreadPoolExecutor(len(VARIANTS)) as ex:
@@ -84,7 +91,7 @@ for M, N, K in SHAPES:
     a_row, sa_row = quantize_rows(x)
     q_wr, sw_row = quantize_rows(w)
     b_row, sb_row = q_wr.t(), sw_row.t().contiguous()  # (1, N)
-    ops = {"cuda_row": (a_row, b_row, sa_row, sb_row), "cublaslt_row": (a_row, b_row, sa_row, sb_row)}
+    ops = {k: (a_row, b_row, sa_row, sb_row) for k in ROW}
     ops.update({k: (a_blk, b_blk, sa_col, sb_blk) for k in BLOCK})
 
     def run(name, a, b, sa, sb, out):
@@ -94,7 +101,7 @@ for M, N, K in SHAPES:
 
     # ---- timing: same fp8 bits for everyone, each provider's own kind of scales
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-    timed = {"cuda_row": (a_blk, b_blk, sa_row, sb_row), "cublaslt_row": (a_blk, b_blk, sa_row, sb_row)}
+    timed = {k: (a_blk, b_blk, sa_row, sb_row) for k in ROW}
     timed.update({k: (a_blk, b_blk, sa_col, sb_blk) for k in BLOCK})
     graphs = {}
     for name, args in timed.items():
@@ -124,7 +131,7 @@ for M, N, K in SHAPES:
     outs, err_kernel = {}, {}
     for name, (a, b, sa, sb) in ops.items():
         outs[name] = run(name, a, b, sa, sb, torch.empty(M, N, device="cuda", dtype=torch.bfloat16)).double()
-    for names_k in (("cuda_row", "cublaslt_row"), BLOCK):
+    for names_k in (ROW, BLOCK):
         own = scaled_mm_reference(*ops[names_k[0]], None, torch.float64, torch.float64)
         for name in names_k:
             err_kernel[name] = (outs[name] - own).abs().max().item()
@@ -136,8 +143,9 @@ for M, N, K in SHAPES:
         print(f"{M}x{N}x{K},{name},{us[name]:.1f},{fl / us[name] / 1e6:.0f},{us['cuda_row'] / us[name]:.3f},"
               f"{e2e:.4g},{err_kernel[name]:.4g},{same}", flush=True)
     ratios = ", ".join(f"{k} {us['cuda_row'] / us[k]:.3f}" for k in BLOCK)
-    summary.append(f"# {M}x{N}x{K}: block / row: {ratios}; row vs cuBLASLt {us['cublaslt_row'] / us['cuda_row']:.3f}; "
-                   f"max |ref| {ref.abs().max().item():.4g}")
+    extra = "".join(f"; {k} / row {us['cuda_row'] / us[k]:.3f}" for k in ROW_EXTRA)
+    summary.append(f"# {M}x{N}x{K}: block / row: {ratios}; row vs cuBLASLt {us['cublaslt_row'] / us['cuda_row']:.3f}"
+                   f"{extra}; max |ref| {ref.abs().max().item():.4g}")
     del ref, outs, x, w
     torch.cuda.empty_cache()
 print("\n".join(summary))
