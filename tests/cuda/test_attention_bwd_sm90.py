@@ -101,6 +101,55 @@ def test_the_dq_in_the_pass_builds_are_spill_free_with_vector_reductions(cache, 
         assert not re.search(r"\b(ATOMG|REDG)\b", text)
 
 
+def _sass_kernels(text: str) -> dict:
+    """Per kernel function of a SASS listing: its instructions (the predicate kept, as the disassembler prints it)."""
+    return {part.split("\n", 1)[0].strip(): re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", part)
+            for part in re.split(r"\n\s*Function : ", text)[1:]}
+
+
+# build-check row -> per kernel (HGMMAs, R2URs at most, R2URs among its HGMMAs at most, instructions at most): nvcc
+# 13.0, measured when the wgmma descriptors moved to uniform registers. R2URs (all / among the HGMMAs) and
+# instructions, before -> after: dK / dV b hdim128 causal 55 / 34 / 2096 -> 24 / 4 / 1968, b+dq hdim128 causal
+# 69 / 46 / 2456 -> 26 / 4 / 2264, b+dq hdim64 full fp16 41 / 30 / 1536 -> 10 / 0 / 1440, a hdim128 causal 17 / 1 /
+# 2280 -> 17 / 1 / 2176 (one consumer: its index was a constant already); dQ hdim128 causal 70 / 15 / 1640 ->
+# 52 / 0 / 1512, hdim64 50 / 6 / 992 -> 40 / 0 / 920. Unpredicated R2URs (the predicated ones are the epilogue's
+# global stores); the four left among the dK / dV HGMMAs of hdim 128 move the step's query-block division.
+DKDV, DQ = "tw_attn_bwd_dkdv_sm90", "tw_attn_bwd_dq_sm90"
+DESCRIPTOR_BUILDS = {"dkdv b hdim128 causal bf16": {DKDV: (24, 24, 4, 1968), DQ: (20, 52, 0, 1512)},
+                     "dkdv b+dq hdim128 causal bf16": {DKDV: (32, 26, 4, 2264)},
+                     "dkdv b+dq hdim64 full fp16": {DKDV: (20, 10, 0, 1440), DQ: (12, 40, 0, 920)},
+                     "dkdv a hdim128 causal bf16": {DKDV: (24, 17, 1, 2176)}}
+
+
+@needs_compiler
+@pytest.mark.parametrize("label", sorted(DESCRIPTOR_BUILDS))
+def test_wgmma_descriptors_stay_in_uniform_registers(cache, label):
+    """Both kernels form their wgmma descriptors in uniform registers: one base descriptor per operand and step
+    (block), each wgmma's that one advanced by its byte offset; the dK / dV consumers' warpgroup index comes through
+    a shuffle (ptxas then knows their K / V rows' address warp-uniform), and the dQ kernel's Q / dO descriptors are
+    formed each block from an opaque copy of the base address (hoisted ahead of the loop, they sat in ordinary
+    registers). Before, the S^T / dP^T wgmmas of two consumers each took their A descriptor from ordinary registers
+    (two R2UR per HGMMA), and the dQ kernel's Q / dO descriptors one R2UR each; the kernels lost 56-192 instructions
+    with the same HGMMAs, 0 spills and no more registers (the hdim-128 consumers run at 240 registers, setmaxnreg).
+    Pinned: per kernel the HGMMA count, the R2UR counts (all, and among the HGMMAs) and the instructions measured
+    then."""
+    row = {r[0]: r for r in cb.build_check_builds()}[label]
+    b = build.compile_source(cb.SOURCE, "sm_90a", row[1])
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    text = build_check.sass(b.cubin)
+    if text is None:
+        pytest.skip("no cuobjdump")
+    kernels = _sass_kernels(text)
+    for name, (hgmma, r2ur, r2ur_among, instructions) in DESCRIPTOR_BUILDS[label].items():
+        ops = kernels[name]
+        mma = [i for i, op in enumerate(ops) if re.match(r"(@!?U?P\w+\s+)?HGMMA", op)]
+        assert len(mma) == hgmma, name
+        assert sum("R2UR" in op for op in ops[mma[0]:mma[-1]]) <= r2ur_among, name
+        assert sum(op.startswith("R2UR") for op in ops) <= r2ur, name
+        assert len(ops) <= instructions, name
+
+
 class _FakeCuda(torch.Tensor):
     @property
     def is_cuda(self):

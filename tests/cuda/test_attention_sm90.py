@@ -4,6 +4,7 @@ router's decisions for a faked sm_90 device. The GPU tier is tests/cuda/test_att
 from __future__ import annotations
 
 import contextlib
+import re
 import types
 import warnings
 
@@ -38,6 +39,47 @@ def test_variant_a_builds_without_spills(cache):
     if text is not None:
         for marker in ("HGMMA", "UTMALDG", "UTMASTG", "STSM"):
             assert marker in text
+
+
+def _sass_kernels(text: str) -> dict:
+    """Per kernel function of a SASS listing: its instructions (the predicate kept, as the disassembler prints it)."""
+    return {part.split("\n", 1)[0].strip(): re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", part)
+            for part in re.split(r"\n\s*Function : ", text)[1:]}
+
+
+# build-check row -> (HGMMAs, R2URs at most, instructions at most): nvcc 13.0, measured when the consumers' wgmma
+# descriptors moved to uniform registers (R2UR / instructions before -> after: b hdim128 64 / 1656 -> 49 / 1552,
+# c hdim128 full 94 / 2360 -> 50 / 2176, causal 97 / 2568 -> 53 / 2392, c hdim64 causal fp16 20 / 2144 -> 5 / 2040,
+# c hdim256 full 185 / 2656 -> 96 / 2392). Unpredicated R2URs: the predicated ones are the epilogue's global stores.
+DESCRIPTOR_BUILDS = {"b hdim128 full bf16": (16, 49, 1552), "c hdim128 full bf16": (32, 50, 2176),
+                     "c hdim128 causal bf16": (32, 53, 2392), "c hdim64 causal fp16": (24, 5, 2040),
+                     "c hdim256 full bf16": (40, 96, 2392)}
+
+
+@needs_compiler
+@pytest.mark.parametrize("label", sorted(DESCRIPTOR_BUILDS))
+def test_wgmma_descriptors_stay_in_uniform_registers(cache, label):
+    """The consumers' wgmma descriptors are formed in uniform registers: the warpgroup index comes through a shuffle
+    (ptxas then knows the Q rows' address warp-uniform) and each wgmma's descriptor is a base one advanced by its
+    byte offset. Built per wgmma from a per-thread index, the Q descriptors sat in ordinary registers and every HGMMA
+    was preceded by two R2UR moves (36 R2URs between the first and the last HGMMA of the hdim-128 build, 68 at hdim
+    256); now none is, the HGMMAs (same count) issue back to back and the kernel lost 72-264 instructions, with 0
+    spills as before. Pinned: no R2UR among the HGMMAs, the R2UR and instruction counts measured then (the rest are
+    the producer's and the barrier waits' addresses), the HGMMA count."""
+    defines = {row[0]: row[1] for row in ca.build_check_builds()}[label]
+    b = build.compile_source(ca.SOURCE, "sm_90a", defines)
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    text = build_check.sass(b.cubin)
+    if text is None:
+        pytest.skip("no cuobjdump")
+    ops = _sass_kernels(text)["tw_attn_fwd_sm90"]
+    hgmma, r2ur, instructions = DESCRIPTOR_BUILDS[label]
+    mma = [i for i, op in enumerate(ops) if re.match(r"(@!?U?P\w+\s+)?HGMMA", op)]
+    assert len(mma) == hgmma
+    assert not [op for op in ops[mma[0]:mma[-1]] if "R2UR" in op]
+    assert sum(op.startswith("R2UR") for op in ops) <= r2ur
+    assert len(ops) <= instructions
 
 
 def test_build_check_lists_the_attention_builds():

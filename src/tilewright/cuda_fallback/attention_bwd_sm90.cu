@@ -50,6 +50,15 @@
 // pass, the foreign K and V rows (dQ = dS K, dS through V); the dQ kernel zeroes the foreign K and V rows of its last
 // key block. Stores are row-masked register stores already; the dQ partials of foreign query rows (this sequence's
 // possibly non-finite K times zero dS) are staged as zeros, so their reduce-adds add nothing to the next sequence.
+//
+// Descriptors (both kernels): each operand's wgmma descriptor is built once a step (query block / key block) and each
+// wgmma's is that one advanced by its byte offset (ptx/wgmma_typed.cuh: a 32-bit add to the low word), all in
+// uniform registers: the dK / dV consumers' warpgroup index comes through a warp shuffle (ptxas then knows their K / V
+// rows' address warp-uniform), and both kernels form the step's descriptors from an opaque base address (see the
+// loops), not ahead of the loop. Before, the S^T / dP^T wgmmas of two consumers took their A descriptors from ordinary
+// registers, two R2UR before each HGMMA, and the dQ kernel's hoisted Q / dO descriptors one each (SASS, nvcc 13.0,
+// hdim 128 causal: dK / dV b 34 R2URs among its 24 HGMMAs -> 4 (a division's), 2096 -> 1968 instructions; b+dq
+// 46 -> 4, 2456 -> 2264; dQ 15 -> 0, 1640 -> 1512; the same HGMMAs in the same order, 0 spills before and after).
 #include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
 #include "ptx/math.cuh"
@@ -331,7 +340,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     const KeyBand band = seq.band;
     const KeyBlockSteps sched = key_block_steps(n0, seq.seq_q, heads.heads, band);
     const int m_first = sched.m_first, m_blocks = sched.m_blocks, steps = sched.steps;
-    const int c = NC == 1 ? 0 : wg - 1;  // a constant with one consumer: its code stays what it was measured as
+    // A constant with one consumer (its code stays what it was measured as); with two, the warpgroup index through a
+    // shuffle: the same value, but one ptxas knows to be warp-uniform, so the K / V descriptors of this warpgroup's
+    // rows (kv_c) are formed in uniform registers (wg - 1 is per-thread to it: threadIdx.x / 128).
+    const int c = NC == 1 ? 0 : __shfl_sync(0xffffffffu, wg, 0) - 1;
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int n0c = n0 + 64 * c;  // this warpgroup's first key
@@ -362,10 +374,12 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     auto issue_dq = [&](int buf) {
       const tw_u32 a_base = sbase + DS_OFF + buf * DS_BYTES + (DQ_SPLIT_COLUMNS ? 0 : c * 64 * 128);
       const tw_u32 b_base = sbase + K_OFF + (DQ_SPLIT_COLUMNS ? c * BN * 128 : c * 64 * 128);
+      const tw_u64 da = wgmma_desc_sw128(a_base, BN * 128, 1024);
+      const tw_u64 db = wgmma_desc_sw128(b_base, BN * 128, 1024);
 #pragma unroll
       for (int kk = 0; kk < DQ_KEYS / 16; ++kk) {
-        mma_ss<DQ_N, 1, 1>(dq_part, wgmma_desc_sw128(a_base + kk * 16 * 128, BN * 128, 1024),
-                           wgmma_desc_sw128(b_base + kk * 16 * 128, BN * 128, 1024), kk != 0);
+        mma_ss<DQ_N, 1, 1>(dq_part, wgmma_desc_advance(da, kk * 16 * 128), wgmma_desc_advance(db, kk * 16 * 128),
+                           kk != 0);
       }
     };
     // Varlen: rows from `valid_rows` on are the next sequence's queries; their partials are products of this
@@ -405,7 +419,9 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
     for (int step = 0; step < steps; ++step) {
       // sbase made opaque each step: the compiler then forms the step's wgmma descriptors inside the loop (in uniform
       // registers) instead of hoisting them into ordinary ones ahead of it, where the hdim-128 builds ran out of
-      // their 240 registers and spilled 40-56 bytes (no instruction is emitted for this)
+      // their 240 registers and spilled 40-56 bytes (no instruction is emitted for this). Each operand's descriptor
+      // is built once a step from it and each wgmma's is that one advanced by its byte offset (one uniform add;
+      // ptx/wgmma_typed.cuh, mma_ss_head_dim / mma_rs_frags).
       asm volatile("" : "+r"(sbase));
       const int s = ring.stage;
       const tw_u32 phase = ring.phase;
@@ -447,9 +463,11 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // S^T = K Q^T, then dP^T = V dO^T: D/16 k-steps each over the head dim, one commit group each, so that P^T's
       // exp2 runs while dP^T is still in the tensor cores, and dS^T while dV's product is.
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
-      mma_ss_head_dim<BM, D>(s_acc, sbase + K_OFF + kv_c, BN * 128, sq, BM * 128);
+      mma_ss_head_dim<BM, D>(s_acc, wgmma_desc_sw128(sbase + K_OFF + kv_c, 16, 1024), BN * 128,
+                                  wgmma_desc_sw128(sq, 16, 1024), BM * 128);
       wgmma_commit();
-      mma_ss_head_dim<BM, D>(dp_acc, sbase + V_OFF + kv_c, BN * 128, sdo, BM * 128);
+      mma_ss_head_dim<BM, D>(dp_acc, wgmma_desc_sw128(sbase + V_OFF + kv_c, 16, 1024), BN * 128,
+                                  wgmma_desc_sw128(sdo, 16, 1024), BM * 128);
       wgmma_commit();
 
       // this consumer's buffer, behind the stage copies of dense builds
@@ -518,7 +536,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // (16 x 128 B) per k-step, LBO = bytes between 64-column chunks of d (one box: BM rows x 128 B), SBO = 8 rows
       // x 128 B.
       wgmma_fence();  // the P^T fragments were written by ordinary instructions
-      mma_rs_frags<BM / 16, D>(dv_acc, p, sdo, BM * 128);
+      mma_rs_frags<BM / 16, D>(dv_acc, p, wgmma_desc_sw128(sdo, BM * 128, 1024));
       wgmma_commit();
 
       // dS^T = P^T * (dP^T - delta), from the fp32 P^T still in s_acc (P^T (1 - t^2) with the soft cap).
@@ -566,7 +584,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         wgmma_fence();  // dS^T's fragments and dQ's fresh accumulator were written by ordinary instructions
         issue_dq(step & 1);
         wgmma_commit();
-        mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
+        mma_rs_frags<BM / 16, D>(dk_acc, ds, wgmma_desc_sw128(sq, BM * 128, 1024));
         wgmma_commit();
         wgmma_wait<1>();  // dV and dQ are complete; dK's product may still run
         wgmma_reg_fence(dq_part);
@@ -574,7 +592,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
         wgmma_wait<0>();
       } else {
         wgmma_fence();  // the dS^T fragments were written by ordinary instructions
-        mma_rs_frags<BM / 16, D>(dk_acc, ds, sq, BM * 128);
+        mma_rs_frags<BM / 16, D>(dk_acc, ds, wgmma_desc_sw128(sq, BM * 128, 1024));
         wgmma_commit();
         wgmma_wait<0>();
       }
@@ -758,10 +776,18 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
           named_barrier_sync(1, 128);  // the consumer warpgroup's 128 threads
         }
       }
-      // S = Q K^T and dP = dO V^T: D/16 k-steps each over the head dim, one commit group for both.
+      // S = Q K^T and dP = dO V^T: D/16 k-steps each over the head dim, one commit group for both. Each operand's
+      // descriptor is built once a block and each wgmma's is that one advanced by its byte offset
+      // (ptx/wgmma_typed.cuh), from a copy of sbase made opaque each block: otherwise the compiler hoists Q's and
+      // dO's 2 x D/16 loop-invariant descriptors ahead of the loop, into ordinary registers, each moved with R2UR
+      // before its HGMMA; formed here they are one uniform add each (no instruction is emitted for the asm).
+      tw_u32 sb = sbase;
+      asm volatile("" : "+r"(sb));
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
-      mma_ss_head_dim<BN, D>(s_acc, sbase + Q_OFF, BM * 128, sk, BN * 128);
-      mma_ss_head_dim<BN, D>(dp_acc, sbase + DO_OFF, BM * 128, sv, BN * 128);
+      mma_ss_head_dim<BN, D>(s_acc, wgmma_desc_sw128(sb + Q_OFF, 16, 1024), BM * 128,
+                                  wgmma_desc_sw128(sb + K_OFF + s * KV_BYTES, 16, 1024), BN * 128);
+      mma_ss_head_dim<BN, D>(dp_acc, wgmma_desc_sw128(sb + DO_OFF, 16, 1024), BM * 128,
+                                  wgmma_desc_sw128(sb + V_OFF + s * KV_BYTES, 16, 1024), BN * 128);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_reg_fence(s_acc);
@@ -801,7 +827,7 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       // {ds[4kk], ..., ds[4kk+3]}. K descriptor (MN-major): 16 key rows (16 x 128 B) per k-step, LBO = bytes between
       // 64-column chunks of d (one box: BN rows x 128 B), SBO = 8 rows x 128 B.
       wgmma_fence();  // the dS fragments were written by ordinary instructions
-      mma_rs_frags<BN / 16, D>(dq_acc, ds, sk, BN * 128);
+      mma_rs_frags<BN / 16, D>(dq_acc, ds, wgmma_desc_sw128(sb + K_OFF + s * KV_BYTES, BN * 128, 1024));
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_reg_fence(dq_acc);

@@ -42,6 +42,12 @@
 // those keys are masked to -inf) but not for V: P is 0 there, yet 0 x inf is NaN, so the consumers zero those V rows
 // in shared memory before the last PV. The O store of a tile that straddles its sequence's end goes from registers,
 // row-masked (a TMA box would write the next sequence's rows).
+// Descriptors: a consumer builds its Q rows' and stage 0's K and V wgmma descriptors once, and each wgmma's is one of
+// them advanced by its byte offset (ptx/wgmma_typed.cuh: a 32-bit add to the low word); its warpgroup index comes
+// through a warp shuffle, so that ptxas knows it warp-uniform and keeps them in uniform registers. Built per wgmma from
+// the index as threadIdx.x / 128 (per-thread to ptxas), the Q descriptors sat in ordinary registers, two R2UR before
+// each HGMMA (SASS, nvcc 13.0, c hdim 128: 36 R2URs among the 32 HGMMAs -> 0, 2360 -> 2176 instructions; hdim 256:
+// 68 -> 0, 2656 -> 2392; the same HGMMAs in the same order, 0 spills before and after).
 // All PTX lives in ptx/*.cuh.
 #include "ptx/attention_tile.cuh"
 #include "ptx/common.cuh"
@@ -238,7 +244,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   } else {
     // ------------------------------------------------------------------ consumers
     if constexpr (NC == 2) setmaxnreg_inc<TW_CONSUMER_REGS>();
-    const int c = wg - 1;
+    // The warpgroup index through a shuffle: the same value, but one ptxas knows to be warp-uniform, so this
+    // consumer's Q descriptors (below) stay in uniform registers (wg - 1 is per-thread to it: threadIdx.x / 128).
+    const int c = __shfl_sync(0xffffffffu, wg, 0) - 1;
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int row_base = m0 + 64 * c;  // first Q row of this warpgroup
@@ -273,20 +281,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       ++section;
     };
 
-    // Issue S = Q K^T for the K block at smem `sk` (D/16 k-steps; scale_d = 0 on the first overwrites S).
-    auto issue_qk = [&](tw_u32 sk) { mma_ss_head_dim<BN, D>(s_acc, sq_c, BM * 128, sk, BN * 128); };
-    // Issue O += P V for the V block at smem `sv`: BN/16 k-steps over keys; k-step kk takes P columns 16kk..16kk+15,
-    // which are accumulator chunks 2kk and 2kk+1 -> A fragment {p[4kk], p[4kk+1], p[4kk+2], p[4kk+3]} (rows g / g+8
-    // of columns 2t.., then rows g / g+8 of columns 8+2t..). V descriptor: 16 key rows (16 * 128 B) per k-step,
-    // LBO = bytes between 64-column chunks of d (one box: BN rows x 128 B), SBO = 8 rows x 128 B.
-    auto issue_pv = [&](tw_u32 sv) {
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        const tw_u32 a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-        const tw_u64 db = wgmma_desc_sw128(sv + kk * 16 * 128, BN * 128, 1024);
-        mma_rs_mn<D>(o, a, db);
+    // Descriptors of this warpgroup's Q rows and of stage 0's K and V blocks, built once from warp-uniform addresses;
+    // every wgmma's is one of them advanced by its byte offset (stage, chunk, k-step: ptx/wgmma_typed.cuh), which
+    // keeps them in uniform registers - built per wgmma from sq_c of a per-thread c, the Q descriptors sat in 2 x D/16
+    // ordinary registers, each moved with two R2UR before its HGMMA, and K's took a mask, shift and OR apiece.
+    const tw_u64 desc_q = wgmma_desc_sw128(sq_c, 16, 1024);
+    const tw_u64 desc_k0 = wgmma_desc_sw128(sbase + K_OFF, 16, 1024);
+    // V: MN-major B, LBO = bytes between 64-column chunks of d (one box: BN rows x 128 B), SBO = 8 rows x 128 B
+    const tw_u64 desc_v0 = wgmma_desc_sw128(sbase + V_OFF, BN * 128, 1024);
+    // Issue S = Q K^T for the K block of stage s (D/16 k-steps; scale_d = 0 on the first overwrites S).
+    auto issue_qk = [&](int s) {
+      tw_u64 dq = desc_q;
+      if constexpr (D > 128) {
+        // Q's low word made opaque each block, so that its D/16 advanced descriptors are formed at the wgmmas (one
+        // uniform add each) and not hoisted ahead of the loop: 16 of them there (32 uniform registers) spilled into
+        // ordinary ones and came back with R2UR. At D <= 128 the hoisted ones fit and save the adds (16 fewer
+        // instructions). No instruction is emitted for this.
+        tw_u32 lo = (tw_u32)dq;
+        asm volatile("" : "+r"(lo));
+        dq = (dq & 0xFFFFFFFF00000000ull) | lo;
       }
+      mma_ss_head_dim<BN, D>(s_acc, dq, BM * 128, wgmma_desc_advance(desc_k0, s * KV_BYTES), BN * 128);
     };
+    // Issue O += P V for the V block of stage s: BN/16 k-steps over keys; k-step kk takes P columns 16kk..16kk+15,
+    // which are accumulator chunks 2kk and 2kk+1 -> A fragment {p[4kk], p[4kk+1], p[4kk+2], p[4kk+3]} (rows g / g+8
+    // of columns 2t.., then rows g / g+8 of columns 8+2t..), and 16 key rows (16 * 128 B) of V.
+    auto issue_pv = [&](int s) { mma_rs_frags<BN / 16, D>(o, p, wgmma_desc_advance(desc_v0, s * KV_BYTES)); };
     // Soft cap (if any), mask, new running max, exponentials in place and row sums of block kb (counted from kb0);
     // returns the O rescale factors.
     auto softmax = [&](int kb, float (&alpha)[2]) {
@@ -386,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       mbar_wait(full_k, 0);  // block 0 is stage 0, phase 0
       turn_begin();
       wgmma_fence();  // O was zeroed by ordinary stores
-      issue_qk(sbase + K_OFF);
+      issue_qk(0);
       wgmma_commit();
       turn_end();
       wgmma_wait<0>();
@@ -403,9 +423,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         mbar_wait(full_v + 8 * sp, php);
         turn_begin();
         wgmma_fence();  // S, P and O were written by the softmax / rescale since the last wgmma batch
-        issue_qk(sbase + K_OFF + s * KV_BYTES);
+        issue_qk(s);
         wgmma_commit();
-        issue_pv(sbase + V_OFF + sp * KV_BYTES);
+        issue_pv(sp);
         wgmma_commit();
         turn_end();
         wgmma_wait<1>();  // S_j complete (groups retire in order); P_{j-1} V_{j-1} may still run
@@ -431,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       zero_v_tail(nblk - 1, sbase + V_OFF + sl * KV_BYTES);
       turn_begin();
       wgmma_fence();
-      issue_pv(sbase + V_OFF + sl * KV_BYTES);
+      issue_pv(sl);
       wgmma_commit();
       turn_end();
       wgmma_wait<0>();
@@ -447,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         mbar_wait(full_k + 8 * s, ph);
         turn_begin();
         wgmma_fence();  // S / O / P were written by ordinary instructions since the last batch
-        issue_qk(sbase + K_OFF + s * KV_BYTES);
+        issue_qk(s);
         wgmma_commit();
         turn_end();
         wgmma_wait<0>();
@@ -459,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         mbar_wait(full_v + 8 * s, ph);
         if (kb == nblk - 1) zero_v_tail(kb, sbase + V_OFF + s * KV_BYTES);
         wgmma_fence();  // P and O were just written by ordinary instructions
-        issue_pv(sbase + V_OFF + s * KV_BYTES);
+        issue_pv(s);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_reg_fence(o);

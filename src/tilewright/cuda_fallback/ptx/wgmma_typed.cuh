@@ -30,16 +30,22 @@ TW_DEVICE void mma_ss(float (&d)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
 }
 
 // D(64 x N) = A(64 x DIM) B(N x DIM)^T over a head dim of DIM, both operands K-major in shared memory as DIM / 64
-// chunks of 64 columns (rows of 128 bytes, 128B-swizzled, one TMA box each): A's chunk j at a + j * a_chunk, B's at
-// b + j * b_chunk. A k-step (16 columns) starts 32 bytes further into its chunk; the first overwrites D. The
-// attention kernels' S = Q K^T (forward, dQ) and S^T = K Q^T, dP^T = V dO^T (dK / dV).
+// chunks of 64 columns (rows of 128 bytes, 128B-swizzled, one TMA box each): da / db the descriptors (LBO 16) of A's
+// and B's first chunk, chunk j a_chunk * j / b_chunk * j bytes on. A k-step (16 columns) starts 32 bytes further into
+// its chunk; the first overwrites D. The attention kernels' S = Q K^T (forward, dQ) and S^T = K Q^T, dP^T = V dO^T
+// (dK / dV).
+// Why descriptors, not addresses: the caller builds each operand's once from a warp-uniform address, and every
+// wgmma's is that one advanced by its byte offset (wgmma_desc_advance: a 32-bit add to the low word, the same 64-bit
+// value as the descriptor of the advanced address). Built per wgmma from an address ptxas does not know to be
+// warp-uniform (a consumer's rows through wg - 1), or from loop-invariant ones it hoisted into ordinary registers,
+// each was a mask, shift and OR in vector registers moved over with R2UR before its HGMMA.
 template <int N, int DIM>
-TW_DEVICE void mma_ss_head_dim(float (&d)[N / 2], tw_u32 a, tw_u32 a_chunk, tw_u32 b, tw_u32 b_chunk) {
+TW_DEVICE void mma_ss_head_dim(float (&d)[N / 2], tw_u64 da, tw_u32 a_chunk, tw_u64 db, tw_u32 b_chunk) {
 #pragma unroll
   for (int kk = 0; kk < DIM / 16; ++kk) {
     const tw_u32 in_chunk = (kk % 4) * 32;
-    mma_ss<N>(d, wgmma_desc_sw128(a + ((kk / 4) * a_chunk + in_chunk), 16, 1024),
-              wgmma_desc_sw128(b + ((kk / 4) * b_chunk + in_chunk), 16, 1024), kk != 0);
+    mma_ss<N>(d, wgmma_desc_advance(da, (kk / 4) * a_chunk + in_chunk),
+              wgmma_desc_advance(db, (kk / 4) * b_chunk + in_chunk), kk != 0);
   }
 }
 
@@ -61,16 +67,16 @@ TW_DEVICE void mma_rs_mn(float (&d)[N / 2], const tw_u32 (&a)[4], tw_u64 db) {
 }
 
 // D(64 x N) += A(64 x 16 K_STEPS) B over K_STEPS k-steps: A is register fragments in the accumulator layout of an
-// m64 wgmma packed to 16-bit pairs (k-step kk takes columns 16kk..16kk+15, i.e. frag[4kk..4kk+3]); B is MN-major
-// at b_base (128B-swizzled rows of 128 bytes: k-step kk starts 16 rows further; lbo = bytes between its 64-column
-// chunks, SBO = 8 rows x 128 B).
+// m64 wgmma packed to 16-bit pairs (k-step kk takes columns 16kk..16kk+15, i.e. frag[4kk..4kk+3]); B is MN-major,
+// db the descriptor of its first k-step (128B-swizzled rows of 128 bytes; LBO = bytes between its 64-column chunks,
+// SBO = 8 rows x 128 B), k-step kk 16 rows (16 x 128 bytes) further (advanced as in mma_ss_head_dim).
 template <int K_STEPS, int N, int F>
-TW_DEVICE void mma_rs_frags(float (&d)[N / 2], const tw_u32 (&frag)[F], tw_u32 b_base, tw_u32 lbo) {
+TW_DEVICE void mma_rs_frags(float (&d)[N / 2], const tw_u32 (&frag)[F], tw_u64 db) {
   static_assert(F >= 4 * K_STEPS, "four fragment registers per k-step");
 #pragma unroll
   for (int kk = 0; kk < K_STEPS; ++kk) {
     const tw_u32 a[4] = {frag[4 * kk], frag[4 * kk + 1], frag[4 * kk + 2], frag[4 * kk + 3]};
-    mma_rs_mn<N>(d, a, wgmma_desc_sw128(b_base + kk * 16 * 128, lbo, 1024));
+    mma_rs_mn<N>(d, a, wgmma_desc_advance(db, kk * 16 * 128));
   }
 }
 #endif
