@@ -103,14 +103,17 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
 # 1.064 vs 1.144, K 4096 1.227 vs 1.252 (with bias) and 1.142 vs 1.223, K 2048 1.204 vs 1.266, K 1024 1.634 vs
 # 1.479; a pos_embed repeated over the batch, K 768: 1.559 vs 2.043. Routing residuals from K 2048 here measured
 # those GEMMs faster, but the ViT-L B8 step's fwd+bwd ran 4.95 ms in that run against 4.42 in the run before it
-# (forward 1.29 vs 1.31; Llama unchanged) - unexplained, and an in-process A/B could not be run in that session. Until
-# it is (perf/LOG.md, session 16), a residual keeps Triton, except one repeated over the batch (a pos_embed: 25%
-# faster here, no such GEMM in the ViT step above the region's FLOPs floor).
+# (forward 1.29 vs 1.31; Llama unchanged) - unexplained, and an in-process A/B could not be run in that session, so
+# a residual kept Triton (perf/LOG.md, session 16), except one repeated over the batch (a pos_embed: 25% faster here,
+# no such GEMM in the ViT step above the region's FLOPs floor).
 # H200, in-process (MEASURED_ON[7]: CUDA-graph replays interleaved, L2 flushed, bf16, the model benches' residual
 # GEMMs): this kernel / Triton with a residual of one row per output row 1.105x at 16384 x 2048 x 2048 (Llama wo),
 # 1.031x at K 5632 (down), 1.170x at 16384 x 1024 x 1024 (ViT-L proj), 1.008x at K 4096 (fc2), 1.064 / 1.022x at 8192
-# x 4096 x 4096 / 14336; Triton ran level with cuBLAS's addmm (residual as C) and F.linear + add. RESIDUAL_ROWS says
-# whether such residuals take this kernel (the model-level A/B decides: perf/LOG.md, session 29).
+# x 4096 x 4096 / 14336; Triton ran level with cuBLAS's addmm (residual as C) and F.linear + add. The model-level A/B
+# the session-16 doubt asked for (both routes in one process, two runs; perf/LOG.md, session 29): Llama B8 forward
+# +0.6-3.0%, compiled forward + backward +2.8-4.8%, ViT-L B8 +0.1-6.7%; the eager Llama training step, host-exposed,
+# within its noise (GPU time 2% lower under the profiler, equal walls). RESIDUAL_ROWS: such residuals take this
+# kernel in its region (False: Triton, as before).
 RESIDUAL_ROWS = True
 MEASURED_ON = (
     Measurement("H200", "perf/results/h200/cuda_gemm_2026-11-26.csv", "2026-11-26"),
