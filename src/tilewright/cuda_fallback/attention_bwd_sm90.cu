@@ -464,10 +464,10 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // exp2 runs while dP^T is still in the tensor cores, and dS^T while dV's product is.
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
       mma_ss_head_dim<BM, D>(s_acc, wgmma_desc_sw128(sbase + K_OFF + kv_c, 16, 1024), BN * 128,
-                                  wgmma_desc_sw128(sq, 16, 1024), BM * 128);
+                             wgmma_desc_sw128(sq, 16, 1024), BM * 128);
       wgmma_commit();
       mma_ss_head_dim<BM, D>(dp_acc, wgmma_desc_sw128(sbase + V_OFF + kv_c, 16, 1024), BN * 128,
-                                  wgmma_desc_sw128(sdo, 16, 1024), BM * 128);
+                             wgmma_desc_sw128(sdo, 16, 1024), BM * 128);
       wgmma_commit();
 
       // this consumer's buffer, behind the stage copies of dense builds
@@ -785,9 +785,9 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       asm volatile("" : "+r"(sb));
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
       mma_ss_head_dim<BN, D>(s_acc, wgmma_desc_sw128(sb + Q_OFF, 16, 1024), BM * 128,
-                                  wgmma_desc_sw128(sb + K_OFF + s * KV_BYTES, 16, 1024), BN * 128);
+                             wgmma_desc_sw128(sb + K_OFF + s * KV_BYTES, 16, 1024), BN * 128);
       mma_ss_head_dim<BN, D>(dp_acc, wgmma_desc_sw128(sb + DO_OFF, 16, 1024), BM * 128,
-                                  wgmma_desc_sw128(sb + V_OFF + s * KV_BYTES, 16, 1024), BN * 128);
+                             wgmma_desc_sw128(sb + V_OFF + s * KV_BYTES, 16, 1024), BN * 128);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_reg_fence(s_acc);
