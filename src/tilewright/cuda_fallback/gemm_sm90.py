@@ -111,9 +111,10 @@ def pick_variant(M: int, N: int, K: int) -> Variant:
 # 1.031x at K 5632 (down), 1.170x at 16384 x 1024 x 1024 (ViT-L proj), 1.008x at K 4096 (fc2), 1.064 / 1.022x at 8192
 # x 4096 x 4096 / 14336; Triton ran level with cuBLAS's addmm (residual as C) and F.linear + add. The model-level A/B
 # the session-16 doubt asked for (both routes in one process, two runs; perf/LOG.md, session 29): Llama B8 forward
-# +0.6-3.0%, compiled forward + backward +2.8-4.8%, ViT-L B8 +0.1-6.7%; the eager Llama training step, host-exposed,
-# within its noise (GPU time 2% lower under the profiler, equal walls). RESIDUAL_ROWS: such residuals take this
-# kernel in its region (False: Triton, as before).
+# +0.6-3.0%, compiled forward + backward +2.8-4.8%, ViT-L B8 -1.5 to +6.7% (one row below: compiled forward in one
+# run); the eager Llama training step, host-exposed, 1.1 / 4.5% slower by wall in both runs, yet 2% less GPU time
+# under the profiler with equal walls - not settled. RESIDUAL_ROWS: such residuals take this kernel in its region
+# (False: Triton, as before).
 RESIDUAL_ROWS = True
 MEASURED_ON = (
     Measurement("H200", "perf/results/h200/cuda_gemm_2026-11-26.csv", "2026-11-26"),

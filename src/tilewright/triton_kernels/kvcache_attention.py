@@ -479,9 +479,9 @@ _CARDS: dict = {}
 def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool = False,
                    head_dim_pad: int = 128) -> int:
     """How many chunks the key range of each (sequence, KV head) is cut into: about one program per SM in all (three
-    for a paged cache with the in-step lookup, see above; B * Hkv alone leaves most SMs idle at decode batch sizes), never chunks under 64
-    keys (each split re-reads the query tile and adds a combine term); in the :func:`boundary_band`, about three
-    programs per SM in chunks of at least 128 keys."""
+    for a paged cache with the in-step lookup, see above; B * Hkv alone leaves most SMs idle at decode batch sizes),
+    never chunks under 64 keys (each split re-reads the query tile and adds a combine term); in the
+    :func:`boundary_band`, about three programs per SM in chunks of at least 128 keys."""
     programs, sms = max(1, batch * kv_heads), num_sms(device)
     if not paged and head_dim_pad == 128 and boundary_band(programs, sms, wide_split_steps(device)):
         return int(max(1, min(-(-3 * sms // programs), capacity // 128)))
