@@ -264,6 +264,21 @@ def test_norm_backward_kernel_single_and_chunked(max_block_k):
     assert torch.allclose(dg.double(), gr.grad, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("P,K", [(1, 1), (33, 130), (70, 7), (64, 128), (600, 20)])
+def test_dg_reduction_sums_the_partials_in_float64(P, K):
+    """dg's last reduction level (_dg_reduce_kernel): the column sums of the programs' fp32 partials, accumulated in
+    float64 and rounded once - tails in both dimensions (P not a multiple of its 256-row step, K of its 16 columns);
+    partials with a wide range, where an fp32 sum would lose the small ones."""
+    from tilewright.triton_kernels.rmsnorm_gemm import _reduce_dg
+
+    torch.manual_seed(P * 1000 + K)
+    part = torch.randn(P, K) * torch.exp2(torch.randint(-20, 20, (P, K)).float())
+    dg, bound = _reduce_dg(part)
+    assert bound is None and dg.dtype == torch.float32 and dg.shape == (K,)
+    torch.testing.assert_close(dg, part.double().sum(0).float(), rtol=0, atol=0)
+    assert _reduce_dg(None) == (None, None)
+
+
 # ---------------------------------------------------------------------------------------- torch integration, checks
 def _opcheck_samples():
     x, g, w, b = make(12, 8, 16, torch.float32)
@@ -529,6 +544,20 @@ def test_g_scale_kernel_compiles_for_sm90():
                                  constexprs={"BLOCK": 1024}, arch=90, num_warps=4, num_stages=1,
                                  divisible_by_16=("g_ptr", "out_ptr"))])
     assert rep.spill_bytes == 0 and rep.sass
+
+
+def test_dg_reduction_kernel_compiles_for_sm90():
+    """The norm backward's last dg level (_dg_reduce_kernel) AOT-compiled for sm_90 as the backward launches it: no
+    spills, its float64 accumulation in SASS (DADD)."""
+    from tilewright.triton_kernels import rmsnorm_gemm
+    from tilewright.triton_kernels.aot import compile_reports
+
+    rep, = compile_reports([dict(kernel="tilewright.triton_kernels.rmsnorm_gemm:_dg_reduce_kernel",
+                                 signature={"part_ptr": "*fp32", "dg_ptr": "*fp32", "P": "i32", "K": "i32"},
+                                 constexprs={"BLOCK_P": rmsnorm_gemm.DG_REDUCE_BLOCK_P,
+                                             "BLOCK_K": rmsnorm_gemm.DG_REDUCE_BLOCK_K},
+                                 arch=90, num_warps=4, num_stages=3, divisible_by_16=("part_ptr", "dg_ptr", "K"))])
+    assert rep.spill_bytes == 0 and rep.has("DADD")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

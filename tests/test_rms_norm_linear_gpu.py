@@ -255,6 +255,8 @@ def test_norm_backward_bound_launch_matches_the_dispatch_path(need, max_block_k)
     rmsnorm_gemm._bwd_bound.clear()
     run(*make())  # binds
     assert len(rmsnorm_gemm._bwd_bound) == 1
+    # with dg: the partials' reduction bound too (_dg_reduce_kernel), so a hit launches two bound kernels
+    assert (next(iter(rmsnorm_gemm._bwd_bound.values()))[3] is not None) == need_dg
     inputs = make()
     bound = run(*inputs)
     rmsnorm_gemm._bwd_bound.clear()

@@ -87,7 +87,52 @@ def test_build_check_lists_the_attention_builds():
     assert build_check.KERNELS["attention_sm90.cu"][0] == ("sm_90a",)
     for label, defines, smem in builds:
         assert smem <= ca.SMEM_LIMIT, label
-        assert defines["TW_CONSUMERS"] == 2  # every build-check row must have USETMAXREG
+        assert defines["TW_CONSUMERS"] in (2, 3)  # every build-check row must have USETMAXREG
+
+
+THREE_CONSUMER_BUILDS = sorted(row[0] for row in ca.build_check_builds() if row[1]["TW_CONSUMERS"] == 3)
+
+
+@needs_compiler
+@pytest.mark.parametrize("label", THREE_CONSUMER_BUILDS)
+def test_three_consumer_builds(cache, label):
+    """b3 / c3 (three consumer warpgroups, 160 registers each): the build-check rows compile without spills or a
+    ptxas performance warning, with wgmma and setmaxnreg in the SASS; c3 builds without the pinned PV wait (pinned,
+    it spilled in 160 registers)."""
+    defines = {row[0]: row[1] for row in ca.build_check_builds()}[label]
+    assert defines["TW_HDIM"] == 64 and defines["TW_PIN_WAIT"] == 0
+    b = build.compile_source(ca.SOURCE, "sm_90a", defines)
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    assert not build_check.PERF_WARNINGS.search(b.log), b.log
+    text = build_check.sass(b.cubin)
+    if text is not None:
+        for marker in ("HGMMA", "USETMAXREG"):
+            assert marker in text
+
+
+def test_three_consumer_variants_refuse_other_head_dims(fake_driver, monkeypatch):
+    """c3 / b3 build at head dim 64 only: asked for elsewhere (by name or through TILEWRIGHT_CUDA_ATTN_VARIANT) the
+    launch raises, naming the variable and the head dim, and nothing is built or launched in its place."""
+    assert [n for n, v in ca.VARIANTS.items() if v.consumers == 3] == ["b3", "c3"]
+    assert ca.VARIANTS["c3"].head_dims == (64,) and ca.VARIANTS["c"].head_dims == ca.HEAD_DIMS
+    q, k, v = _qkv(D=128)
+    out, lse = torch.empty_like(q), torch.empty(2, 4, 100)
+    with pytest.raises(ValueError, match=r"TILEWRIGHT_CUDA_ATTN_VARIANT.*head dim 128"):
+        ca.launch_attention(q, k, v, out, lse, variant="c3")
+    monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN_VARIANT", "b3")
+    q96, k96, v96 = _qkv(D=96)  # a padded head dim on the 128 build
+    with pytest.raises(ValueError, match=r"TILEWRIGHT_CUDA_ATTN_VARIANT.*head dim 96 \(build 128\)"):
+        ca.launch_attention(q96, k96, v96, torch.empty_like(q96), lse)
+    assert not fake_driver.builds and not fake_driver.launches
+    # at head dim 64: 192-row Q tiles, 512 threads
+    q, k, v = _qkv(Sq=300, D=64)
+    ca.launch_attention(q, k, v, torch.empty_like(q), torch.empty(2, 4, 300), variant="c3")
+    (_, _, defines), = fake_driver.builds
+    assert defines["TW_CONSUMERS"] == 3 and defines["TW_PIN_WAIT"] == 0
+    assert fake_driver.maps[0][4] == (64, 192, 1, 1)
+    (fn, grid, block, smem, args), = fake_driver.launches
+    assert grid == (2, 4, 2) and block == (512, 1, 1) and smem == ca.VARIANTS["c3"].smem_bytes(64) <= ca.SMEM_LIMIT
 
 
 # ------------------------------------------------------------------------------------------------ variants
@@ -112,8 +157,23 @@ def test_variants_and_defines():
 def test_pick_variant_env(monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN_VARIANT", "a")
     assert ca.pick_variant().name == "a"
+    assert ca.pick_variant(64).name == "a" and ca.pick_variant(128).name == "a"  # the override wins everywhere
     monkeypatch.delenv("TILEWRIGHT_CUDA_ATTN_VARIANT")
     assert ca.pick_variant().name == ca.DEFAULT_VARIANT
+    # per build head dim: three consumer warpgroups at 64, the default elsewhere (96 and 200 on the 128 / 256 builds)
+    assert ca.pick_variant(64).name == "c3" and ca.pick_variant(64).consumers == 3
+    assert all(ca.pick_variant(d).name == ca.DEFAULT_VARIANT for d in (96, 128, 200, 256))
+
+
+def test_launch_takes_the_head_dims_default_variant(monkeypatch):
+    """A launch without a variant runs its head dim's default (c3 at 64: a 192-row grid and 512 threads)."""
+    seen = []
+    monkeypatch.setattr(ca.launch, "launch_cached", lambda cache, key, prepare, device, threads, smem, roles:
+                        seen.append((key[2].name, threads)))
+    for D in (64, 128):
+        q, k, v = _qkv(D=D)
+        ca.launch_attention(q, k, v, torch.empty_like(q), torch.empty(q.shape[:3]), False)
+    assert seen == [("c3", 512), ("c", 384)]
 
 
 # ------------------------------------------------------------------------------------------------ constraints

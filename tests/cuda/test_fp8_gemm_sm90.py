@@ -50,18 +50,18 @@ def test_block_scales_ahead_is_a_block_build_switch():
 def test_block_scales_in_the_stage_is_a_block_build_switch():
     """TW_FP8_SCALE_STAGE (block scales copied into each pipeline stage by a producer warp): its own build name and
     macro, absent from every other build's defines (their cache keys stay), build-checked with and without a bias, the
-    stages' scale slots in the launch's shared memory (5 stages x (128 rows + 4) floats) - a sixth stage would not fit
-    -, dropped for other scales; the default block build, with fast accumulation or without (promotion every k-block
+    stages' scale slots in the launch's shared memory (4 stages x (128 rows + 4) floats; five fit, a sixth would not),
+    dropped for other scales; the default block build, with fast accumulation or without (promotion every k-block
     applies the scales)."""
     v = f8.BLOCK_STAGE_VARIANT
-    assert v.name == "coop128x128s5f8blkst" and v.defines(False, False, False)["TW_FP8_SCALE_STAGE"] == 1
+    assert v.name == "coop128x128s4f8blkst" and v.defines(False, False, False)["TW_FP8_SCALE_STAGE"] == 1
     assert "TW_FP8_SCALE_AHEAD" not in v.defines(False, False, False)
     assert all("TW_FP8_SCALE_STAGE" not in b.defines(False, False, False) for b, *_ in f8.BUILD_CHECK_BUILDS
                if not b.scale_stage)
     assert sorted(bias for b, _, _, _, _, bias, _ in f8.BUILD_CHECK_BUILDS if b == v) == [False, True]
-    five = replace(f8.ACCURATE_VARIANT, stages=5).smem_bytes()
-    assert v.smem_bytes() == five + 5 * (128 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
-    assert replace(v, stages=6).smem_bytes() > f8.gemm_sm90.SMEM_LIMIT
+    four = replace(f8.ACCURATE_VARIANT, stages=4).smem_bytes()
+    assert v.smem_bytes() == four + 4 * (128 + 4) * 4 <= f8.gemm_sm90.SMEM_LIMIT
+    assert replace(v, stages=5).smem_bytes() <= f8.gemm_sm90.SMEM_LIMIT < replace(v, stages=6).smem_bytes()
     assert v.with_operands(3, (2, 1)).scale_stage == 1 and v.with_operands(2, (1, 1)).scale_stage == 0
     assert f8._default_variant(4096, 3, False) is v and f8._default_variant(4096, 3, True) is v
     assert f8._default_variant(64, 3, True) is v
@@ -386,7 +386,7 @@ def test_launch_builds_maps_and_arguments_for_the_kernel(monkeypatch):
     # the default block build copies the scales into the stages: the same scale arguments (no launcher copy), built
     # once (the explicit variant reuses it); the copied-ahead build on request
     stage_builds = [d for _, _, d in builds if d.get("TW_FP8_SCALE_STAGE") == 1]
-    assert len(stage_builds) == 1 and "TW_FP8_SCALE_AHEAD" not in stage_builds[0] and stage_builds[0]["TW_STAGES"] == 5
+    assert len(stage_builds) == 1 and "TW_FP8_SCALE_AHEAD" not in stage_builds[0] and stage_builds[0]["TW_STAGES"] == 4
     f8.launch_fp8_gemm(a, b, col_major, sb_blocks, out, variant=f8.BLOCK_STAGE_VARIANT)
     assert launches[-1][2] == f8.BLOCK_STAGE_VARIANT.smem_bytes()
     assert [x.value for x in launches[-1][3][-2:]] == [col_major.data_ptr(), sb_blocks.data_ptr()]

@@ -188,7 +188,7 @@ def test_block_scales_copied_ahead_equal_the_register_build(shape, num_ctas, ahe
 @pytest.mark.parametrize("shape, num_ctas", BLOCK_SHAPES)
 def test_block_scales_in_the_stage_equal_the_copied_ahead_build(shape, num_ctas):
     """TW_FP8_SCALE_STAGE (BLOCK_STAGE_VARIANT, the default block build: a producer warp copies each k-block's block
-    scales into its pipeline stage, counted by the stage's full barrier; 5 stages) computes the same products and FFMAs
+    scales into its pipeline stage, counted by the stage's full barrier; 4 stages) computes the same products and FFMAs
     in the same order as BLOCK_AHEAD_VARIANT, the default before it: bit-equal outputs with tails in M (zero-filled
     scale rows), N and K, one and two k-blocks (the ring's first pass), several tiles per CTA (num_ctas: the ring wraps
     across tiles, 32 k-blocks a tile at K = 4096 on one CTA), with and without a bias; every element written (the output

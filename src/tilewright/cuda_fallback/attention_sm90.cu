@@ -7,7 +7,7 @@
 // (ptx/attention_tile.cuh, cta_coords), head by head above, where L2 reuse of a head's K / V wins.
 //   WG0  producer: one thread issues TMA for Q (once) and for K and V (one BN-row block per step) into a STAGES-deep
 //        ring; K and V have separate full/empty mbarriers so QK^T of a block can start before its V has landed.
-//   WG1.. consumers (TW_CONSUMERS = 1 or 2): each owns 64 Q rows (one m64 wgmma atom); S = Q K^T (SS wgmma, fp32 in
+//   WG1.. consumers (TW_CONSUMERS = 1, 2 or 3): each owns 64 Q rows (one m64 wgmma atom); S = Q K^T (SS wgmma, fp32 in
 //        registers), online softmax in base 2 with the scale folded in, P packed to bf16/fp16 in registers and fed
 //        as the register-A operand of O += P V (RS wgmma); epilogue: O / l -> stmatrix into the (now dead) Q tile ->
 //        TMA store (clips the Sq tail); LSE written directly.
@@ -21,7 +21,17 @@
 //                                            (with TW_PIN_WAIT, see the loop; otherwise ptxas hoists the PV wait above
 //                                            the exponentials and only masking + row max overlap the PV wgmma)
 //   c with TW_BN=64 at hdim 128 ("c64" on the host): registers for the pinned wait, i.e. the full overlap in SASS
-//   TW_PINGPONG=0 with 2 consumers is valid too (both warpgroups free-running).
+//   TW_CONSUMERS=3, hdim 64 only        (b3 / c3) 512 threads, BM = 192: b / c with three consumer warpgroups taking
+//                                            the GEMM turn round robin (0, 1, 2, 0, ...), 160 registers each
+//   TW_PINGPONG=0 with 2 or 3 consumers is valid too (the warpgroups free-running).
+// Why three consumers at hdim 64: a 64 x 128 key block costs one warpgroup ~512 tensor-core clocks (QK^T and PV, 64 x
+// 128 x 64 each) but ~512 MUFU clocks of exp2 (64 x 128 exponentials at 16 a clock) plus the softmax's FMA / ALU work
+// (scale, max, sum, pack). The tensor core stays busy only while some warpgroup has a GEMM in flight: with two, one
+// warpgroup's softmax has to fit into the other's GEMM slot (~512 clocks), which it cannot, and the tensor core idles
+// for the difference; with three, a softmax has the other two warpgroups' GEMM slots (~1024 clocks) to hide in. The
+// price is registers: (65536 - 24 x 128 for the producer) / 384 consumer threads leaves 160 each (a multiple of 8),
+// which holds S (BN/2) + P (BN/4) + O (D/2) = 128 at hdim 64 x key block 128 but not at hdim 128 (O alone doubles),
+// hence hdim 64 only; and not the pinned PV wait (below), which spilled there.
 // Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers),
 // TW_STAGES (K/V ring depth), TW_CAUSAL / TW_UPPER_OFFSET / TW_WINDOW (the band's edges) and TW_SOFTCAP (logit soft
 // cap; ptx/attention_tile.cuh), TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the softmax ahead
@@ -88,17 +98,19 @@
 #define TW_EXP_FMA 0
 #endif
 // Keep the softmax of the overlap schedule ahead of the PV wait (see the loop); the host turns it on where ptxas has
-// the registers for it (hdim 64, or key block 64 at hdim 128).
+// the registers for it (two consumers at hdim 64, or key block 64 at hdim 128; three consumers' 160 registers at hdim
+// 64 spilled 320 B with it and serialised the wgmmas, C7512).
 #ifndef TW_PIN_WAIT
 #define TW_PIN_WAIT 0
 #endif
-// 1 producer + 2 consumers at 384 threads: 24 * 128 + 240 * 256 = 64512 <= 65536 registers. The producer needs only
-// loop counters and coordinates; a consumer holds S (BN/2) + P (BN/4) + O (D/2) fp32/b32 registers plus addresses.
+// 1 producer + 2 consumers at 384 threads: 24 * 128 + 240 * 256 = 64512 <= 65536 registers; + 3 consumers at 512
+// threads: 24 * 128 + 160 * 384 = 64512 (168, the next multiple of 8, would need 67584). The producer needs only loop
+// counters and coordinates; a consumer holds S (BN/2) + P (BN/4) + O (D/2) fp32/b32 registers plus addresses.
 #ifndef TW_PRODUCER_REGS
 #define TW_PRODUCER_REGS 24
 #endif
 #ifndef TW_CONSUMER_REGS
-#define TW_CONSUMER_REGS 240
+#define TW_CONSUMER_REGS (TW_CONSUMERS == 3 ? 160 : 240)
 #endif
 
 namespace twa {
@@ -107,7 +119,7 @@ constexpr int D = TW_HDIM;
 constexpr int BN = TW_BN;
 constexpr int STAGES = TW_STAGES;
 constexpr int NC = TW_CONSUMERS;
-constexpr bool PINGPONG = TW_PINGPONG != 0 && NC == 2;
+constexpr bool PINGPONG = TW_PINGPONG != 0 && NC >= 2;
 constexpr bool OVERLAP = TW_OVERLAP != 0;
 constexpr bool CAUSAL = TW_CAUSAL != 0;
 constexpr bool SOFTCAP = TW_SOFTCAP != 0;
@@ -127,18 +139,20 @@ constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;
 constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES;
 constexpr int SMEM_BYTES = 1024 + BAR_OFF + (1 + 4 * STAGES) * 8;  // + slack to align the base to 1024
 
-// Named barriers (0 is __syncthreads): consumer c may issue its GEMMs after bar.sync TURN_BAR + c (pingpong);
-// EPI_BAR + c orders one warpgroup's epilogue steps (128 threads).
+// Named barriers (0 is __syncthreads): consumer c may issue its GEMMs after bar.sync TURN_BAR + c (pingpong; ids
+// TURN_BAR .. TURN_BAR + NC - 1); EPI_BAR + c orders one warpgroup's epilogue steps (128 threads).
 constexpr int TURN_BAR = 1;
-constexpr int EPI_BAR = 3;
+constexpr int EPI_BAR = TURN_BAR + NC;
 // Varlen: every consumer thread has zeroed its share of the V rows past the sequence before any PV wgmma reads them.
-constexpr int VTAIL_BAR = 5;
+constexpr int VTAIL_BAR = EPI_BAR + NC;
 
 static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
 static_assert(BN == 64 || BN == 128, "key block 64 or 128 (the generated SS wgmma shapes)");
-static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
+static_assert(NC >= 1 && NC <= 3, "one, two or three consumer warpgroups");
+static_assert(NC < 3 || D == 64, "three consumers at head dim 64 only: S + P + O must fit in 160 registers");
+static_assert(VTAIL_BAR < 16, "16 named barriers per CTA");
 static_assert(SMEM_BYTES <= TW_SMEM_OPTIN_BYTES, "shared memory over the sm_90 per-block limit");
-static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 256 <= 65536, "register split over the file");
+static_assert(TW_PRODUCER_REGS * 128 + TW_CONSUMER_REGS * 128 * NC <= 65536, "register split over the file");
 static_assert(BN <= 256 && BM <= 256, "TMA boxes hold at most 256 rows");
 
 // S(64 x BN) (+)= Q(64 x 16) K^T(16 x BN): A = Q, B = K rows, both K-major: mma_ss<BN>. O(64 x D) += P(64 x 16,
@@ -210,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // ------------------------------------------------------------------ producer
     // Give registers back to the consumers (they need S + P + O in registers). With one consumer the per-thread
     // cap at entry (launch bounds 256 threads) already allows 255, so there is nothing to redistribute.
-    if constexpr (NC == 2) setmaxnreg_dec<TW_PRODUCER_REGS>();
+    if constexpr (NC >= 2) setmaxnreg_dec<TW_PRODUCER_REGS>();
     if (tid == 0) {
       tma_prefetch_desc(&tm_q);
       tma_prefetch_desc(&tm_k);
@@ -243,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     }
   } else {
     // ------------------------------------------------------------------ consumers
-    if constexpr (NC == 2) setmaxnreg_inc<TW_CONSUMER_REGS>();
+    if constexpr (NC >= 2) setmaxnreg_inc<TW_CONSUMER_REGS>();
     // The warpgroup index through a shuffle: the same value, but one ptxas knows to be warp-uniform, so this
     // consumer's Q descriptors (below) stay in uniform registers (wg - 1 is per-thread to it: threadIdx.x / 128).
     const int c = __shfl_sync(0xffffffffu, wg, 0) - 1;
@@ -263,12 +277,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 
-    // Pingpong: warpgroup 0 issues first. Warpgroup 1 pre-arrives on warpgroup 0's turn barrier; afterwards every
-    // GEMM section of one warpgroup ends with an arrive on the other's barrier. Balance: each warpgroup has the same
-    // number of sections S; WG0 syncs S times on TURN+0 and gets 1 + (S - 1) arrivals (WG1 skips the arrive after
-    // its last section); WG1 syncs S times on TURN+1 and gets S arrivals. No barrier is left half-arrived at exit; a
-    // CTA with no key block (nblk = 0, the same for both warpgroups) has no sections and no pre-arrive.
-    if (PINGPONG && c == 1 && nblk > 0) named_barrier_arrive(TURN_BAR + 0, 256);
+    // Pingpong, round robin: warpgroup 0 issues first, then 1, .., NC - 1, 0 again. The last warpgroup pre-arrives on
+    // warpgroup 0's turn barrier; afterwards every GEMM section of warpgroup c ends with an arrive on the barrier of
+    // c + 1 (mod NC). Each turn barrier has 256 participants: its syncing warpgroup and the one before it, arriving.
+    // Balance: each warpgroup has the same number of sections S; WG0 syncs S times on TURN+0 and gets 1 + (S - 1)
+    // arrivals (WG NC-1 skips the arrive after its last section); WG c > 0 syncs S times on TURN+c and gets S arrivals
+    // from WG c - 1. No barrier is left half-arrived at exit; a CTA with no key block (nblk = 0, the same for every
+    // warpgroup) has no sections and no pre-arrive. One token goes round, so an arriver never runs a generation
+    // ahead of its syncer: WG c - 1's (k+1)-th arrive needs its own (k+1)-th turn, which comes after WG c's k-th.
+    if (PINGPONG && c == NC - 1 && nblk > 0) named_barrier_arrive(TURN_BAR + 0, 256);
     const int sections = OVERLAP ? nblk + 1 : nblk;
     int section = 0;
     auto turn_begin = [&]() {
@@ -276,7 +293,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     };
     auto turn_end = [&]() {
       if constexpr (PINGPONG) {
-        if (!(c == 1 && section == sections - 1)) named_barrier_arrive(TURN_BAR + (1 - c), 256);
+        // the next warpgroup's turn; at NC = 2 as 1 - c (the select cost 8 more SASS instructions)
+        const int next = NC == 2 ? 1 - c : (c == NC - 1 ? 0 : c + 1);
+        if (!(c == NC - 1 && section == sections - 1)) named_barrier_arrive(TURN_BAR + next, 256);
       }
       ++section;
     };
@@ -379,9 +398,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
     };
     // Varlen: zero the rows of V block kb (at smem `sv`) past the sequence's last key - the next sequence's rows,
-    // which P (0 there) would otherwise multiply; only the last block can reach past it. Both consumer warpgroups
-    // share the stage: each zeroes half of it, then the fence (generic writes -> the wgmma's async proxy) and one
-    // barrier over both come before either's PV. Uniform over the CTA (every consumer reaches it on the same block).
+    // which P (0 there) would otherwise multiply; only the last block can reach past it. The consumer warpgroups
+    // share the stage: each zeroes its 1/NC of it, then the fence (generic writes -> the wgmma's async proxy) and one
+    // barrier over all of them come before any PV. Uniform over the CTA (every consumer reaches it on the same block).
     auto zero_v_tail = [&](int kb, tw_u32 sv) {
       if constexpr (VARLEN) {
         const int valid = seq_k - (kb0 + kb) * BN;
@@ -436,7 +455,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           // Never true (kb >= 1, Skv >= 1), but opaque and warp-uniform: a basic-block boundary. ptxas schedules
           // within a block and otherwise hoists the wait below to just after the masking, i.e. before the
           // exponentials, which removes the overlap (seen in SASS). Only where registers allow: with S + P + O of
-          // hdim 128 x BN 128 it reports C7512 and serialises every wgmma instead (build-check catches that).
+          // hdim 128 x BN 128 (or hdim 64 in 160 registers, three consumers) it reports C7512 and serialises every
+          // wgmma instead (build-check catches that).
           if (kb + Skv == 0) __trap();
         }
         wgmma_wait<0>();     // P_{j-1} V_{j-1} done: o is final for this step, p and V_{j-1} are free

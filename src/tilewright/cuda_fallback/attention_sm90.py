@@ -45,7 +45,8 @@ MAX_BAND_SPAN = 1 << 30
 @dataclass(frozen=True)
 class Variant:
     """One schedule of the kernel (see the .cu header): consumer warpgroups, pingpong, intra-warpgroup overlap, ring
-    depth. Head dim, causal and dtype are further compile-time switches chosen per call."""
+    depth. Head dim, causal and dtype are further compile-time switches chosen per call (the head dims it builds at:
+    ``head_dims``)."""
 
     name: str
     consumers: int
@@ -65,6 +66,12 @@ class Variant:
         """One producer warpgroup (TMA loads) plus the consumer warpgroups, 128 threads each."""
         return 128 * (self.consumers + 1)
 
+    @property
+    def head_dims(self) -> tuple:
+        """The builds (TW_HDIM) this variant has: three consumers get 160 registers each, which hold S + P + O at
+        head dim 64 only (the .cu's static_assert)."""
+        return (64,) if self.consumers == 3 else HEAD_DIMS
+
     def bn(self, head_dim: int) -> int:
         """Key block: ``block_n``, else 128, or 64 for head dim 256 (O alone takes 128 registers per thread there)."""
         return 64 if head_dim > 128 else (self.block_n or 128)
@@ -72,8 +79,10 @@ class Variant:
     def pin_wait(self, head_dim: int) -> bool:
         """Whether the overlap schedule pins the PV wait after the softmax (TW_PIN_WAIT). ptxas hoists that wait
         above the exponentials otherwise; pinned, it needs S + P + O + softmax registers at once, which fits in 240
-        at hdim 64 (key block 128) and hdim 128 with key block 64, not at hdim 128 x 128 or hdim 256 (C7512)."""
-        return self.overlap and (head_dim == 64 or (head_dim == 128 and self.bn(head_dim) == 64))
+        at hdim 64 (key block 128) and hdim 128 with key block 64, not at hdim 128 x 128 or hdim 256 (C7512). Not
+        with three consumers: in their 160 registers the pinned hdim-64 build spilled 320 B and serialised its wgmmas
+        (C7512; nvcc 13.0), unpinned it fits (0 spills) - the other two warpgroups' GEMMs hide its softmax instead."""
+        return self.overlap and self.consumers < 3 and (head_dim == 64 or (head_dim == 128 and self.bn(head_dim) == 64))
 
     def smem_bytes(self, head_dim: int) -> int:
         """Dynamic shared memory: Q tile + STAGES x (K + V) blocks + mbarriers + 1024 alignment slack."""
@@ -130,24 +139,52 @@ VARIANTS = {v.name: v for v in (
     Variant("b_free", 2, False, False),  # two warpgroups without the ordering barriers
     Variant("c", 2, True, True),    # + intra-warpgroup overlap (full FA3-style schedule)
     Variant("c64", 2, True, True, block_n=64),  # c with 64-key blocks: registers for the pinned overlap at hdim 128
+    Variant("b3", 3, True, False),  # b with three consumer warpgroups in a round-robin pingpong (hdim 64 only)
+    Variant("c3", 3, True, True),   # c with three consumer warpgroups (hdim 64 only; the .cu header says why)
 )}
 DEFAULT_VARIANT = "c"
-# compiled by build-check (CPU CI): every schedule at hdim 128, plus the full one at the other head dims / causal / fp16
+# compiled by build-check (CPU CI): every schedule at hdim 128 (the three-consumer ones at their hdim 64), plus the full
+# one at the other head dims / causal / fp16
 BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
                       ("c", 128, True, False), ("c", 64, True, True), ("c", 256, False, False),
                       ("c", 256, True, False), ("c64", 128, True, False), ("c", 128, True, False, True),
                       ("c", 256, True, False, True), ("c", 128, True, False, False, True, True),
                       ("c", 64, False, False, True, True),  # the four ending here: soft cap, band edges, both
                       ("c", 128, True, False, False, False, True, True),  # packed batches (varlen), causal
-                      ("c", 256, False, False, False, False, False, True))
+                      ("c", 256, False, False, False, False, False, True),
+                      ("c3", 64, False, False), ("c3", 64, True, False), ("b3", 64, False, False))
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
 
 
-def pick_variant() -> Variant:
-    """The variant to run (``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 overrides the default)."""
-    return VARIANTS[os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT") or DEFAULT_VARIANT]
+# Build head dim -> its default variant where that is not DEFAULT_VARIANT. Head dim 64: three consumer warpgroups.
+# H200, the forward against variant c and cuDNN in one process, seven rows (causal or not, GQA, S 1024-16384):
+# c3 1.10-1.21x c, 0.89-1.10x cuDNN where c ran 0.81-0.95x; out and LSE bit-equal to c's (each row's key blocks in the
+# same order). Run: perf/results/h200/attention/consumers3_ab_2026-11-29_1137.txt
+DEFAULT_BY_HEAD_DIM = {64: "c3"}
+
+
+def pick_variant(head_dim: int | None = None) -> Variant:
+    """The variant to run at ``head_dim`` (its build's default: DEFAULT_BY_HEAD_DIM, else DEFAULT_VARIANT);
+    ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | b3 | c3 overrides it (b3 / c3 build at head dim 64
+    only: see :func:`check_variant_head_dim`)."""
+    name = os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT")
+    if name:
+        return VARIANTS[name]
+    d = build_head_dim(head_dim) if head_dim is not None else None
+    return VARIANTS[DEFAULT_BY_HEAD_DIM.get(d, DEFAULT_VARIANT)]
+
+
+def check_variant_head_dim(var: Variant, head_dim: int) -> None:
+    """ValueError when ``var`` has no build at the build head dim of ``head_dim`` (b3 / c3 at anything but 64): a
+    variant asked for by name runs as itself or not at all, never as another one in its place."""
+    d = build_head_dim(head_dim)
+    if d is not None and d not in var.head_dims:
+        others = ", ".join(n for n, v in VARIANTS.items() if d in v.head_dims)
+        raise ValueError(f"cuda attention: variant {var.name!r} (TILEWRIGHT_CUDA_ATTN_VARIANT or the variant argument) "
+                         f"builds at head dim {', '.join(map(str, var.head_dims))} only, not at head dim {head_dim} "
+                         f"(build {d}); variants there: {others}")
 
 
 # The router's choice comes from a measured table (MEASURED_ON[1], H100): the CUDA forward's speed over Triton's,
@@ -374,7 +411,8 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
     softcap = float(softcap)
     if not (softcap >= 0.0 and math.isfinite(softcap)):
         raise ValueError(f"cuda attention: softcap {softcap} must be finite and >= 0 (0: none)")
-    var = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant())
+    var = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant(q.shape[-1]))
+    check_variant_head_dim(var, q.shape[-1])
     band = band_offsets(q.shape[2], k.shape[2], causal_offset if causal else 0, window_offset)
     window = window_offset is not None
     key = (q.device.index, q.dtype, var, bool(causal), scale, band, softcap, window,
@@ -610,7 +648,10 @@ def ready(q, k, v) -> tuple[bool, str]:
     blocked = GUARD.blocked(constraints(q, k, v))
     if blocked:
         return blocked
-    var = pick_variant()
+    var = pick_variant(q.shape[-1])
+    # raised, not a failed self-check: a variant the environment names at a head dim it has no build for is a
+    # configuration error (Triton serving that call instead would hide it)
+    check_variant_head_dim(var, q.shape[-1])
     return GUARD.check(q.device, var.name, (q.shape[-1], q.dtype),
                        lambda: self_check(q.device, var, q.shape[-1], q.dtype))
 

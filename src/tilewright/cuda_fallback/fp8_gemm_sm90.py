@@ -113,13 +113,17 @@ BLOCK_AHEAD_VARIANT = FP8Variant(128, 128, 6, coop=True, fp8_scale=3, promote=1,
 # Block scales brought into each pipeline stage by the producer warpgroup (its warp 1: cp.async, arriving on the
 # stage's full barrier), so that a consumer k-block's scale work is one LDS.64, one LDS and two FMULs after the wait it
 # already does - no copy, copy-group wait, commit or warp barrier of its own (gemm_sm90.cu's header,
-# TW_FP8_SCALE_STAGE). Same arithmetic, bit-equal to BLOCK_AHEAD_VARIANT. 5 stages: a sixth does not fit beside the
-# stages' scales (528 bytes each). No launcher work: the kernel reads the column-major scale_a and the row-major
-# scale_b as the other block builds do. H200, block / row-wise, one A/B beside BLOCK_AHEAD_VARIANT (same shapes as
-# above): 0.934 / 0.936 / 0.959 / 0.996x against its 0.921 / 0.944 / 0.943 / 0.965x; a second A/B (session 29)
-# 0.937 / 0.979 / 0.954 / 1.001x against 0.927 / 0.919 / 0.938 / 0.967x, and the FP8 and scaled_mm GPU tiers passed
-# with it as the default (78 tests). The default for block scales.
-BLOCK_STAGE_VARIANT = FP8Variant(128, 128, 5, coop=True, fp8_scale=3, promote=1, scale_stage=1)
+# TW_FP8_SCALE_STAGE). Same arithmetic, bit-equal to BLOCK_AHEAD_VARIANT. No launcher work: the kernel reads the
+# column-major scale_a and the row-major scale_b as the other block builds do. H200, block / row-wise, one A/B beside
+# BLOCK_AHEAD_VARIANT (same shapes as above): 0.934 / 0.936 / 0.959 / 0.996x against its 0.921 / 0.944 / 0.943 /
+# 0.965x; a second A/B (session 29) 0.937 / 0.979 / 0.954 / 1.001x against 0.927 / 0.919 / 0.938 / 0.967x, and the FP8
+# and scaled_mm GPU tiers passed with it as the default (78 tests). The default for block scales.
+# 4 stages (5 fit; a sixth does not beside the stages' scales, 528 bytes each): in session 30's ring-depth sweep
+# (H200, 5 interleaved rounds, seven shapes: perf/results/h200/fp8/block_fix_ab_stages_2026-11-29_1138.csv) 4 stages
+# ran 0.7-5.6% faster than 5 on every shape, bit-equal - block / row-wise 0.934 / 0.997 / 0.958 / 1.003x on the four
+# shapes above (5 stages: 0.925 / 0.944 / 0.951 / 0.991x). Why is not established (the row-wise build ran alike at
+# 6 / 5 / 4 stages).
+BLOCK_STAGE_VARIANT = FP8Variant(128, 128, 4, coop=True, fp8_scale=3, promote=1, scale_stage=1)
 
 BUILD_CHECK_BUILDS = (
     # (variant, a_mn, b_mn, fp16 output, act, bias, res): both schedules row-wise, per-tensor plain, the full

@@ -111,8 +111,9 @@
 //     row stride (M % 4 == 0, else a padded copy a call) and puts rows l and l + 8 in different 8-byte words (two LDS),
 //     and scale_b's one float a stage is no 16-byte box without a padded copy; the copies here take any M and both
 //     scales as the launcher already passes them. Stage count: the slots need STAGES x 528 bytes, and the 6-stage
-//     128 x 128 tile has 1,424 of its 232,448 left (231,024 used), so this build has 5 stages (200,880 bytes): the
-//     producer runs at most 5 k-blocks (640 K) ahead of the consumers instead of 6 - a cost not yet measured. SASS
+//     128 x 128 tile has 1,424 of its 232,448 left (231,024 used), so at most 5 stages fit (200,880 bytes). The host
+//     builds it with 4 (fp8_gemm_sm90.py, BLOCK_STAGE_VARIANT): measured, 4 ran faster than 5 on every shape tried
+//     (H200, 0.7-5.6%), and the row-wise build alike at 4, 5 or 6 - the ring's depth past 4 buys nothing here. SASS
 //     (nvcc 13.0, no bias): the k-block is 144 instructions (row-wise 140; beside 64 FFMAs for 64 FADDs: + the LDS.64,
 //     the LDS, 2 FMULs, the slot's address (UIMADs), - the vote and predicate of tid 0's arrival), nothing between the
 //     last QGMMA and the wgmma wait, no LDGSTS, DEPBAR or warp barrier; with a bias the window holds the bias slice's

@@ -318,11 +318,15 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
                need_dx, need_u, need_dg, max_block_k, torch.cuda.current_device())
         hit = _bwd_bound.get(key)
         if hit is not None:
-            bound, dg_shape, zero_dg = hit
+            bound, dg_shape, zero_dg, reduce_bound = hit
             dg_part = (torch.zeros if zero_dg else torch.empty)(dg_shape, device=x.device, dtype=torch.float32) \
                 if need_dg else None
             bound(*[t.data_ptr() for t in (x, du, norm_weight, rstd, dx, u, dg_part) if t is not None])
-            return dx, u, _reduce_dg(dg_part)
+            if dg_part is None or reduce_bound is None:
+                return dx, u, _reduce_dg(dg_part)[0]
+            dg = torch.empty((K,), device=x.device, dtype=torch.float32)
+            reduce_bound(dg_part.data_ptr(), dg.data_ptr())
+            return dx, u, dg
     if x.is_cuda:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         programs = min(M, 4 * sms)  # dg partials: programs x K fp32, small next to x for M >> SMs
@@ -347,18 +351,55 @@ def launch_rmsnorm_bwd(x: torch.Tensor, du: torch.Tensor | None, norm_weight: to
         stride_dxm=dx.stride(0) if dx is not None else 0, stride_um=u.stride(0) if u is not None else 0,
         BLOCK_K=block_k, NUM_CHUNKS=chunks, STORE_DX=need_dx, STORE_U=need_u, STORE_DG=need_dg)
     compiled = retry_after_oom(lambda: _rmsnorm_bwd_kernel[(programs,)](**kernel_args, num_warps=warps))
+    bound = None
     if key is not None:
         # the roles in the order a hit passes its pointers; a dummy (an output not asked for) stays unbound (null)
         roles = {name: t for name, t in (("x_ptr", x), ("du_ptr", du), ("g_ptr", norm_weight), ("rstd_ptr", rstd),
                                           ("dx_ptr", dx), ("u_ptr", u), ("dg_part_ptr", dg_part)) if t is not None}
         bound = bind(_rmsnorm_bwd_kernel, compiled, (programs,), {**kernel_args, "num_warps": warps}, roles)
-        if bound is not None:
-            store_bound(_bwd_bound, key, (bound, (programs, K), chunks > 1))
-    return dx, u, _reduce_dg(dg_part)
+    dg, reduce_bound = _reduce_dg(dg_part, bind_it=key is not None)
+    if key is not None and bound is not None:
+        store_bound(_bwd_bound, key, (bound, (programs, K), chunks > 1, reduce_bound))
+    return dx, u, dg
 
 
-def _reduce_dg(dg_part: torch.Tensor | None) -> torch.Tensor | None:
-    """dg from the kernel's per-program partials (programs x K). Summed in float64: a few hundred rows of K values,
-    nothing next to the kernel, and it takes the last level of dg's reduction over M out of the error budget (the GPU
-    fuzz found an fp32 dg at 1.01x the tolerance, M = 4099, K = 1)."""
-    return None if dg_part is None else dg_part.sum(0, dtype=torch.float64).to(torch.float32)
+@triton.jit
+def _dg_reduce_kernel(part_ptr, dg_ptr, P, K, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+    """dg[k] = sum over the P partial rows of part[p, k] (P x K, contiguous fp32), accumulated in float64, stored as
+    fp32. One program per BLOCK_K columns; a fixed order of additions (deterministic)."""
+    cols = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask_k = cols < K
+    acc = tl.zeros((BLOCK_K,), dtype=tl.float64)
+    for p0 in range(0, P, BLOCK_P):
+        rows = p0 + tl.arange(0, BLOCK_P)
+        part = tl.load(part_ptr + rows[:, None].to(tl.int64) * K + cols[None, :],
+                       mask=(rows[:, None] < P) & mask_k[None, :], other=0.0)
+        acc += tl.sum(part.to(tl.float64), axis=0)
+    tl.store(dg_ptr + cols, acc.to(tl.float32), mask=mask_k)
+
+
+# 256 x 16 partials a step: 4,096 float64 values over 4 warps (32 a thread), 64-byte row segments. A program's steps
+# are a chain of dependent loads, so few long steps and many programs: at 528 partial rows, 3 steps, and K / 16
+# programs (256 at K 4096). H200, us a call at K 2048 / 4096 / 5120 (perf/results/h200/rms_norm_linear/
+# dg_reduce_2026-11-29_1153.txt): 256 x 16 7.7 / 8.5 / 9.1; 128 x 32 11.2-12.5; 32 x 128 (17 steps) 38; torch's three
+# kernels 24-30. Every tiling's dg equals torch's float64 sum bit for bit there.
+DG_REDUCE_BLOCK_P, DG_REDUCE_BLOCK_K = 256, 16
+
+
+def _reduce_dg(dg_part: torch.Tensor | None, bind_it: bool = False):
+    """(dg, its launch bound for the next call or None) from the backward kernel's per-program partials (programs x
+    K). Summed in float64: it takes the last level of dg's reduction over M out of the error budget (the GPU fuzz found
+    an fp32 dg at 1.01x the tolerance, M = 4099, K = 1). One kernel (_dg_reduce_kernel): torch's
+    ``dg_part.sum(0, dtype=torch.float64).to(torch.float32)`` cast the partials to a float64 copy first, then reduced
+    and converted - three kernels, 28 us at K 4096 (H200, 2% of the 8192 x 4096 x 4096 training step; this kernel
+    8.5 us) and three launches of host."""
+    if dg_part is None:
+        return None, None
+    P, K = dg_part.shape
+    dg = torch.empty((K,), device=dg_part.device, dtype=torch.float32)
+    grid = (triton.cdiv(K, DG_REDUCE_BLOCK_K),)
+    args = dict(part_ptr=dg_part, dg_ptr=dg, P=P, K=K, BLOCK_P=DG_REDUCE_BLOCK_P, BLOCK_K=DG_REDUCE_BLOCK_K)
+    compiled = _dg_reduce_kernel[grid](**args, num_warps=4)
+    bound = bind(_dg_reduce_kernel, compiled, grid, {**args, "num_warps": 4}, {"part_ptr": dg_part, "dg_ptr": dg}) \
+        if bind_it else None
+    return dg, bound

@@ -9,6 +9,10 @@
   BLOCK_AHEAD_VARIANT, 6 stages) - run 2026-11-29 07:04 and 08:28 (`block_fix_ab_2026-11-29_0704_stage.csv`,
   `_0828_stage.csv`); since the descriptors are formed once a stage (session 29) with a diagnostic row-wise provider
   at 5 stages (`cuda_row5`): the block build's remaining gap at 8192^3 (0.927) against the sixth stage it lacks.
+  Run 2026-11-29 11:19 (`block_fix_ab_stage_2026-11-29_1119.csv`): row-wise at 5 stages as fast as at 6 (0.995-1.004)
+  but 1.049x at 8192 x 28672 x 4096 - hence
+* ``stages``: the ring depth of both builds on seven shapes: row-wise 6 (ACCURATE_VARIANT) / 5 / 4, block 5
+  (BLOCK_STAGE_VARIANT) / 4.
 A set ``order`` ran once (2026-11-29, `block_fix_ab_2026-11-29_0913_order.csv`, with the wgmma descriptors formed
 once a stage in every build): the two consumers issuing their k-blocks in turns (named barriers), row-wise and with
 block scales in the stages, 2.3-4.0% slower than the free-running builds; the switch and the set are gone.
@@ -47,13 +51,18 @@ E4M3 = torch.float8_e4m3fn
 # per set, the block providers (the first: the bit-equality reference)
 SETS = {"ahead": {"cuda_block": f8.ACCURATE_VARIANT.with_operands(3, (1, 1)), "cuda_block_fix": f8.BLOCK_AHEAD_VARIANT,
                   "cuda_block_fix1": dataclasses.replace(f8.BLOCK_AHEAD_VARIANT, scale_ahead=1)},
-        "stage": {"cuda_block_ahead": f8.BLOCK_AHEAD_VARIANT, "cuda_block_stage": f8.BLOCK_STAGE_VARIANT}}
+        "stage": {"cuda_block_ahead": f8.BLOCK_AHEAD_VARIANT, "cuda_block_stage": f8.BLOCK_STAGE_VARIANT},
+        "stages": {"cuda_block_stage": f8.BLOCK_STAGE_VARIANT,
+                   "cuda_block_stage4": dataclasses.replace(f8.BLOCK_STAGE_VARIANT, stages=4)}}
 SET = sys.argv[1] if len(sys.argv) > 1 else "ahead"
 BLOCK_VARIANTS = SETS[SET]
 BLOCK = tuple(BLOCK_VARIANTS)
 # row-wise providers beside cuda_row: with the ``stage`` set, the row-wise build at the stage build's 5 stages - how
 # much of the block / row-wise gap is the sixth stage that the stages' scale slots leave no room for
-ROW_EXTRA = {"cuda_row5": dataclasses.replace(f8.ACCURATE_VARIANT, stages=5)} if SET == "stage" else {}
+ROW_EXTRA = {"cuda_row5": dataclasses.replace(f8.ACCURATE_VARIANT, stages=5)} if SET in ("stage", "stages") else {}
+if SET == "stages":  # the ring depth of both builds: 6 / 5 / 4 row-wise, 5 / 4 block
+    ROW_EXTRA["cuda_row4"] = dataclasses.replace(f8.ACCURATE_VARIANT, stages=4)
+    SHAPES += [(4096, 14336, 4096), (16384, 8192, 2048), (3000, 5120, 5120)]
 ROW = ("cuda_row", "cublaslt_row", *ROW_EXTRA)
 VARIANTS = {"cuda_row": f8.ACCURATE_VARIANT, **ROW_EXTRA, **BLOCK_VARIANTS}
 print(torch.cuda.get_device_name(), torch.__version__, flush=True)

@@ -1,0 +1,93 @@
+"""Head dim 64 forward: two consumer warpgroups (variant "c", BM 128) against three ("c3" with the intra-warpgroup
+overlap, "b3" without; BM 192, round-robin pingpong) and cuDNN, in one process on one GPU:
+
+    PYTHONPATH=src python perf/results/h200/attention/consumers3_ab_2026-11-29.py [variant,variant,...]
+
+Why three: at D 64 a 64 x 128 key block costs a warpgroup ~512 tensor-core clocks (QK^T + PV) and ~512 MUFU clocks
+of exp2 plus the softmax's FMA / ALU work. In a two-warpgroup pingpong one softmax must hide in the other's GEMM slot
+(~512 clocks), which it cannot; with three it has two slots.
+
+Per row, bf16: each variant's kernel through `cuda_fallback.attention_sm90.cuda_attention(..., variant=name)` (the
+launch the op binds, without the op's dispatch), the public op (`tilewright.flash_attention(backend="cuda")`, the
+default variant) and cuDNN (SDPA under SDPBackend.CUDNN_ATTENTION, K / V repeated over a GQA group); CUDA-graph
+replays interleaved with the L2 flushed (bench.common.graph_ms_alternating). Then numerics on rows with tails (Sq,
+Skv not multiples of 192 / 128): each variant's max |out - ref| and LSE error against an fp32 reference (SDPA's math
+backend in fp32), next to torch's own bf16 SDPA (flash) error; and whether each variant's out / LSE equal variant
+c's bit for bit (the same key blocks in the same order per row: they should)."""
+import os
+import sys
+
+os.environ.setdefault("TILEWRIGHT_ATEN_BELOW", "0")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+import tilewright  # noqa: E402
+from tilewright.bench.common import graph_ms_alternating  # noqa: E402
+from tilewright.cuda_fallback import attention_sm90 as ca  # noqa: E402
+
+wanted = sys.argv[1].split(",") if len(sys.argv) > 1 else ["c", "c3", "b3"]
+variants = [v for v in wanted if v in ca.VARIANTS]
+print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; variants {variants} "
+      f"(missing: {[v for v in wanted if v not in ca.VARIANTS]})", flush=True)
+
+# (B, Hq, Hkv, S, D, causal)
+ROWS = ((2, 8, 8, 8192, 64, False), (2, 8, 8, 8192, 64, True), (4, 16, 16, 4096, 64, False),
+        (4, 16, 16, 2048, 64, True), (2, 32, 8, 4096, 64, True), (8, 16, 16, 1024, 64, False),
+        (1, 16, 16, 16384, 64, True))
+
+
+def inputs(B, Hq, Hkv, Sq, Skv, D):
+    q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Hkv, Skv, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return q, k, v
+
+
+for i, (B, Hq, Hkv, S, D, causal) in enumerate(ROWS):
+    torch.manual_seed(i)
+    q, k, v = inputs(B, Hq, Hkv, S, S, D)
+    g = Hq // Hkv
+    kk, vv = (t.repeat_interleave(g, 1) for t in (k, v)) if g > 1 else (k, v)
+
+    def sd():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
+
+    fns = [(lambda name=name: ca.cuda_attention(q, k, v, causal=causal, variant=name)) for name in variants]
+    fns += [lambda: tilewright.flash_attention(q, k, v, causal=causal, backend="cuda"), sd]
+    with torch.no_grad():
+        ms = graph_ms_alternating(fns, calls=10, replays=9)
+    flops = 4 * B * Hq * S * S * D / (2 if causal else 1)
+    row = f"B{B}_{Hq}/{Hkv}_S{S}_D{D}_{'causal' if causal else 'full'}"
+    parts = " ".join(f"{name} {t:.4f} ({ms[-1] / t:.3f}x, {flops / t / 1e9:.0f} TF/s)"
+                     for name, t in zip(variants + ["op"], ms[:-1]))
+    print(f"fwd {row}: {parts} | cudnn {ms[-1]:.4f} ({flops / ms[-1] / 1e9:.0f} TF/s)", flush=True)
+    del q, k, v, kk, vv
+    torch.cuda.empty_cache()
+
+# numerics: tails, GQA, both masks; fp32 reference
+for i, (B, Hq, Hkv, Sq, Skv, causal) in enumerate(((1, 4, 4, 3000, 3000, False), (1, 4, 4, 3000, 3000, True),
+                                                   (2, 8, 2, 1000, 2333, False), (2, 6, 3, 577, 577, True))):
+    torch.manual_seed(100 + i)
+    q, k, v = inputs(B, Hq, Hkv, Sq, Skv, 64)
+    g = Hq // Hkv
+    kk, vv = (t.repeat_interleave(g, 1) for t in (k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = F.scaled_dot_product_attention(q.float(), kk.float(), vv.float(), is_causal=causal)
+    s = (q.float() @ kk.float().transpose(-1, -2)) / 8.0
+    if causal:
+        s = s.masked_fill(torch.ones(Sq, Skv, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
+    lse_ref = torch.logsumexp(s, -1)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        torch_err = (F.scaled_dot_product_attention(q, kk, vv, is_causal=causal).float() - ref).abs().max().item()
+    base = None
+    parts = []
+    for name in variants:
+        out, lse = ca.cuda_attention(q, k, v, causal=causal, variant=name)
+        err = (out.float() - ref).abs().max().item()
+        lerr = (lse - lse_ref).abs().max().item()
+        same = "" if base is None else f", == {variants[0]}: {torch.equal(out, base[0]) and torch.equal(lse, base[1])}"
+        base = base or (out, lse)
+        parts.append(f"{name} err {err:.2e} lse err {lerr:.2e}{same}")
+    print(f"num B{B}_{Hq}/{Hkv}_Sq{Sq}_Skv{Skv}_{'causal' if causal else 'full'}: torch bf16 err {torch_err:.2e} | "
+          + " | ".join(parts), flush=True)
