@@ -14,8 +14,10 @@ replays interleaved with the L2 flushed (bench.common.graph_ms_alternating). The
 Skv not multiples of 192 / 128): each variant's max |out - ref| and LSE error against an fp32 reference (SDPA's math
 backend in fp32), next to torch's own bf16 SDPA (flash) error; and whether each variant's out / LSE equal variant
 c's bit for bit (the same key blocks in the same order per row: they should)."""
+import dataclasses
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("TILEWRIGHT_ATEN_BELOW", "0")
 import torch  # noqa: E402
@@ -25,11 +27,32 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 import tilewright  # noqa: E402
 from tilewright.bench.common import graph_ms_alternating  # noqa: E402
 from tilewright.cuda_fallback import attention_sm90 as ca  # noqa: E402
+from tilewright.cuda_fallback.runtime import build  # noqa: E402
 
 wanted = sys.argv[1].split(",") if len(sys.argv) > 1 else ["c", "c3", "b3"]
-variants = [v for v in wanted if v in ca.VARIANTS]
+
+
+def variant_of(spec: str):
+    """A variant name, or ``name:field=value`` for that variant with one field replaced (``c3:stages=3``,
+    ``c3:exp_fma=4``; added session 30 for the c3 follow-ups)."""
+    name, _, change = spec.partition(":")
+    if name not in ca.VARIANTS:
+        return None
+    if not change:
+        return ca.VARIANTS[name]
+    field, value = change.split("=")
+    return dataclasses.replace(ca.VARIANTS[name], name=spec, **{field: int(value)})
+
+
+specs = {v: variant_of(v) for v in wanted}
+variants = [v for v in wanted if specs[v] is not None]
 print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; variants {variants} "
-      f"(missing: {[v for v in wanted if v not in ca.VARIANTS]})", flush=True)
+      f"(missing: {[v for v in wanted if v not in variants]})", flush=True)
+
+# the bf16 builds in parallel first (the launches then hit the build cache)
+with ThreadPoolExecutor(8) as ex:
+    list(ex.map(lambda a: build.compile_source(ca.SOURCE, "sm_90a", specs[a[0]].defines(64, a[1], False)),
+                [(v, causal) for v in variants for causal in (False, True)]))
 
 # (B, Hq, Hkv, S, D, causal)
 ROWS = ((2, 8, 8, 8192, 64, False), (2, 8, 8, 8192, 64, True), (4, 16, 16, 4096, 64, False),
@@ -53,7 +76,7 @@ for i, (B, Hq, Hkv, S, D, causal) in enumerate(ROWS):
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
 
-    fns = [(lambda name=name: ca.cuda_attention(q, k, v, causal=causal, variant=name)) for name in variants]
+    fns = [(lambda name=name: ca.cuda_attention(q, k, v, causal=causal, variant=specs[name])) for name in variants]
     fns += [lambda: tilewright.flash_attention(q, k, v, causal=causal, backend="cuda"), sd]
     with torch.no_grad():
         ms = graph_ms_alternating(fns, calls=10, replays=9)
@@ -83,7 +106,7 @@ for i, (B, Hq, Hkv, Sq, Skv, causal) in enumerate(((1, 4, 4, 3000, 3000, False),
     base = None
     parts = []
     for name in variants:
-        out, lse = ca.cuda_attention(q, k, v, causal=causal, variant=name)
+        out, lse = ca.cuda_attention(q, k, v, causal=causal, variant=specs[name])
         err = (out.float() - ref).abs().max().item()
         lerr = (lse - lse_ref).abs().max().item()
         same = "" if base is None else f", == {variants[0]}: {torch.equal(out, base[0]) and torch.equal(lse, base[1])}"
