@@ -80,10 +80,15 @@ def test_build_check_lists_the_backward_builds():
     assert rows[5][0].startswith("dkdv b+dq") and rows[5][3] == ("USETMAXREG", "UTMAREDG")
     assert rows[6][0].endswith(" window offset") and rows[6][1]["TW_UPPER_OFFSET"] == 1
     assert rows[7][0].endswith(" window") and rows[7][1]["TW_WINDOW"] == 1 and "TW_WINDOW" not in rows[3][1]
-    assert rows[-3][0].endswith(" window softcap") and rows[-3][1]["TW_SOFTCAP"] == 1
+    assert rows[9][0].endswith(" window softcap") and rows[9][1]["TW_SOFTCAP"] == 1
     # packed batches: the TW_VARLEN builds, dQ in the pass (with its K-row zeroing) and without
-    assert rows[-2][0].endswith(" offset varlen") and rows[-2][1]["TW_VARLEN"] == 1 and rows[-2][3][-1] == "UTMAREDG"
-    assert rows[-1][0].endswith(" varlen") and "TW_VARLEN" not in rows[-3][1]
+    assert rows[10][0].endswith(" offset varlen") and rows[10][1]["TW_VARLEN"] == 1 and rows[10][3][-1] == "UTMAREDG"
+    assert rows[11][0].endswith(" varlen") and "TW_VARLEN" not in rows[9][1]
+    # dQ staged by 32-bit stores (the A/B switch's builds): head dim 64 full and 128 causal; no other row has it
+    assert [r[0] for r in rows[-2:]] == ["dkdv b+dq hdim64 full bf16 dq-split",
+                                         "dkdv b+dq hdim128 causal bf16 dq-split"]
+    assert all(r[1]["TW_DQ_STAGE_SPLIT"] == 1 and r[3][-1] == "UTMAREDG" for r in rows[-2:])
+    assert not any("TW_DQ_STAGE_SPLIT" in r[1] for r in rows[:-2])
 
 
 @needs_compiler
@@ -220,6 +225,36 @@ def test_the_switches(monkeypatch):
         cb.pick_variant()
 
 
+def test_the_dq_staging_switch_names_the_split_build_of_dq_in_the_pass_only(monkeypatch):
+    """TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE=split adds TW_DQ_STAGE_SPLIT=1 to the dQ-in-the-pass builds' macros (their
+    cache key: another build) and to no other build; unset or b64, the macros are today's; an explicit ``dq_stage``
+    (build-check's rows) wins over the variable; a bad value raises naming the variable."""
+    monkeypatch.delenv(cb.DQ_STAGE_ENV, raising=False)
+    assert cb.pick_dq_stage() == cb.DEFAULT_DQ_STAGE == "b64"
+    today = {d: cb.defines(d, True, False, "b", True) for d in cb.HEAD_DIMS}
+    assert all("TW_DQ_STAGE_SPLIT" not in defs for defs in today.values())
+    monkeypatch.setenv(cb.DQ_STAGE_ENV, "b64")
+    assert {d: cb.defines(d, True, False, "b", True) for d in cb.HEAD_DIMS} == today
+    monkeypatch.setenv(cb.DQ_STAGE_ENV, "split")
+    assert cb.pick_dq_stage() == "split"
+    for d in cb.HEAD_DIMS:
+        assert cb.defines(d, True, False, "b", True) == {**today[d], "TW_DQ_STAGE_SPLIT": 1}
+        assert cb.defines(d, True, False, "b", True, packed=True)["TW_DQ_STAGE_SPLIT"] == 1
+        assert cb.defines(d, True, False, "b", True, dq_stage="b64") == today[d]
+        for variant in cb.VARIANTS:  # without dQ in the pass: nothing to stage
+            assert "TW_DQ_STAGE_SPLIT" not in cb.defines(d, False, True, variant)
+    monkeypatch.delenv(cb.DQ_STAGE_ENV)
+    assert cb.defines(64, False, False, "b", True, dq_stage="split")["TW_DQ_STAGE_SPLIT"] == 1
+    with pytest.raises(ValueError, match="unknown dQ staging 'v2'"):
+        cb.defines(64, False, False, "b", True, dq_stage="v2")
+    monkeypatch.setenv(cb.DQ_STAGE_ENV, "32")
+    with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE: unknown staging '32'"):
+        cb.pick_dq_stage()
+    with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE: unknown staging '32'"):
+        cb.defines(64, False, False, "b", True)
+    assert "TW_DQ_STAGE_SPLIT" not in cb.defines(64, False, False, "b")  # read only for dQ in the pass
+
+
 def test_the_op_layer_keeps_triton_off_the_gpu_and_for_a_non_positive_scale(monkeypatch):
     """With the switch on, CPU tensors (the interpreter) or a non-positive scale still never reach the CUDA kernel."""
     monkeypatch.setenv(cb.ENV, "1")
@@ -276,7 +311,7 @@ def test_the_op_layer_replans_when_a_switch_changes(monkeypatch):
     """Every switch a plan reads is in its key (attention_bwd_sm90.PLAN_SWITCHES): setting the GQA split's
     override after a first call takes effect at the next call without clearing the plans, and unsetting it brings
     the rule's plan back."""
-    assert cb.PLAN_SWITCHES == (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV, cb.SPLIT_ENV)
+    assert cb.PLAN_SWITCHES == (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV, cb.SPLIT_ENV, cb.DQ_STAGE_ENV)
     monkeypatch.setattr(ops_attention, "capability", lambda device: (9, 0))
     monkeypatch.setattr(ops_attention, "sm_count", lambda device: 132)
     monkeypatch.setattr(ops_attention, "_cuda_plans", {})
@@ -330,6 +365,9 @@ def test_the_backward_replay_key_leaves_out_what_the_full_path_changes(monkeypat
     monkeypatch.setenv(cb.SPLIT_ENV, "1")
     assert key() != base
     monkeypatch.delenv(cb.SPLIT_ENV)
+    monkeypatch.setenv(cb.DQ_STAGE_ENV, "split")  # another dK / dV build for the plan's bound launch
+    assert key() != base
+    monkeypatch.delenv(cb.DQ_STAGE_ENV)
     torch.use_deterministic_algorithms(True)
     try:
         assert key() != base

@@ -88,6 +88,18 @@
 #ifndef TW_DQ_ATOMIC
 #define TW_DQ_ATOMIC 0
 #endif
+// dQ's staging stores (TW_DQ_ATOMIC builds): each fragment pair as two 32-bit stores (1) instead of one 64-bit store
+// (0; the host's TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE=split picks 1, an A/B switch until measured). A thread's rows
+// have r mod 8 = lane / 4 = q, so the 128B swizzle sends quads q and q ^ 1 to the same two 16-byte units (2j' ^ q
+// and (2j' + 1) ^ q: one set for both), 8 bytes in at the same offsets - the same banks. A 64-bit store is served
+// 16 lanes (quads 0-3, or 4-7) at a time, whose 32 words then fall on 16 banks: 2-way conflicts, 4 wavefronts a
+// store where 2 would do (ncu, H200, head dim 64: 4.2-way on average, 31% of the shared store wavefronts, Shared the
+// busiest pipe). Split, store e of a lane writes word e ^ (q & 1) of its 8 bytes: quads q and q ^ 1 take the two
+// words of a bank pair, and each 32-bit store meets the 32 banks once - 2 wavefronts a pair, for 16 more STS and a
+// select a store.
+#ifndef TW_DQ_STAGE_SPLIT
+#define TW_DQ_STAGE_SPLIT 0
+#endif
 
 namespace twb {
 
@@ -129,6 +141,7 @@ constexpr int STAT_BYTES = 2 * STAT_BLOCK_BYTES;  // per consumer, two steps
 constexpr int STAT_REGION = (STATS_BY_TMA ? STAGES * STAT_BLOCK_BYTES : 0) + NC * STAT_BYTES;
 constexpr int STAT_OFF = DO_OFF + STAGES * QD_BYTES;
 constexpr bool DQ_ATOMIC = TW_DQ_ATOMIC != 0;
+constexpr bool DQ_STAGE_SPLIT = DQ_ATOMIC && TW_DQ_STAGE_SPLIT != 0;
 // dS^T of one step (BN key rows x BM queries, 16-bit, 128B-swizzled rows of 128 bytes), double-buffered by step:
 // with D = 128 each consumer's dQ wgmma reads both consumers' rows, so a warpgroup may write step k + 1's rows while
 // the other still reads step k's.
@@ -396,7 +409,14 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
           const int unit = (2 * (j % 4) + ((lane & 3) >> 1)) ^ (r & 7);
           const float lo = foreign ? 0.0f : dq_part[4 * j + 2 * h] * scale;
           const float hi = foreign ? 0.0f : dq_part[4 * j + 2 * h + 1] * scale;
-          st_shared_v2_f32(stage + (j / 4) * DQ_BOX_BYTES + r * 128 + unit * 16 + (lane & 1) * 8, lo, hi);
+          const tw_u32 slot = stage + (j / 4) * DQ_BOX_BYTES + r * 128 + unit * 16 + (lane & 1) * 8;
+          if constexpr (DQ_STAGE_SPLIT) {  // word q & 1 first: odd quads write hi, then lo (see TW_DQ_STAGE_SPLIT)
+            const int odd = (lane >> 2) & 1;
+            st_shared_b32(slot + 4 * odd, __float_as_uint(odd ? hi : lo));
+            st_shared_b32(slot + 4 * (odd ^ 1), __float_as_uint(odd ? lo : hi));
+          } else {
+            st_shared_v2_f32(slot, lo, hi);
+          }
         }
       }
       fence_proxy_async_smem();  // generic-proxy stores before the TMA unit reads them

@@ -30,6 +30,12 @@ KERNEL_DQ = "tw_attn_bwd_dq_sm90"  # the query-block half (same source and build
 DQ_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_DQ"
 DQ_MODES = ("atomic", "kernel", "triton")  # see dq_mode()
 DEFAULT_DQ_MODE = "atomic"
+DQ_STAGE_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE"
+# dQ in the pass: how a consumer stages its fp32 partial for the reduce-adds (the kernel's TW_DQ_STAGE_SPLIT): "b64",
+# one 64-bit shared store per fragment pair (2-way bank conflicts under the 128B swizzle), or "split", two 32-bit ones
+# (none, for 16 more stores a step); see pick_dq_stage()
+DQ_STAGES = ("b64", "split")
+DEFAULT_DQ_STAGE = "b64"
 DQ_THREADS = 256  # one producer warpgroup + one consumer warpgroup (64 query rows per CTA)
 DQ_BLOCK_N = 64  # keys per step
 # The builds (TW_HDIM): dK + dV take D registers a thread in each consumer warpgroup. Other head dims - multiples of 8
@@ -44,14 +50,17 @@ VARIANT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_VARIANT"
 # (setmaxnreg 24 / 240), 1.05-1.2x "a" on H100 and the only one that takes dQ in the pass.
 VARIANTS = {"a": 1, "b": 2}
 DEFAULT_VARIANT = "b"
-# compiled by build-check (CPU CI): (variant, head dim, causal, fp16)
+# compiled by build-check (CPU CI): (variant, head dim, causal, fp16[, window, softcap, offset, varlen, dq split])
 BUILD_CHECK_BUILDS = (("a", 128, False, False), ("a", 128, True, False), ("a", 64, True, True),
                       ("b", 128, True, False), ("b+dq", 128, True, False), ("b+dq", 64, False, True),
                       ("b+dq", 128, True, False, True, False, True), ("b", 64, False, False, True),
                       ("b+dq", 128, True, False, False, True), ("b", 64, True, False, True, True),
                       ("b+dq", 128, True, False, False, False, True, True), ("b", 64, False, True, False, False,
-                                                                             False, True))
-# the four before the last two: windowed, windowed, soft cap, both; the last two: packed batches (varlen)
+                                                                             False, True),
+                      ("b+dq", 64, False, False, False, False, False, False, True),
+                      ("b+dq", 128, True, False, False, False, False, False, True))
+# rows 6-9: windowed, windowed, soft cap, both; 10-11: packed batches (varlen); the last two: dQ staged by 32-bit
+# stores (TW_DQ_STAGE_SPLIT)
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG")
 
@@ -116,9 +125,11 @@ def check_statistics_pack(stats: torch.Tensor, q: torch.Tensor) -> None:
 
 
 def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False,
-            window: bool = False, softcap: bool = False, upper_offset: bool = False, packed: bool = False) -> dict:
+            window: bool = False, softcap: bool = False, upper_offset: bool = False, packed: bool = False,
+            dq_stage: str | None = None) -> dict:
     """-D macros of one build (``causal``: the band's upper edge, ``upper_offset``: at an offset other than 0,
-    ``window``: its lower edge, ``softcap``: the logit cap's derivative, ``packed``: variable-length batches)."""
+    ``window``: its lower edge, ``softcap``: the logit cap's derivative, ``packed``: variable-length batches,
+    ``dq_stage``: the dQ staging of a ``dq_atomic`` build, one of :data:`DQ_STAGES`; None: :func:`pick_dq_stage`)."""
     defs = {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
             "TW_CONSUMERS": VARIANTS[variant], "TW_DQ_ATOMIC": int(dq_atomic)}
     if window:  # only then: the dense builds keep their cache keys (and code)
@@ -129,6 +140,13 @@ def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARI
         defs["TW_UPPER_OFFSET"] = 1
     if packed:
         defs["TW_VARLEN"] = 1
+    if dq_atomic:  # the staging of dQ's partials; only "split" adds a macro (the default builds keep their keys)
+        stage = dq_stage or pick_dq_stage()
+        if stage not in DQ_STAGES:
+            raise ValueError(f"cuda attention backward: unknown dQ staging {stage!r}; expected one of "
+                             f"{list(DQ_STAGES)}")
+        if stage == "split":
+            defs["TW_DQ_STAGE_SPLIT"] = 1
     return defs
 
 
@@ -140,17 +158,28 @@ def pick_variant() -> str:
     return name
 
 
+def pick_dq_stage() -> str:
+    """How the dQ-in-the-pass builds stage dQ's partials: ``TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE`` (b64 | split), else
+    :data:`DEFAULT_DQ_STAGE`. A device A/B switch: "split" trades the 64-bit stores' 2-way bank conflicts for twice
+    the (32-bit) stores and a select each (the kernel's TW_DQ_STAGE_SPLIT)."""
+    stage = os.environ.get(DQ_STAGE_ENV) or DEFAULT_DQ_STAGE
+    if stage not in DQ_STAGES:
+        raise ValueError(f"{DQ_STAGE_ENV}: unknown staging {stage!r}; expected one of {list(DQ_STAGES)}")
+    return stage
+
+
 def build_check_builds() -> list:
     """``tilewright build-check`` rows: (label, defines, dynamic smem[, markers]); the two-consumer build must also
     contain USETMAXREG."""
     rows = []
     for name, d, c, f, *options in BUILD_CHECK_BUILDS:
         var, dq_atomic = name.split("+")[0], name.endswith("+dq")
-        window, capped, offset, packed = (list(options) + [False] * 4)[:4]
+        window, capped, offset, packed, split = (list(options) + [False] * 5)[:5]
         label = f"dkdv {name} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
         label += " window" * window + " softcap" * capped + " offset" * offset + " varlen" * packed
-        row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset, packed),
-               smem_bytes(d, var, dq_atomic, packed))
+        label += " dq-split" * split
+        row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset, packed,
+                              "split" if split else DEFAULT_DQ_STAGE), smem_bytes(d, var, dq_atomic, packed))
         markers = ("USETMAXREG",) if VARIANTS[var] == 2 else ()
         markers += ("UTMAREDG",) if dq_atomic else ()  # dQ's TMA reduce-adds
         rows.append(row + (markers,) if markers else row)
@@ -158,8 +187,9 @@ def build_check_builds() -> list:
 
 
 SPLIT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_HEADS_PER_CTA"
-# every switch the op layer's plan of a backward call reads (ops/attention.py keys its plans and replays on them)
-PLAN_SWITCHES = (ENV, VARIANT_ENV, DQ_ENV, SPLIT_ENV)
+# every switch the op layer's plan of a backward call reads, or the build of its bound dK / dV launch (ops/attention.py
+# keys its plans and replays on them)
+PLAN_SWITCHES = (ENV, VARIANT_ENV, DQ_ENV, SPLIT_ENV, DQ_STAGE_ENV)
 SPLIT_MIN_GROUP = 4  # query heads a KV head; and keys, below which a split group measured no faster:
 SPLIT_MIN_KEYS = 2560
 
@@ -357,7 +387,7 @@ def _packed_arguments(packed: Varlen | None) -> list:
 
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
              band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: Varlen | None = None, stats=None,
-             heads: int | None = None, partial=None):
+             heads: int | None = None, partial=None, dq_stage: str | None = None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
@@ -367,7 +397,7 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
     fn, maps = _function_and_maps(KERNEL, smem_bytes(build, variant, atomic, packed is not None),
                                   defines(build, causal, q.dtype == torch.float16, variant, atomic, band[1] is not None,
                                           softcap > 0, causal and (band[0] != 0 or packed is not None),
-                                          packed is not None), q, k, v, do, bn)
+                                          packed is not None, dq_stage), q, k, v, do, bn)
     if atomic:  # the fp32 workspace in 32-column (128-byte) by 64-row boxes, the kernel's staging layout
         (dims, strides), _ = tma_dims_strides(dq_accum)
         with torch.cuda.device(q.device):
@@ -437,13 +467,14 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
             raise ValueError("cuda attention backward: dq_accum must be a float32 tensor shaped like q on q's device, "
                              "unit-stride in D, other strides multiples of 16 bytes (a TMA map)")
     band = (causal_offset if causal else 0, window_offset)
-    key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap),
+    stage = None if dq_accum is None else pick_dq_stage()  # the dQ staging switch names another build
+    key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap), stage,
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
            None if stats is None else stats.data_ptr(), heads, None if partial is None else partial.data_ptr(),
            None if dq_accum is None else (dq_accum.data_ptr(), dq_accum.stride()), _packed_key(packed))
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
                                                           float(scale), variant, dq_accum, band, float(softcap),
-                                                          packed, stats, heads, partial),
+                                                          packed, stats, heads, partial, stage),
                          q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,
                                                                 dq_accum is not None, packed is not None))
     if partial is not None:

@@ -488,7 +488,7 @@ def diag_attention_sm90(args, rows):
     from ..cuda_fallback import attention_sm90 as ca
     from ..triton_kernels.attention import attention_forward
 
-    names = args.variants or [ca.DEFAULT_VARIANT]
+    names = args.variants or [None]  # None: each head dim's default variant (attention_sm90.pick_variant)
     vs_cudnn, vs_triton = [], []
 
     def sdpa(backend, q, k, v, causal):
@@ -503,7 +503,8 @@ def diag_attention_sm90(args, rows):
         for causal in (False, True):
             fl = 4.0 * B * Hq * S * S * D * (0.5 if causal else 1.0)
             case = f"{B}x{Hq}/{Hkv}x{S}x{D}|{'causal' if causal else 'full'}"
-            provs = {f"cuda-{n}": (lambda n=n: ca.launch_attention(q, k, v, out, lse, causal, None, n)) for n in names}
+            provs = {f"cuda-{n or 'default'}": (lambda n=n: ca.launch_attention(q, k, v, out, lse, causal, None, n))
+                     for n in names}
             provs["triton"] = lambda: attention_forward(q, k, v, out, lse, causal, 1.0 / math.sqrt(D))
             provs["sdpa-cudnn"] = lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)
             provs["sdpa-flash"] = lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)
@@ -513,14 +514,15 @@ def diag_attention_sm90(args, rows):
                 if t is not None:
                     res[p] = t
                     rows[-1]["tflops"] = fl / t / 1e9
-            first = f"cuda-{names[0]}"
+            first = f"cuda-{names[0] or 'default'}"
             if first in res:
                 if "sdpa-cudnn" in res and D == 128 and S >= 2048:
                     vs_cudnn.append(res["sdpa-cudnn"] / res[first])
                 if "triton" in res:
                     vs_triton.append(res["triton"] / res[first])
             print(f"{case:28s} TFLOP/s " + "  ".join(f"{p}={fl / t / 1e9:6.1f}" for p, t in res.items()), flush=True)
-    print(f"cuda-{names[0]}: vs cuDNN geomean (hdim 128, S >= 2048) {_geo(vs_cudnn):.3f}x; vs Triton forward min "
+    print(f"cuda-{names[0] or 'default'}: vs cuDNN geomean (hdim 128, S >= 2048) {_geo(vs_cudnn):.3f}x; "
+          f"vs Triton forward min "
           f"{min(vs_triton, default=float('nan')):.3f}x geomean {_geo(vs_triton):.3f}x over {len(vs_triton)} rows")
 
 
