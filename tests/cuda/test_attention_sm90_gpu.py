@@ -80,6 +80,7 @@ def _check_variant_numerics(variant, shape, causal):
 CASES = [
     (1, 2, 2, 1, 1, 128, False, torch.bfloat16, "bhsd"),
     (1, 4, 4, 1000, 1000, 64, True, torch.bfloat16, "bhsd"),
+    (2, 6, 2, 450, 700, 64, False, torch.float16, "bshd"),  # head dim 64 (c3's): fp16, GQA, strided
     (1, 2, 2, 257, 257, 256, False, torch.bfloat16, "bhsd"),
     (2, 8, 2, 1024, 1024, 128, True, torch.bfloat16, "bhsd"),
     (1, 4, 2, 300, 300, 128, True, torch.float16, "bhsd"),

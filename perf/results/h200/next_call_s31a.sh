@@ -10,9 +10,15 @@
 #     sum-det lines run the dQ kernel, equal in all three).
 export PYTHONPATH=$PWD/src
 T0=$(date +%s)
-TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE=split timeout 200 python -m pytest -m gpu -q -p no:cacheprovider \
-  tests/cuda/test_attention_bwd_sm90_gpu.py > $OUT/gpu_bwd_split.txt 2>&1
-echo "tier rc=$? $(( $(date +%s) - T0 ))s"; tail -3 $OUT/gpu_bwd_split.txt
+# (0) also the band tier (windows, offsets, soft cap with both backwards): its head-dim-64 cases run the c3 forward
+#     since session 30, which ran the op / numerics tiers on c3 but not this one (varlen keeps variant c); and the
+#     variants' numerics cases with session 30's added head-dim-64 fp16 GQA strided case
+(TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE=split timeout 200 python -m pytest -m gpu -q -p no:cacheprovider \
+  tests/cuda/test_attention_bwd_sm90_gpu.py > $OUT/gpu_bwd_split.txt 2>&1; echo rc=$? >> $OUT/gpu_bwd_split.txt) &
+(timeout 200 python -m pytest -m gpu -q -p no:cacheprovider tests/cuda/test_attention_band_sm90_gpu.py \
+  tests/cuda/test_attention_sm90_gpu.py -k "band or numerics_cases" > $OUT/gpu_band_c3.txt 2>&1;
+ echo rc=$? >> $OUT/gpu_band_c3.txt) &
+wait; echo "tiers $(( $(date +%s) - T0 ))s"; tail -n 3 $OUT/gpu_bwd_split.txt $OUT/gpu_band_c3.txt
 S=perf/results/h200/attention/descriptor_ab_2026-11-29.py
 timeout 130 python $S b64 > $OUT/dq_b64.txt 2>&1
 TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE=split timeout 130 python $S split > $OUT/dq_split.txt 2>&1
