@@ -160,7 +160,7 @@ BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
 
 # Build head dim -> its default variant where that is not DEFAULT_VARIANT. Head dim 64: three consumer warpgroups.
 # H200, the forward against variant c and cuDNN in one process, seven rows (causal or not, GQA, S 1024-16384):
-# c3 1.10-1.21x c, 0.89-1.10x cuDNN where c ran 0.81-0.95x; out and LSE bit-equal to c's (each row's key blocks in the
+# c3 1.08-1.22x c, 0.89-1.10x cuDNN where c ran 0.81-0.95x; out and LSE bit-equal to c's (each row's key blocks in the
 # same order). Run: perf/results/h200/attention/consumers3_ab_2026-11-29_1137.txt
 DEFAULT_BY_HEAD_DIM = {64: "c3"}
 
