@@ -1,7 +1,10 @@
 """Head dim 64 forward: two consumer warpgroups (variant "c", BM 128) against three ("c3" with the intra-warpgroup
 overlap, "b3" without; BM 192, round-robin pingpong) and cuDNN, in one process on one GPU:
 
-    PYTHONPATH=src python perf/results/h200/attention/consumers3_ab_2026-11-29.py [variant,variant,...]
+    PYTHONPATH=src python perf/results/h200/attention/consumers3_ab_2026-11-29.py [variant,variant,...] [--grid]
+
+(--grid: 24 rows over S 512-16k, causal or not, MHA / GQA 4 instead of the seven - the per-shape table a
+forward-only routing rule at head dim 64 would be read from.)
 
 Why three: at D 64 a 64 x 128 key block costs a warpgroup ~512 tensor-core clocks (QK^T + PV) and ~512 MUFU clocks
 of exp2 plus the softmax's FMA / ALU work. In a two-warpgroup pingpong one softmax must hide in the other's GEMM slot
@@ -29,7 +32,8 @@ from tilewright.bench.common import graph_ms_alternating  # noqa: E402
 from tilewright.cuda_fallback import attention_sm90 as ca  # noqa: E402
 from tilewright.cuda_fallback.runtime import build  # noqa: E402
 
-wanted = sys.argv[1].split(",") if len(sys.argv) > 1 else ["c", "c3", "b3"]
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+wanted = args[0].split(",") if args else ["c", "c3", "b3"]
 
 
 def variant_of(spec: str):
@@ -58,6 +62,11 @@ with ThreadPoolExecutor(8) as ex:
 ROWS = ((2, 8, 8, 8192, 64, False), (2, 8, 8, 8192, 64, True), (4, 16, 16, 4096, 64, False),
         (4, 16, 16, 2048, 64, True), (2, 32, 8, 4096, 64, True), (8, 16, 16, 1024, 64, False),
         (1, 16, 16, 16384, 64, True))
+if "--grid" in sys.argv:
+    # the per-shape table a forward-only routing rule at head dim 64 needs (ops/_aten.cudnn_faster sends every such
+    # call to cuDNN today): S from 512 to 16k, causal or not, MHA and GQA 4, B x S = 16k (2^35-2^41 FLOPs a row)
+    ROWS = tuple((max(1, 16384 // S), H, H // g, S, 64, causal) for S in (512, 1024, 2048, 4096, 8192, 16384)
+                 for causal in (False, True) for H, g in ((16, 1), (32, 4)))
 
 
 def inputs(B, Hq, Hkv, Sq, Skv, D):
