@@ -442,7 +442,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       // their 240 registers and spilled 40-56 bytes (no instruction is emitted for this). Each operand's descriptor
       // is built once a step from it and each wgmma's is that one advanced by its byte offset (one uniform add;
       // ptx/wgmma_typed.cuh, mma_ss_head_dim / mma_rs_frags).
-      asm volatile("" : "+r"(sbase));
+      sbase = opaque_u32(sbase);
       const int s = ring.stage;
       const tw_u32 phase = ring.phase;
       const int m0 = m_first + (step % m_blocks) * BM;
@@ -800,9 +800,8 @@ extern "C" __global__ void __launch_bounds__(twq::THREADS, 1)
       // descriptor is built once a block and each wgmma's is that one advanced by its byte offset
       // (ptx/wgmma_typed.cuh), from a copy of sbase made opaque each block: otherwise the compiler hoists Q's and
       // dO's 2 x D/16 loop-invariant descriptors ahead of the loop, into ordinary registers, each moved with R2UR
-      // before its HGMMA; formed here they are one uniform add each (no instruction is emitted for the asm).
-      tw_u32 sb = sbase;
-      asm volatile("" : "+r"(sb));
+      // before its HGMMA; formed here they are one uniform add each (ptx/common.cuh).
+      const tw_u32 sb = opaque_u32(sbase);
       wgmma_fence();  // the accumulators were written by ordinary instructions since the last batch
       mma_ss_head_dim<BN, D>(s_acc, wgmma_desc_sw128(sb + Q_OFF, 16, 1024), BM * 128,
                              wgmma_desc_sw128(sb + K_OFF + s * KV_BYTES, 16, 1024), BN * 128);

@@ -316,8 +316,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         // uniform add each) and not hoisted ahead of the loop: 16 of them there (32 uniform registers) spilled into
         // ordinary ones and came back with R2UR. At D <= 128 the hoisted ones fit and save the adds (16 fewer
         // instructions). No instruction is emitted for this.
-        tw_u32 lo = (tw_u32)dq;
-        asm volatile("" : "+r"(lo));
+        const tw_u32 lo = opaque_u32((tw_u32)dq);
         dq = (dq & 0xFFFFFFFF00000000ull) | lo;
       }
       mma_ss_head_dim<BN, D>(s_acc, dq, BM * 128, wgmma_desc_advance(desc_k0, s * KV_BYTES), BN * 128);

@@ -16,6 +16,15 @@ struct alignas(128) TwTensorMap {
   tw_u64 opaque[16];
 };
 
+// `v` itself, but opaque to the compiler (no instruction is emitted): values computed from the result are formed
+// after this point, not hoisted above it or folded with ones from before it. The attention kernels pass a shared base
+// address through it inside their loops so that the loop's wgmma descriptors are formed there, in uniform registers,
+// rather than hoisted ahead of the loop into ordinary ones (spills, R2UR before each HGMMA).
+TW_DEVICE tw_u32 opaque_u32(tw_u32 v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
 // 32-bit shared-window address of a generic pointer into shared memory (what every shared::cta operand takes).
 TW_DEVICE tw_u32 smem_u32(const void* p) {
   tw_u32 r;
