@@ -333,6 +333,31 @@ def test_sdpa_choice_names_torchs_pick():
     assert _aten.sdpa_choice(q, q, q, True, None, False) in ("flash", "math", "efficient", "cudnn")
 
 
+def test_hdim64_forward_keeps_the_kernels_on_long_sequences(monkeypatch):
+    """Head dim 64, forward only: cuDNN for short sequences (and causal ones under 4096 keys), the kernels from the
+    measured lengths on; a training call and head dim 32 are not affected; symbolic lengths keep cuDNN."""
+    monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
+    monkeypatch.setattr(_aten, "sdpa_choice", lambda *a: "cudnn")
+
+    def faster(sq, skv, causal, d=64, grad=False):
+        q = torch.empty(1, 2, sq, d, dtype=torch.float16, device="meta")
+        k = torch.empty(1, 2, skv, d, dtype=torch.float16, device="meta")
+        monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+        try:
+            return _aten.cudnn_faster(q, k, k, causal, None, False, grad)
+        finally:
+            monkeypatch.undo()
+            monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
+            monkeypatch.setattr(_aten, "sdpa_choice", lambda *a: "cudnn")
+
+    assert faster(1024, 1024, False) and faster(2047, 2047, False) and faster(2048, 2048, True)
+    assert faster(4095, 4095, True) and faster(512, 8192, False) and faster(8192, 1024, False)
+    assert not faster(2048, 2048, False) and not faster(4096, 4096, True) and not faster(16384, 16384, True)
+    assert faster(8192, 8192, False, grad=True)  # training: cuDNN's pair (the backward)
+    assert faster(8192, 8192, False, d=32)  # c3 is a head-dim-64 build
+    assert not _aten.hdim64_forward_keeps_kernels(4096.0, 4096, False)  # not a plain int (as a symbolic length)
+
+
 def test_cudnn_faster_stays_off_cpu_tensors(monkeypatch):
     monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
     q = torch.randn(1, 2, 8, 16, dtype=torch.float16)

@@ -84,11 +84,13 @@ def test_build_check_lists_the_backward_builds():
     # packed batches: the TW_VARLEN builds, dQ in the pass (with its K-row zeroing) and without
     assert rows[10][0].endswith(" offset varlen") and rows[10][1]["TW_VARLEN"] == 1 and rows[10][3][-1] == "UTMAREDG"
     assert rows[11][0].endswith(" varlen") and "TW_VARLEN" not in rows[9][1]
-    # dQ staged by 32-bit stores (the A/B switch's builds): head dim 64 full and 128 causal; no other row has it
-    assert [r[0] for r in rows[-2:]] == ["dkdv b+dq hdim64 full bf16 dq-split",
-                                         "dkdv b+dq hdim128 causal bf16 dq-split"]
-    assert all(r[1]["TW_DQ_STAGE_SPLIT"] == 1 and r[3][-1] == "UTMAREDG" for r in rows[-2:])
-    assert not any("TW_DQ_STAGE_SPLIT" in r[1] for r in rows[:-2])
+    # dQ staged by 64-bit stores (the A/B switch's builds): head dim 64 full and 128 causal, without the split macro;
+    # every other dQ-in-the-pass row has it (the default staging), no row without dQ in the pass does
+    assert [r[0] for r in rows[-2:]] == ["dkdv b+dq hdim64 full bf16 dq-b64",
+                                         "dkdv b+dq hdim128 causal bf16 dq-b64"]
+    assert all("TW_DQ_STAGE_SPLIT" not in r[1] and r[3][-1] == "UTMAREDG" for r in rows[-2:])
+    assert all(("TW_DQ_STAGE_SPLIT" in r[1]) == (r[1]["TW_DQ_ATOMIC"] == 1) for r in rows[:-2])
+    assert any(r[1]["TW_DQ_ATOMIC"] == 1 for r in rows[:-2])
 
 
 @needs_compiler
@@ -118,11 +120,13 @@ def _sass_kernels(text: str) -> dict:
 # 69 / 46 / 2456 -> 26 / 4 / 2264, b+dq hdim64 full fp16 41 / 30 / 1536 -> 10 / 0 / 1440, a hdim128 causal 17 / 1 /
 # 2280 -> 17 / 1 / 2176 (one consumer: its index was a constant already); dQ hdim128 causal 70 / 15 / 1640 ->
 # 52 / 0 / 1512, hdim64 50 / 6 / 992 -> 40 / 0 / 920. Unpredicated R2URs (the predicated ones are the epilogue's
-# global stores); the four left among the dK / dV HGMMAs of hdim 128 move the step's query-block division.
+# global stores); the four left among the dK / dV HGMMAs of hdim 128 move the step's query-block division. The
+# dQ-in-the-pass builds' counts are the split staging's (the default since session 31: 72 instructions more than the
+# 64-bit stores' 2264 / 1440 - twice the stores and a select each).
 DKDV, DQ = "tw_attn_bwd_dkdv_sm90", "tw_attn_bwd_dq_sm90"
 DESCRIPTOR_BUILDS = {"dkdv b hdim128 causal bf16": {DKDV: (24, 24, 4, 1968), DQ: (20, 52, 0, 1512)},
-                     "dkdv b+dq hdim128 causal bf16": {DKDV: (32, 26, 4, 2264)},
-                     "dkdv b+dq hdim64 full fp16": {DKDV: (20, 10, 0, 1440), DQ: (12, 40, 0, 920)},
+                     "dkdv b+dq hdim128 causal bf16": {DKDV: (32, 26, 4, 2336)},
+                     "dkdv b+dq hdim64 full fp16": {DKDV: (20, 10, 0, 1512), DQ: (12, 40, 0, 920)},
                      "dkdv a hdim128 causal bf16": {DKDV: (24, 17, 1, 2176)}}
 
 
@@ -226,25 +230,27 @@ def test_the_switches(monkeypatch):
 
 
 def test_the_dq_staging_switch_names_the_split_build_of_dq_in_the_pass_only(monkeypatch):
-    """TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE=split adds TW_DQ_STAGE_SPLIT=1 to the dQ-in-the-pass builds' macros (their
-    cache key: another build) and to no other build; unset or b64, the macros are today's; an explicit ``dq_stage``
-    (build-check's rows) wins over the variable; a bad value raises naming the variable."""
+    """The default staging ("split") and TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE=split add TW_DQ_STAGE_SPLIT=1 to the
+    dQ-in-the-pass builds' macros and to no other build; b64 leaves it out (another build: its cache key differs);
+    an explicit ``dq_stage`` (build-check's rows) wins over the variable; a bad value raises naming the variable."""
     monkeypatch.delenv(cb.DQ_STAGE_ENV, raising=False)
-    assert cb.pick_dq_stage() == cb.DEFAULT_DQ_STAGE == "b64"
-    today = {d: cb.defines(d, True, False, "b", True) for d in cb.HEAD_DIMS}
-    assert all("TW_DQ_STAGE_SPLIT" not in defs for defs in today.values())
-    monkeypatch.setenv(cb.DQ_STAGE_ENV, "b64")
-    assert {d: cb.defines(d, True, False, "b", True) for d in cb.HEAD_DIMS} == today
+    assert cb.pick_dq_stage() == cb.DEFAULT_DQ_STAGE == "split"
+    default = {d: cb.defines(d, True, False, "b", True) for d in cb.HEAD_DIMS}
+    assert all(defs["TW_DQ_STAGE_SPLIT"] == 1 for defs in default.values())
     monkeypatch.setenv(cb.DQ_STAGE_ENV, "split")
-    assert cb.pick_dq_stage() == "split"
+    assert {d: cb.defines(d, True, False, "b", True) for d in cb.HEAD_DIMS} == default
+    monkeypatch.setenv(cb.DQ_STAGE_ENV, "b64")
+    assert cb.pick_dq_stage() == "b64"
     for d in cb.HEAD_DIMS:
-        assert cb.defines(d, True, False, "b", True) == {**today[d], "TW_DQ_STAGE_SPLIT": 1}
-        assert cb.defines(d, True, False, "b", True, packed=True)["TW_DQ_STAGE_SPLIT"] == 1
-        assert cb.defines(d, True, False, "b", True, dq_stage="b64") == today[d]
+        b64 = dict(default[d])
+        del b64["TW_DQ_STAGE_SPLIT"]
+        assert cb.defines(d, True, False, "b", True) == b64
+        assert "TW_DQ_STAGE_SPLIT" not in cb.defines(d, True, False, "b", True, packed=True)
+        assert cb.defines(d, True, False, "b", True, dq_stage="split") == default[d]
         for variant in cb.VARIANTS:  # without dQ in the pass: nothing to stage
             assert "TW_DQ_STAGE_SPLIT" not in cb.defines(d, False, True, variant)
     monkeypatch.delenv(cb.DQ_STAGE_ENV)
-    assert cb.defines(64, False, False, "b", True, dq_stage="split")["TW_DQ_STAGE_SPLIT"] == 1
+    assert "TW_DQ_STAGE_SPLIT" not in cb.defines(64, False, False, "b", True, dq_stage="b64")
     with pytest.raises(ValueError, match="unknown dQ staging 'v2'"):
         cb.defines(64, False, False, "b", True, dq_stage="v2")
     monkeypatch.setenv(cb.DQ_STAGE_ENV, "32")

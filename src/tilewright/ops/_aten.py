@@ -258,14 +258,39 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
     beat tilewright's at every head dim and mask tried - 0.30-0.88x for tilewright at head dims 64 / 96 / 128 / 256,
     causal or not, GQA (tilewright's backward is the gap); 1.03x only at B1 x S512 x hdim 64, a host-bound size the
     FLOPs limit routes anyway. Forward alone, cuDNN is faster at head dim 64 (tilewright 0.76-0.93x) and 256 (0.92x)
-    and level from 72 to 128 (0.93-1.03x over sessions), where the kernels keep the call. So: a call autograd records
-    and a forward-only call at head dim <= 64 or > 128 go to SDPA when SDPA's own choice for it is cuDNN (a call it
+    and level from 72 to 128 (0.93-1.03x over sessions), where the kernels keep the call; at head dim 64 the
+    three-consumer forward (H200) is level or faster from 2048 keys (4096 causal: :func:`hdim64_forward_keeps_kernels`).
+    So: a call autograd records and a forward-only call at head dim <= 64 (64: the short ones) or > 128 go to SDPA
+    when SDPA's own choice for it is cuDNN (a call it
     would give to FlashAttention-2 - cuDNN's SDPA disabled, another GPU, an unsupported shape - stays on the kernels,
     which beat FlashAttention-2 there: 1.2-2.0x forward). Traced by torch.compile the region decides alone (torch's
     choice function does not trace); the compiled graph's SDPA then picks its backend at run time as eager SDPA does."""
     if q.device.type != "cuda" or not cudnn_region(q.device.index, q.shape[-1], q.dtype.itemsize, records_grad):
         return False
-    return traced_into_graph(q) or sdpa_choice(q, k, v, causal, scale, gqa) == "cudnn"
+    if traced_into_graph(q):
+        return True
+    if not records_grad and q.shape[-1] == 64 and hdim64_forward_keeps_kernels(q.shape[-2], k.shape[-2], causal):
+        return False
+    return sdpa_choice(q, k, v, causal, scale, gqa) == "cudnn"
+
+
+# Head dim 64, forward only: the three-consumer forward (cuda_fallback/attention_sm90 "c3", the default there since
+# session 30) against cuDNN over a grid of 24 rows (H200, torch 2.11, cuDNN 9.19, same process; perf/results/h200/
+# attention/d64_grid_2026-11-29_1314.txt): level or faster from 4096 keys (1.020-1.136x; 0.981x at 4k causal GQA) and
+# at 2048 without the mask (1.006 / 1.013x), slower at 2048 causal (0.91-0.93x) and below (0.65-0.89x at 512-1024:
+# too few key blocks a CTA to hide the pipeline's fill). Rows of the grid have Sq = Skv; a call keeps the kernels
+# where both lengths are past the rule's (a short Sq is fewer CTAs on the same key loop).
+HDIM64_KERNELS_MIN_KEYS = 2048
+HDIM64_KERNELS_MIN_KEYS_CAUSAL = 4096
+
+
+def hdim64_forward_keeps_kernels(seq_q, seq_kv, causal: bool) -> bool:
+    """Whether a forward-only head-dim-64 call stays on tilewright's kernels instead of cuDNN's (the measured rule
+    above). Shapes that are not plain ints (symbolic, under tracing) keep the region's decision (cuDNN)."""
+    if type(seq_q) is not int or type(seq_kv) is not int:
+        return False
+    least = HDIM64_KERNELS_MIN_KEYS_CAUSAL if causal else HDIM64_KERNELS_MIN_KEYS
+    return seq_q >= least and seq_kv >= least
 
 
 def cudnn_region(device_index, head_dim: int, itemsize: int, records_grad: bool) -> bool:
