@@ -134,10 +134,12 @@ def test_gemm_stays_on_the_kernels(route, what):
     assert "AtenGemm" not in _entries(gemm_ops._replays)
 
 
+@pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("choice", ["torch", "triton"])
-def test_inference_gemm_the_router_gives_to_cublas_is_F_linear(route, choice):
-    """Without autograd a plain GEMM keeps the kernels' replay, unless the router's pick is cuBLAS anyway: then the
-    call is F.linear itself (the op's replay of cuBLAS cost twice torch's host time)."""
+def test_gemm_the_router_gives_to_cublas_is_F_linear(route, choice, grad):
+    """Over the small-problem limit a plain GEMM keeps the kernels' replay, unless the router's pick is cuBLAS anyway:
+    then the call is F.linear itself (the op's replay of cuBLAS cost twice torch's host time; with autograd, the op's
+    Python nodes around the same cuBLAS calls) - with or without autograd, the gradients F.linear's."""
     import types
 
     class Reached(Exception):
@@ -149,10 +151,17 @@ def test_inference_gemm_the_router_gives_to_cublas_is_F_linear(route, choice):
         raise Reached
 
     route.setattr(router, "decide", decide)
-    x, w, b = torch.randn(2, 4, 16), torch.randn(8, 16), torch.randn(8)
+    route.setenv(_aten.ENV, "1")  # nothing is small: only the router's cuBLAS pick can send a call to ATen
+    x, w, b = torch.randn(2, 4, 16), torch.randn(8, 16, requires_grad=grad), torch.randn(8)
     if choice == "torch":
-        assert torch.equal(tilewright.linear(x, w, b), F.linear(x, w, b))
+        got = tilewright.linear(x, w, b)
+        assert torch.equal(got, F.linear(x, w, b))
         assert _entries(gemm_ops._replays) == ["AtenGemm"]
+        if grad:  # torch's own node, and its gradient
+            assert "tilewright" not in type(got.grad_fn).__name__.lower()
+            dy = torch.randn_like(got)
+            (want,) = torch.autograd.grad(F.linear(x, w, b), w, dy)
+            assert torch.equal(torch.autograd.grad(got, w, dy)[0], want)
         route.setenv(_aten.ENV, "0")  # the route's switch covers this too: the op's own cuBLAS call
         assert torch.equal(tilewright.linear(x, w, b), F.linear(x, w, b))
         assert _entries(gemm_ops._replays) == ["AtenGemm"]  # (the first key's; none for the second)

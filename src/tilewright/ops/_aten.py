@@ -28,13 +28,16 @@ the plain GEMM on cuBLAS: ops/rms_norm_linear.two_pass_applies), whose replay co
 for torch's ``RMSNorm`` + ``Linear`` (H200 host, Llama B 1 x S 512's QKV projection,
 perf/results/h200/model/host_per_op_2026-11-28_1715.txt). Inside a CUDA-graph capture it keeps its kernels: host
 time is not replayed there, and the two passes' GPU time is the lower one (1.13-1.34x torch eager at decode sizes).
-One exception: a plain GEMM (no activation, residual or other out dtype) that the router gives to cuBLAS anyway
-(cublas_routes.py) runs as ``F.linear`` / ``matmul`` with or without autograd - the op's replay of that cuBLAS call
-(views at the recorded layout, ``mm`` with ``out=``) measured twice torch's host time (42-46 vs 21 us, H100 host).
+One exception: a GEMM (no residual or other out dtype; an activation runs as torch's own, as the op's cuBLAS path
+runs it) that the router gives to cuBLAS anyway (cublas_routes.py) runs as ``F.linear`` / ``matmul`` with or without
+autograd - the op's replay of that cuBLAS call (views at the recorded layout, ``mm`` with ``out=``) measured twice
+torch's host time (42-46 vs 21 us, H100 host), and with autograd the op adds Python nodes around the same cuBLAS
+calls (until session 31 the code took this exception without autograd only).
 Attention takes the route either way: one op each, and SDPA was faster on small problems (the ViT-L block's B 1 x
 S 512 inference forward, attention 1 GFLOP at head dim 64: 1.06x torch on the route, 0.72x on the kernels).
 Attention also takes it at any size where SDPA runs cuDNN's sm_90 kernels and they measured faster than
-tilewright's (:func:`cudnn_faster`: training calls, and forward-only calls at head dim <= 64 or > 128).
+tilewright's (:func:`cudnn_faster`: training calls, and forward-only calls at head dim <= 64 or > 128 - at 64 only
+short sequences, :func:`hdim64_forward_keeps_kernels`).
 
 A call traced by torch.compile / export (static shapes) follows the same rule with and without autograd
 (:func:`compiling`): the graph then holds ATen's ops, which inductor fuses with their neighbours.

@@ -321,13 +321,18 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     if key is not None and replay is None:
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
         aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, needs_grad)
-        if aten is None and not needs_grad and residual is None and \
+        if aten is None and residual is None and \
                 out_dtype in (None, a.dtype) and _aten.limit() > 0 and \
                 router.decide("gemm", a2, b, contiguous_vector(bias), None, activation,
                               backend=backend).backend == "torch":
             # a GEMM (and activation) the router gives to cuBLAS (cublas_routes.py): F.linear / matmul and torch's
             # activation themselves, whose host cost is torch's - the op's replay of it (views of the recorded
-            # layout, mm with out=) measured 2x that
+            # layout, mm with out=) measured 2x that. With autograd too (the rule rms_norm_linear's training calls
+            # follow, ops/_aten._cublas_gemm): the op would run the same cuBLAS forward under a Python autograd node
+            # whose backward is two more Python-dispatched GEMMs; ATen's nodes are C++. A Llama layer's q projection
+            # at 4096 x 2048 x 2048 (a small problem with no measured point near: cuBLAS) is one such call a layer -
+            # under FSDP2 the step is host-bound (H200: tilewright.linear's fwd + bwd cost ~0.45 ms more host than
+            # F.linear's on a slow host, perf/results/h200/rms_norm_linear/host_pair_2026-11-29_1317.txt).
             aten = _aten.AtenGemm(weight is not None, activation)
         if aten is not None:
             _fast.store(_replays, key, aten)

@@ -373,14 +373,52 @@ def sweep_seconds(shape) -> float:
 
 
 def split_shapes(shapes, n: int) -> list[list[tuple]]:
-    """``shapes`` dealt to ``n`` workers by :func:`sweep_seconds`: the costliest first, each to the least-loaded
-    worker, so the workers finish close together."""
+    """``shapes`` dealt to ``n`` workers by :func:`sweep_seconds` so the workers finish close together: the costliest
+    first, each to the least-loaded worker, then single moves and pairwise swaps out of the most-loaded worker while
+    they lower its load. Each worker's shapes stay costliest first (the sweep order).
+
+    Why the second step: dealing alone left 35.3 / 40.4 s of estimated sweep on two GPUs for the default suite's 11
+    shapes (the last two shapes, 6 s each, both fell to the worker that was behind by less than one of them); a swap
+    brings it to 37.5 / 38.2 (the two-GPU tune of 2026-11-29 finished its workers 49 and 55 s in)."""
+    cost = {}
+    for s in shapes:
+        s = tuple(int(x) for x in s)
+        cost[s] = sweep_seconds(s)
     parts, loads = [[] for _ in range(n)], [0.0] * n
-    for s in sorted((tuple(int(x) for x in s) for s in shapes), key=lambda s: (-sweep_seconds(s), s)):
+    for s in sorted((tuple(int(x) for x in s) for s in shapes), key=lambda s: (-cost[s], s)):
         i = loads.index(min(loads))
         parts[i].append(s)
-        loads[i] += sweep_seconds(s)
-    return parts
+        loads[i] += cost[s]
+    for _ in range(4 * len(shapes)):  # (each accepted step lowers the largest load; a bound keeps it finite)
+        h = loads.index(max(loads))
+        best = None  # (new max of the pair, part, index in h, index in the other part or None for a move)
+        for o in range(n):
+            if o == h:
+                continue
+            for i, x in enumerate(parts[h]):
+                if loads[o] + cost[x] < loads[h] - 1e-9:
+                    pair = max(loads[h] - cost[x], loads[o] + cost[x])
+                    if best is None or pair < best[0]:
+                        best = (pair, o, i, None)
+                for j, y in enumerate(parts[o]):
+                    d = cost[x] - cost[y]
+                    if d > 1e-9 and loads[o] + d < loads[h] - 1e-9:
+                        pair = max(loads[h] - d, loads[o] + d)
+                        if best is None or pair < best[0]:
+                            best = (pair, o, i, j)
+        if best is None or best[0] >= loads[h] - 1e-9:
+            break
+        _, o, i, j = best
+        x = parts[h].pop(i)
+        parts[o].append(x)
+        loads[h] -= cost[x]
+        loads[o] += cost[x]
+        if j is not None:
+            y = parts[o].pop(j)
+            parts[h].append(y)
+            loads[o] -= cost[y]
+            loads[h] += cost[y]
+    return [sorted(p, key=lambda s: (-cost[s], s)) for p in parts]
 
 
 def _tune_worker(device: str, shapes, kwargs: dict, queue, ready) -> None:
@@ -417,11 +455,20 @@ def _collect(queue, procs, devices, poll_s: float = 5.0) -> list:
     return results
 
 
+# The multi-GPU tune's compile pool, at most this many processes. Why: its start is the tune's first wait - each
+# worker imports torch / Triton and makes a CUDA context before its first compile, and 30 processes starting at once on
+# a 32-core two-GPU H200 host reached their first compile 13.6 s in (the pool then compiled the whole suite's 669
+# candidates in ~10 s more), where a one-GPU tune's 14-15 workers start in ~8 s. Two GPUs sweep a shape (~60 Triton
+# candidates) every ~3 s between them; 16 processes compile one in ~2 s.
+MULTI_POOL_MAX = 16
+
+
 def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     """:func:`tune_gemm` spread over ``devices`` (e.g. ``["cuda:0", "cuda:1"]``): one process per device, each
     sweeping its share of the shapes (:func:`split_shapes`) and storing its winners in the shared cache (the cache's
     writes are locked across processes), one merged :class:`Sweep` back. ``kwargs``: tune_gemm's. ``jobs`` (per
-    device): the Triton candidates are compiled by one pool of ``jobs * len(devices)`` processes in this process
+    device): the Triton candidates are compiled by one pool of ``jobs * len(devices)`` processes (at most
+    :data:`MULTI_POOL_MAX`) in this process
     (:func:`precompile_triton`; Triton's disk cache then serves every worker; two GPUs each running a pool of their
     own measured 20-23 s of compiling where one pool did all of it in 17 s: a pool's start-up, not the compiles, is
     most of its time), less one core per sweep worker. The pool takes the shapes in the order the workers sweep them
@@ -456,7 +503,7 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
         if jobs and todo and (backends is None or "cuda" in backends):
             builds = build_cuda_ahead(dtype, device)  # (the workers' builds wait on the build cache's file locks)
         if jobs and todo and (backends is None or "triton" in backends):
-            pool = max(1, min(jobs * len(devices), (os.cpu_count() or 2) - len(procs)))
+            pool = max(1, min(jobs * len(devices), (os.cpu_count() or 2) - len(procs), MULTI_POOL_MAX))
             precompile_triton(todo, dtype, device, pool, kwargs.get("max_configs"), progress=False, log=log,
                               on_shape=lambda shape: ready[tuple(shape)].set())
     finally:

@@ -1,4 +1,7 @@
-"""Where the tilewright FSDP2 step's extra time comes from (issue 18): training-step wall (fwd + bwd, grads dropped, a
+"""(Second run, session 31: the bench's layer calls tilewright.rms_norm_linears; kind "tw_per_weight" is that layer
+with the calls it made before - one rms_norm_linear per weight - for the A/B.)
+
+Where the tilewright FSDP2 step's extra time comes from (issue 18): training-step wall (fwd + bwd, grads dropped, a
 sync a step; median of 3 rounds of 8 steps) of four builds - torch, tilewright as the bench builds it (q / k / v and
 gate / up as separate RMSNorm-linears: five norm passes a layer), tilewright with fused q|k|v and gate|up weights (two
 RMSNorm-linears a layer, as bench.model builds it), tilewright with the norm computed once by torch (F.rms_norm +
@@ -48,10 +51,23 @@ class FusedLayer(nn.Module):
         return self.w_down(tilewright.swiglu(gate, up), residual=h)
 
 
+_shared = tilewright.rms_norm_linears
+PER_WEIGHT = [False]
+
+
+def _switchable(x, g, weights, biases=None, *, eps=1e-6, backend=None):
+    if PER_WEIGHT[0]:
+        return tuple(tilewright.rms_norm_linear(x, g, w, None, eps=eps) for w in weights)
+    return _shared(x, g, weights, biases, eps=eps, backend=backend)
+
+
+tilewright.rms_norm_linears = _switchable
+
+
 def build(kind):
     torch.manual_seed(0)
     m = P.Model(dims, "torch" if kind == "torch" else "tilewright", dev, torch.bfloat16)
-    if kind in ("tw_fused", "tw_norm_once"):
+    if kind in ("tw_fused", "tw_norm_once"):  # (tw_separate / tw_per_weight: the bench's layer)
         m.layers = nn.ModuleList(FusedLayer(dims, dev, torch.bfloat16, kind == "tw_norm_once") for _ in range(dims.layers))
     return m
 
@@ -59,13 +75,15 @@ def build(kind):
 batch = torch.randint(0, dims.vocab, (dims.batch, dims.seq + 1), device=dev)
 mesh = init_device_mesh("cuda", (2,))
 models = {}
-for kind in ("torch", "tw_separate", "tw_fused", "tw_norm_once"):
+KINDS = ("torch", "tw_separate", "tw_per_weight", "tw_fused", "tw_norm_once")
+for kind in KINDS:
     for fsdp in (False, True):
         m = build(kind)
         models[(kind, fsdp)] = P.parallelize(m, "fsdp", mesh) if fsdp else m
 
 
-def step(m):
+def step(m, kind=None):
+    PER_WEIGHT[0] = kind == "tw_per_weight"
     logits = m(batch[:, :-1])
     loss = F.cross_entropy(logits.float().reshape(-1, dims.vocab), batch[:, 1:].reshape(-1))
     loss.backward()
@@ -74,26 +92,26 @@ def step(m):
 
 
 res = {k: [] for k in models}
-for m in models.values():
+for (kind, _), m in models.items():
     for _ in range(3):
-        step(m)
+        step(m, kind)
 for rnd in range(3):
     for key, m in models.items():
         torch.cuda.synchronize(); t0 = time.perf_counter()
         for _ in range(8):
-            step(m); torch.cuda.synchronize()
+            step(m, key[0]); torch.cuda.synchronize()
         res[key].append((time.perf_counter() - t0) / 8 * 1e3)
 # host time to queue one forward + backward with the GPU held busy first (a long matmul chain), no FSDP
 x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
 host = {}
-for kind in ("torch", "tw_separate", "tw_fused", "tw_norm_once"):
+for kind in KINDS:
     m = models[(kind, False)]
     vals = []
     for _ in range(3):
         torch.cuda.synchronize()
         for _ in range(30):
             x @ x  # ~45 ms of GPU work queued
-        t0 = time.perf_counter(); step(m); vals.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter(); step(m, kind); vals.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.synchronize()
     host[kind] = statistics.median(vals)
 if rank == 0:
