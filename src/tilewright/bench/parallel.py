@@ -7,7 +7,9 @@ Run on a machine with two GPUs (NCCL)::
     torchrun --nproc-per-node 2 -m tilewright.bench.parallel --mode tp --steps 50 --csv out.csv
     torchrun --nproc-per-node 4 -m tilewright.bench.parallel --mode fsdp+tp --steps 50 --csv out.csv
 
-The CPU tier (tests/test_parallel.py) runs :func:`train` on two gloo processes with tiny widths in float32.
+The CPU tier (tests/test_parallel.py) runs :func:`train` on two gloo processes with tiny widths in float32. The two
+builds train interleaved, five steps of one then five of the other (``--block``), so the host's drift within a run
+falls on both (:func:`train`).
 
 The model: per layer, RMSNorm -> q / k / v projections -> RoPE -> causal GQA attention -> output projection plus the
 residual, RMSNorm -> gate and up projections -> SwiGLU -> down projection plus the residual. The tilewright build
@@ -217,40 +219,56 @@ def _local(t):
 
 
 def train(mode: str, dims: Dims, steps: int, device, dtype, seed: int = 0, lr: float = 1e-2,
-          same_batch: bool = False) -> dict:
+          same_batch: bool = False, block: int = 5) -> dict:
     """Both builds under ``mode`` on the initialised process group, same initial weights, same batches (one batch
     repeated with ``same_batch``, so the loss must fall): per-step losses and tokens/s (this rank's view; every rank
-    sees the same losses)."""
+    sees the same losses).
+
+    The two builds train side by side, ``block`` steps of one then ``block`` of the other (the first of each pair
+    alternating), each with its own optimizer and the same batch sequence. Why: the steps are host-bound at the
+    bench's sizes, and the host's speed drifts within a call - run one build's 50 steps after the other's, two
+    consecutive runs on one H200 host gave 0.80x and 0.99x (FSDP2, 2026-11-29); interleaved, a drift falls on both."""
     import torch.distributed as dist
     mesh = make_mesh(mode, device.type, dist.get_world_size())
     torch.manual_seed(seed)
     ref = Model(dims, "torch", device, dtype)
     ours = Model(dims, "tilewright", device, dtype)
     ours.load_state_dict(ref.state_dict())
-    result = {}
+    runs = {}
     for name, model in (("torch", ref), ("tilewright", ours)):
         model = parallelize(model, mode, mesh)
-        opt = _adamw(model, lr)
-        gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-        losses, tokens, elapsed = [], 0, 0.0
-        for step in range(steps):
-            if step == 0 or not same_batch:
-                batch = torch.randint(0, dims.vocab, (dims.batch, dims.seq + 1), generator=gen).to(device)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            logits = model(batch[:, :-1])
-            loss = F.cross_entropy(_local(logits).float().reshape(-1, dims.vocab), batch[:, 1:].reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            value = loss.item()  # (a sync)
-            if step >= min(3, steps - 1):  # after warm-up: compiles, tuning
-                elapsed += time.perf_counter() - t0
-                tokens += dims.batch * dims.seq
-            losses.append(value)
-        result[name] = {"losses": losses, "tokens_per_s": tokens / elapsed if elapsed else math.nan}
-    return result
+        runs[name] = {"model": model, "opt": _adamw(model, lr), "batch": None, "losses": [], "tokens": 0,
+                      "elapsed": 0.0, "gen": torch.Generator(device="cpu").manual_seed(seed + 1)}
+
+    def one_step(run, step):
+        model, opt = run["model"], run["opt"]
+        if step == 0 or not same_batch:
+            run["batch"] = torch.randint(0, dims.vocab, (dims.batch, dims.seq + 1), generator=run["gen"]).to(device)
+        batch = run["batch"]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        logits = model(batch[:, :-1])
+        loss = F.cross_entropy(_local(logits).float().reshape(-1, dims.vocab), batch[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        value = loss.item()  # (a sync)
+        if step >= min(3, steps - 1):  # after warm-up: compiles, tuning
+            run["elapsed"] += time.perf_counter() - t0
+            run["tokens"] += dims.batch * dims.seq
+        run["losses"].append(value)
+
+    block = max(1, int(block))
+    order = ["torch", "tilewright"]
+    for first in range(0, steps, block):
+        for name in order:
+            for step in range(first, min(first + block, steps)):
+                one_step(runs[name], step)
+        order.reverse()
+    return {name: {"losses": run["losses"],
+                   "tokens_per_s": run["tokens"] / run["elapsed"] if run["elapsed"] else math.nan}
+            for name, run in runs.items()}
 
 
 def main(argv=None) -> None:
@@ -263,7 +281,11 @@ def main(argv=None) -> None:
     p.add_argument("--size", choices=tuple(SIZES), default="llama",
                    help="model widths on a GPU (default: llama, d 2048 x 4 layers; the CPU runs tiny ones)")
     p.add_argument("--csv", default=None)
+    p.add_argument("--block", type=int, default=5,
+                   help="steps of one build before the other's (the two train interleaved; default 5)")
     args = p.parse_args(argv)
+    if args.block < 1:
+        p.error(f"--block {args.block}: expected a positive number of steps")
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
@@ -272,7 +294,7 @@ def main(argv=None) -> None:
         torch.cuda.set_device(device)
     dims = SIZES[args.size] if cuda else TINY
     dtype = torch.bfloat16 if cuda else torch.float32
-    res = train(args.mode, dims, args.steps, device, dtype, lr=LEARNING_RATES[args.size])
+    res = train(args.mode, dims, args.steps, device, dtype, lr=LEARNING_RATES[args.size], block=args.block)
     if rank == 0:
         t, w = res["torch"], res["tilewright"]
         worst = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(t["losses"], w["losses"]))
