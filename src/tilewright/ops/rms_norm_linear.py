@@ -590,7 +590,8 @@ def rms_norm_linears(x: torch.Tensor, norm_weight: torch.Tensor, weights, biases
         biases: None, or a list or tuple of the same length as ``weights`` whose entries are None or (N_i,) tensors.
         eps: > 0, added to the mean square (``F.rms_norm``'s ``eps=None`` is ``torch.finfo(x.dtype).eps``; pass that
             explicitly to match it).
-        backend: None (router decides), "cuda", "triton" or "torch", as in :func:`rms_norm_linear`.
+        backend: None (router decides), "cuda", "triton" or "torch", as in :func:`rms_norm_linear` (on the training
+            route it is the projections' backend; the norm there is always torch's ``F.rms_norm``).
     Returns:
         A tuple with one (..., N_i) tensor in x's dtype per weight, in the order of ``weights``; differentiable in
         x, norm_weight, every weight and every bias.
