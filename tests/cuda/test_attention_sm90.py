@@ -135,6 +135,47 @@ def test_three_consumer_variants_refuse_other_head_dims(fake_driver, monkeypatch
     assert grid == (2, 4, 2) and block == (512, 1, 1) and smem == ca.VARIANTS["c3"].smem_bytes(64) <= ca.SMEM_LIMIT
 
 
+WIDE_KEY_BLOCK_BUILDS = sorted(row[0] for row in ca.build_check_builds() if row[1]["TW_BN"] > 128)
+
+
+@needs_compiler
+@pytest.mark.parametrize("label", WIDE_KEY_BLOCK_BUILDS)
+def test_wide_key_block_builds(cache, label):
+    """c176 / c192 (176- / 192-key blocks at head dim 128, the A/B candidates for the non-causal forward): the
+    build-check rows compile without spills or a ptxas performance warning, their S = Q K^T as m64n176k16 /
+    m64n192k16 wgmmas (8 k-steps over head dim 128, in the prologue and the loop) beside P V's m64n128k16, inside the
+    shared memory a CTA may have."""
+    (defines, smem), = [(row[1], row[2]) for row in ca.build_check_builds() if row[0] == label]
+    bn = defines["TW_BN"]
+    assert defines["TW_HDIM"] == 128 and bn in (176, 192) and smem <= ca.SMEM_LIMIT
+    b = build.compile_source(ca.SOURCE, "sm_90a", defines)
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    assert not build_check.PERF_WARNINGS.search(b.log), b.log
+    text = build_check.sass(b.cubin)
+    assert text is not None, "the SASS check needs cuobjdump (shipped in the triton wheel)"
+    widths = re.findall(r"HGMMA\.64x(\d+)x16", text)
+    assert widths.count(str(bn)) == 16 and set(widths) == {str(bn), "128"}, sorted(set(widths))
+    assert "USETMAXREG" in text
+
+
+def test_wide_key_block_variants_build_at_head_dim_128_only(fake_driver):
+    """c176 / c192 asked for at head dim 64 (their pinned overlap spilled there) or 256 (a 64-key block there) raise,
+    naming the head dim, and nothing is built; at 128 the K / V maps' boxes are the key block's rows."""
+    for name, bn in (("c176", 176), ("c192", 192)):
+        assert ca.VARIANTS[name].head_dims == (128,) and ca.VARIANTS[name].bn(128) == bn
+        for D in (64, 256):
+            q, k, v = _qkv(D=D)
+            with pytest.raises(ValueError, match=rf"variant '{name}'.*head dim {D}"):
+                ca.launch_attention(q, k, v, torch.empty_like(q), torch.empty(2, 4, 100), variant=name)
+    assert not fake_driver.builds and not fake_driver.launches
+    q, k, v = _qkv(Sq=300, D=128)
+    ca.launch_attention(q, k, v, torch.empty_like(q), torch.empty(2, 4, 300), variant="c176")
+    (_, _, defines), = fake_driver.builds
+    assert defines["TW_BN"] == 176 and defines["TW_PIN_WAIT"] == 0
+    assert [m[4] for m in fake_driver.maps] == [(64, 128, 1, 1), (64, 176, 1, 1), (64, 176, 1, 1), (64, 64, 1, 1)]
+
+
 # ------------------------------------------------------------------------------------------------ variants
 def test_variants_and_defines():
     assert list(ca.VARIANTS)[:2] == ["a", "b"] and ca.DEFAULT_VARIANT in ca.VARIANTS

@@ -32,7 +32,8 @@
 // price is registers: (65536 - 24 x 128 for the producer) / 384 consumer threads leaves 160 each (a multiple of 8),
 // which holds S (BN/2) + P (BN/4) + O (D/2) = 128 at hdim 64 x key block 128 but not at hdim 128 (O alone doubles),
 // hence hdim 64 only; and not the pinned PV wait (below), which spilled there.
-// Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers),
+// Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers; 176 / 192
+// at D = 128 for the c176 / c192 A/B variants),
 // TW_STAGES (K/V ring depth), TW_CAUSAL / TW_UPPER_OFFSET / TW_WINDOW (the band's edges) and TW_SOFTCAP (logit soft
 // cap; ptx/attention_tile.cuh), TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the softmax ahead
 // of the PV wait in SASS), TW_EXP_FMA, TW_PRODUCER_REGS / TW_CONSUMER_REGS.
@@ -147,7 +148,11 @@ constexpr int EPI_BAR = TURN_BAR + NC;
 constexpr int VTAIL_BAR = EPI_BAR + NC;
 
 static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
-static_assert(BN == 64 || BN == 128, "key block 64 or 128 (the generated SS wgmma shapes)");
+static_assert(BN == 64 || BN == 128 || BN == 176 || BN == 192, "key block 64, 128, 176 or 192 (the generated SS "
+              "wgmma shapes)");
+// 176 / 192 keys a block (A/B variants "c176" / "c192"): S (BN/2) + P (BN/4) = 132 / 144 registers beside O's D/2;
+// at head dim 256 O alone takes 128 (the 256 build runs 64-key blocks)
+static_assert(BN <= 128 || D <= 128, "key blocks over 128 at head dim <= 128 only (registers)");
 static_assert(NC >= 1 && NC <= 3, "one, two or three consumer warpgroups");
 static_assert(NC < 3 || D == 64, "three consumers at head dim 64 only: S + P + O must fit in 160 registers");
 static_assert(VTAIL_BAR < 16, "16 named barriers per CTA");

@@ -69,8 +69,11 @@ class Variant:
     @property
     def head_dims(self) -> tuple:
         """The builds (TW_HDIM) this variant has: three consumers get 160 registers each, which hold S + P + O at
-        head dim 64 only (the .cu's static_assert)."""
-        return (64,) if self.consumers == 3 else HEAD_DIMS
+        head dim 64 only (the .cu's static_assert); key blocks over 128 build at head dim 128 only (at 64 the pinned
+        overlap spilled 576-768 B with them, at 256 the key block is 64)."""
+        if self.consumers == 3:
+            return (64,)
+        return (128,) if (self.block_n or 0) > 128 else HEAD_DIMS
 
     def bn(self, head_dim: int) -> int:
         """Key block: ``block_n``, else 128, or 64 for head dim 256 (O alone takes 128 registers per thread there)."""
@@ -139,6 +142,11 @@ VARIANTS = {v.name: v for v in (
     Variant("b_free", 2, False, False),  # two warpgroups without the ordering barriers
     Variant("c", 2, True, True),    # + intra-warpgroup overlap (full FA3-style schedule)
     Variant("c64", 2, True, True, block_n=64),  # c with 64-key blocks: registers for the pinned overlap at hdim 128
+    # c with 176- / 192-key blocks (hdim 128 only): fewer softmax rescales and pingpong hand-offs per key, the tile
+    # FlashAttention-3 uses for hdim 128 without a mask; 0 spills (nvcc 13.0), 214 / 230 KB of shared memory. An A/B
+    # candidate for the non-causal hdim-128 forward (1.00x cuDNN with c, 2026-11-29); not yet run on a GPU.
+    Variant("c176", 2, True, True, block_n=176),
+    Variant("c192", 2, True, True, block_n=192),
     Variant("b3", 3, True, False),  # b with three consumer warpgroups in a round-robin pingpong (hdim 64 only)
     Variant("c3", 3, True, True),   # c with three consumer warpgroups (hdim 64 only; the .cu header says why)
 )}
@@ -152,7 +160,8 @@ BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
                       ("c", 64, False, False, True, True),  # the four ending here: soft cap, band edges, both
                       ("c", 128, True, False, False, False, True, True),  # packed batches (varlen), causal
                       ("c", 256, False, False, False, False, False, True),
-                      ("c3", 64, False, False), ("c3", 64, True, False), ("b3", 64, False, False))
+                      ("c3", 64, False, False), ("c3", 64, True, False), ("b3", 64, False, False),
+                      ("c176", 128, False, False), ("c192", 128, False, True))
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
@@ -167,8 +176,8 @@ DEFAULT_BY_HEAD_DIM = {64: "c3"}
 
 def pick_variant(head_dim: int | None = None) -> Variant:
     """The variant to run at ``head_dim`` (its build's default: DEFAULT_BY_HEAD_DIM, else DEFAULT_VARIANT);
-    ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | b3 | c3 overrides it (b3 / c3 build at head dim 64
-    only: see :func:`check_variant_head_dim`)."""
+    ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | c176 | c192 | b3 | c3 overrides it (b3 / c3 build
+    at head dim 64 only, c176 / c192 at 128: see :func:`check_variant_head_dim`)."""
     name = os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT")
     if name:
         return VARIANTS[name]
@@ -177,7 +186,8 @@ def pick_variant(head_dim: int | None = None) -> Variant:
 
 
 def check_variant_head_dim(var: Variant, head_dim: int) -> None:
-    """ValueError when ``var`` has no build at the build head dim of ``head_dim`` (b3 / c3 at anything but 64): a
+    """ValueError when ``var`` has no build at the build head dim of ``head_dim`` (b3 / c3 at anything but 64, c176 /
+    c192 at anything but 128): a
     variant asked for by name runs as itself or not at all, never as another one in its place."""
     d = build_head_dim(head_dim)
     if d is not None and d not in var.head_dims:

@@ -2,9 +2,12 @@
 overlap, "b3" without; BM 192, round-robin pingpong) and cuDNN, in one process on one GPU:
 
     PYTHONPATH=src python perf/results/h200/attention/consumers3_ab_2026-11-29.py [variant,variant,...] [--grid]
+        [--head-dim 128]
 
 (--grid: 24 rows over S 512-16k, causal or not, MHA / GQA 4 instead of the seven - the per-shape table a
-forward-only routing rule at head dim 64 would be read from.)
+forward-only routing rule at head dim 64 would be read from. --head-dim 128 (added session 31, for the 176- / 192-key
+block variants c176 / c192 against c): seven hdim-128 rows instead, the builds and the numerics rows at 128; those
+variants' outputs are not expected bit-equal to c's - other key blocks, another order of the online softmax.)
 
 Why three: at D 64 a 64 x 128 key block costs a warpgroup ~512 tensor-core clocks (QK^T + PV) and ~512 MUFU clocks
 of exp2 plus the softmax's FMA / ALU work. In a two-warpgroup pingpong one softmax must hide in the other's GEMM slot
@@ -32,7 +35,11 @@ from tilewright.bench.common import graph_ms_alternating  # noqa: E402
 from tilewright.cuda_fallback import attention_sm90 as ca  # noqa: E402
 from tilewright.cuda_fallback.runtime import build  # noqa: E402
 
-args = [a for a in sys.argv[1:] if not a.startswith("--")]
+argv = sys.argv[1:]
+HEAD_DIM = int(argv[argv.index("--head-dim") + 1]) if "--head-dim" in argv else 64
+if "--head-dim" in argv:
+    del argv[argv.index("--head-dim"):argv.index("--head-dim") + 2]
+args = [a for a in argv if not a.startswith("--")]
 wanted = args[0].split(",") if args else ["c", "c3", "b3"]
 
 
@@ -55,14 +62,19 @@ print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; variants {v
 
 # the bf16 builds in parallel first (the launches then hit the build cache)
 with ThreadPoolExecutor(8) as ex:
-    list(ex.map(lambda a: build.compile_source(ca.SOURCE, "sm_90a", specs[a[0]].defines(64, a[1], False)),
+    list(ex.map(lambda a: build.compile_source(ca.SOURCE, "sm_90a", specs[a[0]].defines(HEAD_DIM, a[1], False)),
                 [(v, causal) for v in variants for causal in (False, True)]))
 
 # (B, Hq, Hkv, S, D, causal)
 ROWS = ((2, 8, 8, 8192, 64, False), (2, 8, 8, 8192, 64, True), (4, 16, 16, 4096, 64, False),
         (4, 16, 16, 2048, 64, True), (2, 32, 8, 4096, 64, True), (8, 16, 16, 1024, 64, False),
         (1, 16, 16, 16384, 64, True))
-if "--grid" in sys.argv:
+if HEAD_DIM == 128:
+    # the non-causal rows where c runs 1.00x cuDNN, their causal twins, GQA, a short and a long sequence
+    ROWS = ((2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 16, 16, 16384, 128, False),
+            (1, 16, 16, 16384, 128, True), (4, 32, 8, 4096, 128, False), (8, 16, 16, 2048, 128, False),
+            (4, 32, 8, 2048, 128, True))
+elif "--grid" in sys.argv:
     # the per-shape table a forward-only routing rule at head dim 64 needs (ops/_aten.cudnn_faster sends every such
     # call to cuDNN today): S from 512 to 16k, causal or not, MHA and GQA 4, B x S = 16k (2^35-2^41 FLOPs a row)
     ROWS = tuple((max(1, 16384 // S), H, H // g, S, 64, causal) for S in (512, 1024, 2048, 4096, 8192, 16384)
@@ -101,12 +113,12 @@ for i, (B, Hq, Hkv, S, D, causal) in enumerate(ROWS):
 for i, (B, Hq, Hkv, Sq, Skv, causal) in enumerate(((1, 4, 4, 3000, 3000, False), (1, 4, 4, 3000, 3000, True),
                                                    (2, 8, 2, 1000, 2333, False), (2, 6, 3, 577, 577, True))):
     torch.manual_seed(100 + i)
-    q, k, v = inputs(B, Hq, Hkv, Sq, Skv, 64)
+    q, k, v = inputs(B, Hq, Hkv, Sq, Skv, HEAD_DIM)
     g = Hq // Hkv
     kk, vv = (t.repeat_interleave(g, 1) for t in (k, v))
     with sdpa_kernel(SDPBackend.MATH):
         ref = F.scaled_dot_product_attention(q.float(), kk.float(), vv.float(), is_causal=causal)
-    s = (q.float() @ kk.float().transpose(-1, -2)) / 8.0
+    s = (q.float() @ kk.float().transpose(-1, -2)) / HEAD_DIM ** 0.5
     if causal:
         s = s.masked_fill(torch.ones(Sq, Skv, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
     lse_ref = torch.logsumexp(s, -1)

@@ -9,6 +9,9 @@ changing the shapes below and commit the output. Only shapes the kernels use are
 from pathlib import Path
 
 SHAPES = (64, 128, 256)
+# shared-memory-only (SS) widths besides SHAPES: the forward's S = Q K^T over a 176- or 192-key block at head dim 128
+# (more keys a block: fewer softmax rescales and pingpong hand-offs per key; an A/B variant, attention_sm90.py)
+SS_ONLY_SHAPES = (176, 192)
 TYPES = {"bf16": "bf16", "f16": "f16"}
 FP8_SHAPES = (128, 256)  # the sm_90a FP8 GEMM's consumer tile widths
 FP8_TYPES = ("e4m3", "e5m2")
@@ -85,6 +88,9 @@ def main() -> None:
         for ty in TYPES.values():
             parts.append(wrapper(n, ty))
             parts.append(wrapper_rs(n, ty))
+    for n in SS_ONLY_SHAPES:
+        for ty in TYPES.values():
+            parts.append(wrapper(n, ty))
     for n in FP8_SHAPES:
         for ta in FP8_TYPES:
             for tb in FP8_TYPES:

@@ -22,8 +22,14 @@ TW_DEVICE void mma_ss(float (&d)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
   if constexpr (N == 128) {
     if constexpr (TW_FP16) wgmma_m64n128k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
     else wgmma_m64n128k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
+  } else if constexpr (N == 176) {  // the forward's 176-key blocks (an A/B variant at head dim 128)
+    if constexpr (TW_FP16) wgmma_m64n176k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
+    else wgmma_m64n176k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
+  } else if constexpr (N == 192) {  // and its 192-key blocks
+    if constexpr (TW_FP16) wgmma_m64n192k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
+    else wgmma_m64n192k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
   } else {
-    static_assert(N == 64, "SS widths 64 and 128");
+    static_assert(N == 64, "SS widths 64, 128, 176 and 192");
     if constexpr (TW_FP16) wgmma_m64n64k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
     else wgmma_m64n64k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
   }
