@@ -6,6 +6,7 @@ fails; bad inputs raise naming the argument. The GPU tier (bf16, the bench rows)
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 import torch
@@ -312,6 +313,37 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
     assert (reports[0].has("HMMA") or reports[0].has("HGMMA")) and reports[0].has("LDGSTS")
     if fused:  # the arrival count (ATOMG / RED) and the reloads past L1 (LDG.E.STRONG.GPU: .cg)
         assert reports[0].has("ATOM") and reports[0].has("STRONG.GPU"), reports[0].name
+
+
+def test_the_pdl_combine_builds_carry_the_grid_dependency_instructions():
+    """PDL_COMBINE's AOT sm_90 builds: the split kernel signals its dependents (griddepcontrol.launch_dependents) and
+    the combine waits for the split grid (griddepcontrol.wait) before its first load - in the PTX, and in SASS as the
+    ACQBULK / PREEXIT pair's instructions - without spills; the default builds have neither."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+    from tilewright.triton_kernels.aot import compile_reports
+
+    combine_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "OUT": "*bf16", "LSE": "*fp32", **{a: "i32" for a in (
+        "stride_os", "stride_ob", "stride_oh", "stride_om", "stride_ob2", "stride_os2", "stride_oh2", "B", "H", "Sq")}}
+    combine = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SPLITS=8, SPLITS_PAD=8)
+    reports = compile_reports([
+        _split_job("split_pdl", 128, 128, ka.num_stages(128), LAUNCH_DEPENDENTS=True),
+        _split_job("split", 128, 128, ka.num_stages(128)),
+        {"kernel": f"{_KV_MODULE}:_combine_kernel", "signature": combine_sig, "num_warps": 1, "name": "combine_pdl",
+         "constexprs": {**combine, "WAIT_PRIOR": True}},
+        {"kernel": f"{_KV_MODULE}:_combine_kernel", "signature": combine_sig, "num_warps": 1, "name": "combine",
+         "constexprs": combine}])
+    by_name = {r.name: r for r in reports}
+    assert all(r.spill_bytes == 0 for r in reports)
+    sass_pdl = {name: set(re.findall(r"\b(ACQBULK|PREEXIT)\b", by_name[name].sass)) for name in by_name}
+    assert sass_pdl["split_pdl"] == {"PREEXIT"} and sass_pdl["combine_pdl"] == {"ACQBULK"}, sass_pdl
+    assert not sass_pdl["split"] and not sass_pdl["combine"]
+
+
+def test_pdl_is_off_by_default_and_never_on_the_interpreter():
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    assert ka.PDL_COMBINE is False  # until the device A/B (perf/LOG.md session 31)
+    assert not ka.pdl_supported(torch.device("cpu"))
 
 
 def test_the_page_prefetch_variant_compiles_for_sm90_with_a_k_v_ring():

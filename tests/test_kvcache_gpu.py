@@ -167,6 +167,14 @@ def test_combine_fused_into_the_split_kernel(page):
     _variant_matches_the_default(page, {"fused_combine": True})
 
 
+@pytest.mark.parametrize("page", [None, 16])
+def test_combine_as_a_programmatic_dependent_launch(page):
+    """The combine launched as a programmatic dependent of the split kernel (config pdl_combine; off by default until
+    measured): the same answer as the ordinary second launch on the first call, the bound replays and a CUDA-graph
+    replay (_variant_matches_the_default) - the combine must not read a partial before the split grid is done."""
+    _variant_matches_the_default(page, {"pdl_combine": True})
+
+
 @pytest.mark.parametrize("page", [8, 16, 32, 256])
 def test_page_prefetch_matches_the_in_step_lookup(page):
     """PAGE_PREFETCH (the default: each step's page-table entries loaded a step ahead, K / V in the contiguous ring,

@@ -58,7 +58,11 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr,
                   WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                   UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_COMBINE: tl.constexpr = False,
-                  PAGE_PREFETCH: tl.constexpr = False):
+                  PAGE_PREFETCH: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False):
+    if LAUNCH_DEPENDENTS:
+        # (PDL_COMBINE) the combine launch behind this one may start now: its programs wait in griddepcontrol.wait
+        # until this grid has finished and its partials are visible, so its launch latency hides under this kernel
+        tl.extra.cuda.gdc_launch_dependents()
     bh = tl.program_id(0)  # (sequence, kv head) on the grid's x: B * Hkv may pass y's 65,535 limit
     split = tl.program_id(1)
     b = bh // Hkv
@@ -268,7 +272,11 @@ def _merge_split(m, total, acc, lse_s, o_s):
 def _combine_kernel(O_PART, LSE_PART, OUT, LSE, stride_os, stride_ob, stride_oh, stride_om,
                     stride_ob2, stride_os2, stride_oh2, B, H, Sq,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                    SPLITS_PAD: tl.constexpr):
+                    SPLITS_PAD: tl.constexpr, WAIT_PRIOR: tl.constexpr = False):
+    if WAIT_PRIOR:
+        # launched as a programmatic dependent of the split kernel (PDL_COMBINE): nothing of its output is read
+        # before that grid has completed and its writes are visible
+        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0)  # (b, h, i) flattened, i fastest
     i = row % Sq
     h = (row // Sq) % H
@@ -425,6 +433,20 @@ FUSED_COMBINE_MAX_COUNTERS = SPLIT_K_MAX_TILES
 # and 1.021 (of 256; max 1.049) against the in-step lookup's 1.061 / 1.037; the prefetch at the paged shape ran
 # 1.110 / 1.098, at 4 stages 1.161 / 1.128. ``config={"page_prefetch": False}`` runs the in-step lookup.
 PAGE_PREFETCH = True
+# The combine launched as a programmatic dependent of the split kernel (PDL, sm_90+): the split kernel's programs
+# signal griddepcontrol.launch_dependents at their start, the combine is launched with the programmatic
+# stream-serialization attribute and its programs wait (griddepcontrol.wait) for the split grid's completion before
+# reading a partial - so the second launch's latency runs under the first kernel instead of after it. Why: the short
+# decode rows are launch- and latency-bound (B 1 x 1k: 7.2 us where its bytes take ~1.4 us; the combine launch is
+# ~1.5-2 us of it) and issue 16 asks 1.2x SDPA there (1.12x now); the combine fused into the split kernel ran slower
+# (9.5 us, FUSED_COMBINE). Off until measured (``config={"pdl_combine": True}`` runs it): prediction B 1 x 1k ~6 us.
+PDL_COMBINE = False
+
+
+def pdl_supported(device) -> bool:
+    """Whether launches on ``device`` may use programmatic dependent launch: a CUDA device of compute capability 9.0
+    or newer (griddepcontrol), not the interpreter (it runs no inline PTX)."""
+    return device.type == "cuda" and not INTERPRET and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def block_n(head_dim_pad: int = 128, whole_waves: bool = False, paged: bool = False,
@@ -610,6 +632,9 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     row_blocks = -(-rows // block_m)
     fused = not direct and bool((config or {}).get("fused_combine", FUSED_COMBINE)) and \
         B * Hkv * row_blocks <= FUSED_COMBINE_MAX_COUNTERS
+    # the combine as a programmatic dependent launch (PDL_COMBINE): only with a combine launch to make
+    pdl = not direct and not fused and bool((config or {}).get("pdl_combine", PDL_COMBINE)) and \
+        pdl_supported(q.device)
     arrivals = seqlens  # an int32 stand-in pointer without the fused combine (never read)
     if fused:
         from .gemm import split_k_workspace
@@ -630,7 +655,7 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         PAGE_SIZE=page_size, PAGED=paged, CAUSAL=bool(causal),
         WINDOW_LEFT=left is not None, WINDOW_RIGHT=right is not None, SOFTCAP=bool(softcap), UPCAST=upcast,
         DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", FUSED_COMBINE=fused,
-        PAGE_PREFETCH=prefetch, num_warps=warps, num_stages=stages)
+        PAGE_PREFETCH=prefetch, LAUNCH_DEPENDENTS=pdl, num_warps=warps, num_stages=stages)
     split_grid = (B * Hkv, splits, row_blocks)
     split_compiled = _split_kernel[split_grid](**split_args)
     split_roles = ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART") + (("OUT", "LSE") if fused else ())
@@ -648,6 +673,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         stride_oh=o_part.stride(2), stride_om=o_part.stride(3), stride_ob2=out.stride(0), stride_os2=out.stride(1),
         stride_oh2=out.stride(2), B=B, H=Hq, Sq=Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=splits,
         SPLITS_PAD=_pow2(splits, 2), num_warps=1)
+    if pdl:  # (the launch attribute is a compile option in Triton: the bound replay of this launch keeps it)
+        combine_args.update(WAIT_PRIOR=True, launch_pdl=True)
     combine_grid = (B * Hq * Sq,)
     if config and config.get("skip_combine"):  # measuring the split kernel alone (out / lse left unwritten)
         return out, lse
