@@ -46,6 +46,8 @@ def _sdpa(q, k, v, causal):
 VARIANTS = ["a", "b", "b_free", "c", "c64"]
 # three consumer warpgroups (BM 192, a round-robin pingpong): head dim 64 only
 VARIANTS_HD64 = ["b3", "c3"]
+# 176- / 192-key blocks: the head dim 128 build only (head dims 72-128)
+VARIANTS_HD128 = ["c176", "c192"]
 
 
 @pytest.mark.parametrize("variant", ["a", "b", "b_free", "c", "c64"])
@@ -105,6 +107,18 @@ def _case_id(c):
 # test_attention_sm90.py)
 VARIANT_CASES = [pytest.param(n, c, id=f"{n}-{_case_id(c)}") for n in VARIANTS for c in CASES]
 VARIANT_CASES += [pytest.param(n, c, id=f"{n}-{_case_id(c)}") for n in VARIANTS_HD64 for c in CASES if c[5] == 64]
+VARIANT_CASES += [pytest.param(n, c, id=f"{n}-{_case_id(c)}") for n in VARIANTS_HD128 for c in CASES
+                  if 64 < c[5] <= 128]
+
+
+# head dim 128 rows for the wide key blocks: one block and a partial one (tails of 176 / 192 keys), one query row,
+# a causal grid of many blocks (the ring over many key blocks), GQA
+@pytest.mark.parametrize("variant", VARIANTS_HD128)
+@pytest.mark.parametrize("shape", [(1, 2, 1, 77, 333, 128), (1, 2, 1, 333, 77, 128), (2, 4, 2, 300, 353, 128),
+                                   (1, 3, 3, 1, 177, 128), (1, 2, 2, 2000, 2000, 128), (2, 8, 2, 700, 1500, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_variant_numerics_wide_key_blocks(variant, shape, causal):
+    _check_variant_numerics(variant, shape, causal)
 
 
 @pytest.mark.parametrize("variant,case", VARIANT_CASES)
