@@ -142,6 +142,16 @@ def test_bind_maps_pointer_arguments_by_name_and_nulls_placeholders(monkeypatch)
     assert bound._template == [0, 0, 0, 0, 4, False]  # role slots are filled per call; bias is a null placeholder
     assert bound._grid == (3, 1, 1) and bound._direct and bound._scratch_bytes == 0
     assert _runtime.bind(jit_fn, compiled, (3.0,), args, {}) is None  # a grid that is not ints
+    # a defaulted constexpr the launch left out takes its default (as the launch did); one without a default is an
+    # error of the caller's
+    param = SimpleNamespace
+    jit_fn.arg_names.append("WAIT_PRIOR")
+    jit_fn.params = [param(name=n, has_default=False, default=None) for n in jit_fn.arg_names[:-1]]
+    jit_fn.params.append(param(name="WAIT_PRIOR", has_default=True, default=False))
+    bound = _runtime.bind(jit_fn, compiled, (3,), args, {"a_ptr": a, "b_ptr": a, "c_ptr": out})
+    assert bound._template == [0, 0, 0, 0, 4, False, False]
+    with pytest.raises(KeyError):
+        _runtime.bind(jit_fn, compiled, (3,), {k: v for k, v in args.items() if k != "M"}, {"a_ptr": a})
 
 
 def test_retry_after_oom_retries_a_load_oom_once(monkeypatch):

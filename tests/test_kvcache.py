@@ -339,6 +339,46 @@ def test_the_pdl_combine_builds_carry_the_grid_dependency_instructions():
     assert not sass_pdl["split"] and not sass_pdl["combine"]
 
 
+@pytest.mark.parametrize("paged", [False, True])
+def test_every_decode_launch_passes_every_kernel_argument(monkeypatch, paged):
+    """The bound replay of a GPU launch (triton_kernels/_runtime.bind) rebuilds the argument list by name from the
+    launch's keyword arguments, so the launches pass every kernel argument explicitly - the PDL switch of the combine
+    (WAIT_PRIOR) was first written left to its default on the ordinary path, which would have stopped the first
+    split decode on a GPU at binding (found in review; bind now also takes a defaulted constexpr's default)."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    class Checked:
+        def __init__(self, fn):
+            self.fn, self.launched = fn, 0
+
+        def __getitem__(self, grid):
+            launch = self.fn[grid]
+
+            def call(**kwargs):
+                missing = set(self.fn.arg_names) - set(kwargs)
+                assert not missing, missing
+                self.launched += 1
+                return launch(**kwargs)
+            return call
+
+    split, combine = Checked(ka._split_kernel), Checked(ka._combine_kernel)
+    monkeypatch.setattr(ka, "_split_kernel", split)
+    monkeypatch.setattr(ka, "_combine_kernel", combine)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 1, 4, 64, generator=g, dtype=torch.float16)
+    kc = torch.randn(2, 96, 2, 64, generator=g, dtype=torch.float16)
+    vc = torch.randn(2, 96, 2, 64, generator=g, dtype=torch.float16)
+    seqlens = torch.tensor([96, 33], dtype=torch.int32)
+    table = None
+    if paged:
+        from tilewright.bench.decode import _paged
+
+        kc, vc, table = _paged(kc, vc, 16)
+    for config in (None, {"pdl_combine": True}):
+        ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=2, config=config)
+    assert split.launched == 2 and combine.launched == 2
+
+
 def test_pdl_is_off_by_default_and_never_on_the_interpreter():
     from tilewright.triton_kernels import kvcache_attention as ka
 

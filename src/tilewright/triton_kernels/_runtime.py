@@ -147,7 +147,11 @@ def bind(jit_fn, compiled, grid, kernel_args: dict, roles: dict, per_stream: dic
     workspace), looked up at every call on the stream it launches on."""
     if compiled is None or hasattr(compiled, "result") or len(grid) > 3 or not all(isinstance(g, int) for g in grid):
         return None
-    template = [0 if isinstance(kernel_args[name], torch.Tensor) else kernel_args[name] for name in jit_fn.arg_names]
+    # every kernel argument by name - a defaulted constexpr the launch left out takes its default, as the launch did
+    # (a KeyError here would stop the call that tried to bind, on the device only: binding runs on CUDA launches)
+    defaults = {p.name: p.default for p in getattr(jit_fn, "params", ()) if p.has_default}
+    values = [kernel_args[name] if name in kernel_args else defaults[name] for name in jit_fn.arg_names]
+    template = [0 if isinstance(v, torch.Tensor) else v for v in values]
     slots = [jit_fn.arg_names.index(name) for name in roles]
     stream_slots = [(jit_fn.arg_names.index(name), get) for name, get in (per_stream or {}).items()]
     # Triton compiles and launches on the current device (not the tensors'); the caller keys on it

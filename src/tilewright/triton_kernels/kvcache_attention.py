@@ -672,9 +672,9 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         O_PART=o_part, LSE_PART=lse_part, OUT=out, LSE=lse, stride_os=o_part.stride(0), stride_ob=o_part.stride(1),
         stride_oh=o_part.stride(2), stride_om=o_part.stride(3), stride_ob2=out.stride(0), stride_os2=out.stride(1),
         stride_oh2=out.stride(2), B=B, H=Hq, Sq=Sq, HEAD_DIM=D, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=splits,
-        SPLITS_PAD=_pow2(splits, 2), num_warps=1)
+        SPLITS_PAD=_pow2(splits, 2), WAIT_PRIOR=pdl, num_warps=1)
     if pdl:  # (the launch attribute is a compile option in Triton: the bound replay of this launch keeps it)
-        combine_args.update(WAIT_PRIOR=True, launch_pdl=True)
+        combine_args["launch_pdl"] = True
     combine_grid = (B * Hq * Sq,)
     if config and config.get("skip_combine"):  # measuring the split kernel alone (out / lse left unwritten)
         return out, lse
