@@ -832,6 +832,15 @@ def test_concurrent_processes_storing_lose_no_entries(tmp_path):
 
 
 @pytest.mark.interpreter
+def test_multi_gpu_compile_pool_size():
+    """jobs per device, less one core per sweep worker, capped at MULTI_POOL_MAX (a 30-process pool on a 32-core
+    two-GPU host took 13.6 s to its first compile), never below one."""
+    assert tuner.multi_pool_size(15, 2, 2, cores=32) == tuner.MULTI_POOL_MAX == 16
+    assert tuner.multi_pool_size(4, 2, 2, cores=32) == 8
+    assert tuner.multi_pool_size(15, 2, 2, cores=12) == 10
+    assert tuner.multi_pool_size(15, 2, 2, cores=2) == 1
+
+
 def test_tune_gemm_multi_runs_workers_and_merges(tmp_path):
     """The worker path of `tune --gpus` on the interpreter (one device here: 'cpu'): a spawned process tunes its
     share, stores the winners in the shared cache and sends its rows back; a repeated device is refused."""

@@ -26,17 +26,23 @@ def _qkv(B=2, Hq=4, Hkv=2, Sq=100, Skv=130, D=128, dtype=bf):
 
 
 # ------------------------------------------------------------------------------------------------ builds
+def _clean_build_sass(defines: dict, perf_warnings: bool = True) -> str:
+    """The SASS of one forward build, after asserting ptxas reported no spills and no stack (and, unless
+    ``perf_warnings`` is False, no performance warning such as C7512's serialised wgmmas)."""
+    b = build.compile_source(ca.SOURCE, "sm_90a", defines)
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    assert not (perf_warnings and build_check.PERF_WARNINGS.search(b.log)), b.log
+    text = build_check.sass(b.cubin)
+    assert text is not None, "the SASS check needs cuobjdump (shipped in the triton wheel)"
+    return text
+
+
 @needs_compiler
 def test_variant_a_builds_without_spills(cache):
     """Variant "a" (one consumer warpgroup, the simplest schedule) is not in the build-check table (it has no
     setmaxnreg by design); compile it here: wgmma + TMA present, no spills, no serialisation warning."""
-    v = ca.VARIANTS["a"]
-    b = build.compile_source(ca.SOURCE, "sm_90a", v.defines(128, True, False))
-    info = build_check.parse_ptxas(b.log)
-    assert info["spills"] == 0 and info["stack"] == 0, b.log
-    assert not build_check.PERF_WARNINGS.search(b.log), b.log
-    text = build_check.sass(b.cubin)
-    assert text is not None, "the SASS check needs cuobjdump (shipped in the triton wheel)"
+    text = _clean_build_sass(ca.VARIANTS["a"].defines(128, True, False))
     for marker in ("HGMMA", "UTMALDG", "UTMASTG", "STSM"):
         assert marker in text
 
@@ -67,11 +73,7 @@ def test_wgmma_descriptors_stay_in_uniform_registers(cache, label):
     spills as before. Pinned: no R2UR among the HGMMAs, the R2UR and instruction counts measured then (the rest are
     the producer's and the barrier waits' addresses), the HGMMA count."""
     defines = {row[0]: row[1] for row in ca.build_check_builds()}[label]
-    b = build.compile_source(ca.SOURCE, "sm_90a", defines)
-    info = build_check.parse_ptxas(b.log)
-    assert info["spills"] == 0 and info["stack"] == 0, b.log
-    text = build_check.sass(b.cubin)
-    assert text is not None, "the SASS check needs cuobjdump (shipped in the triton wheel), as the FP8 k-block tests"
+    text = _clean_build_sass(defines, perf_warnings=False)
     ops = _sass_kernels(text)["tw_attn_fwd_sm90"]
     hgmma, r2ur, instructions = DESCRIPTOR_BUILDS[label]
     mma = [i for i, op in enumerate(ops) if re.match(r"(@!?U?P\w+\s+)?HGMMA", op)]
@@ -101,12 +103,7 @@ def test_three_consumer_builds(cache, label):
     it spilled in 160 registers)."""
     defines = {row[0]: row[1] for row in ca.build_check_builds()}[label]
     assert defines["TW_HDIM"] == 64 and defines["TW_PIN_WAIT"] == 0
-    b = build.compile_source(ca.SOURCE, "sm_90a", defines)
-    info = build_check.parse_ptxas(b.log)
-    assert info["spills"] == 0 and info["stack"] == 0, b.log
-    assert not build_check.PERF_WARNINGS.search(b.log), b.log
-    text = build_check.sass(b.cubin)
-    assert text is not None, "the SASS check needs cuobjdump (shipped in the triton wheel)"
+    text = _clean_build_sass(defines)
     for marker in ("HGMMA", "USETMAXREG"):
         assert marker in text
 
@@ -148,12 +145,7 @@ def test_wide_key_block_builds(cache, label):
     (defines, smem), = [(row[1], row[2]) for row in ca.build_check_builds() if row[0] == label]
     bn = defines["TW_BN"]
     assert defines["TW_HDIM"] == 128 and bn in (176, 192) and smem <= ca.SMEM_LIMIT
-    b = build.compile_source(ca.SOURCE, "sm_90a", defines)
-    info = build_check.parse_ptxas(b.log)
-    assert info["spills"] == 0 and info["stack"] == 0, b.log
-    assert not build_check.PERF_WARNINGS.search(b.log), b.log
-    text = build_check.sass(b.cubin)
-    assert text is not None, "the SASS check needs cuobjdump (shipped in the triton wheel)"
+    text = _clean_build_sass(defines)
     widths = re.findall(r"HGMMA\.64x(\d+)x16", text)
     assert widths.count(str(bn)) == 16 and set(widths) == {str(bn), "128"}, sorted(set(widths))
     assert "USETMAXREG" in text

@@ -58,13 +58,23 @@ def test_variant_numerics(variant, shape, causal):
     _check_variant_numerics(variant, shape, causal)
 
 
-# head dim 64 rows for the three-consumer variants: one tile and a partial one, tails of 192 (Q) and 128 (K)
-# blocks, one query row, a causal grid of many tiles (the round robin over many key blocks), GQA
-@pytest.mark.parametrize("variant", VARIANTS_HD64)
-@pytest.mark.parametrize("shape", [(1, 2, 1, 77, 333, 64), (1, 2, 1, 333, 77, 64), (2, 4, 2, 193, 200, 64),
-                                   (1, 3, 3, 1, 129, 64), (1, 2, 2, 2000, 2000, 64), (2, 8, 2, 700, 1500, 64)])
+# Rows at the one head dim a variant builds at: one tile and a partial one, tails of its Q rows and key blocks, one
+# query row, a causal grid of many tiles (the ring - and for three consumers the round robin - over many key
+# blocks), GQA. Head dim 64 for the three-consumer variants (192 Q rows, 128 keys), 128 for the wide key blocks
+# (128 Q rows, 176 / 192 keys).
+SHAPES_AT_HEAD_DIM = {
+    64: [(1, 2, 1, 77, 333, 64), (1, 2, 1, 333, 77, 64), (2, 4, 2, 193, 200, 64), (1, 3, 3, 1, 129, 64),
+         (1, 2, 2, 2000, 2000, 64), (2, 8, 2, 700, 1500, 64)],
+    128: [(1, 2, 1, 77, 333, 128), (1, 2, 1, 333, 77, 128), (2, 4, 2, 300, 353, 128), (1, 3, 3, 1, 177, 128),
+          (1, 2, 2, 2000, 2000, 128), (2, 8, 2, 700, 1500, 128)]}
+ONE_HEAD_DIM_ROWS = [pytest.param(v, shape, id=f"{v}-{'x'.join(map(str, shape))}")
+                     for variants, D in ((VARIANTS_HD64, 64), (VARIANTS_HD128, 128)) for v in variants
+                     for shape in SHAPES_AT_HEAD_DIM[D]]
+
+
+@pytest.mark.parametrize("variant,shape", ONE_HEAD_DIM_ROWS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_variant_numerics_three_consumers(variant, shape, causal):
+def test_variant_numerics_at_its_head_dim(variant, shape, causal):
     _check_variant_numerics(variant, shape, causal)
 
 
@@ -109,16 +119,6 @@ VARIANT_CASES = [pytest.param(n, c, id=f"{n}-{_case_id(c)}") for n in VARIANTS f
 VARIANT_CASES += [pytest.param(n, c, id=f"{n}-{_case_id(c)}") for n in VARIANTS_HD64 for c in CASES if c[5] == 64]
 VARIANT_CASES += [pytest.param(n, c, id=f"{n}-{_case_id(c)}") for n in VARIANTS_HD128 for c in CASES
                   if 64 < c[5] <= 128]
-
-
-# head dim 128 rows for the wide key blocks: one block and a partial one (tails of 176 / 192 keys), one query row,
-# a causal grid of many blocks (the ring over many key blocks), GQA
-@pytest.mark.parametrize("variant", VARIANTS_HD128)
-@pytest.mark.parametrize("shape", [(1, 2, 1, 77, 333, 128), (1, 2, 1, 333, 77, 128), (2, 4, 2, 300, 353, 128),
-                                   (1, 3, 3, 1, 177, 128), (1, 2, 2, 2000, 2000, 128), (2, 8, 2, 700, 1500, 128)])
-@pytest.mark.parametrize("causal", [False, True])
-def test_variant_numerics_wide_key_blocks(variant, shape, causal):
-    _check_variant_numerics(variant, shape, causal)
 
 
 @pytest.mark.parametrize("variant,case", VARIANT_CASES)

@@ -153,6 +153,10 @@ static_assert(BN == 64 || BN == 128 || BN == 176 || BN == 192, "key block 64, 12
 // 176 / 192 keys a block (A/B variants "c176" / "c192"): S (BN/2) + P (BN/4) = 132 / 144 registers beside O's D/2;
 // at head dim 256 O alone takes 128 (the 256 build runs 64-key blocks)
 static_assert(BN <= 128 || D <= 128, "key blocks over 128 at head dim <= 128 only (registers)");
+// Each K / V block is DC chunks of BN rows x 128 B (one TMA box each); the 128B swizzle repeats every 8 rows (1024 B),
+// so every chunk, stage and the V region must start on a 1024-byte boundary - true for any BN that is a multiple of 8
+// (176 rows: 22528 B a chunk).
+static_assert((BN * 128) % 1024 == 0 && Q_BYTES % 1024 == 0, "K / V chunks on 1024-byte swizzle atoms");
 static_assert(NC >= 1 && NC <= 3, "one, two or three consumer warpgroups");
 static_assert(NC < 3 || D == 64, "three consumers at head dim 64 only: S + P + O must fit in 160 registers");
 static_assert(VTAIL_BAR < 16, "16 named barriers per CTA");

@@ -380,12 +380,10 @@ def split_shapes(shapes, n: int) -> list[list[tuple]]:
     Why the second step: dealing alone left 35.3 / 40.4 s of estimated sweep on two GPUs for the default suite's 11
     shapes (the last two shapes, 6 s each, both fell to the worker that was behind by less than one of them); a swap
     brings it to 37.5 / 38.2 (the two-GPU tune of 2026-11-29 finished its workers 49 and 55 s in)."""
-    cost = {}
-    for s in shapes:
-        s = tuple(int(x) for x in s)
-        cost[s] = sweep_seconds(s)
+    shapes = [tuple(int(x) for x in s) for s in shapes]
+    cost = {s: sweep_seconds(s) for s in shapes}
     parts, loads = [[] for _ in range(n)], [0.0] * n
-    for s in sorted((tuple(int(x) for x in s) for s in shapes), key=lambda s: (-cost[s], s)):
+    for s in sorted(shapes, key=lambda s: (-cost[s], s)):
         i = loads.index(min(loads))
         parts[i].append(s)
         loads[i] += cost[s]
@@ -463,6 +461,13 @@ def _collect(queue, procs, devices, poll_s: float = 5.0) -> list:
 MULTI_POOL_MAX = 16
 
 
+def multi_pool_size(jobs: int, devices: int, sweep_workers: int, cores: int | None = None) -> int:
+    """Processes of the multi-GPU tune's compile pool: ``jobs`` per device, one core left to each sweep worker, at
+    most :data:`MULTI_POOL_MAX`, at least one."""
+    cores = cores if cores is not None else (os.cpu_count() or 2)
+    return max(1, min(jobs * devices, cores - sweep_workers, MULTI_POOL_MAX))
+
+
 def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
     """:func:`tune_gemm` spread over ``devices`` (e.g. ``["cuda:0", "cuda:1"]``): one process per device, each
     sweeping its share of the shapes (:func:`split_shapes`) and storing its winners in the shared cache (the cache's
@@ -503,7 +508,7 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
         if jobs and todo and (backends is None or "cuda" in backends):
             builds = build_cuda_ahead(dtype, device)  # (the workers' builds wait on the build cache's file locks)
         if jobs and todo and (backends is None or "triton" in backends):
-            pool = max(1, min(jobs * len(devices), (os.cpu_count() or 2) - len(procs), MULTI_POOL_MAX))
+            pool = multi_pool_size(jobs, len(devices), len(procs))
             precompile_triton(todo, dtype, device, pool, kwargs.get("max_configs"), progress=False, log=log,
                               on_shape=lambda shape: ready[tuple(shape)].set())
     finally:
