@@ -374,15 +374,15 @@ def test_every_decode_launch_passes_every_kernel_argument(monkeypatch, paged):
         from tilewright.bench.decode import _paged
 
         kc, vc, table = _paged(kc, vc, 16)
-    for config in (None, {"pdl_combine": True}):
+    for config in (None, {"pdl_combine": False}):
         ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=2, config=config)
     assert split.launched == 2 and combine.launched == 2
 
 
-def test_pdl_is_off_by_default_and_never_on_the_interpreter():
+def test_pdl_is_on_by_default_and_never_on_the_interpreter():
     from tilewright.triton_kernels import kvcache_attention as ka
 
-    assert ka.PDL_COMBINE is False  # until the device A/B (perf/LOG.md session 31)
+    assert ka.PDL_COMBINE is True  # the device A/B (perf/LOG.md session 32)
     assert not ka.pdl_supported(torch.device("cpu"))
 
 

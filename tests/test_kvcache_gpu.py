@@ -169,10 +169,14 @@ def test_combine_fused_into_the_split_kernel(page):
 
 @pytest.mark.parametrize("page", [None, 16])
 def test_combine_as_a_programmatic_dependent_launch(page):
-    """The combine launched as a programmatic dependent of the split kernel (config pdl_combine; off by default until
-    measured): the same answer as the ordinary second launch on the first call, the bound replays and a CUDA-graph
-    replay (_variant_matches_the_default) - the combine must not read a partial before the split grid is done."""
-    _variant_matches_the_default(page, {"pdl_combine": True})
+    """The combine launched as a programmatic dependent of the split kernel (PDL_COMBINE, the default): the same
+    answer as the ordinary second launch (config pdl_combine False) on the first call, the bound replays and a
+    CUDA-graph replay (_variant_matches_the_default) - the combine must not read a partial before the split grid is
+    done."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    assert ka.PDL_COMBINE
+    _variant_matches_the_default(page, {"pdl_combine": False})
 
 
 @pytest.mark.parametrize("page", [8, 16, 32, 256])

@@ -209,6 +209,44 @@ def test_launch_takes_the_head_dims_default_variant(monkeypatch):
     assert seen == [("c3", 512), ("c", 384)]
 
 
+def test_wide_key_blocks_where_measured_faster():
+    """Head dim 128 (and the dims its build pads: 96) runs 176-key blocks without a mask from 2048 keys and with the
+    causal mask from 8192 rows and keys; anything else, a window or a soft cap keeps its head dim's default."""
+    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128][0]
+    for D in (96, 128):
+        assert ca.pick_variant(D, False, 128, 2048).name == wide
+        assert ca.pick_variant(D, False, 16384, 2047).name == ca.DEFAULT_VARIANT
+        assert ca.pick_variant(D, True, 8192, 8192).name == wide
+        assert ca.pick_variant(D, True, 4096, 16384).name == ca.DEFAULT_VARIANT  # (bottom-right: few rows)
+        assert ca.pick_variant(D, True, 8192, 8192, plain_mask=False).name == ca.DEFAULT_VARIANT
+        assert ca.pick_variant(D, None, 8192, 8192).name == ca.DEFAULT_VARIANT  # mask unknown: the default
+    assert ca.pick_variant(64, False, 8192, 8192).name == "c3"
+    assert ca.pick_variant(256, False, 8192, 8192).name == ca.DEFAULT_VARIANT
+
+
+@pytest.mark.parametrize("check_passes", [True, False])
+def test_launch_self_checks_a_wide_pick_before_running_it(monkeypatch, check_passes):
+    """A launch that picks the wide-key variant runs its self-check first (the router checked the default only); a
+    failed check runs the default variant instead. A window or a soft cap never asks."""
+    seen, checked = [], []
+    monkeypatch.setattr(ca.launch, "launch_cached", lambda cache, key, prepare, device, threads, smem, roles:
+                        seen.append(key[2].name))
+
+    def check(device, variant, key, run):
+        checked.append(variant)
+        return check_passes, "fake"
+
+    monkeypatch.setattr(ca.GUARD, "check", check)
+    q, k, v = _qkv(B=1, Hq=1, Hkv=1, Sq=8, Skv=2048)
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:3])
+    ca.launch_attention(q, k, v, out, lse, False)
+    ca.launch_attention(q, k, v, out, lse, False, softcap=30.0)
+    ca.launch_attention(q, k, v, out, lse, True, window_offset=-100)
+    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128][0]
+    assert checked == [wide]
+    assert seen == [wide if check_passes else ca.DEFAULT_VARIANT, ca.DEFAULT_VARIANT, ca.DEFAULT_VARIANT]
+
+
 # ------------------------------------------------------------------------------------------------ constraints
 def test_constraints():
     q, k, v = _qkv()

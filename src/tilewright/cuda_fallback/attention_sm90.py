@@ -173,15 +173,33 @@ BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
 # same order). Run: perf/results/h200/attention/consumers3_ab_2026-11-29_1137.txt
 DEFAULT_BY_HEAD_DIM = {64: "c3"}
 
+# Build head dim -> (variant, least keys without a mask, least query rows and keys with the causal mask): 176-key
+# blocks where they measured faster. H200, against c and cuDNN in one process, seven hdim-128 rows: c176 1.047-1.053x
+# c without a mask at S 8192 / 16384 (1.00x -> 1.05x cuDNN), 1.016 / 1.015x at S 4096 (GQA) / 2048, causal 1.03 /
+# 1.04x at S 8192 / 16384 but 0.97x at S 2048 (GQA: the diagonal block masks more of a wider block, and short rows
+# have few blocks to save hand-offs on). c192 ran within 0.5% of c176, behind it on three of the four mask-free rows.
+# Out and LSE within the fp32 reference's error as c's (not bit-equal: other block boundaries, other rescales).
+# Run: perf/results/h200/attention/wide_key_blocks_2026-11-29_1540.txt. Only the plain masks: a window or a soft cap,
+# unmeasured with the wide block, keep the default.
+WIDE_KEYS_BY_HEAD_DIM = {128: ("c176", 2048, 8192)}
 
-def pick_variant(head_dim: int | None = None) -> Variant:
-    """The variant to run at ``head_dim`` (its build's default: DEFAULT_BY_HEAD_DIM, else DEFAULT_VARIANT);
+
+def pick_variant(head_dim: int | None = None, causal: bool | None = None, sq: int = 0, skv: int = 0,
+                 plain_mask: bool = True) -> Variant:
+    """The variant to run at ``head_dim`` (its build's default: DEFAULT_BY_HEAD_DIM, else DEFAULT_VARIANT), or the
+    wide-key-block one (WIDE_KEYS_BY_HEAD_DIM) when the mask is known (``causal`` not None), plain (no window, no soft
+    cap: ``plain_mask``) and the problem is as large as where it measured faster (``sq`` query rows, ``skv`` keys);
     ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | c176 | c192 | b3 | c3 overrides it (b3 / c3 build
     at head dim 64 only, c176 / c192 at 128: see :func:`check_variant_head_dim`)."""
     name = os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT")
     if name:
         return VARIANTS[name]
     d = build_head_dim(head_dim) if head_dim is not None else None
+    wide = WIDE_KEYS_BY_HEAD_DIM.get(d)
+    if wide is not None and causal is not None and plain_mask:
+        name, full_keys, causal_rows = wide
+        if (skv >= full_keys) if not causal else (min(sq, skv) >= causal_rows):
+            return VARIANTS[name]
     return VARIANTS[DEFAULT_BY_HEAD_DIM.get(d, DEFAULT_VARIANT)]
 
 
@@ -421,7 +439,10 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
     softcap = float(softcap)
     if not (softcap >= 0.0 and math.isfinite(softcap)):
         raise ValueError(f"cuda attention: softcap {softcap} must be finite and >= 0 (0: none)")
-    var = VARIANTS[variant] if isinstance(variant, str) else (variant or pick_variant(q.shape[-1]))
+    if isinstance(variant, str):
+        var = VARIANTS[variant]
+    else:
+        var = variant or _checked_variant(q, k, bool(causal), window_offset is None and softcap == 0.0)
     check_variant_head_dim(var, q.shape[-1])
     band = band_offsets(q.shape[2], k.shape[2], causal_offset if causal else 0, window_offset)
     window = window_offset is not None
@@ -432,6 +453,20 @@ def launch_attention(q, k, v, out, lse, causal: bool = False, scale: float | Non
                          q.device,
                          var.threads, var.smem_bytes(build_head_dim(q.shape[-1])),
                          {"Q": q, "K": k, "V": v, "O": out, "LSE": lse})
+
+
+def _checked_variant(q, k, causal: bool, plain_mask: bool) -> Variant:
+    """:func:`pick_variant` for a launch without a named variant. The router's readiness check (:func:`ready`) ran
+    the head dim's default variant's self-check; a wide-key-block pick runs its own on first use, and a launch
+    whose pick fails it (or may not run it yet: a CUDA-graph capture) runs the default instead - a correct kernel the
+    router has already checked."""
+    var = pick_variant(q.shape[-1], causal, q.shape[2], k.shape[2], plain_mask)
+    default = pick_variant(q.shape[-1])
+    if var is default:
+        return var
+    ok, _ = GUARD.check(q.device, var.name, (q.shape[-1], q.dtype),
+                        lambda: self_check(q.device, var, q.shape[-1], q.dtype))
+    return var if ok else default
 
 
 def cuda_attention(q, k, v, causal: bool = False, scale: float | None = None, variant=None, **options):
