@@ -193,6 +193,26 @@ def test_exponentials_on_the_fma_pipe(case, exp_fma):
     assert (lse.double() - rl)[torch.isfinite(rl)].abs().max().item() <= 5e-3
 
 
+@pytest.mark.parametrize("case", [(1, 4, 2, 300, 2100, 128, False), (1, 2, 2, 8200, 8200, 96, True)],
+                         ids=["gqa-300x2100-d128-full", "8200-d96-causal"])
+def test_op_runs_the_wide_key_variant_where_it_is_picked(monkeypatch, case):
+    """The public forward (backend="cuda", no variant named) on rows where pick_variant takes 176-key blocks: it
+    launches that variant (after its own self-check) and the output is within 2x SDPA's error of fp64."""
+    ca = _ca()
+    B, Hq, Hkv, Sq, Skv, D, causal = case
+    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128][0]
+    assert ca.pick_variant(D, causal, Sq, Skv).name == wide
+    seen = []
+    launch_cached = ca.launch.launch_cached
+    monkeypatch.setattr(ca.launch, "launch_cached", lambda cache, key, *rest: (seen.append(key[2].name),
+                                                                               launch_cached(cache, key, *rest))[1])
+    q, k, v = _qkv(B, Hq, Hkv, Sq, Skv, D)
+    out = tilewright.flash_attention(q, k, v, causal=causal, backend="cuda")
+    assert wide in seen
+    ro, _ = attention_reference(q.double(), k.double(), v.double(), causal)
+    assert _rel(out, ro) <= 2 * _rel(_sdpa(q, k, v, causal), ro)
+
+
 def test_repeated_launches_identical():
     ca = _ca()
     q, k, v = _qkv(2, 4, 2, 300, 300, 128)
