@@ -210,14 +210,16 @@ def test_launch_takes_the_head_dims_default_variant(monkeypatch):
 
 
 def test_wide_key_blocks_where_measured_faster():
-    """Head dim 128 (and the dims its build pads: 96) runs 176-key blocks without a mask from 2048 keys and with the
-    causal mask from 8192 rows and keys; anything else, a window or a soft cap keeps its head dim's default."""
-    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128][0]
+    """Head dim 128 (and the dims its build pads: 96) runs 176-key blocks without a mask from 4096 keys or 2048 of
+    both, and with the causal mask from 4096 of both; anything else, a window or a soft cap keeps its default."""
+    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128]
     for D in (96, 128):
-        assert ca.pick_variant(D, False, 128, 2048).name == wide
+        assert ca.pick_variant(D, False, 128, 4096).name == wide
+        assert ca.pick_variant(D, False, 2048, 2048).name == wide
+        assert ca.pick_variant(D, False, 256, 2048).name == ca.DEFAULT_VARIANT  # (measured 0.98x c)
         assert ca.pick_variant(D, False, 16384, 2047).name == ca.DEFAULT_VARIANT
-        assert ca.pick_variant(D, True, 8192, 8192).name == wide
-        assert ca.pick_variant(D, True, 4096, 16384).name == ca.DEFAULT_VARIANT  # (bottom-right: few rows)
+        assert ca.pick_variant(D, True, 4096, 4096).name == wide
+        assert ca.pick_variant(D, True, 2048, 16384).name == ca.DEFAULT_VARIANT  # (bottom-right: few rows)
         assert ca.pick_variant(D, True, 8192, 8192, plain_mask=False).name == ca.DEFAULT_VARIANT
         assert ca.pick_variant(D, None, 8192, 8192).name == ca.DEFAULT_VARIANT  # mask unknown: the default
     assert ca.pick_variant(64, False, 8192, 8192).name == "c3"
@@ -237,12 +239,12 @@ def test_launch_self_checks_a_wide_pick_before_running_it(monkeypatch, check_pas
         return check_passes, "fake"
 
     monkeypatch.setattr(ca.GUARD, "check", check)
-    q, k, v = _qkv(B=1, Hq=1, Hkv=1, Sq=8, Skv=2048)
+    q, k, v = _qkv(B=1, Hq=1, Hkv=1, Sq=8, Skv=4096)
     out, lse = torch.empty_like(q), torch.empty(q.shape[:3])
     ca.launch_attention(q, k, v, out, lse, False)
     ca.launch_attention(q, k, v, out, lse, False, softcap=30.0)
     ca.launch_attention(q, k, v, out, lse, True, window_offset=-100)
-    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128][0]
+    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128]
     assert checked == [wide]
     assert seen == [wide if check_passes else ca.DEFAULT_VARIANT, ca.DEFAULT_VARIANT, ca.DEFAULT_VARIANT]
 

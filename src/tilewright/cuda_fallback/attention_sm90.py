@@ -173,22 +173,34 @@ BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
 # same order). Run: perf/results/h200/attention/consumers3_ab_2026-11-29_1137.txt
 DEFAULT_BY_HEAD_DIM = {64: "c3"}
 
-# Build head dim -> (variant, least keys without a mask, least query rows and keys with the causal mask): 176-key
-# blocks where they measured faster. H200, against c and cuDNN in one process, seven hdim-128 rows: c176 1.047-1.053x
-# c without a mask at S 8192 / 16384 (1.00x -> 1.05x cuDNN), 1.016 / 1.015x at S 4096 (GQA) / 2048, causal 1.03 /
-# 1.04x at S 8192 / 16384 but 0.97x at S 2048 (GQA: the diagonal block masks more of a wider block, and short rows
-# have few blocks to save hand-offs on). c192 ran within 0.5% of c176, behind it on three of the four mask-free rows.
-# Out and LSE within the fp32 reference's error as c's (not bit-equal: other block boundaries, other rescales).
-# Run: perf/results/h200/attention/wide_key_blocks_2026-11-29_1540.txt. Only the plain masks: a window or a soft cap,
-# unmeasured with the wide block, keep the default.
-WIDE_KEYS_BY_HEAD_DIM = {128: ("c176", 2048, 8192)}
+# Build head dim -> the wide-key-block variant, taken where it measured faster than the head dim's default: 176-key
+# blocks at 128. H200, c176 against c and cuDNN in one process, forward, graph replays (perf/results/h200/attention/
+# wide_key_rule_2026-11-29_1602.txt, 23 rows, B x S = 16k tokens, MHA and GQA 4): without a mask c176 / c = 0.99 at S 1024,
+# 1.005 / 1.016 at 2048, 1.02 at 4096, 1.04-1.05 at 8192, 1.06 at 16384 (cuDNN 1.00 -> 1.05x at 8k), and with short
+# query blocks on long key ranges 1.003 (Sq 512 / Skv 4096), 1.043 (1024 / 8192) but 0.983 (256 / 2048); causal 0.93 /
+# 0.96-0.98 at 1024 / 2048 (the diagonal block masks more of a wider block, and short rows have few blocks to save
+# hand-offs on), 1.010 at 4096, 1.03 at 8192, 1.04-1.05 at 16384. c192 ran within 0.5% of c176 (first run, seven rows:
+# wide_key_blocks_2026-11-29_1540.txt), behind it on three of the four mask-free rows. Out and LSE within the fp32
+# reference's error as c's (not bit-equal: other block boundaries, other rescales). Only the plain masks: a window or a
+# soft cap, unmeasured with the wide block, keep the default.
+WIDE_KEYS_BY_HEAD_DIM = {128: "c176"}
+WIDE_KEYS_MIN_KEYS = 4096  # without a mask: this many keys, any query rows
+WIDE_KEYS_MIN_SQUARE = 2048  # without a mask: or this many of both
+WIDE_KEYS_MIN_CAUSAL = 4096  # with the causal mask: this many of both
+
+
+def wide_keys_pay(causal: bool, sq: int, skv: int) -> bool:
+    """Whether a forward of ``sq`` query rows on ``skv`` keys is where the wide key blocks measured faster (above)."""
+    if causal:
+        return min(sq, skv) >= WIDE_KEYS_MIN_CAUSAL
+    return skv >= WIDE_KEYS_MIN_KEYS or min(sq, skv) >= WIDE_KEYS_MIN_SQUARE
 
 
 def pick_variant(head_dim: int | None = None, causal: bool | None = None, sq: int = 0, skv: int = 0,
                  plain_mask: bool = True) -> Variant:
     """The variant to run at ``head_dim`` (its build's default: DEFAULT_BY_HEAD_DIM, else DEFAULT_VARIANT), or the
     wide-key-block one (WIDE_KEYS_BY_HEAD_DIM) when the mask is known (``causal`` not None), plain (no window, no soft
-    cap: ``plain_mask``) and the problem is as large as where it measured faster (``sq`` query rows, ``skv`` keys);
+    cap: ``plain_mask``) and the problem is where it measured faster (``sq`` query rows, ``skv`` keys: wide_keys_pay);
     ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | c176 | c192 | b3 | c3 overrides it (b3 / c3 build
     at head dim 64 only, c176 / c192 at 128: see :func:`check_variant_head_dim`)."""
     name = os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT")
@@ -196,10 +208,8 @@ def pick_variant(head_dim: int | None = None, causal: bool | None = None, sq: in
         return VARIANTS[name]
     d = build_head_dim(head_dim) if head_dim is not None else None
     wide = WIDE_KEYS_BY_HEAD_DIM.get(d)
-    if wide is not None and causal is not None and plain_mask:
-        name, full_keys, causal_rows = wide
-        if (skv >= full_keys) if not causal else (min(sq, skv) >= causal_rows):
-            return VARIANTS[name]
+    if wide is not None and causal is not None and plain_mask and wide_keys_pay(causal, sq, skv):
+        return VARIANTS[wide]
     return VARIANTS[DEFAULT_BY_HEAD_DIM.get(d, DEFAULT_VARIANT)]
 
 
