@@ -327,7 +327,8 @@ def test_cudnn_region(monkeypatch):
     region = _aten.cudnn_region
     assert region(0, 128, 2, True) and region(0, 96, 2, True) and region(0, 256, 2, True)  # training: any head dim
     assert region(0, 64, 2, False) and region(0, 32, 2, False) and region(0, 256, 2, False)  # forward at 64 / 256
-    assert not region(0, 128, 2, False) and not region(0, 96, 2, False)  # forward 72-128: the kernels are level
+    assert region(0, 128, 2, False)  # forward at 128: short sequences (forward_keeps_kernels)
+    assert not region(0, 96, 2, False) and not region(0, 120, 2, False)  # forward 72-120: the kernels keep it
     assert not region(0, 100, 2, True) and not region(0, 264, 2, True)  # not a multiple of 8 / over 256
     assert not region(0, 128, 4, True)  # fp32
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
@@ -342,9 +343,12 @@ def test_sdpa_choice_names_torchs_pick():
     assert _aten.sdpa_choice(q, q, q, True, None, False) in ("flash", "math", "efficient", "cudnn")
 
 
-def test_hdim64_forward_keeps_the_kernels_on_long_sequences(monkeypatch):
-    """Head dim 64, forward only: cuDNN for short sequences (and causal ones under 4096 keys), the kernels from the
-    measured lengths on; a training call and head dim 32 are not affected; symbolic lengths keep cuDNN."""
+@pytest.mark.parametrize("traced", [False, True])
+def test_forward_keeps_the_kernels_on_long_sequences(monkeypatch, traced):
+    """Head dims 64 and 128, forward only: cuDNN for short sequences, the kernels from the measured lengths on (128:
+    from 4096 keys and 512 query rows without the mask, 4096 of both with it) - under torch.compile too where the
+    lengths are plain ints; a training call, head dim 32 and the padded head dims (96) are not affected; symbolic
+    lengths keep cuDNN."""
     monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
     monkeypatch.setattr(_aten, "sdpa_choice", lambda *a: "cudnn")
 
@@ -352,6 +356,7 @@ def test_hdim64_forward_keeps_the_kernels_on_long_sequences(monkeypatch):
         q = torch.empty(1, 2, sq, d, dtype=torch.float16, device="meta")
         k = torch.empty(1, 2, skv, d, dtype=torch.float16, device="meta")
         monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+        monkeypatch.setattr(_aten, "traced_into_graph", lambda t: traced)
         try:
             return _aten.cudnn_faster(q, k, k, causal, None, False, grad)
         finally:
@@ -362,9 +367,12 @@ def test_hdim64_forward_keeps_the_kernels_on_long_sequences(monkeypatch):
     assert faster(1024, 1024, False) and faster(2047, 2047, False) and faster(2048, 2048, True)
     assert faster(4095, 4095, True) and faster(512, 8192, False) and faster(8192, 1024, False)
     assert not faster(2048, 2048, False) and not faster(4096, 4096, True) and not faster(16384, 16384, True)
-    assert faster(8192, 8192, False, grad=True)  # training: cuDNN's pair (the backward)
+    assert faster(2048, 2048, False, d=128) and faster(256, 8192, False, d=128) and faster(4095, 8192, True, d=128)
+    assert not faster(512, 4096, False, d=128) and not faster(4096, 4096, True, d=128)
+    assert faster(8192, 8192, False, grad=True) and faster(8192, 8192, False, d=128, grad=True)  # training: cuDNN
     assert faster(8192, 8192, False, d=32)  # c3 is a head-dim-64 build
-    assert not _aten.hdim64_forward_keeps_kernels(4096.0, 4096, False)  # not a plain int (as a symbolic length)
+    assert not _aten.forward_keeps_kernels(96, 8192, 8192, False)  # (no rule: cudnn_region keeps 96 off cuDNN)
+    assert not _aten.forward_keeps_kernels(64, 4096.0, 4096, False)  # not a plain int (as a symbolic length)
 
 
 def test_cudnn_faster_stays_off_cpu_tensors(monkeypatch):
