@@ -175,14 +175,14 @@ DEFAULT_BY_HEAD_DIM = {64: "c3"}
 
 # Build head dim -> the wide-key-block variant, taken where it measured faster than the head dim's default: 176-key
 # blocks at 128. H200, c176 against c and cuDNN in one process, forward, graph replays (perf/results/h200/attention/
-# wide_key_rule_2026-11-29_1602.txt, 23 rows, B x S = 16k tokens, MHA and GQA 4): without a mask c176 / c = 0.99 at S 1024,
-# 1.005 / 1.016 at 2048, 1.02 at 4096, 1.04-1.05 at 8192, 1.06 at 16384 (cuDNN 1.00 -> 1.05x at 8k), and with short
-# query blocks on long key ranges 1.003 (Sq 512 / Skv 4096), 1.043 (1024 / 8192) but 0.983 (256 / 2048); causal 0.93 /
-# 0.96-0.98 at 1024 / 2048 (the diagonal block masks more of a wider block, and short rows have few blocks to save
-# hand-offs on), 1.010 at 4096, 1.03 at 8192, 1.04-1.05 at 16384. c192 ran within 0.5% of c176 (first run, seven rows:
-# wide_key_blocks_2026-11-29_1540.txt), behind it on three of the four mask-free rows. Out and LSE within the fp32
-# reference's error as c's (not bit-equal: other block boundaries, other rescales). Only the plain masks: a window or a
-# soft cap, unmeasured with the wide block, keep the default.
+# wide_key_rule_2026-11-29_1602.txt, 23 rows, B x S = 16k tokens, MHA and GQA 4): without a mask c176 / c = 0.99 at
+# S 1024, 1.005 / 1.016 at 2048, 1.02 at 4096, 1.04-1.05 at 8192, 1.06 at 16384 (cuDNN 1.00 -> 1.05x at 8k), and
+# with short query blocks on long key ranges 1.003 (Sq 512 / Skv 4096), 1.043 (1024 / 8192) but 0.983 (256 / 2048);
+# causal 0.93 / 0.96-0.98 at 1024 / 2048 (the diagonal block masks more of a wider block, and short rows have few
+# blocks to save hand-offs on), 1.010 at 4096, 1.03 at 8192, 1.04-1.05 at 16384. c192 ran within 0.5% of c176 (first
+# run, seven rows: wide_key_blocks_2026-11-29_1540.txt), behind it on three of the four mask-free rows. Out and LSE
+# within the fp32 reference's error as c's (not bit-equal: other block boundaries, other rescales). Only the plain
+# masks: a window or a soft cap, unmeasured with the wide block, keep the default.
 WIDE_KEYS_BY_HEAD_DIM = {128: "c176"}
 WIDE_KEYS_MIN_KEYS = 4096  # without a mask: this many keys, any query rows
 WIDE_KEYS_MIN_SQUARE = 2048  # without a mask: or this many of both

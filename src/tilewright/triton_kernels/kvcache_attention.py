@@ -439,7 +439,8 @@ PAGE_PREFETCH = True
 # reading a partial - so the second launch's latency runs under the first kernel instead of after it. Why: the short
 # decode rows are launch- and latency-bound (B 1 x 1k: 7.2 us where its bytes take ~1.4 us; the combine launch is
 # ~1.5-2 us of it) and issue 16 asks 1.2x SDPA there (1.12x now); the combine fused into the split kernel ran slower
-# (9.5 us, FUSED_COMBINE). H200, GQA 32/8, D 128, graph replays (perf/results/h200/decode/pdl_combine_ab_2026-11-29_1541.*):
+# (9.5 us, FUSED_COMBINE). H200, GQA 32/8, D 128, graph replays
+# (perf/results/h200/decode/pdl_combine_ab_2026-11-29_1541.*):
 # B 1 x 1k 6.46 -> 6.36 us (1.14 -> 1.16x cuDNN; 6 us was predicted: the launch was less of the row than thought),
 # B 8 x 1k 16.92 -> 16.21, B 8 x 8k 74.4 -> 73.4, the other eight rows level or up to 0.3% faster, pages of 16 the
 # same; none slower. ``config={"pdl_combine": False}`` runs the ordinary second launch.
