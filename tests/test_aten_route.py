@@ -325,17 +325,14 @@ def test_cudnn_region(monkeypatch):
     monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     region = _aten.cudnn_region
-    assert region(0, 128, 2, True) and region(0, 96, 2, True) and region(0, 256, 2, True)  # training: any head dim
-    assert region(0, 64, 2, False) and region(0, 32, 2, False) and region(0, 256, 2, False)  # forward at 64 / 256
-    assert region(0, 128, 2, False)  # forward at 128: short sequences (forward_keeps_kernels)
-    assert not region(0, 96, 2, False) and not region(0, 120, 2, False)  # forward 72-120: the kernels keep it
-    assert not region(0, 100, 2, True) and not region(0, 264, 2, True)  # not a multiple of 8 / over 256
-    assert not region(0, 128, 4, True)  # fp32
+    assert region(0, 128, 2) and region(0, 96, 2) and region(0, 256, 2) and region(0, 64, 2) and region(0, 32, 2)
+    assert not region(0, 100, 2) and not region(0, 264, 2)  # not a multiple of 8 / over 256
+    assert not region(0, 128, 4)  # fp32
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
-    assert not region(0, 128, 2, True)  # measured on sm_90 only
+    assert not region(0, 128, 2)  # measured on sm_90 only
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: False)
-    assert not region(0, 128, 2, True)  # cuDNN's SDPA off: SDPA would run FlashAttention-2, slower than the kernels
+    assert not region(0, 128, 2)  # cuDNN's SDPA off: SDPA would run FlashAttention-2, slower than the kernels
 
 
 def test_sdpa_choice_names_torchs_pick():
@@ -345,10 +342,10 @@ def test_sdpa_choice_names_torchs_pick():
 
 @pytest.mark.parametrize("traced", [False, True])
 def test_forward_keeps_the_kernels_on_long_sequences(monkeypatch, traced):
-    """Head dims 64 and 128, forward only: cuDNN for short sequences, the kernels from the measured lengths on (128:
-    from 4096 keys and 512 query rows without the mask, 4096 of both with it) - under torch.compile too where the
-    lengths are plain ints; a training call, head dim 32 and the padded head dims (96) are not affected; symbolic
-    lengths keep cuDNN."""
+    """Head dims 64 and 72-128, forward only: cuDNN for short sequences, the kernels from the measured lengths on
+    (72-128: from 4096 keys and 512 query rows without the mask, 4096 of both with it) - under torch.compile too where
+    the lengths are plain ints; a training call and head dims without a rule (32, 256) take cuDNN; symbolic lengths
+    keep cuDNN."""
     monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
     monkeypatch.setattr(_aten, "sdpa_choice", lambda *a: "cudnn")
 
@@ -371,7 +368,8 @@ def test_forward_keeps_the_kernels_on_long_sequences(monkeypatch, traced):
     assert not faster(512, 4096, False, d=128) and not faster(4096, 4096, True, d=128)
     assert faster(8192, 8192, False, grad=True) and faster(8192, 8192, False, d=128, grad=True)  # training: cuDNN
     assert faster(8192, 8192, False, d=32)  # c3 is a head-dim-64 build
-    assert not _aten.forward_keeps_kernels(96, 8192, 8192, False)  # (no rule: cudnn_region keeps 96 off cuDNN)
+    assert faster(2048, 2048, True, d=96) and not faster(512, 4096, False, d=80)  # 72-120: the 128 build's rule
+    assert faster(8192, 8192, False, d=256) and faster(8192, 8192, True, d=32)  # no rule: cuDNN's forward
     assert not _aten.forward_keeps_kernels(64, 4096.0, 4096, False)  # not a plain int (as a symbolic length)
 
 

@@ -36,8 +36,8 @@ calls (until session 31 the code took this exception without autograd only).
 Attention takes the route either way: one op each, and SDPA was faster on small problems (the ViT-L block's B 1 x
 S 512 inference forward, attention 1 GFLOP at head dim 64: 1.06x torch on the route, 0.72x on the kernels).
 Attention also takes it at any size where SDPA runs cuDNN's sm_90 kernels and they measured faster than
-tilewright's (:func:`cudnn_faster`: training calls, and forward-only calls at head dim <= 64, 128 or > 128 - at 64
-and 128 only short sequences, :func:`forward_keeps_kernels`).
+tilewright's (:func:`cudnn_faster`: training calls, and forward-only calls - at head dims 64 and 72-128 only short
+sequences, :func:`forward_keeps_kernels`).
 
 A call traced by torch.compile / export (static shapes) follows the same rule with and without autograd
 (:func:`compiling`): the graph then holds ATen's ops, which inductor fuses with their neighbours.
@@ -263,15 +263,15 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
     FLOPs limit routes anyway. Forward alone, cuDNN is faster at head dim 64 (tilewright 0.76-0.93x) and 256 (0.92x)
     and level from 72 to 128 (0.93-1.03x over sessions), where the kernels keep the call; at head dim 64 the
     three-consumer forward (H200) is level or faster from 2048 keys (4096 causal: :func:`forward_keeps_kernels`).
-    At head dim 128 (H200, session 32) the forward is slower than cuDNN's up to 2048 keys (0.81-0.97x) and level or
-    faster from 4096 (1.00-1.19x with the 176-key blocks: :func:`forward_keeps_kernels`).
-    So: a call autograd records and a forward-only call at head dim <= 64 or > 128, or at 128, go to SDPA when SDPA's
-    own choice for it is cuDNN - forward-only calls at 64 and 128 only where the kernels measured slower (a call it
+    At head dims 72-128 (H200, session 32) the forward is slower than cuDNN's up to 2048 keys (0.80-0.99x) and level
+    or faster from 4096 (1.00-1.19x, 176-key blocks: :func:`forward_keeps_kernels`).
+    So: a call autograd records and a forward-only call go to SDPA when SDPA's own choice for it is cuDNN -
+    forward-only calls at 64 and 72-128 only where the kernels measured slower (a call it
     would give to FlashAttention-2 - cuDNN's SDPA disabled, another GPU, an unsupported shape - stays on the kernels,
     which beat FlashAttention-2 there: 1.2-2.0x forward). Traced by torch.compile the lengths decide where they are
     plain ints, the region alone otherwise (torch's choice function does not trace); the compiled graph's SDPA then
     picks its backend at run time as eager SDPA does."""
-    if q.device.type != "cuda" or not cudnn_region(q.device.index, q.shape[-1], q.dtype.itemsize, records_grad):
+    if q.device.type != "cuda" or not cudnn_region(q.device.index, q.shape[-1], q.dtype.itemsize):
         return False
     if not records_grad and forward_keeps_kernels(q.shape[-1], q.shape[-2], k.shape[-2], causal):
         return False
@@ -290,33 +290,36 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
 # Head dim 128: c / c176 over 23 rows (perf/results/h200/attention/wide_key_rule_2026-11-29_1602.txt): 0.81-0.92x at
 # 1024, 0.88-0.97x at 2048 (both masks), 1.004-1.016x at 4096 without the mask and 1.05-1.07x with it, 1.05-1.19x
 # from 8192; query blocks of 512 / 1024 rows on 4096 / 8192 keys without the mask 1.044 / 1.050x, 256 on 2048 0.968x.
-# Head dims 72-120 run on the 128 build, unmeasured against cuDNN since: they keep the kernels, as before.
+# Head dims 72-120 run on the 128 build (zero-padded in shared memory) and take its rule: at 80 and 96 on the same 18
+# rows (`forward_route_128_2026-11-29_1619_d{80,96}.txt`) the kernels ran 0.86-0.99x cuDNN below 4096 keys and
+# 1.00-1.13x from there - cuDNN's time at 80 / 96 is within 3% of its time at 128, the kernels' too.
 FORWARD_KERNELS_FROM = {64: ((2048, 2048), (4096, 4096)), 128: ((512, 4096), (4096, 4096))}
 
 
 def forward_keeps_kernels(head_dim, seq_q, seq_kv, causal: bool) -> bool:
     """Whether a forward-only call stays on tilewright's kernels instead of cuDNN's (the measured rule above; head
-    dims without a rule: no). Lengths that are not plain ints (symbolic, under tracing) keep the region's decision
-    (cuDNN)."""
-    rule = FORWARD_KERNELS_FROM.get(head_dim)
+    dims 72-120 take 128's, other head dims without a rule: no). Lengths that are not plain ints (symbolic, under
+    tracing) keep the region's decision (cuDNN)."""
+    rule = FORWARD_KERNELS_FROM.get(128 if 64 < head_dim <= 128 else head_dim)
     if rule is None or type(seq_q) is not int or type(seq_kv) is not int:
         return False
     least_q, least_kv = rule[1] if causal else rule[0]
     return seq_q >= least_q and seq_kv >= least_kv
 
 
-def cudnn_region(device_index, head_dim: int, itemsize: int, records_grad: bool) -> bool:
+def cudnn_region(device_index, head_dim: int, itemsize: int) -> bool:
     """The shapes and GPUs of :func:`cudnn_faster`'s measurements: sm_90, fp16 / bf16, cuDNN's SDPA enabled, head
-    dim a multiple of 8 up to 256, and autograd recording or head dim <= 64, 128 or > 128."""
-    if not (records_grad or head_dim <= 64 or head_dim >= 128) or head_dim % 8 or head_dim > 256 or itemsize != 2:
+    dim a multiple of 8 up to 256 (forward-only calls at 64 and 72-128: where :func:`forward_keeps_kernels` says)."""
+    if head_dim % 8 or head_dim > 256 or itemsize != 2:
         return False
     if not torch.backends.cuda.cudnn_sdp_enabled():
         return False
     return torch.cuda.get_device_capability(device_index) == (9, 0)  # measured on sm_90 only
 
 
-# constant arguments (the device index, the head dim, the flags) -> dynamo calls it at trace time and keeps the result
-# as a constant, as torch.compiler.assume_constant_result would (see _limit_unless_forced for why not that function)
+# constant arguments (the device index, the head dim, the element size) -> dynamo calls it at trace time and keeps the
+# result as a constant, as torch.compiler.assume_constant_result would (see _limit_unless_forced for why not that
+# function)
 cudnn_region._dynamo_marked_constant = True
 
 

@@ -2,7 +2,10 @@
 (ops/_aten.forward_keeps_kernels: cuDNN's SDPA below 4096 keys, the kernels - c176 where it pays - above), against
 SDPA on cuDNN and the forced CUDA kernel, graph replays interleaved, L2 flushed; the route each row took.
 
-    PYTHONPATH=src python perf/results/h200/attention/forward_route_128_2026-11-29.py > $OUT/forward_route_128.txt"""
+    PYTHONPATH=src python perf/results/h200/attention/forward_route_128_2026-11-29.py > $OUT/forward_route_128.txt
+
+``--head-dim 96`` (any multiple of 8 the kernels take) measures another head dim on the same rows."""
+import sys
 import warnings
 
 import torch
@@ -15,7 +18,8 @@ from tilewright.ops import _aten, attention as attention_ops
 
 warnings.filterwarnings("ignore")
 print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-D = 128
+D = int(sys.argv[sys.argv.index("--head-dim") + 1]) if "--head-dim" in sys.argv else 128
+print(f"# head dim {D}", flush=True)
 ROWS = [(max(1, 16384 // S), H, H // g, S, S, causal) for S in (1024, 2048, 4096, 8192)
         for causal in (False, True) for H, g in ((16, 1), (32, 4))]
 ROWS += [(4, 16, 16, 512, 4096, False), (8, 16, 16, 256, 2048, False)]
