@@ -321,7 +321,7 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     if key is not None and replay is None:
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
         aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, needs_grad)
-        if aten is None and residual is None and \
+        if aten is None and (residual is None or residual.dtype == a.dtype) and \
                 out_dtype in (None, a.dtype) and _aten.limit() > 0 and \
                 router.decide("gemm", a2, b, contiguous_vector(bias), None, activation,
                               backend=backend).backend == "torch":
@@ -333,6 +333,10 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
             # at 4096 x 2048 x 2048 (a small problem with no measured point near: cuBLAS) is one such call a layer -
             # under FSDP2 the step is host-bound (H200: tilewright.linear's fwd + bwd cost ~0.45 ms more host than
             # F.linear's on a slow host, perf/results/h200/rms_norm_linear/host_pair_2026-11-29_1317.txt).
+            # A residual GEMM whose plain GEMM cuBLAS is preferred for runs cuBLAS, then torch's add: the fused
+            # residual did not win the mainloop back (H200, inference, 30 rows M 256-4096: ours 0.45-0.98x cuBLAS +
+            # add on 27 of the 28 such rows, 1.02x at 2048 x 4096 x 4096; the two rows cuBLAS is not preferred for,
+            # 1.015 / 1.068x, keep the kernel; perf/results/h200/gemm/residual_small_2026-11-29_1621.txt).
             aten = _aten.AtenGemm(weight is not None, activation)
         if aten is not None:
             _fast.store(_replays, key, aten)
@@ -419,10 +423,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     With no backend given, a small problem (2MNK under 2^35) whose graph autograd records - or that torch.compile
     traces - runs torch's own ops (``torch.matmul`` / ``F.linear``, the activation, the add; ops/_aten.py): at that
     size the host is the limit and ATen's C++ autograd nodes cost less than tilewright's Python ones.
-    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the kernels. Without a residual, a GEMM on sm_90 where cuBLAS was
-    measured faster than tilewright's kernels (decode batches of 32-256 rows, mid-size problems; cublas_routes.py)
-    runs as cuBLAS and then torch's activation - exactly ``F.gelu(F.linear(x, w, b))``'s result;
-    ``TILEWRIGHT_CUBLAS=0`` keeps those on the kernels too.
+    ``TILEWRIGHT_ATEN_BELOW=0`` keeps every call on the kernels. A GEMM on sm_90 where cuBLAS was measured faster than
+    tilewright's kernels (decode batches of 32-256 rows, mid-size problems; cublas_routes.py) runs as cuBLAS and then
+    torch's activation and residual add - exactly ``F.gelu(F.linear(x, w, b)) + r``'s result (a residual of another
+    dtype keeps the kernels); ``TILEWRIGHT_CUBLAS=0`` keeps those on the kernels too.
     """
     return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)")
 
