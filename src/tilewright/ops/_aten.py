@@ -261,7 +261,7 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
     beat tilewright's at every head dim and mask tried - 0.30-0.88x for tilewright at head dims 64 / 96 / 128 / 256,
     causal or not, GQA (tilewright's backward is the gap); 1.03x only at B1 x S512 x hdim 64, a host-bound size the
     FLOPs limit routes anyway. Forward alone, cuDNN is faster at head dim 64 (tilewright 0.76-0.93x) and 256 (0.92x)
-    and level from 72 to 128 (0.93-1.03x over sessions), where the kernels keep the call; at head dim 64 the
+    and level from 72 to 128 (0.93-1.03x over sessions, H100 rows of S >= 2k); at head dim 64 the
     three-consumer forward (H200) is level or faster from 2048 keys (4096 causal: :func:`forward_keeps_kernels`).
     At head dims 72-128 (H200, session 32) the forward is slower than cuDNN's up to 2048 keys (0.80-0.99x) and level
     or faster from 4096 (1.00-1.19x, 176-key blocks: :func:`forward_keeps_kernels`).
