@@ -197,7 +197,8 @@ def test_exponentials_on_the_fma_pipe(case, exp_fma):
                          ids=["gqa-300x4100-d128-full", "4200-d96-causal"])
 def test_op_runs_the_wide_key_variant_where_it_is_picked(monkeypatch, case):
     """The public forward (backend="cuda", no variant named) on rows where pick_variant takes 176-key blocks: it
-    launches that variant (after its own self-check) and the output is within 2x SDPA's error of fp64."""
+    launches that variant (after its own self-check) and the output is within 2x SDPA's error of fp64; so are the
+    gradients, whose backward reads the wide forward's LSE."""
     ca = _ca()
     B, Hq, Hkv, Sq, Skv, D, causal = case
     wide = ca.WIDE_KEYS_BY_HEAD_DIM[128]
@@ -206,11 +207,19 @@ def test_op_runs_the_wide_key_variant_where_it_is_picked(monkeypatch, case):
     launch_cached = ca.launch.launch_cached
     monkeypatch.setattr(ca.launch, "launch_cached", lambda cache, key, *rest: (seen.append(key[2].name),
                                                                                launch_cached(cache, key, *rest))[1])
-    q, k, v = _qkv(B, Hq, Hkv, Sq, Skv, D)
+    q, k, v = (t.requires_grad_() for t in _qkv(B, Hq, Hkv, Sq, Skv, D))
     out = tilewright.flash_attention(q, k, v, causal=causal, backend="cuda")
     assert wide in seen
-    ro, _ = attention_reference(q.double(), k.double(), v.double(), causal)
-    assert _rel(out, ro) <= 2 * _rel(_sdpa(q, k, v, causal), ro)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ro, _ = attention_reference(qd, kd, vd, causal)
+    peer = _sdpa(q, k, v, causal)
+    assert _rel(out, ro) <= 2 * _rel(peer, ro)
+    dout = torch.randn_like(out)
+    ours = torch.autograd.grad(out, (q, k, v), dout)
+    ref = torch.autograd.grad(ro, (qd, kd, vd), dout.double())
+    theirs = torch.autograd.grad(peer, (q, k, v), dout)
+    for name, g, r, p in zip(("dq", "dk", "dv"), ours, ref, theirs):
+        assert _rel(g, r) <= 2 * _rel(p, r) + 1e-6, f"{name}: {_rel(g, r):.2e} vs SDPA {_rel(p, r):.2e}"
 
 
 def test_repeated_launches_identical():
