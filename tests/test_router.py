@@ -222,8 +222,11 @@ def test_guard_self_check_is_memoized_per_key(fake_device):
     assert g.check("cpu", "v1", (torch.bfloat16,), lambda: check(True)) == (
         True, f"fake v1: self-check passed; {guard.NOT_RUN_NOTE}")
     assert g.check("cpu", "v1", (torch.bfloat16,), lambda: check(True))[0] and calls == [True]  # remembered
-    with pytest.warns(RuntimeWarning, match="fake GEMM v2 disabled on Fake GPU"):
+    with pytest.warns(RuntimeWarning, match="fake GEMM v2 disabled on Fake GPU.*; Triton serves instead"):
         assert not g.check("cpu", "v2", (torch.bfloat16,), lambda: check(False))[0]
+    # a variant that falls back to another of its family says so (attention's wide key blocks -> variant c)
+    with pytest.warns(RuntimeWarning, match="fake GEMM v3 disabled on Fake GPU.*; variant v1 serves instead"):
+        assert not g.check("cpu", "v3", (torch.bfloat16,), lambda: check(False), fallback="variant v1")[0]
     assert g.disabled is None and g.blocked((True, "fits")) is None  # a failed key does not disable the family
     assert g.blocked((False, "not 2-D")) == (False, "not 2-D")
 

@@ -475,7 +475,7 @@ def _checked_variant(q, k, causal: bool, plain_mask: bool) -> Variant:
     if var is default:
         return var
     ok, _ = GUARD.check(q.device, var.name, (q.shape[-1], q.dtype),
-                        lambda: self_check(q.device, var, q.shape[-1], q.dtype))
+                        lambda: self_check(q.device, var, q.shape[-1], q.dtype), fallback=f"variant {default.name}")
     return var if ok else default
 
 

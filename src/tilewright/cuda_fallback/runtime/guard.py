@@ -109,9 +109,10 @@ class Guard:
             return False, "no CUDA compiler (nvcc or NVRTC) found"
         return None
 
-    def check(self, device, variant: str, key: tuple, run) -> tuple[bool, str]:
+    def check(self, device, variant: str, key: tuple, run, fallback: str = "Triton") -> tuple[bool, str]:
         """``run()`` -> (ok, message): the self-check of ``variant`` (with build switches ``key``) on ``device``'s
-        model, run once per process and remembered; the reason names the variant."""
+        model, run once per process and remembered; the reason names the variant. ``fallback``: what serves the calls
+        a failed check turns away, as its warning says (the family's Triton path, or another variant of the family)."""
         full = (device_model(device), variant, *key)
         with self.lock:
             if full not in self.checked and _capturing(device):
@@ -138,7 +139,7 @@ class Guard:
                 if not self.checked[full][0]:
                     backends.readiness_changed()
                     warn_once(f"{self.name}{full}", f"tilewright: {self.name} {variant} disabled on {full[0]}: "
-                                                    f"{self.checked[full][1]}; Triton serves instead")
+                                                    f"{self.checked[full][1]}; {fallback} serves instead")
         ok, msg = self.checked[full]
         note = "" if self.measured else f"; {NOT_RUN_NOTE}"
         return ok, f"{self.prefix}{variant}: {msg}{note}"
