@@ -468,7 +468,8 @@ def test_gpu_large_training_attention_runs_cudnn_on_h100(monkeypatch):
     with torch.no_grad():
         out = tilewright.flash_attention(q, k, v, causal=True)
         assert kernels == []  # forward-only at head dim 128, 2048 keys: cuDNN's (ops/_aten.forward_keeps_kernels)
-        assert torch.equal(out, want.detach())
+        # (SDPA itself; without autograd cuDNN may run another kernel than the training call's: not bit-compared)
+        torch.testing.assert_close(out, want.detach(), rtol=2e-2, atol=2e-2)
         q4 = torch.randn(1, 4096, 16, 128, device=dev, dtype=dt).transpose(1, 2)
         k4, v4 = (torch.randn(1, 4096, 4, 128, device=dev, dtype=dt).transpose(1, 2) for _ in "kv")
         out = tilewright.flash_attention(q4, k4, v4, causal=True)
