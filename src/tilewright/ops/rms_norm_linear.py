@@ -384,6 +384,38 @@ register_fast_dispatch(rms_norm_linear_op)
 register_fast_dispatch(rms_norm_backward_op)
 
 
+def _check_norm_input(x, norm_weight) -> int:
+    """The checks of x (..., K) and the RMSNorm scale (K,) that rms_norm_linear and rms_norm_linears share; K."""
+    check_tensor("x", x, min_dim=1)
+    check_tensor("norm_weight", norm_weight, dims=(1,))
+    check_same_dtype("x", x, norm_weight=norm_weight)
+    check_same_device("x", x, norm_weight=norm_weight)
+    K = x.shape[-1]
+    if norm_weight.shape[0] != K:
+        raise ValueError(f"norm_weight: expected shape ({K},) with K = x.shape[-1] = {K}, "
+                         f"got {tuple(norm_weight.shape)}")
+    return K
+
+
+def _check_projection(x, weight, bias, weight_name: str = "weight", bias_name: str = "bias") -> None:
+    """The checks of one projection's (N, K) weight and optional (N,) bias against x (..., K), errors naming them
+    ``weight_name`` / ``bias_name`` (rms_norm_linears: ``weights[i]`` / ``biases[i]``)."""
+    check_tensor(weight_name, weight, dims=(2,))
+    check_optional_tensor(bias_name, bias)
+    check_same_dtype("x", x, **{weight_name: weight})
+    check_same_device("x", x, **{weight_name: weight, bias_name: bias})
+    K = x.shape[-1]
+    if weight.shape[1] != K:
+        raise ValueError(f"{weight_name}: expected shape (N, {K}) with K = x.shape[-1] = {K}, "
+                         f"got {tuple(weight.shape)}")
+    if bias is not None:
+        check_tensor(bias_name, bias, dims=(1,))
+        check_same_dtype("x", x, **{bias_name: bias})
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(f"{bias_name}: expected shape ({weight.shape[0]},) with N = {weight_name}.shape[0], "
+                             f"got {tuple(bias.shape)}")
+
+
 def _check_eps(eps) -> float:
     if isinstance(eps, bool) or not isinstance(eps, Real):
         raise TypeError(f"eps: expected a positive float, got {type(eps).__name__}")
@@ -483,25 +515,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             outputs = replay(x.device, x, norm_weight, weight, bias)
             if outputs is not None:  # (None: a folded replay whose fold is stale - the full path below refolds)
                 return output_view(outputs[0], (*x.shape[:-1], weight.shape[0]))
-    check_tensor("x", x, min_dim=1)
-    check_tensor("norm_weight", norm_weight, dims=(1,))
-    check_tensor("weight", weight, dims=(2,))
-    check_optional_tensor("bias", bias)
+    K = _check_norm_input(x, norm_weight)
+    _check_projection(x, weight, bias)
     check_backend(backend)
-    check_same_dtype("x", x, norm_weight=norm_weight, weight=weight)
-    check_same_device("x", x, norm_weight=norm_weight, weight=weight, bias=bias)
-    K = x.shape[-1]
-    if norm_weight.shape[0] != K:
-        raise ValueError(f"norm_weight: expected shape ({K},) with K = x.shape[-1] = {K}, "
-                         f"got {tuple(norm_weight.shape)}")
-    if weight.shape[1] != K:
-        raise ValueError(f"weight: expected shape (N, {K}) with K = x.shape[-1] = {K}, got {tuple(weight.shape)}")
     N = weight.shape[0]
-    if bias is not None:
-        check_tensor("bias", bias, dims=(1,))
-        check_same_dtype("x", x, bias=bias)
-        if bias.shape[0] != N:
-            raise ValueError(f"bias: expected shape ({N},) with N = weight.shape[0], got {tuple(bias.shape)}")
     eps = _check_eps(eps)
     if key is not None:
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
@@ -618,8 +635,7 @@ def rms_norm_linears(x: torch.Tensor, norm_weight: torch.Tensor, weights, biases
     x's dtype, as it does for torch's pipeline. The per-weight routes keep :func:`rms_norm_linear`'s numerics (the fused
     forward rounds ``x * norm_weight`` once and applies rstd to the fp32 accumulator; see that function).
     """
-    check_tensor("x", x, min_dim=1)
-    check_tensor("norm_weight", norm_weight, dims=(1,))
+    K = _check_norm_input(x, norm_weight)
     _check_sequence("weights", weights, "(N, K) tensors")
     if not weights:
         raise ValueError("weights: expected at least one (N, K) tensor, got an empty "
@@ -632,27 +648,8 @@ def rms_norm_linears(x: torch.Tensor, norm_weight: torch.Tensor, weights, biases
         if len(biases) != n:
             raise ValueError(f"biases: expected {n} entries (one per weight, None for none), got {len(biases)}")
     check_backend(backend)
-    K = x.shape[-1]
-    if norm_weight.shape[0] != K:
-        raise ValueError(f"norm_weight: expected shape ({K},) with K = x.shape[-1] = {K}, "
-                         f"got {tuple(norm_weight.shape)}")
-    check_same_dtype("x", x, norm_weight=norm_weight)
-    check_same_device("x", x, norm_weight=norm_weight)
     for i, (w, b) in enumerate(zip(weights, biases)):
-        wname, bname = f"weights[{i}]", f"biases[{i}]"
-        check_tensor(wname, w, dims=(2,))
-        if w.shape[1] != K:
-            raise ValueError(f"{wname}: expected shape (N, {K}) with K = x.shape[-1] = {K}, got {tuple(w.shape)}")
-        check_same_dtype("x", x, **{wname: w})
-        check_same_device("x", x, **{wname: w})
-        check_optional_tensor(bname, b)
-        if b is not None:
-            check_tensor(bname, b, dims=(1,))
-            if b.shape[0] != w.shape[0]:
-                raise ValueError(f"{bname}: expected shape ({w.shape[0]},) with N = {wname}.shape[0], "
-                                 f"got {tuple(b.shape)}")
-            check_same_dtype("x", x, **{bname: b})
-            check_same_device("x", x, **{bname: b})
+        _check_projection(x, w, b, f"weights[{i}]", f"biases[{i}]")
     eps = _check_eps(eps)
     tensors = (x, norm_weight, *weights, *(b for b in biases if b is not None))
     if any(_dtensor.is_dtensor(t) for t in tensors) or not _autograd_records(*tensors):
