@@ -33,7 +33,7 @@
 // which holds S (BN/2) + P (BN/4) + O (D/2) = 128 at hdim 64 x key block 128 but not at hdim 128 (O alone doubles),
 // hence hdim 64 only; and not the pinned PV wait (below), which spilled there.
 // Other switches: TW_HDIM (64 / 128 / 256), TW_BN (key block; 128 for D <= 128, 64 for D = 256: registers; 176 / 192
-// at D = 128 for the c176 / c192 A/B variants),
+// at D = 128 for variants c176 / c192 - c176 where it measured faster, attention_sm90.py's WIDE_KEYS_BY_HEAD_DIM),
 // TW_STAGES (K/V ring depth), TW_CAUSAL / TW_UPPER_OFFSET / TW_WINDOW (the band's edges) and TW_SOFTCAP (logit soft
 // cap; ptx/attention_tile.cuh), TW_FP16 (fp16 instead of bf16), TW_PIN_WAIT (overlap schedule: keep the softmax ahead
 // of the PV wait in SASS), TW_EXP_FMA, TW_PRODUCER_REGS / TW_CONSUMER_REGS.

@@ -143,8 +143,8 @@ VARIANTS = {v.name: v for v in (
     Variant("c", 2, True, True),    # + intra-warpgroup overlap (full FA3-style schedule)
     Variant("c64", 2, True, True, block_n=64),  # c with 64-key blocks: registers for the pinned overlap at hdim 128
     # c with 176- / 192-key blocks (hdim 128 only): fewer softmax rescales and pingpong hand-offs per key, the tile
-    # FlashAttention-3 uses for hdim 128 without a mask; 0 spills (nvcc 13.0), 214 / 230 KB of shared memory. An A/B
-    # candidate for the non-causal hdim-128 forward (1.00x cuDNN with c, 2026-11-29); not yet run on a GPU.
+    # FlashAttention-3 uses for hdim 128 without a mask; 0 spills (nvcc 13.0), 214 / 230 KB of shared memory. c176
+    # runs where it measured faster than c (WIDE_KEYS_BY_HEAD_DIM, below); c192, within 0.5% of it, stays an A/B one.
     Variant("c176", 2, True, True, block_n=176),
     Variant("c192", 2, True, True, block_n=192),
     Variant("b3", 3, True, False),  # b with three consumer warpgroups in a round-robin pingpong (hdim 64 only)

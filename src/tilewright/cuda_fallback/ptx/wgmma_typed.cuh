@@ -22,7 +22,7 @@ TW_DEVICE void mma_ss(float (&d)[N / 2], tw_u64 da, tw_u64 db, int scale_d) {
   if constexpr (N == 128) {
     if constexpr (TW_FP16) wgmma_m64n128k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
     else wgmma_m64n128k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
-  } else if constexpr (N == 176) {  // the forward's 176-key blocks (an A/B variant at head dim 128)
+  } else if constexpr (N == 176) {  // the forward's 176-key blocks (variant c176, head dim 128)
     if constexpr (TW_FP16) wgmma_m64n176k16_f16<TRANS_A, TRANS_B>(d, da, db, scale_d);
     else wgmma_m64n176k16_bf16<TRANS_A, TRANS_B>(d, da, db, scale_d);
   } else if constexpr (N == 192) {  // and its 192-key blocks
