@@ -265,3 +265,50 @@ def test_norm_backward_bound_launch_matches_the_dispatch_path(need, max_block_k)
         assert (got is None) == (want is None)
         if got is not None:
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_bf16_sums_from_a_residual_projection_feed_the_norm(grad, monkeypatch):
+    """The pre-norm hand-off in bf16: ``h, ss = linear(a, Wo, residual=x, return_sumsq=True)`` then
+    ``rms_norm_linear(h, ..., sumsq=ss)``. The sums are h's own (fp32, of the rounded output); the norm's output is
+    within 2x torch's unfused bf16 error against float64. Inference at a shape in the sm_90 GEMM's region runs the
+    folded rstd-GEMM (its launch spied) and no sum-of-squares pass of its own; training runs the two passes with the
+    reduction skipped, and its gradients are within torch's error too."""
+    rms = _rms_module()
+    from tilewright.cuda_fallback import rstd_gemm_sm90
+    from tilewright.triton_kernels import rmsnorm_gemm
+
+    M, N, K = 2048, 4096, 2048
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    a = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    wo = (torch.randn(K, K, device="cuda", generator=gen) / K ** 0.5).bfloat16()
+    x = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    g = (1 + 0.5 * torch.randn(K, device="cuda", generator=gen)).bfloat16()
+    w = (torch.randn(N, K, device="cuda", generator=gen) / K ** 0.5).bfloat16()
+    h, ss = tilewright.linear(a, wo, residual=x, return_sumsq=True)
+    assert torch.allclose(ss.double(), h.double().square().sum(-1), rtol=1e-5, atol=0)
+    calls = []
+    real_rstd, real_pass = rstd_gemm_sm90.try_launch, rmsnorm_gemm.launch_row_sumsq
+    monkeypatch.setattr(rstd_gemm_sm90, "try_launch", lambda *a, **k: calls.append("rstd") or real_rstd(*a, **k))
+    monkeypatch.setattr(rmsnorm_gemm, "launch_row_sumsq", lambda *a, **k: calls.append("pass") or real_pass(*a, **k))
+    ref = rms_norm_linear_reference(h.double(), g.double(), w.double(), None, EPS)
+    torch_err = (rms_norm_linear_reference(h, g, w, None, EPS).double() - ref).abs().max().item()
+    if not grad:
+        with torch.no_grad():
+            y = tilewright.rms_norm_linear(h, g, w, eps=EPS, sumsq=ss)
+        folded = torch.cuda.get_device_capability()[0] == 9 and rms.folded_applies(h, N, w, g)
+        assert calls == (["rstd"] if folded else []), calls
+        assert (y.double() - ref).abs().max().item() <= 2 * torch_err
+        return
+    hs, gs, ws = (t.clone().requires_grad_() for t in (h, g, w))
+    y = tilewright.rms_norm_linear(hs, gs, ws, eps=EPS, sumsq=ss)
+    assert calls == [] and (y.double() - ref).abs().max().item() <= 2 * torch_err
+    dy = torch.randn(M, N, device="cuda", generator=gen).bfloat16()
+    y.backward(dy)
+    tr = [t.clone().requires_grad_() for t in (h, g, w)]
+    rms_norm_linear_reference(*tr, None, EPS).backward(dy)
+    rf = [t.double().requires_grad_() for t in (h, g, w)]
+    rms_norm_linear_reference(*rf, None, EPS).backward(dy.double())
+    for name, o, t, r in zip(("x", "norm_weight", "weight"), (hs, gs, ws), tr, rf):
+        e_ours, e_torch = (o.grad.double() - r.grad).norm().item(), (t.grad.double() - r.grad).norm().item()
+        assert e_ours <= 2 * e_torch, (name, e_ours, e_torch)

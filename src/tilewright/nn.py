@@ -36,13 +36,18 @@ class Linear(torch.nn.Linear):
         new.activation, new.backend = activation, None
         return new
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, return_sumsq: bool = False):
         """``activation(x @ weight.T + bias) + residual`` in one kernel (the residual broadcasts to the output, e.g. a
         (S, N) pos_embed over a (B, S, K) input). Under tensor parallelism (a DTensor weight, ``parallelize_module``)
-        a plain residual - the same on every rank, as a transformer's residual stream is - is taken as replicated."""
+        a plain residual - the same on every rank, as a transformer's residual stream is - is taken as replicated.
+
+        ``return_sumsq=True``: ``(y, sumsq)``, the output rows' fp32 sums of squares beside it, for the next
+        :class:`RMSNormLinear` (``norm_linear(y, sumsq=sumsq)``) - a pre-norm block's output projection hands its
+        residual stream to the next norm without the norm summing it again (:func:`tilewright.linear`)."""
         if residual is not None and _dtensor.is_dtensor(self.weight) and not _dtensor.is_dtensor(residual):
             residual = _dtensor.replicated_like(residual, self.weight)
-        return linear(x, self.weight, self.bias, residual=residual, activation=self.activation, backend=self.backend)
+        return linear(x, self.weight, self.bias, residual=residual, activation=self.activation, backend=self.backend,
+                      return_sumsq=return_sumsq)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", activation={self.activation}"
@@ -97,11 +102,14 @@ class RMSNormLinear(torch.nn.Module):
         new.weight, new.bias = linear_module.weight, linear_module.bias
         return new
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, sumsq: torch.Tensor | None = None) -> torch.Tensor:
         """``F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)`` with the norm fused into the GEMM
-        (``eps=None``: x's dtype's machine epsilon, as torch.nn.RMSNorm)."""
+        (``eps=None``: x's dtype's machine epsilon, as torch.nn.RMSNorm). ``sumsq``: x's rows' sums of squares where
+        the producer of x returned them (:class:`Linear` with ``return_sumsq=True``; see
+        :func:`tilewright.rms_norm_linear`)."""
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-        return rms_norm_linear(x, self.norm_weight, self.weight, self.bias, eps=eps, backend=self.backend)
+        return rms_norm_linear(x, self.norm_weight, self.weight, self.bias, eps=eps, backend=self.backend,
+                               sumsq=sumsq)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -433,12 +433,26 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
            residual: torch.Tensor | None = None, activation: str | None = None,
-           backend: str | None = None) -> torch.Tensor:
+           backend: str | None = None, return_sumsq: bool = False):
     """``F.linear(x, weight, bias)`` followed by the fused ``activation`` and ``+ residual``.
 
     x: (..., K); weight: (N, K) (the nn.Linear layout, read as a K-major B operand without a copy); bias: (N,).
     See :func:`matmul` for the rest.
+
+    ``return_sumsq=True`` returns ``(y, sumsq)``: sumsq (...,) float32 holds each output row's sum of squares,
+    ``(y.float() ** 2).sum(-1)`` of the rounded output - what the RMSNorm after a pre-norm block's residual add
+    needs (pass it as :func:`tilewright.rms_norm_linear`'s ``sumsq``, which then reads y once, in its GEMM, instead
+    of in a pass of its own). It carries no gradient (the norm's backward accounts for it through y). Today the sums
+    come from one read-only pass over y after the GEMM; not with DTensor arguments.
     """
+    if return_sumsq is not False:
+        if return_sumsq is not True:
+            raise TypeError(f"return_sumsq: expected a bool, got {type(return_sumsq).__name__}")
+        if any(_dtensor.is_dtensor(t) for t in (x, weight, bias, residual) if t is not None):
+            raise ValueError("return_sumsq: not supported with DTensor arguments (tensor parallelism; a row's sum "
+                             "would span the ranks' shards); call without it")
+        y = linear(x, weight, bias, residual=residual, activation=activation, backend=backend)
+        return y, row_sumsq(y)
     if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
         out = _dtensor.tensor_parallel_linear(linear, x, weight, bias, residual, activation, backend)
         if out is not None:
@@ -457,3 +471,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         check_tensor("weight", weight, dims=(2,))
         b = weight
     return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)", key, replay, weight)
+
+
+def row_sumsq(y: torch.Tensor) -> torch.Tensor:
+    """Each row's fp32 sum of squares of ``y`` (..., N) as a (...,) float32 tensor, outside autograd: one read-only
+    pass (triton_kernels/rmsnorm_gemm.launch_row_sumsq) where the kernels run, torch's reduction elsewhere - and in a
+    trace (fake tensors: no kernel launches; inductor fuses the reduction into what wrote y)."""
+    y = y.detach()
+    N = y.shape[-1]
+    y2 = y.reshape(math.prod(y.shape[:-1]), N)
+    if (y.is_cuda or interpreting()) and N > 0 and type(y) in _PLAIN and not traced():
+        from ..triton_kernels.rmsnorm_gemm import launch_row_sumsq
+
+        sums = launch_row_sumsq(y2)
+    else:
+        sums = y2.float().square().sum(-1)
+    return sums.view(y.shape[:-1])

@@ -28,6 +28,7 @@ from typing import Optional
 import torch
 
 from .. import router
+from .._env import interpreting
 from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
                       contiguous_vector, dense_grad, output_view, unit_last)
@@ -137,6 +138,86 @@ def _two_pass(x, norm_weight, weight, bias, eps, rstd):
     u = launch_rmsnorm_fwd(unit_last(x), norm_weight, rstd, eps)
     y = call_op(gemm_op, u, weight.t(), bias, None, None, x.dtype, False, None)[0]
     return y, rstd
+
+
+@torch.library.custom_op("tilewright::rms_norm_linear_sumsq", mutates_args=())
+def rms_norm_linear_sumsq_op(x: torch.Tensor, sumsq: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                             bias: Optional[torch.Tensor], eps: float,
+                             backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """2-D core with the rows' sums of squares given: x (M, K), sumsq (M,) fp32, norm_weight (K,), weight (N, K),
+    bias (N,) -> (y (M, N), rstd (M,) fp32), ``rstd = 1 / sqrt(sumsq / K + eps)`` on every route (see
+    :func:`rms_norm_linear`'s ``sumsq``)."""
+    M, K = x.shape
+    N = weight.shape[0]
+    norm_weight, bias, sumsq = contiguous_vector(norm_weight), contiguous_vector(bias), contiguous_vector(sumsq)
+    decision = router.decide("rms_norm_linear", x, norm_weight, weight, bias, backend=backend)
+    rstd = torch.empty((M,), device=x.device, dtype=torch.float32)
+    if M == 0 or N == 0 or K == 0 or decision.backend == "torch" or not (x.is_cuda or interpreting()):
+        rstd.copy_(_rstd_of_sumsq(sumsq, K, eps))
+        if M == 0 or N == 0:
+            return x.new_empty((M, N)), rstd
+        return _unfused_with_rstd(x, rstd, norm_weight, weight, bias), rstd
+    forced_cuda = decision.forced and decision.backend == "cuda"
+    if forced_cuda or (not decision.forced and folded_applies(x, N, weight, norm_weight)):
+        # The folded forward with nothing left for it to sum: the plain GEMM's mainloop, rstd from the given sums
+        # in its epilogue (cuda_fallback/rstd_gemm_sm90.py) - the call costs the bare GEMM and M floats read.
+        from ..cuda_fallback import rstd_gemm_sm90
+
+        ok, why = rstd_gemm_sm90.ready(x, weight.t(), sumsq, bias)  # (the folded weight has the weight's layout)
+        if ok:
+            y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+            wg = folded_weight(weight, norm_weight, cache=_keeps_fold(weight))
+            if rstd_gemm_sm90.try_launch(x, wg.t(), y, sumsq, rstd, eps, bias=bias):
+                return y, rstd
+            why = "the kernel is disabled after a failed launch"
+        if forced_cuda:
+            raise ValueError(f"rms_norm_linear: backend 'cuda' was forced with sumsq, but the sm_90a rstd-GEMM cannot "
+                             f"run this call ({why}); use backend='triton' or let the router choose")
+    # Two passes: u = x * rstd * g from the given sums (one read of x, one write of u, no reduction), then the plain
+    # GEMM on the router's backend (or the forced Triton one).
+    from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
+
+    u = launch_rmsnorm_fwd(unit_last(x), norm_weight, rstd, eps, sumsq=sumsq)
+    gemm_backend = "triton" if decision.forced else None
+    return call_op(gemm_op, u, weight.t(), bias, None, None, x.dtype, False, gemm_backend)[0], rstd
+
+
+def _rstd_of_sumsq(sumsq: torch.Tensor, K: int, eps: float) -> torch.Tensor:
+    """``1 / sqrt(sumsq / K + eps)`` in fp32 (IEEE division and square root, as the kernels); K = 0: ``1 / sqrt(eps)``."""
+    if K == 0:
+        return torch.full(sumsq.shape, 1.0 / math.sqrt(eps), device=sumsq.device)
+    return 1.0 / torch.sqrt(sumsq.float() / K + eps)
+
+
+def _unfused_with_rstd(x, rstd, norm_weight, weight, bias):
+    """The torch route of a call with given sums of squares: ``u = x * rstd * g`` rounded once to x's dtype (the
+    two-pass kernel's numerics), then ``F.linear``."""
+    u = (x.float() * rstd[:, None] * norm_weight.float()).to(x.dtype)
+    return torch.nn.functional.linear(u, weight, bias)
+
+
+@rms_norm_linear_sumsq_op.register_fake
+def _(x, sumsq, norm_weight, weight, bias, eps, backend):
+    return x.new_empty((x.shape[0], weight.shape[0])), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+def _setup_context_sumsq(ctx, inputs, output):
+    x, sumsq, norm_weight, weight, bias, eps, backend = inputs
+    ctx.save_for_backward(x, norm_weight, weight, output[1])
+    ctx.has_bias = bias is not None
+    ctx.backend = backend
+
+
+def _backward_sumsq(ctx, dy, _drstd):
+    """The norm's backward as without given sums: dx includes rstd's dependence on x (the sums are x's own), so
+    ``sumsq`` itself gets no gradient - giving it one would count that term twice."""
+    need_dx, _, need_dg, need_dw, need_db = ctx.needs_input_grad[:5]
+    dx, dg, dw, db = _norm_linear_grads(ctx, dy, need_dx, need_dg, need_dw, need_db)
+    return dx, None, dg, dw, db, None, None
+
+
+rms_norm_linear_sumsq_op.register_autograd(_backward_sumsq, setup_context=_setup_context_sumsq)
+register_fast_dispatch(rms_norm_linear_sumsq_op)
 
 
 # "0": never the folded forward (A/B measurements); "nocache": fold the weight on every call instead of keeping it;
@@ -340,8 +421,13 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dy, _drstd):
+    return (*_norm_linear_grads(ctx, dy, *ctx.needs_input_grad[:4]), None, None)
+
+
+def _norm_linear_grads(ctx, dy, need_dx, need_dg, need_dw, need_db):
+    """(dx, dg, dW, dbias) of ``y = (x * rstd * g) @ W^T + bias`` from the tensors the forward saved (x, g, W and its
+    rstd), each None where not needed - the backward of both forward ops (with and without given sums of squares)."""
     x, norm_weight, weight, rstd = ctx.saved_tensors
-    need_dx, need_dg, need_dw, need_db = ctx.needs_input_grad[:4]
     need_db = need_db and ctx.has_bias
     dx = dg = dw = db = None
     dy = dense_grad(dy)
@@ -364,7 +450,7 @@ def _backward(ctx, dy, _drstd):
                             router.backward_backend("gemm", ctx.backend, dyt, u, None, None) if forced else None)
     if need_db:
         db = dy.sum(0, dtype=torch.float32).to(x.dtype)
-    return dx, dg, dw, db, None, None
+    return dx, dg, dw, db
 
 
 rms_norm_linear_op.register_autograd(_backward, setup_context=_setup_context)
@@ -451,7 +537,7 @@ def _autograd_records(*tensors) -> bool:
 
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
                     bias: torch.Tensor | None = None, *, eps: float = 1e-6,
-                    backend: str | None = None) -> torch.Tensor:
+                    backend: str | None = None, sumsq: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)`` with the norm fused into the GEMM.
 
     Args:
@@ -463,6 +549,14 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             ``torch.finfo(x.dtype).eps``; pass that explicitly to match it).
         backend: None (router decides), "cuda" (sm_90a forward kernel, cuda_fallback/rmsnorm_gemm_sm90.py; the
             backward stays Triton), "triton" or "torch".
+        sumsq: optional (...,) float32, x's rows' sums of squares ``(x.float() ** 2).sum(-1)`` where something
+            upstream already has them - :func:`tilewright.linear` ``(..., residual=h, return_sumsq=True)`` returns
+            them for the residual stream it writes. The norm then sums nothing: ``rstd = 1 / sqrt(sumsq / K + eps)``
+            on every route. Inference on sm_90 in bf16 (the folded forward's conditions, below) runs one GEMM with
+            rstd in its epilogue, the bare GEMM's cost; elsewhere the two passes run with the pass's reduction
+            skipped (the small-problem ATen route is not taken). They must be x's own sums: the result is the
+            norm of x only if they are. Under autograd, x's gradient includes rstd's dependence on x as without
+            ``sumsq``, and ``sumsq`` gets none. Not with DTensor arguments.
     Returns:
         (..., N) in x's dtype; differentiable in x, norm_weight, weight and bias.
 
@@ -497,6 +591,8 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     of 64): the op would run the same unfused pair there, under Python autograd nodes (3000 x 5120 x 5120 on an H200:
     0.73x eager's training step before).
     """
+    if sumsq is not None:
+        return _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend)
     if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
         out = _dtensor.tensor_parallel_rms_norm_linear(rms_norm_linear, x, norm_weight, weight, bias, eps, backend)
         if out is not None:
@@ -560,6 +656,33 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
                               lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}, _LAUNCHES,
                               wrap=lambda replay: replay if folded[0] is None else _FoldedReplay(replay, folded[0]))
     return output_view(y, (*x.shape[:-1], N))
+
+
+def _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend) -> torch.Tensor:
+    """:func:`rms_norm_linear` with given sums of squares: checks, then the op (full path every call - a call this
+    size is GPU-bound; no replay, no ATen route)."""
+    K = _check_norm_input(x, norm_weight)
+    _check_projection(x, weight, bias)
+    check_backend(backend)
+    eps = _check_eps(eps)
+    if not isinstance(sumsq, torch.Tensor):
+        raise TypeError(f"sumsq: expected a torch.Tensor, got {type(sumsq).__name__}")
+    if sumsq.dtype != torch.float32:
+        raise TypeError(f"sumsq: expected float32 sums of squares, got {sumsq.dtype}")
+    if tuple(sumsq.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"sumsq: expected shape {tuple(x.shape[:-1])} (x.shape[:-1], one sum per row of x), got "
+                         f"{tuple(sumsq.shape)}")
+    check_same_device("x", x, sumsq=sumsq)
+    if any(_dtensor.is_dtensor(t) for t in (x, sumsq, norm_weight, weight, bias) if t is not None):
+        raise ValueError("sumsq: not supported with DTensor arguments (tensor parallelism); call without it")
+    M = math.prod(x.shape[:-1])
+    _call_state.records = _autograd_records(x, norm_weight, weight, bias)
+    try:
+        y = call_op(rms_norm_linear_sumsq_op, x.reshape(M, K), sumsq.reshape(M), norm_weight, weight, bias, eps,
+                    backend)[0]
+    finally:
+        _call_state.records = None
+    return output_view(y, (*x.shape[:-1], weight.shape[0]))
 
 
 class _FoldedReplay:

@@ -107,12 +107,14 @@ def launch_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torch.Ten
 # Two-pass forward: u = x * rstd * g and rstd in one pass over x; the GEMM (any backend) then reads u.
 # --------------------------------------------------------------------------------------------------------------------
 @triton.jit
-def _rmsnorm_fwd_kernel(a_ptr, g_ptr, u_ptr, rstd_ptr, M, K, rows_per_prog, stride_xm, stride_um, eps,
-                        BLOCK_K: tl.constexpr, NUM_CHUNKS: tl.constexpr):
+def _rmsnorm_fwd_kernel(a_ptr, g_ptr, u_ptr, rstd_ptr, ss_ptr, M, K, rows_per_prog, stride_xm, stride_um, eps,
+                        BLOCK_K: tl.constexpr, NUM_CHUNKS: tl.constexpr, SS_GIVEN: tl.constexpr):
     """Program p owns rows [p * rows_per_prog, (p + 1) * rows_per_prog): rstd = 1 / sqrt(mean(x^2) + eps) (fp32,
     IEEE sqrt as the fused kernel's epilogue) and u = x * rstd * g rounded once. NUM_CHUNKS > 1 (long rows): a first
-    sweep sums the squares, a second re-reads the row (from L2) and writes u. x is ``a_ptr``, the name the fused
-    kernel gives it, so the op's replay roles name x alike for both forwards (ops/_fast.build)."""
+    sweep sums the squares, a second re-reads the row (from L2) and writes u. SS_GIVEN: the rows' sums of squares
+    are read from ``ss_ptr`` (fp32, (M,): computed upstream, e.g. by a residual GEMM's epilogue) instead of summed -
+    the long rows' first sweep is skipped. x is ``a_ptr``, the name the fused kernel gives it, so the op's replay
+    roles name x alike for both forwards (ops/_fast.build)."""
     pid = tl.program_id(0)
     rk = tl.arange(0, BLOCK_K)
     if NUM_CHUNKS == 1:
@@ -124,15 +126,21 @@ def _rmsnorm_fwd_kernel(a_ptr, g_ptr, u_ptr, rstd_ptr, M, K, rows_per_prog, stri
             row64 = row.to(tl.int64)
             if NUM_CHUNKS == 1:
                 x = tl.load(a_ptr + row64 * stride_xm + rk, mask=mask_k, other=0.0).to(tl.float32)
-                r = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / K + eps)
+                if SS_GIVEN:
+                    r = 1.0 / tl.sqrt_rn(tl.load(ss_ptr + row) / K + eps)
+                else:
+                    r = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / K + eps)
                 tl.store(u_ptr + row64 * stride_um + rk, (x * r * g).to(u_ptr.dtype.element_ty), mask=mask_k)
             else:
-                part = tl.zeros((BLOCK_K,), dtype=tl.float32)
-                for ci in range(NUM_CHUNKS):
-                    ck = ci * BLOCK_K + rk
-                    x = tl.load(a_ptr + row64 * stride_xm + ck, mask=ck < K, other=0.0).to(tl.float32)
-                    part += x * x
-                r = 1.0 / tl.sqrt_rn(tl.sum(part, axis=0) / K + eps)
+                if SS_GIVEN:
+                    r = 1.0 / tl.sqrt_rn(tl.load(ss_ptr + row) / K + eps)
+                else:
+                    part = tl.zeros((BLOCK_K,), dtype=tl.float32)
+                    for ci in range(NUM_CHUNKS):
+                        ck = ci * BLOCK_K + rk
+                        x = tl.load(a_ptr + row64 * stride_xm + ck, mask=ck < K, other=0.0).to(tl.float32)
+                        part += x * x
+                    r = 1.0 / tl.sqrt_rn(tl.sum(part, axis=0) / K + eps)
                 for ci in range(NUM_CHUNKS):
                     ck = ci * BLOCK_K + rk
                     mk = ck < K
@@ -150,11 +158,12 @@ def _row_tiling(K: int, cap: int) -> tuple[int, int, int]:
 
 
 def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.Tensor, eps: float, *,
-                       max_block_k: int | None = None) -> torch.Tensor:
+                       max_block_k: int | None = None, sumsq: torch.Tensor | None = None) -> torch.Tensor:
     """``u = rms_norm(x) * g`` (x's dtype, (M, K), contiguous) with ``rstd`` (fp32, (M,)) written in place: the first
     pass of the two-pass forward (ops/rms_norm_linear.py), whose GEMM then reads u. x: (M, K) with unit last stride;
-    norm_weight unit-stride. Recorded with u as a buffer it writes whole, so the op's eager replay holds both launches
-    (ops/_fast.build)."""
+    norm_weight unit-stride. ``sumsq`` (contiguous fp32 (M,)): the rows' sums of squares, given - rstd is computed
+    from them instead of from x. Recorded with u as a buffer it writes whole, so the op's eager replay holds both
+    launches (ops/_fast.build)."""
     M, K = x.shape
     u = torch.empty((M, K), device=x.device, dtype=x.dtype)
     if M == 0:
@@ -163,12 +172,16 @@ def launch_rmsnorm_fwd(x: torch.Tensor, norm_weight: torch.Tensor, rstd: torch.T
     block_k, chunks, warps = _row_tiling(K, max_block_k or 8192)
     rows = triton.cdiv(M, min(M, 8 * sms))  # a few waves of programs, several rows each
     programs = triton.cdiv(M, rows)
-    args = dict(a_ptr=x, g_ptr=norm_weight, u_ptr=u, rstd_ptr=rstd, M=M, K=K, rows_per_prog=rows,
-                stride_xm=x.stride(0), stride_um=u.stride(0), eps=eps, BLOCK_K=block_k, NUM_CHUNKS=chunks)
+    # (without sumsq the kernel never reads ss_ptr: rstd stands in as a valid address of the right type)
+    args = dict(a_ptr=x, g_ptr=norm_weight, u_ptr=u, rstd_ptr=rstd, ss_ptr=rstd if sumsq is None else sumsq, M=M,
+                K=K, rows_per_prog=rows, stride_xm=x.stride(0), stride_um=u.stride(0), eps=eps, BLOCK_K=block_k,
+                NUM_CHUNKS=chunks, SS_GIVEN=sumsq is not None)
     compiled = retry_after_oom(lambda: _rmsnorm_fwd_kernel[(programs,)](**args, num_warps=warps))
     if is_recording():
         # u is written whole: the GEMM after it reads it as a scratch buffer a replay allocates (ops/_fast.build)
         roles = {"a_ptr": x, "g_ptr": norm_weight, "u_ptr": u, "rstd_ptr": rstd}
+        if sumsq is not None:
+            roles["ss_ptr"] = sumsq
         bound = None if not x.is_cuda or interpreting() else \
             bind(_rmsnorm_fwd_kernel, compiled, (programs,), {**args, "num_warps": warps}, roles)
         record(bound, roles, writes=("u_ptr", "rstd_ptr"))

@@ -1,0 +1,215 @@
+"""Sums of squares handed from a residual GEMM to the RMSNorm after it: ``tilewright.linear(..., return_sumsq=True)``
+and ``tilewright.rms_norm_linear(..., sumsq=...)`` (and the nn modules' forwards that pass them). CPU tier: the
+kernels under the Triton interpreter (fp16 / fp32), every route of the norm op (router's choice, forced Triton,
+torch), gradients against float64, and the input checks. The GPU tier (bf16, the folded rstd-GEMM) is in
+tests/test_rms_norm_linear_gpu.py."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilewright
+from tilewright.reference import rms_norm_linear_reference
+
+pytestmark = pytest.mark.interpreter
+
+EPS = 1e-6
+
+
+def _rows(shape, K, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, K, generator=gen) * (0.5 + torch.rand(*shape, 1, generator=gen))).to(dtype)
+
+
+def _norm_params(N, K, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    g = (1 + 0.5 * torch.randn(K, generator=gen)).to(dtype)
+    w = (torch.randn(N, K, generator=gen) / math.sqrt(K)).to(dtype)
+    b = torch.randn(N, generator=gen).to(dtype)
+    return g, w, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("shape,K,N", [((37,), 48, 40), ((2, 5), 24, 33), ((3,), 123, 17)])
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_linear_returns_the_output_rows_sums_of_squares(dtype, shape, K, N, activation):
+    """The sums are those of the output as returned (rounded to its dtype), one per row, fp32; the output itself is
+    what the call without return_sumsq gives."""
+    x = _rows(shape, K, dtype, 0)
+    w = (torch.randn(N, K, generator=torch.Generator().manual_seed(1)) / math.sqrt(K)).to(dtype)
+    b = torch.randn(N, generator=torch.Generator().manual_seed(2)).to(dtype)
+    res = _rows(shape, N, dtype, 3)
+    y, ss = tilewright.linear(x, w, b, residual=res, activation=activation, return_sumsq=True)
+    want_y = tilewright.linear(x, w, b, residual=res, activation=activation)
+    assert torch.equal(y, want_y)
+    assert ss.dtype == torch.float32 and ss.shape == y.shape[:-1]
+    want = y.double().square().sum(-1)
+    assert torch.allclose(ss.double(), want, rtol=1e-5, atol=0), (ss.double() - want).abs().max()
+
+
+def test_linear_sums_carry_no_gradient_and_leave_the_output_differentiable():
+    x = _rows((9,), 16, torch.float32, 0).requires_grad_()
+    w = torch.randn(12, 16, requires_grad=True)
+    res = torch.randn(9, 12, requires_grad=True)
+    y, ss = tilewright.linear(x, w, residual=res, return_sumsq=True)
+    assert not ss.requires_grad and ss.grad_fn is None
+    y.square().sum().backward()
+    x2, w2, r2 = (t.detach().clone().requires_grad_() for t in (x, w, res))
+    tilewright.linear(x2, w2, residual=r2).square().sum().backward()
+    for a, b in ((x, x2), (w, w2), (res, r2)):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_linear_return_sumsq_must_be_a_bool(value):
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    with pytest.raises(TypeError, match="return_sumsq"):
+        tilewright.linear(x, w, return_sumsq=value)
+
+
+def _errors(y, x, g, w, b):
+    """|y - fp64 reference| and |torch's same-dtype unfused pipeline - reference| (max abs)."""
+    ref = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
+    torch_same = rms_norm_linear_reference(x, g, w, b, EPS)
+    return (y.double() - ref).abs().max().item(), (torch_same.double() - ref).abs().max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("backend", [None, "triton", "torch"])
+@pytest.mark.parametrize("shape,K,N", [((37,), 48, 40), ((2, 5), 24, 33), ((3,), 123, 17), ((19,), 200, 8)])
+def test_rms_norm_linear_with_given_sums_is_within_torch_error(dtype, backend, shape, K, N):
+    x = _rows(shape, K, dtype, 4)
+    g, w, b = _norm_params(N, K, dtype, 5)
+    sumsq = x.float().square().sum(-1)
+    y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, backend=backend, sumsq=sumsq)
+    assert y.shape == (*shape, N) and y.dtype == dtype
+    ours, theirs = _errors(y, x, g, w, b)
+    tol = 2 * theirs + (1e-6 if dtype == torch.float32 else 1e-3)
+    assert ours <= tol, (ours, theirs)
+
+
+@pytest.mark.parametrize("backend", [None, "triton", "torch"])
+def test_the_given_sums_are_what_every_route_normalises_by(backend):
+    """Sums four times x's own halve rstd: every route must use the given sums, not sum x itself (a route that
+    ignored them would give the plain norm's output here)."""
+    x = _rows((21,), 40, torch.float32, 6)
+    g, w, b = _norm_params(24, 40, torch.float32, 7)
+    ss = x.square().sum(-1)
+    y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, backend=backend, sumsq=4 * ss)
+    plain = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, backend=backend)
+    rstd4 = 1 / torch.sqrt(4 * ss.double() / 40 + EPS)
+    want = (x.double() * rstd4[:, None] * g.double()) @ w.double().t() + b.double()
+    assert torch.allclose(y.double(), want, rtol=1e-4, atol=1e-4), (y.double() - want).abs().max()
+    assert not torch.allclose(y, plain, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_gradients_with_given_sums_match_the_norm_of_x(dtype):
+    """dx includes rstd's dependence on x (the sums are x's); dg, dW, dbias as without sums; the sums get none."""
+    M, N, K = 29, 24, 40
+    x = _rows((M,), K, dtype, 8)
+    g, w, b = _norm_params(N, K, dtype, 9)
+    dy = torch.randn(M, N, generator=torch.Generator().manual_seed(10)).to(dtype)
+    ours = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    sumsq = ours[0].float().square().sum(-1)  # differentiable: it must still get no gradient
+    sumsq.retain_grad()
+    tilewright.rms_norm_linear(*ours, eps=EPS, sumsq=sumsq).backward(dy)
+    assert sumsq.grad is None
+    same = [t.clone().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*same, EPS).backward(dy)
+    ref = [t.double().requires_grad_() for t in (x, g, w, b)]
+    rms_norm_linear_reference(*ref, EPS).backward(dy.double())
+    for name, a, t, r in zip(("x", "norm_weight", "weight", "bias"), ours, same, ref):
+        e_ours = (a.grad.double() - r.grad).norm().item()
+        e_torch = (t.grad.double() - r.grad).norm().item()
+        assert e_ours <= 2 * e_torch + 1e-6 * r.grad.norm().item(), (name, e_ours, e_torch)
+
+
+def test_empty_and_zero_width_calls():
+    g, w, b = _norm_params(8, 16, torch.float32, 11)
+    x0 = torch.randn(0, 16)
+    assert tilewright.rms_norm_linear(x0, g, w, b, sumsq=torch.zeros(0)).shape == (0, 8)
+    xk = torch.randn(5, 0)
+    y = tilewright.rms_norm_linear(xk, torch.ones(0), torch.randn(8, 0), b, sumsq=torch.zeros(5))
+    assert torch.equal(y, b.expand(5, 8))  # an empty row normalises to nothing: the bias alone, as torch's pair
+
+
+def test_sumsq_input_checks_name_the_argument():
+    x = torch.randn(6, 16)
+    g, w, b = _norm_params(8, 16, torch.float32, 12)
+    ss = x.square().sum(-1)
+    with pytest.raises(TypeError, match="sumsq.*float32"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss.double())
+    with pytest.raises(TypeError, match="sumsq.*float32"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss.half())
+    with pytest.raises(ValueError, match=r"sumsq: expected shape \(6,\)"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss[:5])
+    with pytest.raises(ValueError, match="sumsq"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss[:, None])
+    with pytest.raises(TypeError, match="sumsq"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss.tolist())
+    with pytest.raises(ValueError, match="sumsq.*device"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss.to("meta"))
+    with pytest.raises(ValueError, match="norm_weight"):  # the other arguments are checked as without sums
+        tilewright.rms_norm_linear(x, g[:4], w, b, sumsq=ss)
+
+
+def test_a_strided_sumsq_and_x_are_read_through_their_strides():
+    x = _rows((12,), 64, torch.float32, 13)[:, ::2]  # K 32, row stride 64, column stride 2
+    g, w, b = _norm_params(10, 32, torch.float32, 14)
+    ss = torch.stack([x.square().sum(-1)] * 2, 1)[:, 0]  # stride 2
+    y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, sumsq=ss)
+    ours, theirs = _errors(y, x, g, w, b)
+    assert ours <= 2 * theirs + 1e-6
+
+
+def test_modules_hand_the_sums_from_a_residual_projection_to_the_next_norm():
+    """A pre-norm block's tail as modules: o_proj(attn, residual=h, return_sumsq=True) -> RMSNormLinear(h, sumsq=)
+    equals the unfused torch modules, forward and gradients."""
+    torch.manual_seed(15)
+    d, ff, M = 32, 48, 11
+    o_proj = tilewright.nn.Linear(d, d)
+    up = tilewright.nn.RMSNormLinear(d, ff, eps=EPS)
+    with torch.no_grad():
+        up.norm_weight.copy_(1 + 0.3 * torch.randn(d))
+    attn, h = torch.randn(M, d, requires_grad=True), torch.randn(M, d, requires_grad=True)
+    h2, ss = o_proj(attn, h, return_sumsq=True)
+    out = up(h2, sumsq=ss)
+    out.square().sum().backward()
+    attn_r, h_r = (t.detach().clone().requires_grad_() for t in (attn, h))
+    h2_r = F.linear(attn_r, o_proj.weight, o_proj.bias) + h_r
+    out_r = F.linear(F.rms_norm(h2_r, (d,), up.norm_weight, EPS), up.weight, up.bias)
+    assert torch.allclose(out, out_r, rtol=1e-4, atol=1e-5)
+    grads = [attn.grad, h.grad, o_proj.weight.grad, up.norm_weight.grad, up.weight.grad]
+    for p in (o_proj.weight, up.norm_weight, up.weight):
+        p.grad = None
+    out_r.square().sum().backward()
+    for a, r in zip(grads, [attn_r.grad, h_r.grad, o_proj.weight.grad, up.norm_weight.grad, up.weight.grad]):
+        assert torch.allclose(a, r, rtol=1e-4, atol=1e-4), (a - r).abs().max()
+
+
+def test_opcheck_the_op_with_given_sums():
+    from tilewright.ops.rms_norm_linear import rms_norm_linear_sumsq_op
+
+    x = torch.randn(12, 16)
+    g, w, b = _norm_params(8, 16, torch.float32, 16)
+    ss = x.square().sum(-1)
+    torch.library.opcheck(rms_norm_linear_sumsq_op, (x, ss, g, w, b, EPS, None))
+    torch.library.opcheck(rms_norm_linear_sumsq_op, (x.requires_grad_(), ss, g, w, None, EPS, "triton"))
+
+
+def test_torch_compile_fullgraph_of_the_handoff_with_backward():
+    torch.manual_seed(17)
+    o_proj, up = tilewright.nn.Linear(16, 16), tilewright.nn.RMSNormLinear(16, 24, eps=EPS)
+
+    def f(a, h):
+        h2, ss = o_proj(a, h, return_sumsq=True)
+        return up(h2, sumsq=ss).sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    a, h = torch.randn(5, 16, requires_grad=True), torch.randn(5, 16)
+    compiled(a, h).backward()
+    a_r = a.detach().clone().requires_grad_()
+    f(a_r, h).backward()
+    assert torch.allclose(a.grad, a_r.grad, rtol=1e-4, atol=1e-5)
