@@ -183,7 +183,8 @@ def rms_norm_linear_sumsq_op(x: torch.Tensor, sumsq: torch.Tensor, norm_weight: 
 
 
 def _rstd_of_sumsq(sumsq: torch.Tensor, K: int, eps: float) -> torch.Tensor:
-    """``1 / sqrt(sumsq / K + eps)`` in fp32 (IEEE division and square root, as the kernels); K = 0: ``1 / sqrt(eps)``."""
+    """``1 / sqrt(sumsq / K + eps)`` in fp32 (IEEE division and square root, as the kernels); K = 0:
+    ``1 / sqrt(eps)``."""
     if K == 0:
         return torch.full(sumsq.shape, 1.0 / math.sqrt(eps), device=sumsq.device)
     return 1.0 / torch.sqrt(sumsq.float() / K + eps)
