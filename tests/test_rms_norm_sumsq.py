@@ -213,3 +213,87 @@ def test_torch_compile_fullgraph_of_the_handoff_with_backward():
     a_r = a.detach().clone().requires_grad_()
     f(a_r, h).backward()
     assert torch.allclose(a.grad, a_r.grad, rtol=1e-4, atol=1e-5)
+
+
+# ---- the sm_90 GEMM's sums-of-squares build as the op takes it (CPU tensors posing as an sm_90 device's) ----
+class _Decision:
+    backend = "cuda"
+    forced = False
+
+
+def _pose_as_sm90(monkeypatch, launches, launch_ok=True):
+    """is_cuda / capability faked, the router picking the CUDA GEMM, and a stand-in for the sumsq build's launch
+    that computes what the kernel's contract says (out, and per tile column of 256 the rows' sums of squares)."""
+    from tilewright import router
+    from tilewright.cuda_fallback import gemm_sm90, gemm_sumsq_sm90 as gs
+
+    monkeypatch.setattr(gemm_sm90, "PREFER_MIN_FLOPS", 0)  # (test-sized problems)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(router, "decide", lambda *a, **k: _Decision())
+    monkeypatch.setattr(gs, "ready", lambda *a: (True, "test"))
+    monkeypatch.setattr(gs, "partial_shape", lambda M, N, K: (-(-N // 256), M))
+
+    def try_launch(a, b, out, parts, bias=None, residual=None, activation=None):
+        launches.append(activation)
+        if not launch_ok:
+            return False
+        z = a.float() @ b.float() + (0 if bias is None else bias.float())
+        out.copy_(z + (0 if residual is None else residual.reshape(out.shape).float()))
+        parts.copy_(torch.stack([c.float().square().sum(1) for c in out.split(256, 1)]))
+        return True
+
+    monkeypatch.setattr(gs, "try_launch", try_launch)
+
+
+def test_linear_takes_the_sums_from_the_gemm_epilogue_where_the_cuda_gemm_runs(monkeypatch):
+    launches = []
+    _pose_as_sm90(monkeypatch, launches)
+    x, w, res = torch.randn(2, 256, 512).half(), (torch.randn(600, 512) / 20).half(), torch.randn(2, 256, 600).half()
+    import tilewright.ops.gemm as gm
+
+    monkeypatch.setattr(gm, "row_sumsq", lambda y: pytest.fail("the pass ran where the epilogue's sums serve"))
+    y, ss = tilewright.linear(x, w, residual=res, return_sumsq=True)
+    assert launches == [None] and y.shape == (2, 256, 600) and ss.shape == (2, 256)
+    monkeypatch.undo()
+    assert torch.allclose(y.float(), (x.float() @ w.float().t() + res.float()).half().float(), atol=1e-2)
+    assert torch.allclose(ss.double(), y.double().square().sum(-1), rtol=1e-5)
+
+
+def test_a_failed_epilogue_launch_falls_back_to_the_plain_path_and_a_pass(monkeypatch):
+    import tilewright.ops.gemm as gm
+
+    launches, full, passes = [], [], []
+    _pose_as_sm90(monkeypatch, launches, launch_ok=False)
+    monkeypatch.setattr(gm, "_gemm_full", lambda a, b, bias, res, *rest: full.append(1) or
+                        ((a.float() @ b.float()).to(a.dtype) + res.reshape(a.shape[0], -1), a.new_empty((0,))))
+    monkeypatch.setattr(gm, "row_sumsq", lambda y: passes.append(1) or y.float().square().sum(-1))
+    x, w, res = torch.randn(300, 512).half(), (torch.randn(512, 512) / 20).half(), torch.randn(300, 512).half()
+    y, ss = tilewright.linear(x, w, residual=res, return_sumsq=True)
+    assert launches == [None] and full == [1] and passes == [1]
+    assert torch.equal(ss, y.float().square().sum(-1))
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_the_epilogue_sums_under_autograd_keep_the_gemm_ops_gradients(monkeypatch, activation):
+    """With autograd the sums-of-squares launch runs inside the GEMM op's autograd node: the gradients are the plain
+    op's. With an activation the build is not used (it stores no pre-activation)."""
+    launches = []
+    _pose_as_sm90(monkeypatch, launches)
+    x = torch.randn(256, 512).half().requires_grad_()
+    w = (torch.randn(512, 512) / 20).half().requires_grad_()
+    res = torch.randn(256, 512).half().requires_grad_()
+    if activation is not None:
+        import tilewright.ops.gemm as gm
+
+        assert gm._linear_with_sumsq(x, w, None, res, activation, None) is None
+        return
+    y, ss = tilewright.linear(x, w, residual=res, return_sumsq=True)
+    assert launches == [None] and y.requires_grad and not ss.requires_grad
+    monkeypatch.undo()  # (the backward's GEMMs run for real, on the CPU)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    x2, w2, r2 = (t.detach().clone().requires_grad_() for t in (x, w, res))
+    (x2.float() @ w2.float().t() + r2.float()).backward(dy.float())
+    for a, b in ((x, x2), (w, w2), (res, r2)):
+        assert torch.allclose(a.grad.float(), b.grad.float(), rtol=1e-2, atol=1e-2)

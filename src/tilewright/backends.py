@@ -150,6 +150,7 @@ def implementation_modules() -> list:
 KERNEL_PARTS = (
     "tilewright.cuda_fallback.attention_bwd_sm90",  # the attention backward's dK / dV kernel (ops/attention.py)
     "tilewright.cuda_fallback.rstd_gemm_sm90",  # the folded RMSNorm-linear's GEMM (ops/rms_norm_linear.py)
+    "tilewright.cuda_fallback.gemm_sumsq_sm90",  # the GEMM returning its rows' sums of squares (ops/gemm.py)
 )
 
 

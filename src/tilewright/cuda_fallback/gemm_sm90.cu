@@ -205,13 +205,20 @@
 #ifndef TW_NORM_SUMSQ
 #define TW_NORM_SUMSQ 0
 #endif
-#if TW_NORM_A
+#ifndef TW_SUMSQ_OUT
+#define TW_SUMSQ_OUT 0
+#endif
+#if TW_NORM_A || TW_SUMSQ_OUT
 #include "ptx/math.cuh"      // quad_sum
+#endif
+#if TW_NORM_A
 #define TW_KERNEL_NAME tw_rmsnorm_gemm_sm90
 #elif defined(TW_FP8) && TW_FP8
 #define TW_KERNEL_NAME tw_fp8_gemm_sm90
 #elif TW_NORM_SUMSQ
 #define TW_KERNEL_NAME tw_rstd_gemm_sm90
+#elif TW_SUMSQ_OUT
+#define TW_KERNEL_NAME tw_gemm_sumsq_sm90
 #else
 #define TW_KERNEL_NAME tw_gemm_sm90
 #endif
@@ -353,6 +360,7 @@ static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 1
 static_assert(!FP8_PROMOTE || MA * BN / 2 <= 64, "TW_FP8_PROMOTE: consumer tiles of 64 x 128 (accumulator + partial)");
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
 static_assert(!TW_NORM_SUMSQ || (!FP8 && !NORM), "TW_NORM_SUMSQ: a 16-bit build without the norm prologue");
+static_assert(!TW_SUMSQ_OUT || (!FP8 && !NORM && !TW_NORM_SUMSQ), "TW_SUMSQ_OUT: a plain 16-bit GEMM build");
 constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 // The residual tile by TMA into the consumer's output staging buffer while its mainloop runs (when the launcher
 // passes a map: res_rows > 0), then read back with ldmatrix in the accumulator layout, added, and overwritten in
@@ -579,6 +587,8 @@ using namespace tw;
 // consumer tile lies within (a pos_embed repeated over the batch); 0 -> element loads through res / rs* as above.
 // TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
 // TW_NORM_SUMSQ: row_sumsq (M,) fp32, each row's sum of x^2; rstd_out (M,) fp32 or null; eps.
+// TW_SUMSQ_OUT: sumsq_part (ceil(N / BN), M) fp32, row-major: element (pn, r) = the sum over tile column pn's
+// columns of out[r, n]^2, of the values as stored (rounded to 16 bits) - summed over pn by the host, in a fixed order.
 // TW_FP8: scale_a, scale_b fp32 - one element each (TW_SCALE 1), (M,) and (N,) contiguous vectors (TW_SCALE 2), or
 // the block scales (TW_SCALE 3): scale_a (M, ceil(K/128)) column-major (element (r, kb) at kb * M + r), scale_b
 // (ceil(K/128), ceil(N/128)) row-major.
@@ -593,6 +603,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
 #if TW_NORM_SUMSQ
                  , const float* __restrict__ row_sumsq, float* __restrict__ rstd_out, float eps
+#endif
+#if TW_SUMSQ_OUT
+                 , float* __restrict__ sumsq_part
 #endif
                  TW_SCALE_PARAMS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1195,6 +1208,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // consumer's budget. The RMSNorm builds hold rstd and the norm's state too: 8 blocks spilled their fp16 GELU +
       // residual coop128x256 builds (12-32 B), 4 do not.
       constexpr int RES_J = NORM ? 4 : 8;
+#if TW_SUMSQ_OUT
+      // the squares of this thread's stored values, per row (its two rows of each 64-row block): the next RMSNorm's
+      // sums come from registers the epilogue holds anyway, instead of a pass that re-reads the output
+      float out_sq[MA][2];
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) out_sq[ma][0] = out_sq[ma][1] = 0.0f;
+#endif
 #pragma unroll
       for (int j0 = 0; j0 < BN / 8; j0 += RES_J) {
         tw_u32 bias_pk[RES_J];
@@ -1257,6 +1277,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                   v1 += pair_hi<(TW_FP16 != 0)>(r);
                 }
                 packed[ma][2 * jj + h] = pack_pair<(TW_FP16 != 0)>(v0, v1);
+#if TW_SUMSQ_OUT
+                {
+                  // squares of the rounded values (what the norm will read). Columns past N need no mask: they hold
+                  // 0 here - a zero-filled B tile gives a zero accumulator, bias and residual load 0 past N, and
+                  // every activation maps 0 to 0 - so two FFMAs a pair (a masked form was ~3x the instructions)
+                  const float s0 = pair_lo<(TW_FP16 != 0)>(packed[ma][2 * jj + h]);
+                  const float s1 = pair_hi<(TW_FP16 != 0)>(packed[ma][2 * jj + h]);
+                  out_sq[ma][h] = fmaf(s1, s1, fmaf(s0, s0, out_sq[ma][h]));
+                }
+#endif
               }
             }
           }
@@ -1265,6 +1295,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             stmatrix_x4(frag_addr(ma, j), packed[ma][0], packed[ma][1], packed[ma][2], packed[ma][3]);
         }
       }
+#if TW_SUMSQ_OUT
+      // a row's columns of this tile sit in the four lanes of a quad: their sum, stored once per (tile column, row)
+      // - every element written by exactly one thread, none accumulated in memory, so the sums are deterministic
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float row_sq = quad_sum(out_sq[ma][h]);
+          if ((lane & 3) == 0 && row_ok[ma][h])
+            sumsq_part[(long long)pn * M + row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h] = row_sq;
+        }
+#endif
       fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA store (async proxy)
       named_barrier_sync(EPI_BAR + c, 128);
       if (tid == 0) {

@@ -442,8 +442,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     ``return_sumsq=True`` returns ``(y, sumsq)``: sumsq (...,) float32 holds each output row's sum of squares,
     ``(y.float() ** 2).sum(-1)`` of the rounded output - what the RMSNorm after a pre-norm block's residual add
     needs (pass it as :func:`tilewright.rms_norm_linear`'s ``sumsq``, which then reads y once, in its GEMM, instead
-    of in a pass of its own). It carries no gradient (the norm's backward accounts for it through y). Today the sums
-    come from one read-only pass over y after the GEMM; not with DTensor arguments.
+    of in a pass of its own). It carries no gradient (the norm's backward accounts for it through y). Where the call
+    runs the sm_90 CUDA GEMM (the router's choice: large problems on an H100 / H200) the GEMM's epilogue sums the
+    squares of the values it stores (cuda_fallback/gemm_sumsq_sm90.py); elsewhere one read-only pass over y after the
+    GEMM does. Not with DTensor arguments.
     """
     if return_sumsq is not False:
         if return_sumsq is not True:
@@ -451,6 +453,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         if any(_dtensor.is_dtensor(t) for t in (x, weight, bias, residual) if t is not None):
             raise ValueError("return_sumsq: not supported with DTensor arguments (tensor parallelism; a row's sum "
                              "would span the ranks' shards); call without it")
+        fused = _linear_with_sumsq(x, weight, bias, residual, activation, backend)
+        if fused is not None:
+            return fused
         y = linear(x, weight, bias, residual=residual, activation=activation, backend=backend)
         return y, row_sumsq(y)
     if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
@@ -487,3 +492,48 @@ def row_sumsq(y: torch.Tensor) -> torch.Tensor:
     else:
         sums = y2.float().square().sum(-1)
     return sums.view(y.shape[:-1])
+
+
+def _linear_with_sumsq(x, weight, bias, residual, activation, backend):
+    """``(y, sumsq)`` of ``linear(..., return_sumsq=True)`` from the sm_90 GEMM's sums-of-squares build, where the
+    plain call would run the sm_90 CUDA GEMM; None elsewhere (the caller then runs the plain call and a pass over
+    its output). Under autograd the launch runs inside the GEMM op's autograd node, so y's gradients are the plain
+    op's; not with an activation there (the kernel does not store the pre-activation autograd needs)."""
+    if backend not in (None, "cuda") or traced() or not all(type(t) in _PLAIN for t in (x, weight, bias, residual)
+                                                           if t is not None):
+        return None
+    if not (x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and isinstance(weight, torch.Tensor)
+            and weight.dim() == 2 and x.dim() >= 1):
+        return None
+    from ..cuda_fallback import gemm_sm90, gemm_sumsq_sm90
+
+    M, K, N = math.prod(x.shape[:-1]), x.shape[-1], weight.shape[0]
+    # below the sm_90 GEMM's FLOPs floor the router never picks it: skip its decision (host time) there
+    if 2 * M * N * K < gemm_sm90.PREFER_MIN_FLOPS or torch.cuda.get_device_capability(x.device)[0] != 9:
+        return None
+    b = weight.t()
+    _check_gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)")
+    if residual is not None and residual.dtype != x.dtype:
+        return None
+    out_shape = (*x.shape[:-1], N)
+    a2, res3, bias = x.reshape(M, K), None if residual is None else _residual_3d(residual, out_shape), \
+        contiguous_vector(bias)
+    needs_grad = _needs_grad(x, b, bias, residual)
+    if needs_grad and activation is not None:
+        return None
+    if router.decide("gemm", a2, b, bias, res3, activation, backend=backend).backend != "cuda" or \
+            not gemm_sumsq_sm90.ready(a2, b, bias, res3)[0]:
+        return None
+    parts = torch.empty(gemm_sumsq_sm90.partial_shape(M, N, K), device=x.device, dtype=torch.float32)
+    fell_back = []
+
+    def run(a2, b, bias, res3, activation, out_dtype, save_preact, backend):
+        out = torch.empty((M, N), device=a2.device, dtype=a2.dtype)
+        if gemm_sumsq_sm90.try_launch(a2, b, out, parts, bias=bias, residual=res3, activation=activation):
+            return out, out.new_empty((0,))
+        fell_back.append(True)  # (failed once: warned and disabled) the plain op's path, and a pass for the sums
+        return _gemm_full(a2, b, bias, res3, activation, out_dtype, save_preact, backend)
+
+    y = call_checked(gemm_op, run, needs_grad, a2, b, bias, res3, activation, a2.dtype, False, backend)[0]
+    y = output_view(y, out_shape)
+    return y, (row_sumsq(y) if fell_back else parts.sum(0).view(out_shape[:-1]))
