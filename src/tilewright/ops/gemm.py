@@ -445,7 +445,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     of in a pass of its own). It carries no gradient (the norm's backward accounts for it through y). Where the call
     runs the sm_90 CUDA GEMM (the router's choice: large problems on an H100 / H200) the GEMM's epilogue sums the
     squares of the values it stores (cuda_fallback/gemm_sumsq_sm90.py); elsewhere one read-only pass over y after the
-    GEMM does. Not with DTensor arguments.
+    GEMM does. Where it pays: inference in bf16 on sm_90, where the norm's folded forward then runs its GEMM alone.
+    A training step's norm writes ``x * rstd * g`` in a pass that reads x anyway, so the sums save it no traffic -
+    and where they come from a pass of their own, that pass is a read of y more. Not with DTensor arguments.
     """
     if return_sumsq is not False:
         if return_sumsq is not True:
