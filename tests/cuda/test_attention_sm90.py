@@ -168,6 +168,114 @@ def test_wide_key_block_variants_build_at_head_dim_128_only(fake_driver):
     assert [m[4] for m in fake_driver.maps] == [(64, 128, 1, 1), (64, 176, 1, 1), (64, 176, 1, 1), (64, 64, 1, 1)]
 
 
+# ------------------------------------------------------------------------------------------------ persistent CTAs
+PERSISTENT_TWINS = {"cp": "c", "c176p": "c176"}  # persistent variant -> the one-CTA-per-tile variant it loops
+PERSISTENT_BUILDS = sorted(row[0] for row in ca.build_check_builds() if row[1].get("TW_PERSISTENT"))
+
+
+def _sass_with_addresses(text: str) -> list:
+    """(address, instruction) of every instruction of the forward kernel's SASS listing."""
+    return [(int(a, 16), op.strip()) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", text)]
+
+
+def _key_block_loop(ins: list, per_block: int) -> list:
+    """The instructions of the consumers' key-block loop: the shortest backward branch's span that holds exactly the
+    HGMMAs of one block (QK^T's and P V's k-steps). Longer spans with HGMMAs are the tile loop, or the spin-wait
+    retries placed after the kernel's body."""
+    where = {a: i for i, (a, _) in enumerate(ins)}
+    spans = []
+    for i, (a, op) in enumerate(ins):
+        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", op)
+        if m and int(m.group(1), 16) <= a:
+            body = ins[where[int(m.group(1), 16)]:i + 1]
+            if sum(bool(re.match(r"(@!?U?P\w+\s+)?HGMMA", o)) for _, o in body) == per_block:
+                spans.append(body)
+    assert spans, f"no loop with {per_block} HGMMAs"
+    return [op for _, op in min(spans, key=len)]
+
+
+@needs_compiler
+@pytest.mark.parametrize("label", PERSISTENT_BUILDS)
+def test_persistent_builds_keep_their_twins_key_block_loop(cache, label):
+    """cp / c176p (TW_PERSISTENT): the build-check rows compile without spills, stack or a ptxas performance
+    warning; their key-block loop issues the twin's HGMMAs (c / c176: D/16 QK^T + BN/16 P V k-steps a block, the same
+    total), with no R2UR and no local memory in it (carried across the tile loop, the warpgroup index lost its
+    uniformity to ptxas once and the Q descriptors came back with 16 R2URs a block), and at most 16 more instructions
+    than the twin's loop (measured, nvcc 13.0: 10-11 more, the ring position from a running block count)."""
+    defines = {row[0]: row[1] for row in ca.build_check_builds()}[label]
+    twin = dict(defines)
+    del twin["TW_PERSISTENT"]
+    per_block = defines["TW_HDIM"] // 16 + defines["TW_BN"] // 16
+    loops = []
+    for d in (defines, twin):
+        ins = _sass_with_addresses(_clean_build_sass(d))
+        assert sum(bool(re.match(r"(@!?U?P\w+\s+)?HGMMA", op)) for _, op in ins) == 2 * per_block
+        loops.append(_key_block_loop(ins, per_block))
+    mine, theirs = loops
+    assert not [op for op in mine if "R2UR" in op or re.match(r"(@!?U?P\w+\s+)?(LDL|STL)", op)]
+    assert len(mine) <= len(theirs) + 16, (len(mine), len(theirs))
+
+
+def test_persistent_variants(monkeypatch):
+    """cp / c176p are c / c176 with TW_PERSISTENT (8 more bytes of shared memory: the q_empty barrier), at the same
+    head dims; no other variant defines TW_PERSISTENT (their builds keep their cache keys); neither is a default or
+    picked by any rule, only named (the variable or the variant argument)."""
+    for name, twin in PERSISTENT_TWINS.items():
+        v, t = ca.VARIANTS[name], ca.VARIANTS[twin]
+        assert v.persistent and not t.persistent and v.head_dims == t.head_dims
+        for D in v.head_dims:
+            for causal in (False, True):
+                assert v.defines(D, causal, False) == {**t.defines(D, causal, False), "TW_PERSISTENT": 1}
+            assert v.smem_bytes(D) == t.smem_bytes(D) + 8 <= ca.SMEM_LIMIT
+    assert not any(v.persistent or "TW_PERSISTENT" in v.defines(D, True, False, True, True, True)
+                   for n, v in ca.VARIANTS.items() if n not in PERSISTENT_TWINS for D in v.head_dims)
+    picked = {ca.pick_variant(D, causal, s, s, plain).name for D in (64, 96, 128, 256) for causal in (None, False, True)
+              for s in (128, 2048, 4096, 16384) for plain in (False, True)}
+    assert not picked & set(PERSISTENT_TWINS) and ca.DEFAULT_VARIANT not in PERSISTENT_TWINS
+    assert not set(ca.DEFAULT_BY_HEAD_DIM.values()) & set(PERSISTENT_TWINS)
+    monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN_VARIANT", "c176p")
+    assert ca.pick_variant(128).name == "c176p"
+
+
+@pytest.mark.parametrize("B,Hq,Sq,variant", [(2, 4, 300, "cp"), (2, 8, 2048, "cp"), (1, 2, 1, "c176p"),
+                                             (3, 16, 4000, "c176p")])
+def test_persistent_launch_grid(fake_driver, B, Hq, Sq, variant):
+    """A persistent launch: min(tiles, SMs) CTAs in x (the CPU stand-in's 132 SMs: _env.sm_count), the tiles
+    ceil(Sq / 128) x Hq x B counted in the kernel from the batch, its one extra (last) argument; the twin's build,
+    maps and other arguments otherwise."""
+    q, k, v = _qkv(B=B, Hq=Hq, Hkv=Hq // 2, Sq=Sq, Skv=Sq + 7)
+    out, lse = torch.empty_like(q), torch.empty(B, Hq, Sq)
+    for name in (variant, PERSISTENT_TWINS[variant]):
+        ca.launch_attention(q, k, v, out, lse, causal=True, variant=name)
+    (_, _, mine), (_, _, twin) = fake_driver.builds
+    assert mine == {**twin, "TW_PERSISTENT": 1}
+    (_, grid, block, smem, args), (_, twin_grid, twin_block, twin_smem, twin_args) = fake_driver.launches
+    tiles = -(-Sq // 128) * Hq * B
+    assert twin_grid == (-(-Sq // 128), Hq, B)
+    assert grid == (min(tiles, ca.sm_count(q.device)), 1, 1) and (grid[0] == 132) == (tiles > 132)
+    assert block == twin_block == (384, 1, 1) and smem == twin_smem + 8
+    assert len(args) == len(twin_args) + 1 and args[-1].value == B
+    assert [a.value for a in args[4:-1]] == [a.value for a in twin_args[4:]]
+    assert fake_driver.maps[:4] == fake_driver.maps[4:]
+
+
+def test_persistent_grid_limits(fake_driver):
+    """persistent_grid: one CTA per tile up to the SM count, never 0; 2^30 tiles or more raise (the kernel counts
+    them in 32-bit ints). A packed batch has no persistent build: asked for one, the launch preparation raises before
+    compiling."""
+    assert ca.persistent_grid((3, 4, 2), 132) == (24, 1, 1)
+    assert ca.persistent_grid((64, 16, 2), 132) == (132, 1, 1) and ca.persistent_grid((1, 1, 1), 78) == (1, 1, 1)
+    assert ca.persistent_grid(((1 << 30) - 1, 1, 1), 132) == (132, 1, 1)
+    with pytest.raises(ValueError, match="2\\^30"):
+        ca.persistent_grid((1 << 15, 1 << 14, 2), 132)
+    q, k, v, cu_q, cu_k = _packed((20, 30), (20, 30))
+    views = [ca._packed_as_bhsd(t) for t in (q, k, v, torch.empty_like(q))]
+    with pytest.raises(ValueError, match="'cp' .*no packed-batch build"):
+        ca._prepare(*views, torch.empty(4, 50), False, 0.1, ca.VARIANTS["cp"], (0, -31), 0.0, False,
+                    ca.Varlen(cu_q, cu_k, 30, 30))
+    assert not fake_driver.builds
+
+
 # ------------------------------------------------------------------------------------------------ variants
 def test_variants_and_defines():
     assert list(ca.VARIANTS)[:2] == ["a", "b"] and ca.DEFAULT_VARIANT in ca.VARIANTS

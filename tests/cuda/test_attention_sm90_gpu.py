@@ -43,14 +43,15 @@ def _sdpa(q, k, v, causal):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
 
 
-VARIANTS = ["a", "b", "b_free", "c", "c64"]
+# cp: c with persistent CTAs (TW_PERSISTENT), last - the full schedule looped over tiles
+VARIANTS = ["a", "b", "b_free", "c", "c64", "cp"]
 # three consumer warpgroups (BM 192, a round-robin pingpong): head dim 64 only
 VARIANTS_HD64 = ["b3", "c3"]
-# 176- / 192-key blocks: the head dim 128 build only (head dims 72-128)
-VARIANTS_HD128 = ["c176", "c192"]
+# 176- / 192-key blocks: the head dim 128 build only (head dims 72-128); c176p: c176 with persistent CTAs
+VARIANTS_HD128 = ["c176", "c192", "c176p"]
 
 
-@pytest.mark.parametrize("variant", ["a", "b", "b_free", "c", "c64"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", [(1, 2, 2, 128, 128, 128), (2, 4, 2, 300, 300, 128), (1, 2, 1, 77, 333, 64),
                                    (1, 2, 1, 333, 77, 64), (1, 2, 2, 257, 190, 256), (1, 2, 2, 1500, 1500, 128)])
 @pytest.mark.parametrize("causal", [False, True])
@@ -139,7 +140,7 @@ def test_variant_numerics_cases(variant, case):
 @pytest.mark.parametrize("with_lse", [False, True], ids=["out", "out+lse"])
 @pytest.mark.parametrize("case", [(2, 4, 2, 300, 128, True), (1, 2, 1, 257, 64, False)],
                          ids=["gqa-300-d128-causal", "gqa-257-d64-full"])
-@pytest.mark.parametrize("variant", ["a", "b", "c", "c64"])
+@pytest.mark.parametrize("variant", ["a", "b", "c", "c64", "cp"])
 def test_op_forward_and_backward_through_cuda(monkeypatch, variant, case, with_lse):
     """The op with backend="cuda" (this variant's forward, the Triton backward): dq / dk / dv against fp64 within 2x
     the peer's error: the Triton forward when the loss also weighs lse (SDPA returns none), SDPA otherwise."""
@@ -224,6 +225,53 @@ def test_op_runs_the_wide_key_variant_where_it_is_picked(monkeypatch, case):
         assert _rel(g, r) <= 2 * _rel(p, r) + 1e-6, f"{name}: {_rel(g, r):.2e} vs SDPA {_rel(p, r):.2e}"
 
 
+# Persistent CTAs (cp / c176p) against their one-CTA-per-tile twins (c / c176), which run the same tiles' key blocks in
+# the same order: (B, Hq, Hkv, Sq, Skv, causal, bottom-right, window (left, right)). Tails in both lengths, GQA,
+# B > 1; fewer tiles than SMs (6) and more (512, heavy-first order; 192 past 4096 keys, x-fastest order); tiles
+# without a key block (bottom-right causal, Sq 1000 > Skv 200: rows 0-799 see no key, tiles 0-5 have no block); a
+# window (two to three blocks a tile, from kb0 > 0); one key block a tile (Skv 100).
+PERSISTENT_CASES = [(1, 2, 2, 300, 300, False, False, None), (2, 4, 2, 333, 777, True, False, None),
+                    (2, 16, 4, 2047, 2047, True, False, None), (2, 8, 8, 1500, 5000, True, True, None),
+                    (2, 4, 2, 1000, 200, True, True, None), (1, 4, 2, 1100, 1100, False, False, (256, 0)),
+                    (3, 4, 4, 700, 100, False, False, None)]
+
+
+@pytest.mark.parametrize("sms", [None, 1, 5], ids=["sms-device", "sms-1", "sms-5"])
+@pytest.mark.parametrize("case", PERSISTENT_CASES, ids=lambda c: "x".join(map(str, c[:5])) +
+                         f"-{'causal' if c[5] else 'full'}{'-br' if c[6] else ''}{'-window' if c[7] else ''}")
+@pytest.mark.parametrize("variant,twin", [("cp", "c"), ("c176p", "c176")])
+def test_persistent_matches_its_twin(monkeypatch, variant, twin, case, sms):
+    """cp / c176p write out and LSE bit-equal to c / c176 (the same tiles, blocks and instructions per element, only
+    the schedule of tiles over CTAs differs) into NaN-poisoned tensors, within bf16's error of the fp64 reference.
+    The grid: the device's SM count, or forced to 1 CTA (every tile in one CTA: the barriers' parities and the K / V
+    ring's position carried over hundreds of tiles, of 0, 1 or many blocks) or 5 (tiles that do not divide evenly)."""
+    ca = _ca()
+    if sms is not None:
+        monkeypatch.setattr(ca, "sm_count", lambda device: sms)
+    monkeypatch.setattr(ca, "_prepared", {})
+    B, Hq, Hkv, Sq, Skv, causal, bottom_right, window = case
+    q, k, v = _qkv(B, Hq, Hkv, Sq, Skv, 128)
+    shift = Skv - Sq if bottom_right else 0
+    options = {"causal_offset": shift + (0 if causal or window is None else window[1]),
+               "window_offset": None if window is None else shift - window[0]}
+    upper = causal or window is not None
+    results = []
+    for name in (variant, twin):
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((B, Hq, Sq), float("nan"), device=DEV)
+        ca.launch_attention(q, k, v, out, lse, upper, None, name, **options)
+        results.append((out, lse))
+    torch.cuda.synchronize()
+    (out, lse), (twin_out, twin_lse) = results
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    assert torch.equal(out, twin_out) and torch.equal(lse, twin_lse), \
+        f"{variant} differs from {twin}: out {(out.float() - twin_out.float()).abs().max().item():.3e}, " \
+        f"lse {(lse - twin_lse).nan_to_num(posinf=0, neginf=0).abs().max().item():.3e}"
+    ro, rl = attention_reference(q.double(), k.double(), v.double(), causal, None, bottom_right, 0.0, window)
+    assert torch.equal(torch.isinf(lse), torch.isinf(rl))  # rows without a key: LSE -inf (and out 0) in both
+    assert _rel(out, ro) <= 1e-2 and (lse.double() - rl)[torch.isfinite(rl)].abs().max().item() <= 5e-3
+
+
 def test_repeated_launches_identical():
     ca = _ca()
     q, k, v = _qkv(2, 4, 2, 300, 300, 128)
@@ -306,7 +354,7 @@ def test_stress_repeated_launches_identical(stress_launches):
     assert torch.equal(out, out0) and torch.equal(lse, lse0)
 
 
-@pytest.mark.parametrize("variant", ["a", "c"])
+@pytest.mark.parametrize("variant", ["a", "c", "cp"])
 def test_sanitizer_memcheck(sanitizer, variant):
     """--sanitizer: compute-sanitizer memcheck on one small ragged GQA problem (Sq 130, Skv 200) per head dim."""
     _ca()

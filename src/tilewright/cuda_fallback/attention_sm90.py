@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from .._codes import Varlen
-from .._env import SMEM_OPTIN_BYTES
+from .._env import SMEM_OPTIN_BYTES, sm_count
 from .. import backends
 from ..backends import Measurement, register
 from .runtime import HALF_DTYPES, build, cuda_backend, launch
@@ -45,8 +45,8 @@ MAX_BAND_SPAN = 1 << 30
 @dataclass(frozen=True)
 class Variant:
     """One schedule of the kernel (see the .cu header): consumer warpgroups, pingpong, intra-warpgroup overlap, ring
-    depth. Head dim, causal and dtype are further compile-time switches chosen per call (the head dims it builds at:
-    ``head_dims``)."""
+    depth, persistent CTAs. Head dim, causal and dtype are further compile-time switches chosen per call (the head dims
+    it builds at: ``head_dims``)."""
 
     name: str
     consumers: int
@@ -55,6 +55,9 @@ class Variant:
     stages: int = 2
     block_n: int | None = None  # key block; None: 128, or 64 at head dim 256
     exp_fma: int | None = None  # every exp_fma-th 8-column chunk's exponentials on the FMA pipe; None: EXP_FMA_DEFAULT
+    # TW_PERSISTENT: at most one CTA per SM, each walking the tiles (persistent_grid); dense launches of the overlap
+    # schedule only (the .cu's static_assert; packed batches run variant c)
+    persistent: bool = False
 
     @property
     def bm(self) -> int:
@@ -88,9 +91,10 @@ class Variant:
         return self.overlap and self.consumers < 3 and (head_dim == 64 or (head_dim == 128 and self.bn(head_dim) == 64))
 
     def smem_bytes(self, head_dim: int) -> int:
-        """Dynamic shared memory: Q tile + STAGES x (K + V) blocks + mbarriers + 1024 alignment slack."""
+        """Dynamic shared memory: Q tile + STAGES x (K + V) blocks + mbarriers (bar_q, full / empty K and V per
+        stage, and the persistent builds' q_empty) + 1024 alignment slack."""
         return 1024 + self.bm * head_dim * 2 + 2 * self.stages * self.bn(head_dim) * head_dim * 2 + \
-            (1 + 4 * self.stages) * 8
+            (1 + 4 * self.stages + self.persistent) * 8
 
     def defines(self, head_dim: int, causal: bool, fp16: bool, softcap: bool = False, window: bool = False,
                 upper_offset: bool = False) -> dict:
@@ -110,6 +114,8 @@ class Variant:
         exp_fma = self.exp_fma if self.exp_fma is not None else EXP_FMA_DEFAULT.get(head_dim, 0)
         if exp_fma:
             defs["TW_EXP_FMA"] = exp_fma
+        if self.persistent:
+            defs["TW_PERSISTENT"] = 1
         return defs
 
 
@@ -147,6 +153,11 @@ VARIANTS = {v.name: v for v in (
     # runs where it measured faster than c (WIDE_KEYS_BY_HEAD_DIM, below); c192, within 0.5% of it, stays an A/B one.
     Variant("c176", 2, True, True, block_n=176),
     Variant("c192", 2, True, True, block_n=192),
+    # c / c176 with persistent CTAs (issue 15: per-CTA fill and drain at 2k-4k tokens a head, 12-23 key blocks a
+    # tile): gridDim.x = min(tiles, SMs) CTAs walk the tiles in the same order, the K / V ring running on across a
+    # CTA's tiles. A/B only (perf/results/h200/attention/persistent_ab_2026-11-29.py); neither default nor picked.
+    Variant("cp", 2, True, True, persistent=True),
+    Variant("c176p", 2, True, True, block_n=176, persistent=True),
     Variant("b3", 3, True, False),  # b with three consumer warpgroups in a round-robin pingpong (hdim 64 only)
     Variant("c3", 3, True, True),   # c with three consumer warpgroups (hdim 64 only; the .cu header says why)
 )}
@@ -161,7 +172,9 @@ BUILD_CHECK_BUILDS = (("b", 128, False, False), ("c", 128, False, False),
                       ("c", 128, True, False, False, False, True, True),  # packed batches (varlen), causal
                       ("c", 256, False, False, False, False, False, True),
                       ("c3", 64, False, False), ("c3", 64, True, False), ("b3", 64, False, False),
-                      ("c176", 128, False, False), ("c192", 128, False, True))
+                      ("c176", 128, False, False), ("c192", 128, False, True),
+                      ("cp", 128, False, False), ("cp", 128, True, False),  # persistent CTAs
+                      ("c176p", 128, False, False), ("c176p", 128, True, False))
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # wgmma (SS for QK^T, register-A for PV), TMA in and out, setmaxnreg, stmatrix
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")
@@ -201,8 +214,8 @@ def pick_variant(head_dim: int | None = None, causal: bool | None = None, sq: in
     """The variant to run at ``head_dim`` (its build's default: DEFAULT_BY_HEAD_DIM, else DEFAULT_VARIANT), or the
     wide-key-block one (WIDE_KEYS_BY_HEAD_DIM) when the mask is known (``causal`` not None), plain (no window, no soft
     cap: ``plain_mask``) and the problem is where it measured faster (``sq`` query rows, ``skv`` keys: wide_keys_pay);
-    ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | c176 | c192 | b3 | c3 overrides it (b3 / c3 build
-    at head dim 64 only, c176 / c192 at 128: see :func:`check_variant_head_dim`)."""
+    ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | c176 | c192 | cp | c176p | b3 | c3 overrides it (b3 /
+    c3 build at head dim 64 only, c176 / c192 / c176p at 128: see :func:`check_variant_head_dim`)."""
     name = os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT")
     if name:
         return VARIANTS[name]
@@ -215,8 +228,8 @@ def pick_variant(head_dim: int | None = None, causal: bool | None = None, sq: in
 
 def check_variant_head_dim(var: Variant, head_dim: int) -> None:
     """ValueError when ``var`` has no build at the build head dim of ``head_dim`` (b3 / c3 at anything but 64, c176 /
-    c192 at anything but 128): a
-    variant asked for by name runs as itself or not at all, never as another one in its place."""
+    c192 / c176p at anything but 128): a variant asked for by name runs as itself or not at all, never as another one
+    in its place."""
     d = build_head_dim(head_dim)
     if d is not None and d not in var.head_dims:
         others = ", ".join(n for n, v in VARIANTS.items() if d in v.head_dims)
@@ -381,6 +394,8 @@ def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: 
              window: bool, packed: Varlen | None = None):
     """(function, grid, arguments) of one launch; q / k / v / out as (B, H, S, D) - for packed batches (``packed``)
     the (1, H, total, D) views, the grid then covering ``packed.max_q`` query rows of each sequence."""
+    if var.persistent and packed is not None:  # (launch_attention_varlen runs DEFAULT_VARIANT: not reached from it)
+        raise ValueError(f"cuda attention: variant {var.name!r} (persistent CTAs) has no packed-batch build")
     B, Hq, Sq, D = q.shape
     head_dim = D
     D = build_head_dim(D)  # the build; the maps keep the tensors' own head dim (tma_dims_strides)
@@ -400,6 +415,8 @@ def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: 
             (dims, strides), _ = tma_dims_strides(t)
             maps.append(launch.tag(drv.encode_tiled(dt, t.data_ptr(), dims, strides, (64, rows, 1, 1), 128), role))
     grid = (-(-(Sq if packed is None else packed.max_q) // var.bm), Hq, B if packed is None else packed.batch)
+    if var.persistent:
+        grid = persistent_grid(grid, sm_count(q.device))
     # with the soft cap, scores become cap * tanh(s * scale / cap) * log2(e) before the softmax's exp2: scale_log2 1
     capped = softcap > 0
     args = [*maps, launch.pointer("LSE", lse), ctypes.c_int32(Sq), ctypes.c_int32(Skv), ctypes.c_int32(Hq),
@@ -408,11 +425,24 @@ def _prepare(q, k, v, out, lse, causal: bool, scale: float, var: Variant, band: 
     if packed is None:  # the packed-batch arguments, unread by dense builds
         args += [ctypes.c_uint64(0), ctypes.c_uint64(0), ctypes.c_uint64(0), ctypes.c_int64(0), ctypes.c_int64(0),
                  ctypes.c_int32(head_dim)]
+        if var.persistent:  # the persistent builds' last argument: the batch (their tiles: ceil(Sq / BM) x Hq x B)
+            args.append(ctypes.c_int32(B))
     else:
         args += [launch.pointer("CU_Q", packed.cu_q), launch.pointer("CU_K", packed.cu_k),
                  launch.pointer("O_ROWS", out), ctypes.c_int64(out.stride(2)), ctypes.c_int64(out.stride(1)),
                  ctypes.c_int32(head_dim)]
     return fn, grid, args
+
+
+def persistent_grid(tiles: tuple[int, int, int], sms: int) -> tuple[int, int, int]:
+    """The grid of a persistent build (TW_PERSISTENT) over the (x, y, z) tiles the other builds launch one CTA each
+    for: min(tiles, SMs) CTAs in x (one per SM: a CTA's shared memory, 161-214 KB, leaves room for no second), each
+    taking the tiles at linear positions blockIdx.x, + gridDim.x, ... (the kernel's tile_coords). ValueError for 2^30
+    tiles or more: the kernel counts them in 32-bit ints, a position plus the grid's stride included."""
+    total = tiles[0] * tiles[1] * tiles[2]
+    if total >= 1 << 30:
+        raise ValueError(f"cuda attention: {total} tiles for a persistent variant (fewer than 2^30)")
+    return (max(1, min(total, sms)), 1, 1)
 
 
 def check_launch(q, k, v, out, lse) -> None:

@@ -102,6 +102,13 @@ struct CtaCoords {
   int rank, y, z;
 };
 
+// Heavy-first order: dispatch position `linear` -> (rank, y, z), every one of the `heads` (y, z) pairs' tile of rank 0
+// first, then rank 1, ...
+TW_DEVICE CtaCoords heavy_first_coords(unsigned linear, unsigned ny, unsigned heads) {
+  const unsigned rank = linear / heads, rest = linear - rank * heads;
+  return {(int)rank, (int)(rest % ny), (int)(rest / ny)};
+}
+
 TW_DEVICE CtaCoords cta_coords(bool dense_causal, int streamed_rows) {
   unsigned x, y, z;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
@@ -116,8 +123,18 @@ TW_DEVICE CtaCoords cta_coords(bool dense_causal, int streamed_rows) {
   if ((unsigned long long)nx * ny * nz > 0xffffffffull) return {(int)x, (int)y, (int)z};
   const unsigned heads = ny * nz;                 // (y, z) pairs: the CTAs of one rank
   const unsigned linear = x + nx * (y + ny * z);  // dispatch position
-  const unsigned rank = linear / heads, rest = linear - rank * heads;
-  return {(int)rank, (int)(rest % ny), (int)(rest / ny)};
+  return heavy_first_coords(linear, ny, heads);
+}
+
+// The coordinates of the tile at linear position `linear` (0 first) of an nx x ny x nz grid of tiles, in the order
+// cta_coords gives the CTA at that dispatch position of a launched grid: for a persistent kernel, whose CTAs walk the
+// linear positions themselves (blockIdx.x, + gridDim.x, ...) rather than being dispatched one per tile. The caller
+// keeps nx * ny * nz below 2^30 (the host refuses larger grids for the persistent builds).
+TW_DEVICE CtaCoords tile_coords(bool dense_causal, int streamed_rows, unsigned linear, unsigned nx, unsigned ny,
+                                unsigned nz) {
+  if (dense_causal && streamed_rows <= HEAVY_FIRST_MAX_KEYS) return heavy_first_coords(linear, ny, ny * nz);
+  const unsigned yz = linear / nx;  // x fastest, as the hardware dispatches a grid
+  return {(int)(linear - yz * nx), (int)(yz % ny), (int)(yz / ny)};
 }
 
 // The BM-row query tile of a CTA that walks key blocks (the forward, the backward's dQ): its first row, its first
@@ -132,14 +149,21 @@ struct QueryTile {
   int nblk;
 };
 
+// `tiles`: the query tiles of a sequence (a persistent kernel's own count; one CTA per tile: gridDim.x, the overload
+// below).
 template <int BM, int BN, bool CAUSAL, bool WINDOW>
-TW_DEVICE QueryTile query_tile(int Skv, KeyBand band, int rank) {
-  const int m_tile = CAUSAL ? (int)gridDim.x - 1 - rank : rank;
+TW_DEVICE QueryTile query_tile(int Skv, KeyBand band, int rank, int tiles) {
+  const int m_tile = CAUSAL ? tiles - 1 - rank : rank;
   const int m0 = m_tile * BM;
   const int kv_begin = WINDOW ? max(0, m0 + band.lower) : 0;            // the tile's first row's lowest key
   const int kv_end = CAUSAL ? min(Skv, m0 + BM + band.upper) : Skv;     // one past its last row's highest key
   const int kb0 = kv_begin / BN;
   return {m0, kb0, kv_end > kv_begin ? (kv_end + BN - 1) / BN - kb0 : 0};
+}
+
+template <int BM, int BN, bool CAUSAL, bool WINDOW>
+TW_DEVICE QueryTile query_tile(int Skv, KeyBand band, int rank) {
+  return query_tile<BM, BN, CAUSAL, WINDOW>(Skv, band, rank, (int)gridDim.x);
 }
 
 // Position in a STAGES-deep ring of full / empty mbarrier pairs: the stage, and the parity its full barrier completes
