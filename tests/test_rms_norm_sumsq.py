@@ -297,3 +297,21 @@ def test_the_epilogue_sums_under_autograd_keep_the_gemm_ops_gradients(monkeypatc
     (x2.float() @ w2.float().t() + r2.float()).backward(dy.float())
     for a, b in ((x, x2), (w, w2), (res, r2)):
         assert torch.allclose(a.grad.float(), b.grad.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_forced_backends_with_given_sums(monkeypatch):
+    """A forced 'cuda' runs the rstd-GEMM or raises (never another kernel in its place); an unknown forced backend
+    is named; use_backend('torch') takes torch's formula."""
+    x = torch.randn(6, 16)
+    g, w, b = _norm_params(8, 16, torch.float32, 18)
+    ss = x.square().sum(-1)
+    with pytest.raises(ValueError, match="'cuda' was forced with sumsq"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss, backend="cuda")
+    monkeypatch.setenv("TILEWRIGHT_BACKEND", "bogus")
+    with pytest.raises(ValueError, match="TILEWRIGHT_BACKEND: unknown backend 'bogus'"):
+        tilewright.rms_norm_linear(x, g, w, b, sumsq=ss)
+    monkeypatch.delenv("TILEWRIGHT_BACKEND")
+    with tilewright.use_backend("torch"):
+        y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, sumsq=ss)
+    ours, theirs = _errors(y, x, g, w, b)
+    assert ours <= 2 * theirs + 1e-6

@@ -150,15 +150,23 @@ def rms_norm_linear_sumsq_op(x: torch.Tensor, sumsq: torch.Tensor, norm_weight: 
     M, K = x.shape
     N = weight.shape[0]
     norm_weight, bias, sumsq = contiguous_vector(norm_weight), contiguous_vector(bias), contiguous_vector(sumsq)
-    decision = router.decide("rms_norm_linear", x, norm_weight, weight, bias, backend=backend)
+    # No router decision: its choice for the norm op is a fused kernel whose sums this call does not need (deciding
+    # would also run that kernel's first-use self-check, a compile). The routes below: torch's formula off the
+    # kernels' devices or when forced; the folded rstd-GEMM (forced 'cuda', or where it applies); else two passes.
+    forced, source = (backend, "backend= argument") if backend is not None else router._forced()
+    if forced is not None and forced not in router.BACKENDS:
+        raise ValueError(f"{source}: unknown backend {forced!r}; expected one of {router.BACKENDS}")
     rstd = torch.empty((M,), device=x.device, dtype=torch.float32)
-    if M == 0 or N == 0 or K == 0 or decision.backend == "torch" or not (x.is_cuda or interpreting()):
+    if M == 0 or N == 0 or K == 0 or forced == "torch" or not (x.is_cuda or interpreting()):
+        if forced not in (None, "torch") and not (x.is_cuda or interpreting()):
+            raise ValueError(f"rms_norm_linear: backend {forced!r} was forced, but x is on {x.device}: the kernels "
+                             "need a CUDA device (or TRITON_INTERPRET=1 for Triton on the CPU)")
         rstd.copy_(_rstd_of_sumsq(sumsq, K, eps))
         if M == 0 or N == 0:
             return x.new_empty((M, N)), rstd
         return _unfused_with_rstd(x, rstd, norm_weight, weight, bias), rstd
-    forced_cuda = decision.forced and decision.backend == "cuda"
-    if forced_cuda or (not decision.forced and folded_applies(x, N, weight, norm_weight)):
+    forced_cuda = forced == "cuda"
+    if forced_cuda or (forced is None and folded_applies(x, N, weight, norm_weight)):
         # The folded forward with nothing left for it to sum: the plain GEMM's mainloop, rstd from the given sums
         # in its epilogue (cuda_fallback/rstd_gemm_sm90.py) - the call costs the bare GEMM and M floats read.
         from ..cuda_fallback import rstd_gemm_sm90
@@ -178,7 +186,7 @@ def rms_norm_linear_sumsq_op(x: torch.Tensor, sumsq: torch.Tensor, norm_weight: 
     from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
 
     u = launch_rmsnorm_fwd(unit_last(x), norm_weight, rstd, eps, sumsq=sumsq)
-    gemm_backend = "triton" if decision.forced else None
+    gemm_backend = "triton" if forced is not None else None
     return call_op(gemm_op, u, weight.t(), bias, None, None, x.dtype, False, gemm_backend)[0], rstd
 
 
