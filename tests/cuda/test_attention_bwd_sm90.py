@@ -86,11 +86,22 @@ def test_build_check_lists_the_backward_builds():
     assert rows[11][0].endswith(" varlen") and "TW_VARLEN" not in rows[9][1]
     # dQ staged by 64-bit stores (the A/B switch's builds): head dim 64 full and 128 causal, without the split macro;
     # every other dQ-in-the-pass row has it (the default staging), no row without dQ in the pass does
-    assert [r[0] for r in rows[-2:]] == ["dkdv b+dq hdim64 full bf16 dq-b64",
-                                         "dkdv b+dq hdim128 causal bf16 dq-b64"]
-    assert all("TW_DQ_STAGE_SPLIT" not in r[1] and r[3][-1] == "UTMAREDG" for r in rows[-2:])
-    assert all(("TW_DQ_STAGE_SPLIT" in r[1]) == (r[1]["TW_DQ_ATOMIC"] == 1) for r in rows[:-2])
-    assert any(r[1]["TW_DQ_ATOMIC"] == 1 for r in rows[:-2])
+    assert [r[0] for r in rows[12:14]] == ["dkdv b+dq hdim64 full bf16 dq-b64",
+                                           "dkdv b+dq hdim128 causal bf16 dq-b64"]
+    assert all("TW_DQ_STAGE_SPLIT" not in r[1] and r[3][-1] == "UTMAREDG" for r in rows[12:14])
+    others = rows[:12] + rows[14:]
+    assert all(("TW_DQ_STAGE_SPLIT" in r[1]) == (r[1]["TW_DQ_ATOMIC"] == 1) for r in others)
+    assert any(r[1]["TW_DQ_ATOMIC"] == 1 for r in others)
+    # the step's opt-in changes (TILEWRIGHT_CUDA_ATTN_BWD_STEP's builds): each at head dim 64, all three at 64 and at
+    # 128 causal, on the default staging; no other row has any
+    assert [r[0] for r in rows[14:]] == ["dkdv b+dq hdim64 full bf16 defer", "dkdv b+dq hdim64 full bf16 stsm",
+                                         "dkdv b+dq hdim64 full bf16 lds64",
+                                         "dkdv b+dq hdim64 full bf16 defer stsm lds64",
+                                         "dkdv b+dq hdim128 causal bf16 defer stsm lds64"]
+    macros = set(cb.STEP_OPTIONS.values())
+    assert [sorted(macros & set(r[1])) for r in rows[14:]] == [
+        ["TW_DQ_DEFER"], ["TW_DS_STMATRIX"], ["TW_STATS_LDS64"], sorted(macros), sorted(macros)]
+    assert not any(macros & set(r[1]) for r in rows[:14])
 
 
 @needs_compiler
@@ -261,6 +272,173 @@ def test_the_dq_staging_switch_names_the_split_build_of_dq_in_the_pass_only(monk
     assert "TW_DQ_STAGE_SPLIT" not in cb.defines(64, False, False, "b")  # read only for dQ in the pass
 
 
+def test_the_step_switch_names_its_builds(monkeypatch):
+    """TILEWRIGHT_CUDA_ATTN_BWD_STEP: comma-separated names of STEP_OPTIONS (any order, spaces, "none"), unset or
+    empty none (the default builds, their macros and cache keys unchanged). "defer" / "stsm" add their macros to
+    dQ-in-the-pass builds only, "lds64" to every dK / dV build; the soft-cap builds of two consumers at head dim 128
+    take none (they spilled); an explicit ``step`` wins over the variable; an unknown name raises naming it."""
+    monkeypatch.delenv(cb.STEP_ENV, raising=False)
+    assert cb.pick_step() == cb.DEFAULT_STEP == ()
+    macros = set(cb.STEP_OPTIONS.values())
+    default = {(d, dq): cb.defines(d, True, False, "b", dq) for d in cb.HEAD_DIMS for dq in (False, True)}
+    assert not any(macros & set(defs) for defs in default.values())
+    for value in ("", "none", " , "):
+        monkeypatch.setenv(cb.STEP_ENV, value)
+        assert cb.pick_step() == () and cb.defines(64, True, False, "b", True) == default[64, True]
+    monkeypatch.setenv(cb.STEP_ENV, "lds64, defer")
+    assert cb.pick_step() == ("defer", "lds64")  # STEP_OPTIONS' order
+    for d in cb.HEAD_DIMS:
+        assert cb.defines(d, True, False, "b", True) == {**default[d, True], "TW_DQ_DEFER": 1, "TW_STATS_LDS64": 1}
+        assert cb.defines(d, True, False, "b", False) == {**default[d, False], "TW_STATS_LDS64": 1}
+        assert cb.defines(d, True, False, "b", True, step=()) == default[d, True]
+    monkeypatch.setenv(cb.STEP_ENV, "defer,stsm")
+    assert cb.defines(64, False, False, "a") == cb.defines(64, False, False, "a", step=())  # no dQ: nothing to do
+    assert macros & set(cb.defines(64, True, False, "b", True, softcap=True)) == {"TW_DQ_DEFER", "TW_DS_STMATRIX"}
+    assert not macros & set(cb.defines(128, True, False, "b", True, softcap=True))  # spilled there
+    assert not macros & set(cb.defines(128, True, False, "b", False, softcap=True, step=("lds64",)))
+    assert "TW_STATS_LDS64" in cb.defines(128, True, False, "a", False, softcap=True, step=("lds64",))
+    monkeypatch.setenv(cb.STEP_ENV, "defer,ldg")
+    with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_STEP: unknown 'ldg'"):
+        cb.pick_step()
+    with pytest.raises(ValueError, match="TILEWRIGHT_CUDA_ATTN_BWD_STEP: unknown 'ldg'"):
+        cb.defines(64, False, False, "b", True)
+    with pytest.raises(ValueError, match="step option: unknown 'x'"):
+        cb.defines(64, False, False, "b", True, step=("x",))
+
+
+def _fragment_bytes_sts(warp: int, lane: int, c: int) -> dict:
+    """The dS^T bytes (offset in the step's buffer -> (lane, register, byte)) one thread writes with the 32-bit
+    stores of attention_bwd_sm90.cu: ds[2j + h] at row 64c + 16 warp + lane / 4 + 8h, unit j ^ (row % 8), byte
+    4 (lane % 4) of the unit."""
+    out = {}
+    for j in range(cb.BLOCK_M // 8):
+        for h in range(2):
+            row = 64 * c + 16 * warp + lane // 4 + 8 * h
+            at = row * 128 + (j ^ (row % 8)) * 16 + 4 * (lane % 4)
+            out.update({at + b: (lane, 2 * j + h, b) for b in range(4)})
+    return out
+
+
+def _fragment_bytes_stmatrix(warp: int, c: int) -> dict:
+    """The same for a warp's four stmatrix.x4 (TW_DS_STMATRIX), from the instruction's definition: call i, matrix m
+    gets register ds[4i + m]; lane l supplies the address of row l % 8 of matrix l / 8; lane l's register holds row
+    l / 4, columns 2 (l % 4) and + 1 (bytes 4 (l % 4) .. + 3 of the 16-byte row)."""
+    addr = {}
+    for i in range(cb.BLOCK_M // 16):
+        for lane in range(32):
+            mat, rr = lane >> 3, lane & 7
+            row = 64 * c + 16 * warp + 8 * (mat & 1) + rr
+            addr[i, mat, rr] = row * 128 + (((2 * i + (mat >> 1)) ^ rr) * 16)
+    out = {}
+    for (i, mat, rr), row_at in addr.items():
+        for lane in range(32):
+            if lane // 4 == rr:
+                out.update({row_at + 4 * (lane % 4) + b: (lane, 4 * i + mat, b) for b in range(4)})
+    return out
+
+
+def test_dst_by_stmatrix_writes_the_bytes_of_the_32_bit_stores():
+    """TW_DS_STMATRIX's address map (the kernel's formula, restated) puts every register byte of every lane where the
+    16 32-bit stores put it, under the 128B swizzle that the dQ wgmma's descriptor reads: the same 2 KB of each
+    warp, no byte twice; and each 8 x 8 matrix's 8 rows fall in 8 distinct 16-byte units (one wavefront)."""
+    for c in range(2):
+        for warp in range(4):
+            sts = {}
+            for lane in range(32):
+                sts.update(_fragment_bytes_sts(warp, lane, c))
+            stsm = _fragment_bytes_stmatrix(warp, c)
+            assert len(sts) == len(stsm) == 16 * 32 * 4
+            assert sts == stsm
+    for i in range(4):
+        for mat in range(4):
+            rows = [((8 * (mat & 1) + rr) * 128 + (((2 * i + (mat >> 1)) ^ rr) * 16)) for rr in range(8)]
+            assert len({(at % 128) // 16 for at in rows}) == 8
+
+
+def _step_loop(text: str, kernel: str = "tw_attn_bwd_dkdv_sm90") -> list:
+    """The dK / dV consumers' step loop of a SASS listing: the shortest span from a backward branch's target to the
+    branch that encloses every HGMMA of ``kernel`` (instruction strings, predicates kept)."""
+    part = next(p for p in re.split(r"\n\s*Function : ", text)[1:] if p.startswith(kernel))
+    ops = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", part)
+    at = {int(a, 16): i for i, (a, _) in enumerate(ops)}
+    mma = [i for i, (_, op) in enumerate(ops) if "HGMMA" in op]
+    spans = [(at[int(t, 16)], i) for i, (_, op) in enumerate(ops) if "BRA" in op
+             for t in re.findall(r"0x([0-9a-f]+)", op)[:1] if int(t, 16) in at]
+    first, last = min((s for s in spans if s[0] <= mma[0] and s[1] >= mma[-1]), key=lambda s: s[1] - s[0])
+    return [op for _, op in ops[first:last + 1]]
+
+
+def _count(ops: list, pattern: str) -> int:
+    return sum(bool(re.match(r"(@!?U?P\w+\s+)?" + pattern, op)) for op in ops)
+
+
+@needs_compiler
+@pytest.mark.parametrize("label", ["dkdv b+dq hdim64 full bf16 defer", "dkdv b+dq hdim64 full bf16 stsm",
+                                   "dkdv b+dq hdim64 full bf16 lds64", "dkdv b+dq hdim64 full bf16 defer stsm lds64",
+                                   "dkdv b+dq hdim128 causal bf16 defer stsm lds64"])
+def test_the_step_options_move_data_as_intended(cache, label):
+    """Each step option's build against the default one (the same head dim, mask and staging), in the step loop
+    (nvcc 13.0): no spills or local memory, the same HGMMAs; stsm: 4 STSM.16.M88.4 for 16 of the 32-bit STS (dS^T),
+    the other stores as they were; lds64: 16 LDS.64 for 32 LDS (the statistics; the one left is the stage's copy);
+    defer: the staging's fence (MEMBAR + FENCE.VIEW.ASYNC) + READY arrive now follow the step's first eight HGMMAs
+    (S^T, dP^T) and come before dV's, and the kernel holds one more of each (after the loop)."""
+    rows = {r[0]: r for r in cb.build_check_builds()}
+    base_label = label.split(" bf16")[0] + " bf16"
+    if base_label not in rows:  # the default build of that shape (no row of its own)
+        d, causal = (64, False) if "hdim64" in label else (128, True)
+        base_defines = cb.defines(d, causal, False, "b", True, dq_stage=cb.DEFAULT_DQ_STAGE, step=())
+    else:
+        base_defines = rows[base_label][1]
+    new = build.compile_source(cb.SOURCE, "sm_90a", rows[label][1])
+    old = build.compile_source(cb.SOURCE, "sm_90a", base_defines)
+    info = build_check.parse_ptxas(new.log)
+    assert info["spills"] == 0 and info["stack"] == 0, new.log
+    text, base = build_check.sass(new.cubin), build_check.sass(old.cubin)
+    assert text is not None and base is not None, "the SASS check needs cuobjdump (shipped in the triton wheel)"
+    assert not re.search(r"\b(LDL|STL)\b", text)
+    loop, loop0 = _step_loop(text), _step_loop(base)
+    assert [op.split()[0] for op in loop if "HGMMA" in op] == [op.split()[0] for op in loop0 if "HGMMA" in op]
+    stsm, lds64, defer = ("stsm" in label, "lds64" in label, "defer" in label)
+    assert _count(loop0, r"STSM") == 0 and _count(loop, r"STSM\.16\.M88\.4 ") == (4 if stsm else 0)
+    assert _count(loop, r"STS ") == _count(loop0, r"STS ") - (16 if stsm else 0)
+    assert _count(loop0, r"LDS\.64") == 0 and _count(loop, r"LDS\.64 ") == (16 if lds64 else 0)
+    assert _count(loop, r"LDS ") == _count(loop0, r"LDS ") - (32 if lds64 else 0)
+    for pattern in (r"FENCE\.VIEW\.ASYNC\.S", r"MEMBAR", r"BAR\.ARV", r"BAR\.SYNC"):
+        assert _count(loop, pattern) == _count(loop0, pattern), pattern
+        whole, whole0 = _sass_kernels(text)[DKDV], _sass_kernels(base)[DKDV]
+        extra = 1 if defer and pattern != r"BAR\.SYNC" else 0
+        assert _count(whole, pattern) == _count(whole0, pattern) + extra, pattern
+    mma = [i for i, op in enumerate(loop) if "HGMMA" in op]
+    first = 2 * rows[label][1]["TW_HDIM"] // 16  # S^T's and dP^T's k-steps; dV's product is next
+    first_fence = next(i for i, op in enumerate(loop) if "FENCE.VIEW.ASYNC" in op)
+    first_arrive = next(i for i, op in enumerate(loop) if "BAR.ARV" in op)
+    if defer:
+        assert mma[first - 1] < first_fence < first_arrive < mma[first]
+    else:
+        assert first_fence > mma[first] and first_arrive > mma[first]
+
+
+@needs_compiler
+@pytest.mark.parametrize("build_args", [(128, True, False, "a", False, {}), (64, True, True, "b", True,
+                                                                             {"packed": True}),
+                                        (128, True, False, "b", True, {"packed": True, "upper_offset": True}),
+                                        (64, True, True, "b", True, {"window": True, "softcap": True}),
+                                        (128, True, False, "a", False, {"window": True, "softcap": True})])
+def test_the_step_options_compile_spill_free_in_the_other_builds(cache, build_args):
+    """All three options in builds outside the build-check rows: variant a at head dim 128 (one consumer, 250
+    registers without them), packed batches with dQ in the pass (their zeroing and the foreign rows' zero partials),
+    the soft cap and a window at head dim 64, and at 128 with one consumer (two consumers' soft-cap builds at 128 take
+    none: they spilled). No spills, stack or local memory."""
+    d, causal, fp16, variant, dq, extra = build_args
+    defs = cb.defines(d, causal, fp16, variant, dq, step=tuple(cb.STEP_OPTIONS), **extra)
+    assert "TW_STATS_LDS64" in defs and ("TW_DS_STMATRIX" in defs) == dq
+    b = build.compile_source(cb.SOURCE, "sm_90a", defs)
+    info = build_check.parse_ptxas(b.log)
+    assert info["spills"] == 0 and info["stack"] == 0, b.log
+    assert not build_check.PERF_WARNINGS.search(b.log), b.log
+    assert not re.search(r"\b(LDL|STL)\b", build_check.sass(b.cubin))
+
+
 def test_the_op_layer_keeps_triton_off_the_gpu_and_for_a_non_positive_scale(monkeypatch):
     """With the switch on, CPU tensors (the interpreter) or a non-positive scale still never reach the CUDA kernel."""
     monkeypatch.setenv(cb.ENV, "1")
@@ -317,7 +495,7 @@ def test_the_op_layer_replans_when_a_switch_changes(monkeypatch):
     """Every switch a plan reads is in its key (attention_bwd_sm90.PLAN_SWITCHES): setting the GQA split's
     override after a first call takes effect at the next call without clearing the plans, and unsetting it brings
     the rule's plan back."""
-    assert cb.PLAN_SWITCHES == (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV, cb.SPLIT_ENV, cb.DQ_STAGE_ENV)
+    assert cb.PLAN_SWITCHES == (cb.ENV, cb.VARIANT_ENV, cb.DQ_ENV, cb.SPLIT_ENV, cb.DQ_STAGE_ENV, cb.STEP_ENV)
     monkeypatch.setattr(ops_attention, "capability", lambda device: (9, 0))
     monkeypatch.setattr(ops_attention, "sm_count", lambda device: 132)
     monkeypatch.setattr(ops_attention, "_cuda_plans", {})
@@ -374,6 +552,9 @@ def test_the_backward_replay_key_leaves_out_what_the_full_path_changes(monkeypat
     monkeypatch.setenv(cb.DQ_STAGE_ENV, "split")  # another dK / dV build for the plan's bound launch
     assert key() != base
     monkeypatch.delenv(cb.DQ_STAGE_ENV)
+    monkeypatch.setenv(cb.STEP_ENV, "stsm")  # so is a step option
+    assert key() != base
+    monkeypatch.delenv(cb.STEP_ENV)
     torch.use_deterministic_algorithms(True)
     try:
         assert key() != base

@@ -377,3 +377,68 @@ def test_the_backward_replay_matches_the_full_path(monkeypatch, B, Hq, Hkv, S, D
     assert not calls and len(ops_attention._bwd_replays) == 1
     for a, b in zip(triton_grads, full):
         assert (a.float() - b.float()).abs().max() <= 2e-2 * b.float().abs().max()
+
+
+# The step's opt-in changes (TILEWRIGHT_CUDA_ATTN_BWD_STEP; attention_bwd_sm90.STEP_OPTIONS) move the same values with
+# other instructions and later waits: dK / dV must be bit-equal to the default build's, and so must dQ wherever its
+# reduce-adds cannot be reordered - one key block (Skv <= 128): one add per element at head dim 128, two (one per
+# consumer, commutative onto zero) at 64; with more key blocks the CTAs' adds land in a varying order, run to run.
+STEP_SETTINGS = ("defer", "stsm", "lds64", "defer,stsm,lds64")
+STEP_CASES = [  # (B, Hq, Hkv, Sq, Skv, D, causal); odd lengths, GQA
+    (1, 8, 2, 301, 97, 64, True), (2, 4, 4, 1001, 517, 64, False), (1, 6, 2, 333, 1027, 64, True),
+    (1, 4, 1, 555, 127, 128, False), (2, 8, 2, 777, 1001, 128, True), (1, 2, 2, 129, 257, 128, False),
+    (1, 4, 4, 7, 7, 128, True),
+]
+
+
+@pytest.mark.parametrize("setting", STEP_SETTINGS)
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Skv,D,causal", STEP_CASES)
+def test_the_step_options_match_the_default_build(monkeypatch, B, Hq, Hkv, Sq, Skv, D, causal, setting):
+    """Each option and all three (launch_dkdv with dQ in the pass, the switch read per launch): dK / dV bit-equal to
+    the default build's into NaN-poisoned outputs, dQ bit-equal with one key block and within its reductions'
+    reordering with more."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    q, k, v, do, lse, delta, scale = _problem(B, Hq, Hkv, Sq, Skv, D, causal, torch.bfloat16, seed=11)
+    results = []
+    for value in (None, setting):
+        if value is None:
+            monkeypatch.delenv(cb.STEP_ENV, raising=False)
+        else:
+            monkeypatch.setenv(cb.STEP_ENV, value)
+        dk, dv = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
+        acc = torch.zeros(q.shape, device=DEV, dtype=torch.float32)
+        cb.launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal, scale, "b", dq_accum=acc)
+        results.append((dk, dv, acc))
+    torch.cuda.synchronize()
+    (dk0, dv0, dq0), (dk1, dv1, dq1) = results
+    assert torch.isfinite(dk1).all() and torch.isfinite(dv1).all() and torch.isfinite(dq1).all()
+    assert torch.equal(dk1, dk0) and torch.equal(dv1, dv0), "dK / dV differ from the default build's"
+    if Skv <= 128:
+        assert torch.equal(dq1, dq0), "dQ differs from the default build's (one key block: a fixed order)"
+    else:  # the order of the CTAs' adds varies; the staged partials are the same
+        assert (dq1 - dq0).abs().max().item() <= 1e-4 * dq0.abs().max().item()
+
+
+@pytest.mark.parametrize("window,softcap", [(None, 0.0), ((100, 0), 0.0), (None, 20.0)])
+def test_the_op_with_all_step_options_matches_the_default(monkeypatch, window, softcap):
+    """Through the public op (its plan's bound dK / dV launch; the switch is in the plan's key): all three options
+    at head dim 64, GQA, causal with a window or a soft cap - dK / dV bit-equal to the default's, dQ within its
+    reductions' reordering."""
+    from tilewright.cuda_fallback import attention_bwd_sm90 as cb
+
+    monkeypatch.setenv(cb.ENV, "1")
+    q, k, v, do, *_ = _problem(2, 8, 2, 1001, 1001, 64, True, torch.bfloat16, seed=12)
+
+    def grads():
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        o = tilewright.flash_attention(qq, kk, vv, causal=True, window=window, softcap=softcap)
+        return torch.autograd.grad(o, (qq, kk, vv), do)
+
+    monkeypatch.delenv(cb.STEP_ENV, raising=False)
+    base = grads()
+    monkeypatch.setenv(cb.STEP_ENV, "defer,stsm,lds64")
+    for _ in range(2):  # the full path, then the bound one
+        got = grads()
+        assert torch.equal(got[1], base[1]) and torch.equal(got[2], base[2])
+        assert (got[0].float() - base[0].float()).abs().max() <= 1e-2 * base[0].float().abs().max()

@@ -63,6 +63,7 @@
 #include "ptx/common.cuh"
 #include "ptx/math.cuh"
 #include "ptx/mbarrier.cuh"
+#include "ptx/stmatrix.cuh"
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
@@ -99,6 +100,27 @@
 // select a store.
 #ifndef TW_DQ_STAGE_SPLIT
 #define TW_DQ_STAGE_SPLIT 0
+#endif
+// Three opt-in changes to a consumer's step that move the same data with fewer or later waits (A/B switches, off by
+// default; the host's TILEWRIGHT_CUDA_ATTN_BWD_STEP names them). Each computes the same values: only data movement and
+// synchronisation differ. The stall profile of the head-dim-64 b+dq build (ncu, H200) that they answer: the dQ
+// staging's fence + hand-off ~8.6% of the samples, the statistics loads ~4.5% (short scoreboard), the 16 dS^T
+// stores 2.65% (mio: the shared pipe's queue full, the stores conflict-free).
+// TW_DQ_DEFER (dQ in the pass): the fence and the READY arrive that hand a step's staged dQ to the writer warp are
+// issued one step later, after the next step's S^T / dP^T wgmmas (so the fence's wait for the stores overlaps tensor
+// work), and once after the loop for the last step. One staging buffer still suffices; why: see hand_dq.
+#ifndef TW_DQ_DEFER
+#define TW_DQ_DEFER 0
+#endif
+// TW_DS_STMATRIX (dQ in the pass): dS^T's rows go to shared memory by four stmatrix.x4 a step instead of 16 32-bit
+// stores (the fragment is the accumulator layout stmatrix takes; no transposition; see the store).
+#ifndef TW_DS_STMATRIX
+#define TW_DS_STMATRIX 0
+#endif
+// TW_STATS_LDS64: the per-column statistics (LSE, delta) read as 64-bit loads, a column pair each (16 loads a step
+// for 32).
+#ifndef TW_STATS_LDS64
+#define TW_STATS_LDS64 0
 #endif
 
 namespace twb {
@@ -142,6 +164,9 @@ constexpr int STAT_REGION = (STATS_BY_TMA ? STAGES * STAT_BLOCK_BYTES : 0) + NC 
 constexpr int STAT_OFF = DO_OFF + STAGES * QD_BYTES;
 constexpr bool DQ_ATOMIC = TW_DQ_ATOMIC != 0;
 constexpr bool DQ_STAGE_SPLIT = DQ_ATOMIC && TW_DQ_STAGE_SPLIT != 0;
+constexpr bool DQ_DEFER = DQ_ATOMIC && TW_DQ_DEFER != 0;
+constexpr bool DS_STMATRIX = DQ_ATOMIC && TW_DS_STMATRIX != 0;
+constexpr bool STATS_LDS64 = TW_STATS_LDS64 != 0;
 // dS^T of one step (BN key rows x BM queries, 16-bit, 128B-swizzled rows of 128 bytes), double-buffered by step:
 // with D = 128 each consumer's dQ wgmma reads both consumers' rows, so a warpgroup may write step k + 1's rows while
 // the other still reads step k's.
@@ -395,6 +420,21 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
                            kk != 0);
       }
     };
+    // The staged boxes to the writer: this thread's generic-proxy stores ordered before the TMA unit's reads (the
+    // fence), then the READY arrive the writer waits on before its reduce-adds.
+    // TW_DQ_DEFER issues this one step late (after the next step's S^T / dP^T issue; after the loop for the last
+    // step). One staging buffer is still enough, by program order in each consumer thread: step k's stores, then
+    // (step k + 1) this fence + arrive, then step k + 1's FREE wait, then its stores. The writer arrives on FREE only
+    // after bulk_wait_group_read of its reduce of step k's boxes, and it waits on READY before issuing that reduce,
+    // so step k + 1's stores cannot overwrite boxes that the TMA unit has not read, and the reduce cannot read them
+    // before this thread's fence. Both barriers keep their counts (steps READY arrivals by each consumer, the first
+    // FREE arrival ahead and steps - 1 after reduces by the writer), so neither side waits on a phase that never
+    // comes; steps == 0 arrives on nothing. Cost: the writer's reduce of step k starts a part of a step later and has
+    // until step k + 1's FREE wait (most of a step, not a whole one) to read the boxes.
+    auto hand_dq = [&]() {
+      fence_proxy_async_smem();  // generic-proxy stores before the TMA unit reads them
+      named_barrier_arrive(DQ_READY_BAR + c, 160);  // to the dQ writer (producer warp 1)
+    };
     // Varlen: rows from `valid_rows` on are the next sequence's queries; their partials are products of this
     // sequence's K with zero dS (inf x 0 is NaN) and the box's reduce-add reaches their dq rows - staged as zeros.
     auto stage_dq = [&](int valid_rows) {
@@ -419,8 +459,7 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
           }
         }
       }
-      fence_proxy_async_smem();  // generic-proxy stores before the TMA unit reads them
-      named_barrier_arrive(DQ_READY_BAR + c, 160);  // to the dQ writer (producer warp 1)
+      if constexpr (!DQ_DEFER) hand_dq();
     };
 
     mbar_wait(bar_kv, 0);  // single use per CTA: phase 0
@@ -489,6 +528,9 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       mma_ss_head_dim<BM, D>(dp_acc, wgmma_desc_sw128(sbase + V_OFF + kv_c, 16, 1024), BN * 128,
                              wgmma_desc_sw128(sdo, 16, 1024), BM * 128);
       wgmma_commit();
+      if constexpr (DQ_DEFER) {
+        if (step > 0) hand_dq();  // the previous step's staged dQ, while S^T / dP^T run (see hand_dq)
+      }
 
       // this consumer's buffer, behind the stage copies of dense builds
       float* stat_buf = stat_smem + (STATS_BY_TMA ? STAGES * 2 * BM : 0) + c * 2 * 2 * BM + (step & 1) * 2 * BM;
@@ -507,10 +549,14 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
 #pragma unroll
       for (int j = 0; j < BM / 8; ++j) {
         float cap_grad[4];  // the soft cap's derivative, 1 - t^2, of this j's four fragments (TW_SOFTCAP)
+        // TW_STATS_LDS64: both columns' LSEs in one 64-bit load (stat_buf is 1024-byte aligned plus multiples of
+        // 512 bytes, col_lane is even: 8-byte aligned); the same two values as the two 32-bit loads.
+        float2 m_pair;
+        if constexpr (STATS_LDS64) m_pair = *reinterpret_cast<const float2*>(stat_buf + 8 * j + col_lane);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int c = 8 * j + col_lane + e;
-          const float m = stat_buf[c];
+          const float m = STATS_LDS64 ? (e == 0 ? m_pair.x : m_pair.y) : stat_buf[c];
           // The keys query column c sees: from m0 + c + lower to m0 + c + upper (causal; else every key), with dQ in
           // the pass only those below Skv (keys >= Skv are not stored otherwise).
           const int first_key = m0 + c + band.lower;
@@ -564,9 +610,11 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       wgmma_reg_fence(dp_acc);
 #pragma unroll
       for (int j = 0; j < BM / 8; ++j) {
+        float2 dl_pair;  // TW_STATS_LDS64: both columns' deltas in one 64-bit load (as the LSEs above)
+        if constexpr (STATS_LDS64) dl_pair = *reinterpret_cast<const float2*>(stat_buf + BM + 8 * j + col_lane);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float dl = stat_buf[BM + 8 * j + col_lane + e];
+          const float dl = STATS_LDS64 ? (e == 0 ? dl_pair.x : dl_pair.y) : stat_buf[BM + 8 * j + col_lane + e];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 4 * j + 2 * h + e;
@@ -583,13 +631,32 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       if constexpr (DQ_ATOMIC) {
         // dS^T rows of this warpgroup into the step's buffer: 128B-swizzled (the 16-byte unit index of a row XOR the
         // row mod 8, the pattern TMA writes and wgmma reads), which also keeps a warp's 32 stores on 32 banks.
-        const tw_u32 ds_row0 = sbase + DS_OFF + (step & 1) * DS_BYTES + (64 * c + warp * 16 + (lane >> 2)) * 128;
+        if constexpr (DS_STMATRIX) {
+          // TW_DS_STMATRIX: ds[2j + h] of the 32 lanes is an 8 x 8 16-bit matrix - key rows 16 warp + 8h + 0..7,
+          // query columns 8j..8j + 7, lane l holding row l / 4, columns 2 (l % 4) and + 1: stmatrix's register
+          // layout (no .trans: rows stay keys, as dS^T is stored). stmatrix.x4 number i of a step stores matrices
+          // (j, h) = (2i + m / 2, m % 2) for m = 0..3 from ds[4i + m]; lane l gives the address of row l % 8 of matrix
+          // l / 8. That row is 16 contiguous bytes, the 16-byte unit j of key row R = 64c + 16 warp + 8h + l % 8, at
+          // unit j ^ (R % 8) = j ^ (l % 8) under the swizzle - the bytes the 32-bit stores below write, the same
+          // bytes each (a CPU test checks the two maps). A matrix's 8 rows sit in 8 different units: 32 banks, one
+          // wavefront a matrix, as one 32-bit store took.
+          const int mat = lane >> 3, rr = lane & 7;
+          const tw_u32 row_addr =
+              sbase + DS_OFF + (step & 1) * DS_BYTES + (64 * c + warp * 16 + 8 * (mat & 1) + rr) * 128;
 #pragma unroll
-        for (int j = 0; j < BM / 8; ++j) {
+          for (int i = 0; i < BM / 16; ++i) {
+            stmatrix_x4(row_addr + (((2 * i + (mat >> 1)) ^ rr) * 16), ds[4 * i], ds[4 * i + 1], ds[4 * i + 2],
+                        ds[4 * i + 3]);
+          }
+        } else {
+          const tw_u32 ds_row0 = sbase + DS_OFF + (step & 1) * DS_BYTES + (64 * c + warp * 16 + (lane >> 2)) * 128;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = warp * 16 + (lane >> 2) + 8 * h;
-            st_shared_b32(ds_row0 + h * 8 * 128 + ((j ^ (r & 7)) * 16) + 2 * col_lane, ds[2 * j + h]);
+          for (int j = 0; j < BM / 8; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = warp * 16 + (lane >> 2) + 8 * h;
+              st_shared_b32(ds_row0 + h * 8 * 128 + ((j ^ (r & 7)) * 16) + 2 * col_lane, ds[2 * j + h]);
+            }
           }
         }
         fence_proxy_async_smem();  // generic-proxy stores before the dQ wgmma's async-proxy reads
@@ -622,6 +689,9 @@ extern "C" __global__ void __launch_bounds__(twb::THREADS, 1)
       wgmma_reg_fence(ds);
       mbar_arrive_if(empty + 8 * s, tid == 0);  // every wgmma that read this stage has completed
       ring.advance();
+    }
+    if constexpr (DQ_DEFER) {
+      if (steps > 0) hand_dq();  // the last step's staged dQ (no step follows to carry it)
     }
 
     // ------------------------------------------------------------------ epilogue: dK * scale, dV -> global

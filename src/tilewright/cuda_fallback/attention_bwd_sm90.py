@@ -39,6 +39,21 @@ DQ_STAGE_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE"
 # dK and dV bit-equal to b64's (the shared ring is read back by the same TMA reduce-adds).
 DQ_STAGES = ("b64", "split")
 DEFAULT_DQ_STAGE = "split"
+STEP_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_STEP"
+# Opt-in changes to the dK / dV consumers' step, comma-separated in TILEWRIGHT_CUDA_ATTN_BWD_STEP (an A/B switch: none
+# is on by default; see pick_step()). Name -> the kernel's macro: "defer" hands a step's staged dQ to the writer warp
+# (its fence + arrive) one step later, behind the next step's S^T / dP^T issue; "stsm" stores dS^T by four
+# stmatrix.x4 instead of 16 32-bit stores; "lds64" reads the statistics (LSE, delta) by 64-bit loads, a column pair
+# each. The same values (dK / dV bit-equal, dQ's staged partials too); only data movement and synchronisation differ.
+# Prepared on a CPU against the stall profile of the head-dim-64 b+dq build (ncu, H200: the staging's fence + arrive
+# ~8.6% of the samples, the statistics loads ~4.5%, the dS^T stores 2.65%); not measured yet.
+STEP_OPTIONS = {"defer": "TW_DQ_DEFER", "stsm": "TW_DS_STMATRIX", "lds64": "TW_STATS_LDS64"}
+STEP_DQ_ONLY = ("defer", "stsm")  # change dQ's staging / dS^T's stores: builds with dQ in the pass only
+# None of them in the soft-cap builds of two consumers at head dim 128 (defines() leaves them out): those consumers sit
+# at the edge of their 240 registers, and ptxas (nvcc 13.0) spilled 12-40 bytes in 8 of the 14 option sets of the
+# causal and the windowed build with dQ in the pass, and with lds64 in the windowed one without; the other builds
+# compiled spill-free with all three (the build-check rows, and the CPU tests' other builds).
+DEFAULT_STEP = ()
 DQ_THREADS = 256  # one producer warpgroup + one consumer warpgroup (64 query rows per CTA)
 DQ_BLOCK_N = 64  # keys per step
 # The builds (TW_HDIM): dK + dV take D registers a thread in each consumer warpgroup. Other head dims - multiples of 8
@@ -53,7 +68,7 @@ VARIANT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_VARIANT"
 # (setmaxnreg 24 / 240), 1.05-1.2x "a" on H100 and the only one that takes dQ in the pass.
 VARIANTS = {"a": 1, "b": 2}
 DEFAULT_VARIANT = "b"
-# compiled by build-check (CPU CI): (variant, head dim, causal, fp16[, window, softcap, offset, varlen, dq split])
+# compiled by build-check (CPU CI): (variant, head dim, causal, fp16[, window, softcap, offset, varlen, dq b64, step])
 BUILD_CHECK_BUILDS = (("a", 128, False, False), ("a", 128, True, False), ("a", 64, True, True),
                       ("b", 128, True, False), ("b+dq", 128, True, False), ("b+dq", 64, False, True),
                       ("b+dq", 128, True, False, True, False, True), ("b", 64, False, False, True),
@@ -61,9 +76,13 @@ BUILD_CHECK_BUILDS = (("a", 128, False, False), ("a", 128, True, False), ("a", 6
                       ("b+dq", 128, True, False, False, False, True, True), ("b", 64, False, True, False, False,
                                                                              False, True),
                       ("b+dq", 64, False, False, False, False, False, False, True),
-                      ("b+dq", 128, True, False, False, False, False, False, True))
-# rows 6-9: windowed, windowed, soft cap, both; 10-11: packed batches (varlen); the last two: dQ staged by 64-bit
-# stores (the "b64" staging, without TW_DQ_STAGE_SPLIT; every other dQ-in-the-pass row stages by 32-bit ones)
+                      ("b+dq", 128, True, False, False, False, False, False, True),
+                      *(("b+dq", 64, False, False, False, False, False, False, False, step)
+                        for step in (("defer",), ("stsm",), ("lds64",), tuple(STEP_OPTIONS))),
+                      ("b+dq", 128, True, False, False, False, False, False, False, tuple(STEP_OPTIONS)))
+# rows 6-9: windowed, windowed, soft cap, both; 10-11: packed batches (varlen); 12-13: dQ staged by 64-bit stores (the
+# "b64" staging, without TW_DQ_STAGE_SPLIT; every other dQ-in-the-pass row stages by 32-bit ones); the last five: the
+# step's opt-in changes (STEP_OPTIONS) at head dim 64, each and all three, and all three at 128 causal
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG")
 
@@ -129,10 +148,12 @@ def check_statistics_pack(stats: torch.Tensor, q: torch.Tensor) -> None:
 
 def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARIANT, dq_atomic: bool = False,
             window: bool = False, softcap: bool = False, upper_offset: bool = False, packed: bool = False,
-            dq_stage: str | None = None) -> dict:
+            dq_stage: str | None = None, step: tuple | None = None) -> dict:
     """-D macros of one build (``causal``: the band's upper edge, ``upper_offset``: at an offset other than 0,
     ``window``: its lower edge, ``softcap``: the logit cap's derivative, ``packed``: variable-length batches,
-    ``dq_stage``: the dQ staging of a ``dq_atomic`` build, one of :data:`DQ_STAGES`; None: :func:`pick_dq_stage`)."""
+    ``dq_stage``: the dQ staging of a ``dq_atomic`` build, one of :data:`DQ_STAGES`; None: :func:`pick_dq_stage`;
+    ``step``: names of :data:`STEP_OPTIONS` (those of :data:`STEP_DQ_ONLY` count in ``dq_atomic`` builds only, none
+    in the soft-cap builds of two consumers at head dim 128); None: :func:`pick_step`)."""
     defs = {"TW_HDIM": head_dim, "TW_STAGES": STAGES, "TW_CAUSAL": int(causal), "TW_FP16": int(fp16),
             "TW_CONSUMERS": VARIANTS[variant], "TW_DQ_ATOMIC": int(dq_atomic)}
     if window:  # only then: the dense builds keep their cache keys (and code)
@@ -150,6 +171,12 @@ def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARI
                              f"{list(DQ_STAGES)}")
         if stage == "split":
             defs["TW_DQ_STAGE_SPLIT"] = 1
+    step = check_step(pick_step() if step is None else step, "cuda attention backward: step option")
+    if softcap and head_dim == 128 and VARIANTS[variant] == 2:
+        step = ()  # they spilled there (see STEP_DQ_ONLY)
+    for name in step:
+        if dq_atomic or name not in STEP_DQ_ONLY:  # only then: the other builds keep their cache keys
+            defs[STEP_OPTIONS[name]] = 1
     return defs
 
 
@@ -171,6 +198,25 @@ def pick_dq_stage() -> str:
     return stage
 
 
+def check_step(names, what: str) -> tuple:
+    """``names`` (step options) in :data:`STEP_OPTIONS`' order, each once; ValueError naming ``what`` for an unknown
+    one."""
+    names = tuple(names)
+    for name in names:
+        if name not in STEP_OPTIONS:
+            raise ValueError(f"{what}: unknown {name!r}; expected some of {list(STEP_OPTIONS)}")
+    return tuple(name for name in STEP_OPTIONS if name in names)
+
+
+def pick_step() -> tuple:
+    """The dK / dV step's opt-in changes: ``TILEWRIGHT_CUDA_ATTN_BWD_STEP``, comma-separated names of
+    :data:`STEP_OPTIONS` ("defer", "stsm", "lds64"; "none" or empty: none), else :data:`DEFAULT_STEP`."""
+    value = os.environ.get(STEP_ENV)
+    if value is None:
+        return DEFAULT_STEP
+    return check_step((n.strip() for n in value.split(",") if n.strip() not in ("", "none")), STEP_ENV)
+
+
 def build_check_builds() -> list:
     """``tilewright build-check`` rows: (label, defines, dynamic smem[, markers]); the two-consumer build must also
     contain USETMAXREG."""
@@ -178,11 +224,12 @@ def build_check_builds() -> list:
     for name, d, c, f, *options in BUILD_CHECK_BUILDS:
         var, dq_atomic = name.split("+")[0], name.endswith("+dq")
         window, capped, offset, packed, b64 = (list(options) + [False] * 5)[:5]
+        step = options[5] if len(options) > 5 else DEFAULT_STEP
         label = f"dkdv {name} hdim{d} {'causal' if c else 'full'} {'fp16' if f else 'bf16'}"
         label += " window" * window + " softcap" * capped + " offset" * offset + " varlen" * packed
-        label += " dq-b64" * b64
+        label += " dq-b64" * b64 + "".join(f" {option}" for option in step)
         row = (label, defines(d, c, f, var, dq_atomic, window, capped, offset, packed,
-                              "b64" if b64 else DEFAULT_DQ_STAGE), smem_bytes(d, var, dq_atomic, packed))
+                              "b64" if b64 else DEFAULT_DQ_STAGE, step), smem_bytes(d, var, dq_atomic, packed))
         markers = ("USETMAXREG",) if VARIANTS[var] == 2 else ()
         markers += ("UTMAREDG",) if dq_atomic else ()  # dQ's TMA reduce-adds
         rows.append(row + (markers,) if markers else row)
@@ -192,7 +239,7 @@ def build_check_builds() -> list:
 SPLIT_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_HEADS_PER_CTA"
 # every switch the op layer's plan of a backward call reads, or the build of its bound dK / dV launch (ops/attention.py
 # keys its plans and replays on them)
-PLAN_SWITCHES = (ENV, VARIANT_ENV, DQ_ENV, SPLIT_ENV, DQ_STAGE_ENV)
+PLAN_SWITCHES = (ENV, VARIANT_ENV, DQ_ENV, SPLIT_ENV, DQ_STAGE_ENV, STEP_ENV)
 SPLIT_MIN_GROUP = 4  # query heads a KV head; and keys, below which a split group measured no faster:
 SPLIT_MIN_KEYS = 2560
 
@@ -390,7 +437,7 @@ def _packed_arguments(packed: Varlen | None) -> list:
 
 def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, variant: str, dq_accum=None,
              band: tuple[int, int] = (0, None), softcap: float = 0.0, packed: Varlen | None = None, stats=None,
-             heads: int | None = None, partial=None, dq_stage: str | None = None):
+             heads: int | None = None, partial=None, dq_stage: str | None = None, step: tuple | None = None):
     B, Hq, Sq, D = q.shape
     Hkv, Skv = k.shape[1], k.shape[2]
     bn = block_n(variant)
@@ -400,7 +447,7 @@ def _prepare(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, varian
     fn, maps = _function_and_maps(KERNEL, smem_bytes(build, variant, atomic, packed is not None),
                                   defines(build, causal, q.dtype == torch.float16, variant, atomic, band[1] is not None,
                                           softcap > 0, causal and (band[0] != 0 or packed is not None),
-                                          packed is not None, dq_stage), q, k, v, do, bn)
+                                          packed is not None, dq_stage, step), q, k, v, do, bn)
     if atomic:  # the fp32 workspace in 32-column (128-byte) by 64-row boxes, the kernel's staging layout
         (dims, strides), _ = tma_dims_strides(dq_accum)
         with torch.cuda.device(q.device):
@@ -471,13 +518,14 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
                              "unit-stride in D, other strides multiples of 16 bytes (a TMA map)")
     band = (causal_offset if causal else 0, window_offset)
     stage = None if dq_accum is None else pick_dq_stage()  # the dQ staging switch names another build
-    key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap), stage,
+    step = pick_step()  # and so do the step's options
+    key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap), stage, step,
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
            None if stats is None else stats.data_ptr(), heads, None if partial is None else partial.data_ptr(),
            None if dq_accum is None else (dq_accum.data_ptr(), dq_accum.stride()), _packed_key(packed))
     launch.launch_cached(_prepared, key, lambda: _prepare(do, q, k, v, lse, delta, dk, dv, bool(causal),
                                                           float(scale), variant, dq_accum, band, float(softcap),
-                                                          packed, stats, heads, partial, stage),
+                                                          packed, stats, heads, partial, stage, step),
                          q.device, threads(variant), smem_bytes(kernel_head_dim(q.shape[-1]), variant,
                                                                 dq_accum is not None, packed is not None))
     if partial is not None:
@@ -555,7 +603,7 @@ def _prepare_dq(do, q, k, v, lse, delta, dq, causal: bool, scale: float, band: t
                                   defines(build, causal, q.dtype == torch.float16, window=band[1] is not None,
                                           softcap=softcap > 0, upper_offset=causal and (band[0] != 0 or
                                                                                         packed is not None),
-                                          packed=packed is not None),
+                                          packed=packed is not None, step=DEFAULT_STEP),  # (dK / dV's only)
                                   q, k, v, do, DQ_BLOCK_N)
     grid = (-(-(Sq if packed is None else packed.max_q) // BLOCK_M), Hq, B if packed is None else packed.batch)
     args = [*maps, launch.pointer("LSE", lse), launch.pointer("DELTA", delta), launch.pointer("DQ", dq),
