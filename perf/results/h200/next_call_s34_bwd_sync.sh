@@ -1,6 +1,6 @@
 #!/bin/bash
 # One GPU, ~8 min: the attention backward's step options (issue 15; TILEWRIGHT_CUDA_ATTN_BWD_STEP = defer / stsm /
-# lds64), written and build-checked on a CPU in session 34 and never run on a GPU.
+# lds64), written and build-checked on a CPU in session 33 and never run on a GPU.
 # 0. Compile their builds (every setting at head dims 64 / 128, both masks; the op test's window / soft-cap builds) on
 #    parallel nvcc processes: no GPU time in nvcc.
 # 1. Their GPU tests: each option and all three bit-equal to the default build (dK / dV always, dQ with one key

@@ -1,7 +1,7 @@
 """A/B of the sm_90a attention backward's step options (issue 15; attention_bwd_sm90.STEP_OPTIONS, the host's
 TILEWRIGHT_CUDA_ATTN_BWD_STEP): A = "defer" (the dQ staging's fence + READY arrive one step later, behind the next
 step's S^T / dP^T issue), B = "stsm" (dS^T by four stmatrix.x4 for 16 32-bit stores), C = "lds64" (the statistics by
-64-bit loads), and all three, against the default build and cuDNN. Prepared in session 34 on a CPU; never run there.
+64-bit loads), and all three, against the default build and cuDNN. Prepared in session 33 on a CPU; never run on a GPU.
 
     PYTHONPATH=src python perf/results/h200/attention/bwd_sync_ab_2026-11-29.py > $OUT/bwd_sync_ab.txt
     PYTHONPATH=src python perf/results/h200/attention/bwd_sync_ab_2026-11-29.py --prebuild  # compile only (no GPU)
