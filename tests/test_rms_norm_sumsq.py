@@ -315,3 +315,23 @@ def test_forced_backends_with_given_sums(monkeypatch):
         y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, sumsq=ss)
     ours, theirs = _errors(y, x, g, w, b)
     assert ours <= 2 * theirs + 1e-6
+
+
+def test_no_epilogue_sums_where_the_plain_residual_call_runs_cublas_and_an_add(monkeypatch):
+    """Where the plain GEMM (without the residual) goes to cuBLAS, the plain residual call runs cuBLAS + torch's add
+    (ops/gemm._gemm): the sums then come from a pass over that call's output, not from the CUDA kernel."""
+    import tilewright.ops.gemm as gm
+    from tilewright import router
+
+    launches = []
+    _pose_as_sm90(monkeypatch, launches)
+    monkeypatch.delenv("TILEWRIGHT_ATEN_BELOW", raising=False)  # the ATen routes on, as outside the tests
+
+    class _Torch:
+        backend, forced = "torch", False
+
+    monkeypatch.setattr(router, "decide", lambda op, a, b, bias, res, act, backend=None:
+                        _Torch() if res is None else _Decision())
+    x, w, res = torch.randn(256, 512).half(), (torch.randn(512, 512) / 20).half(), torch.randn(256, 512).half()
+    assert gm._linear_with_sumsq(x, w, None, res, None, None) is None
+    assert launches == []

@@ -523,8 +523,12 @@ def _linear_with_sumsq(x, weight, bias, residual, activation, backend):
     needs_grad = _needs_grad(x, b, bias, residual)
     if needs_grad and activation is not None:
         return None
-    if router.decide("gemm", a2, b, bias, res3, activation, backend=backend).backend != "cuda" or \
-            not gemm_sumsq_sm90.ready(a2, b, bias, res3)[0]:
+    if router.decide("gemm", a2, b, bias, res3, activation, backend=backend).backend != "cuda":
+        return None
+    if res3 is not None and _aten.limit() > 0 and \
+            router.decide("gemm", a2, b, bias, None, activation, backend=backend).backend == "torch":
+        return None  # the plain call runs cuBLAS + torch's add here (_gemm: where its plain GEMM goes to cuBLAS)
+    if not gemm_sumsq_sm90.ready(a2, b, bias, res3)[0]:
         return None
     parts = torch.empty(gemm_sumsq_sm90.partial_shape(M, N, K), device=x.device, dtype=torch.float32)
     fell_back = []
