@@ -335,3 +335,34 @@ def test_no_epilogue_sums_where_the_plain_residual_call_runs_cublas_and_an_add(m
     x, w, res = torch.randn(256, 512).half(), (torch.randn(512, 512) / 20).half(), torch.randn(256, 512).half()
     assert gm._linear_with_sumsq(x, w, None, res, None, None) is None
     assert launches == []
+
+
+@pytest.mark.parametrize("aten_route", [True, False])
+def test_a_call_on_the_aten_route_takes_it_without_the_sums(monkeypatch, aten_route):
+    """Where the call without sums would run torch's own ops (ops/_aten.py), the call with sums runs them too
+    (F.rms_norm sums x itself); elsewhere the op with the sums runs."""
+    import importlib
+
+    rms = importlib.import_module("tilewright.ops.rms_norm_linear")
+    from tilewright.ops import _aten
+
+    routes = []
+
+    class _Route:
+        def __call__(self, x, g, w, b):
+            routes.append("aten")
+            return rms_norm_linear_reference(x, g, w, b, EPS)
+
+    monkeypatch.setattr(rms, "_replay_key", lambda *a: ("k", False, None))
+    monkeypatch.setattr(_aten, "rms_norm_linear", lambda *a, **k: _Route() if aten_route else None)
+    monkeypatch.setattr(rms._fast, "run_recorded", lambda cache, key, call, *a, **k: call())
+    x = torch.randn(6, 16)
+    g, w, b = _norm_params(8, 16, torch.float32, 19)
+    y = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, sumsq=4 * x.square().sum(-1))  # (4x: tells the routes apart)
+    rms._replays.clear()
+    if aten_route:
+        assert routes == ["aten"] and torch.allclose(y, rms_norm_linear_reference(x, g, w, b, EPS), atol=1e-5)
+    else:
+        rstd4 = 1 / torch.sqrt(4 * x.double().square().sum(-1) / 16 + EPS)
+        want = (x.double() * rstd4[:, None] * g.double()) @ w.double().t() + b.double()
+        assert routes == [] and torch.allclose(y.double(), want, atol=1e-4)

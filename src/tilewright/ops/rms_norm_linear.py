@@ -561,11 +561,12 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         sumsq: optional (...,) float32, x's rows' sums of squares ``(x.float() ** 2).sum(-1)`` where something
             upstream already has them - :func:`tilewright.linear` ``(..., residual=h, return_sumsq=True)`` returns
             them for the residual stream it writes. The norm then sums nothing: ``rstd = 1 / sqrt(sumsq / K + eps)``
-            on every route. Inference on sm_90 in bf16 (the folded forward's conditions, below) runs one GEMM with
-            rstd in its epilogue, the bare GEMM's cost; elsewhere the two passes run with the pass's reduction
-            skipped (the small-problem ATen route is not taken). They must be x's own sums: the result is the
-            norm of x only if they are. Under autograd, x's gradient includes rstd's dependence on x as without
-            ``sumsq``, and ``sumsq`` gets none. Not with DTensor arguments.
+            on the kernels' routes. Inference on sm_90 in bf16 (the folded forward's conditions, below) runs one
+            GEMM with rstd in its epilogue, the bare GEMM's cost; elsewhere the two passes run with the pass's
+            reduction skipped. A call that takes torch's own ops (the ATen route, below: small problems, training
+            calls whose GEMM cuBLAS runs) does not read them - ``F.rms_norm`` sums x there, as fast. They must be
+            x's own sums: the result is the norm of x only if they are. Under autograd, x's gradient includes rstd's
+            dependence on x as without ``sumsq``, and ``sumsq`` gets none. Not with DTensor arguments.
     Returns:
         (..., N) in x's dtype; differentiable in x, norm_weight, weight and bias.
 
@@ -668,8 +669,8 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
 
 
 def _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend) -> torch.Tensor:
-    """:func:`rms_norm_linear` with given sums of squares: checks, then the op (full path every call - a call this
-    size is GPU-bound; no replay, no ATen route)."""
+    """:func:`rms_norm_linear` with given sums of squares: checks, then the op (its full path every call: no replay;
+    the calls that would take the ATen route take it without the sums)."""
     K = _check_norm_input(x, norm_weight)
     _check_projection(x, weight, bias)
     check_backend(backend)
@@ -684,6 +685,17 @@ def _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend) ->
     check_same_device("x", x, sumsq=sumsq)
     if any(_dtensor.is_dtensor(t) for t in (x, sumsq, norm_weight, weight, bias) if t is not None):
         raise ValueError("sumsq: not supported with DTensor arguments (tensor parallelism); call without it")
+    # Where the call without sums takes torch's own ops (ops/_aten.py: a small problem, eager or traced, or a training
+    # call whose GEMM cuBLAS runs), that route runs and F.rms_norm sums x itself: at those sizes the host is the
+    # limit, and this op's Python path (no replay) would cost more than the reduction it saves. The result is the
+    # same - the sums are x's own - up to the order of the fp32 additions.
+    key = _replay_key(x, norm_weight, weight, bias, eps, backend)
+    if key is not None:
+        aten = _aten.rms_norm_linear(x, weight, eps, backend, key[-2], bias) is not None
+    else:
+        aten = _aten.compiling(x) and _aten.rms_norm_linear(x, weight, eps, backend, True, eager=False) is not None
+    if aten:
+        return rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend)
     M = math.prod(x.shape[:-1])
     _call_state.records = _autograd_records(x, norm_weight, weight, bias)
     try:
