@@ -366,3 +366,17 @@ def test_a_call_on_the_aten_route_takes_it_without_the_sums(monkeypatch, aten_ro
         rstd4 = 1 / torch.sqrt(4 * x.double().square().sum(-1) / 16 + EPS)
         want = (x.double() * rstd4[:, None] * g.double()) @ w.double().t() + b.double()
         assert routes == [] and torch.allclose(y.double(), want, atol=1e-4)
+
+
+@pytest.mark.parametrize("triton", [True, False])
+def test_row_sumsq_by_either_pass(monkeypatch, triton):
+    """Both of row_sumsq's ways (the Triton pass; torch's reduction, which small outputs take on a GPU) give each
+    row's fp32 sum of squares, shaped as y's leading dims."""
+    import tilewright.ops.gemm as gm
+
+    if not triton:
+        monkeypatch.setattr(gm, "interpreting", lambda: False)
+    y = torch.randn(3, 7, 40).half() * 30
+    ss = gm.row_sumsq(y)
+    assert ss.shape == (3, 7) and ss.dtype == torch.float32
+    assert torch.allclose(ss.double(), y.double().square().sum(-1), rtol=1e-5, atol=0)

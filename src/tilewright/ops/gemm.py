@@ -480,19 +480,28 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)", key, replay, weight)
 
 
+# Outputs of at least this many elements take the Triton pass in row_sumsq (2.7 TB/s at 8192 x 4096 on an H200,
+# perf/results/h200/rms_norm_linear/folded_parts_2026-11-28.py); below it the read takes a few us and the host is the
+# cost: Triton's JIT dispatch is 20-40 us a launch there (triton_kernels/rmsnorm_gemm.py), torch's reduction one
+# C++ dispatch (not measured side by side: a floor count).
+ROW_SUMSQ_TRITON_MIN = 1 << 24
+
+
 def row_sumsq(y: torch.Tensor) -> torch.Tensor:
     """Each row's fp32 sum of squares of ``y`` (..., N) as a (...,) float32 tensor, outside autograd: one read-only
-    pass (triton_kernels/rmsnorm_gemm.launch_row_sumsq) where the kernels run, torch's reduction elsewhere - and in a
-    trace (fake tensors: no kernel launches; inductor fuses the reduction into what wrote y)."""
+    pass (triton_kernels/rmsnorm_gemm.launch_row_sumsq) for large outputs where the kernels run (and under the
+    interpreter), torch's reduction elsewhere - small outputs, and traces (fake tensors: no kernel launches; inductor
+    fuses the reduction into what wrote y)."""
     y = y.detach()
     N = y.shape[-1]
     y2 = y.reshape(math.prod(y.shape[:-1]), N)
-    if (y.is_cuda or interpreting()) and N > 0 and type(y) in _PLAIN and not traced():
+    if (interpreting() or (y.is_cuda and y.numel() >= ROW_SUMSQ_TRITON_MIN)) and N > 0 and type(y) in _PLAIN \
+            and not traced():
         from ..triton_kernels.rmsnorm_gemm import launch_row_sumsq
 
         sums = launch_row_sumsq(y2)
-    else:
-        sums = y2.float().square().sum(-1)
+    else:  # one reduction reading y in place (no fp32 copy of it), then M squares: sqrt and square cost ~2 ulp
+        sums = torch.linalg.vector_norm(y2, 2, dim=-1, dtype=torch.float32).square()
     return sums.view(y.shape[:-1])
 
 
