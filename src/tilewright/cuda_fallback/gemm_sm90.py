@@ -65,6 +65,31 @@ VARIANTS = {v.name: v for v in (
     Variant(128, 128, 4), Variant(128, 128, 5), Variant(64, 256, 4),
     Variant(128, 256, 3, coop=True), Variant(256, 128, 3, coop=True),
 )}
+
+
+@dataclass(frozen=True)
+class SwitchedVariant(Variant):
+    """A tile variant of this kernel body built with one epilogue switch on (``switch`` = 1, named ``name + suffix``):
+    the builds that keep the plain GEMM's mainloop and tiles - the folded RMSNorm's rstd epilogue (TW_NORM_SUMSQ,
+    rstd_gemm_sm90.py), the output's sums of squares (TW_SUMSQ_OUT, gemm_sumsq_sm90.py)."""
+
+    switch: str = ""
+    suffix: str = ""
+
+    @property
+    def name(self) -> str:
+        return super().name + self.suffix
+
+    def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
+                res: bool = False) -> dict:
+        """The plain variant's -D macros plus the switch."""
+        return {**super().defines(a_mn, b_mn, fp16, act, bias, res), self.switch: 1}
+
+
+def switched_variants(switch: str, suffix: str) -> dict:
+    """Every plain variant as a :class:`SwitchedVariant`, keyed by the plain variant's name (so the plain GEMM's tile
+    choice, :func:`pick_variant`, and ``TILEWRIGHT_CUDA_GEMM_VARIANT`` name the switched build's tile too)."""
+    return {name: SwitchedVariant(v.bm, v.bn, v.stages, v.coop, switch, suffix) for name, v in VARIANTS.items()}
 DEFAULT_VARIANT = "coop128x256s3"  # large problems (H200 run 2: 1.003-1.073x cuBLAS on the 8 LLM/square shapes)
 SMALL_M_VARIANT = "pp128x128s5"    # M <= 256: fewer, smaller tiles; the fastest variant on decode16/decode128
 # compiled by build-check (CPU CI): the default and the other families, bf16 + one fp16 / K-major-B build;

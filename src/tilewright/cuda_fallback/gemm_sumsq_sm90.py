@@ -36,20 +36,8 @@ BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
 
 
-class SumsqVariant(gemm_sm90.Variant):
-    """A GEMM tile variant built with the sums-of-squares epilogue."""
-
-    @property
-    def name(self) -> str:
-        return super().name + "-sumsq"
-
-    def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
-                res: bool = False) -> dict:
-        """The GEMM variant's -D macros plus TW_SUMSQ_OUT."""
-        return {**super().defines(a_mn, b_mn, fp16, act, bias, res), "TW_SUMSQ_OUT": 1}
-
-
-VARIANTS = {name: SumsqVariant(v.bm, v.bn, v.stages, v.coop) for name, v in gemm_sm90.VARIANTS.items()}
+# the plain GEMM's tiles built with the sums-of-squares epilogue (TW_SUMSQ_OUT)
+VARIANTS = gemm_sm90.switched_variants("TW_SUMSQ_OUT", "-sumsq")
 
 
 def build_check_builds() -> list:
@@ -57,7 +45,7 @@ def build_check_builds() -> list:
     return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS)
 
 
-def pick_variant(M: int, N: int, K: int) -> SumsqVariant:
+def pick_variant(M: int, N: int, K: int) -> gemm_sm90.SwitchedVariant:
     """The plain GEMM's tile for this shape (``TILEWRIGHT_CUDA_GEMM_VARIANT`` overrides both)."""
     return VARIANTS[gemm_sm90.pick_variant(M, N, K).name]
 
@@ -78,7 +66,7 @@ _bound: dict = {}  # BoundCudaLaunch per signature (launches without a residual)
 
 
 def launch_cuda_gemm_sumsq(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, parts: torch.Tensor, *, bias=None,
-                           residual=None, activation=0, variant: SumsqVariant | str | None = None,
+                           residual=None, activation=0, variant: gemm_sm90.SwitchedVariant | str | None = None,
                            tile_order: str | int = "grouped", group: int = 16,
                            num_ctas: int | None = None) -> torch.Tensor:
     """``out = act(a @ b + bias) + residual`` and ``parts[pn, r]`` = the sum of ``out[r, n]^2`` over tile column pn

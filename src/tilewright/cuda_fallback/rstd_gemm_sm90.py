@@ -38,20 +38,8 @@ BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
 
 
-class RstdVariant(gemm_sm90.Variant):
-    """A GEMM tile variant built with the rstd epilogue."""
-
-    @property
-    def name(self) -> str:
-        return super().name + "-rstd"
-
-    def defines(self, a_mn: bool, b_mn: bool, fp16: bool, act: int = 0, bias: bool = False,
-                res: bool = False) -> dict:
-        """The GEMM variant's -D macros plus TW_NORM_SUMSQ (the rstd epilogue)."""
-        return {**super().defines(a_mn, b_mn, fp16, act, bias, res), "TW_NORM_SUMSQ": 1}
-
-
-VARIANTS = {name: RstdVariant(v.bm, v.bn, v.stages, v.coop) for name, v in gemm_sm90.VARIANTS.items()}
+# the plain GEMM's tiles built with the rstd epilogue (TW_NORM_SUMSQ)
+VARIANTS = gemm_sm90.switched_variants("TW_NORM_SUMSQ", "-rstd")
 
 
 def build_check_builds() -> list:
@@ -59,7 +47,7 @@ def build_check_builds() -> list:
     return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS)
 
 
-def pick_variant(M: int, N: int, K: int) -> RstdVariant:
+def pick_variant(M: int, N: int, K: int) -> gemm_sm90.SwitchedVariant:
     """The plain GEMM's tile for this shape (``TILEWRIGHT_CUDA_GEMM_VARIANT`` overrides both)."""
     return VARIANTS[gemm_sm90.pick_variant(M, N, K).name]
 
@@ -81,7 +69,7 @@ _prepared: dict = {}
 
 def launch_cuda_rstd_gemm(x: torch.Tensor, b: torch.Tensor, out: torch.Tensor, sumsq: torch.Tensor,
                           rstd: torch.Tensor | None, eps: float, *, bias=None, residual=None, activation=0,
-                          variant: RstdVariant | str | None = None, tile_order: str | int = "grouped",
+                          variant: gemm_sm90.SwitchedVariant | str | None = None, tile_order: str | int = "grouped",
                           group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
     """``out = act(rstd * (x @ b) + bias) + residual`` with ``rstd = 1 / sqrt(sumsq / K + eps)``, stored in ``rstd``
     (fp32 (M,)) when given. x: (M, K); b: (K, N), the folded weight ``(g * W).t()``; out: (M, N) row-major;
