@@ -380,3 +380,29 @@ def test_row_sumsq_by_either_pass(monkeypatch, triton):
     ss = gm.row_sumsq(y)
     assert ss.shape == (3, 7) and ss.dtype == torch.float32
     assert torch.allclose(ss.double(), y.double().square().sum(-1), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("bug", [None, "a tile column's sums missing", "sums of the wrong rows",
+                                 "activation skipped"])
+def test_sumsq_gemm_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, bug):
+    """The sums-of-squares build's first-use self-check with its launcher replaced by its torch contract on the CPU:
+    it passes the right result and fails partials with a tile column left unwritten (NaN), sums of the wrong rows, or
+    an output without its epilogue."""
+    from tilewright.cuda_fallback import gemm_sumsq_sm90 as gs
+    from tilewright.reference import epilogue_reference
+
+    def launch(a, b, out, parts, bias=None, residual=None, activation=0, variant=None):
+        y = epilogue_reference(a.float() @ b.float(), bias, None if bug == "activation skipped" else activation,
+                               None if residual is None else residual[0])
+        out.copy_(y)
+        cols = [c.float().square().sum(1) for c in out.split(variant.bn, 1)]
+        if bug == "sums of the wrong rows":
+            cols = [c.flip(0) for c in cols]
+        for pn, c in enumerate(cols):
+            if not (bug == "a tile column's sums missing" and pn == len(cols) - 1):
+                parts[pn].copy_(c)
+        return out
+
+    monkeypatch.setattr(gs, "launch_cuda_gemm_sumsq", launch)
+    ok, why = gs._self_check_one(torch.device("cpu"), gs.VARIANTS["pp128x128s5"], torch.bfloat16)
+    assert ok == (bug is None), why

@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from ..reference import epilogue_reference
 from . import gemm_sm90
 from .runtime import gemm_common, launch
 from .runtime.guard import Guard, relative_error, run_self_check, synchronize
@@ -113,9 +114,7 @@ def _self_check_one(device, v, dtype) -> tuple[bool, str]:
         parts = torch.full((-(-N // v.bn), M), float("nan"), device=device, dtype=torch.float32)
         launch_cuda_gemm_sumsq(a, w.t(), out, parts, bias=bias, residual=None if res is None else res.view(1, M, N),
                                activation=act, variant=v)
-        z = a.float() @ w.float().t() + bias.float()
-        ref = torch.nn.functional.gelu(z) if act == "gelu" else z
-        ref = ref if res is None else ref + res.float()
+        ref = epilogue_reference(a.float() @ w.float().t(), bias, act, res)
         synchronize(device)
         want = out.double().square().sum(1)
         return {"relative error": (relative_error(out, ref), 2e-2),
