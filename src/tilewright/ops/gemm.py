@@ -322,9 +322,8 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
         aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, needs_grad)
         if aten is None and (residual is None or residual.dtype == a.dtype) and \
-                out_dtype in (None, a.dtype) and _aten.limit() > 0 and \
-                router.decide("gemm", a2, b, contiguous_vector(bias), None, activation,
-                              backend=backend).backend == "torch":
+                out_dtype in (None, a.dtype) and _plain_gemm_on_cublas(a2, b, contiguous_vector(bias), activation,
+                                                                       backend):
             # a GEMM (and activation) the router gives to cuBLAS (cublas_routes.py): F.linear / matmul and torch's
             # activation themselves, whose host cost is torch's - the op's replay of it (views of the recorded
             # layout, mm with out=) measured 2x that. With autograd too (the rule rms_norm_linear's training calls
@@ -374,6 +373,14 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
                                 {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)},
                                 outputs)
     return output_view(out, out_shape)
+
+
+def _plain_gemm_on_cublas(a2, b, bias, activation, backend) -> bool:
+    """Whether an eager call's GEMM without its residual is one the router gives to cuBLAS, with the ATen routes on:
+    such a call runs F.linear / matmul and torch's add (:func:`_gemm` says why). ``bias``: unit-stride, as the
+    router reads it."""
+    return _aten.limit() > 0 and router.decide("gemm", a2, b, bias, None, activation,
+                                               backend=backend).backend == "torch"
 
 
 def _check_gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text) -> None:
@@ -534,9 +541,8 @@ def _linear_with_sumsq(x, weight, bias, residual, activation, backend):
         return None
     if router.decide("gemm", a2, b, bias, res3, activation, backend=backend).backend != "cuda":
         return None
-    if res3 is not None and _aten.limit() > 0 and \
-            router.decide("gemm", a2, b, bias, None, activation, backend=backend).backend == "torch":
-        return None  # the plain call runs cuBLAS + torch's add here (_gemm: where its plain GEMM goes to cuBLAS)
+    if res3 is not None and _plain_gemm_on_cublas(a2, b, bias, activation, backend):
+        return None  # the plain call runs cuBLAS + torch's add here (_gemm)
     if not gemm_sumsq_sm90.ready(a2, b, bias, res3)[0]:
         return None
     parts = torch.empty(gemm_sumsq_sm90.partial_shape(M, N, K), device=x.device, dtype=torch.float32)
