@@ -370,8 +370,7 @@ def clear_folded(weight: torch.Tensor) -> None:
 
 
 def _rstd_torch(x: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.rsqrt(x.float().pow(2).mean(-1) + eps) if x.shape[-1] else \
-        torch.full(x.shape[:-1], 1.0 / math.sqrt(eps), device=x.device)
+    return _rstd_of_sumsq(x.float().pow(2).sum(-1), x.shape[-1], eps)
 
 
 @rms_norm_linear_op.register_fake

@@ -124,23 +124,23 @@ def _rmsnorm_fwd_kernel(a_ptr, g_ptr, u_ptr, rstd_ptr, ss_ptr, M, K, rows_per_pr
         row = pid * rows_per_prog + i
         if row < M:
             row64 = row.to(tl.int64)
+            if SS_GIVEN:
+                ss = tl.load(ss_ptr + row)
             if NUM_CHUNKS == 1:
                 x = tl.load(a_ptr + row64 * stride_xm + rk, mask=mask_k, other=0.0).to(tl.float32)
-                if SS_GIVEN:
-                    r = 1.0 / tl.sqrt_rn(tl.load(ss_ptr + row) / K + eps)
-                else:
-                    r = 1.0 / tl.sqrt_rn(tl.sum(x * x, axis=0) / K + eps)
+                if not SS_GIVEN:
+                    ss = tl.sum(x * x, axis=0)
+                r = 1.0 / tl.sqrt_rn(ss / K + eps)
                 tl.store(u_ptr + row64 * stride_um + rk, (x * r * g).to(u_ptr.dtype.element_ty), mask=mask_k)
             else:
-                if SS_GIVEN:
-                    r = 1.0 / tl.sqrt_rn(tl.load(ss_ptr + row) / K + eps)
-                else:
+                if not SS_GIVEN:
                     part = tl.zeros((BLOCK_K,), dtype=tl.float32)
                     for ci in range(NUM_CHUNKS):
                         ck = ci * BLOCK_K + rk
                         x = tl.load(a_ptr + row64 * stride_xm + ck, mask=ck < K, other=0.0).to(tl.float32)
                         part += x * x
-                    r = 1.0 / tl.sqrt_rn(tl.sum(part, axis=0) / K + eps)
+                    ss = tl.sum(part, axis=0)
+                r = 1.0 / tl.sqrt_rn(ss / K + eps)
                 for ci in range(NUM_CHUNKS):
                     ck = ci * BLOCK_K + rk
                     mk = ck < K
