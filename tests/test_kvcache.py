@@ -315,6 +315,19 @@ def test_the_kernels_compile_for_sm90_without_spills(paged, head_dim, whole_wave
         assert reports[0].has("ATOM") and reports[0].has("STRONG.GPU"), reports[0].name
 
 
+def test_the_short_split_rows_build_compiles_for_sm90_without_spills():
+    """The short split rows' launch (SHORT_SPLIT_SHAPE: 32-key steps, the 3-deep ring, 2 warps; a 16-row query tile,
+    head dim 128, contiguous, the PDL combine's signal) as an AOT sm_90 build: tensor core MMAs, the K / V rows by
+    async copies, no spills."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+    from tilewright.triton_kernels.aot import compile_reports
+
+    block, stages, warps = ka.SHORT_SPLIT_SHAPE
+    job = {**_split_job("short_split", 128, block, stages, LAUNCH_DEPENDENTS=True), "num_warps": warps}
+    (rep,) = compile_reports([job])
+    assert rep.spill_bytes == 0 and (rep.has("HMMA") or rep.has("HGMMA")) and rep.has("LDGSTS"), rep.name
+
+
 def test_the_pdl_combine_builds_carry_the_grid_dependency_instructions():
     """PDL_COMBINE's AOT sm_90 builds: the split kernel signals its dependents (griddepcontrol.launch_dependents) and
     the combine waits for the split grid (griddepcontrol.wait) before its first load - in the PTX, and in SASS as the
@@ -505,7 +518,7 @@ def test_paged_launches_take_the_contiguous_shape_with_the_prefetch(monkeypatch)
     in-step lookup's rule takes three programs an SM, 12); both against the reference."""
     from tilewright.triton_kernels import kvcache_attention as ka
 
-    launches = _split_launches(monkeypatch, ("PAGE_PREFETCH", "num_splits", "BLOCK_N", "num_stages"))
+    launches = _split_launches(monkeypatch, ("PAGE_PREFETCH", "num_splits", "BLOCK_N", "num_stages", "num_warps"))
     lengths = (1000,)
     kc, vc, table = _cache(1, 1024, 1, 16, torch.float32, lengths, 16)
     q = torch.randn(1, 1, 2, 16, device=DEV)
@@ -656,24 +669,40 @@ def test_one_wave_and_a_few_programs_split_three_ways_on_the_h200(monkeypatch):
 
 
 def test_launch_shapes_by_regime_on_the_h200_and_elsewhere(monkeypatch):
-    """kvcache_attention's (splits, keys a step, ring depth) per regime: the split regime and long whole waves as
+    """kvcache_attention's (splits, keys a step, ring depth, warps) per regime: the split regime and long whole waves as
     before, the boundary band split ~3 ways with the short ring, the mid band unsplit with 64-key steps, more than two
     programs an SM on short sequences the short ring - at head dim 128 on the H200 only; head dim 64, paged caches,
-    a caller's split count and other cards keep the earlier shapes."""
+    a caller's split count and other cards keep the earlier shapes. The short split rows: twice the split count in
+    32-key steps on 2 warps."""
     from tilewright.triton_kernels import kvcache_attention as ka
 
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(ka, "_card", lambda device: (132, True))
     shape = functools.partial(ka.launch_shape, device=cuda, interpret=False)
-    assert shape(1, 8, 8192, 128) == (16, 128, 3)  # split regime, 512-key splits: 128-key steps (H200)
-    assert shape(17, 8, 8192, 128) == (3, 64, 2)  # boundary band
-    assert shape(24, 8, 8192, 128) == (1, 64, 3)  # mid band
-    assert shape(64, 8, 1024, 128) == (1, 64, 2)  # > 2 programs an SM, short sequences
-    assert shape(64, 8, 8192, 128) == (1, 128, 3)  # ... long ones
-    assert shape(17, 8, 8192, 64) == (1, 128, 3) and shape(64, 8, 1024, 64) == (1, 128, 3)  # head dim 64: as before
-    assert shape(1, 8, 8192, 64) == (16, 128, 3)  # (the split regime's H200 rule holds at every head dim <= 128)
-    assert shape(17, 8, 8192, 128, paged=True) == (2, 64, 4)  # paged: as before
-    assert shape(17, 8, 8192, 128, num_splits=1) == (1, 128, 3)  # the caller's count: no band
+    assert shape(1, 8, 8192, 128) == (16, 128, 3, 4)  # split regime, 512-key splits: 128-key steps (H200)
+    assert shape(17, 8, 8192, 128) == (3, 64, 2, 4)  # boundary band
+    assert shape(24, 8, 8192, 128) == (1, 64, 3, 4)  # mid band
+    assert shape(64, 8, 1024, 128) == (1, 64, 2, 4)  # > 2 programs an SM, short sequences
+    assert shape(64, 8, 8192, 128) == (1, 128, 3, 4)  # ... long ones
+    assert shape(17, 8, 8192, 64) == (1, 128, 3, 4) == shape(64, 8, 1024, 64)  # head dim 64: as before
+    assert shape(1, 8, 8192, 64) == (16, 128, 3, 4)  # (the split regime's H200 rule: every head dim <= 128)
+    assert shape(17, 8, 8192, 128, paged=True) == (2, 64, 4, 4)  # paged: as before
+    assert shape(17, 8, 8192, 128, num_splits=1) == (1, 128, 3, 4)  # the caller's count: no band
     monkeypatch.setattr(ka, "_card", lambda device: (132, False))
-    assert shape(17, 8, 8192, 128) == (1, 128, 3) and shape(64, 8, 1024, 128) == (1, 128, 3)
-    assert shape(1, 8, 8192, 128) == (16, 64, 3)
+    assert shape(17, 8, 8192, 128) == (1, 128, 3, 4) and shape(64, 8, 1024, 128) == (1, 128, 3, 4)
+    assert shape(1, 8, 8192, 128) == (16, 64, 3, 4)
+    # the short split rows (H200, head dim 128, contiguous, B x Hkv <= half the SMs, <= 4096 keys, <= 16 query rows):
+    # twice the default split count, 32-key steps, the 3-deep ring, 2 warps; the rule needs the row count
+    monkeypatch.setattr(ka, "_card", lambda device: (132, True))
+    assert shape(1, 8, 1024, 128, rows=4) == (32, 32, 3, 2) and shape(1, 8, 4096, 128, rows=16) == (32, 32, 3, 2)
+    assert shape(2, 8, 2048, 128, rows=4) == (16, 32, 3, 2) and shape(8, 8, 1024, 128, rows=4) == (4, 32, 3, 2)
+    assert shape(1, 8, 256, 128, rows=4) == (8, 32, 3, 2)  # (splits of 32 keys at least)
+    assert shape(1, 8, 1024, 128) == (16, 64, 3, 4)  # rows unknown
+    assert shape(1, 8, 1024, 128, rows=32) == (16, 64, 3, 4)  # a 32-row tile: not measured
+    assert shape(1, 8, 8192, 128, rows=4) == (16, 128, 3, 4)  # a longer cache
+    assert shape(9, 8, 1024, 128, rows=4) == (1, 128, 3, 4)  # more than half the SMs' programs
+    assert shape(1, 8, 1024, 64, rows=4) == (16, 64, 3, 4)  # head dim 64
+    assert shape(1, 8, 1024, 128, paged=True, rows=4) == shape(1, 8, 1024, 128, paged=True)  # in-step lookup
+    assert shape(1, 8, 1024, 128, num_splits=8, rows=4) == (8, 128, 3, 4)  # the caller's count
+    monkeypatch.setattr(ka, "_card", lambda device: (132, False))
+    assert shape(1, 8, 1024, 128, rows=4) == (16, 64, 3, 4)  # another card

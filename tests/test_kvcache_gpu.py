@@ -27,6 +27,29 @@ def _paged(kc, vc, page):
     return pages(kc), pages(vc), table
 
 
+def _poisoned(kc, vc, seqlens, page):
+    """(k cache, v cache, block table or None): every slot past each sequence's length set to NaN (the op must never
+    read one), then cut into shuffled pages of ``page`` tokens (None: contiguous)."""
+    for b in range(kc.shape[0]):
+        kc[b, int(seqlens[b]):] = float("nan")
+        vc[b, int(seqlens[b]):] = float("nan")
+    if page is None:
+        return kc, vc, None
+    return _paged(kc, vc, page)
+
+
+def _assert_within_twice_torch(q, kc, vc, table, seqlens):
+    """The op's bf16 output within 2x torch's own bf16 error of fp64 (relative norm), finite, and its LSE within 5e-3
+    of fp64's; NaN-poisoned unused cache slots count as zeros in the references (the op never reads them)."""
+    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, return_lse=True)
+    kd, vd = kc.double().nan_to_num(0.0), vc.double().nan_to_num(0.0)
+    ro, rl = kvcache_attention_reference(q.double(), kd, vd, seqlens, table)
+    to, _ = kvcache_attention_reference(q, kc.nan_to_num(0.0), vc.nan_to_num(0.0), seqlens, table)  # torch, bf16
+    rel = lambda x: ((x.double() - ro).norm() / ro.norm()).item()  # noqa: E731
+    assert torch.isfinite(out).all() and rel(out) <= 2 * rel(to) + 1e-6
+    assert (lse.double() - rl).abs().max().item() <= 5e-3
+
+
 @pytest.mark.parametrize("page", [None, 16, 256])
 @pytest.mark.parametrize("B,Sq,Hq,Hkv,D,S", [(4, 1, 32, 8, 128, 3000), (2, 4, 8, 1, 64, 777), (1, 1, 16, 16, 128, 9)])
 def test_within_twice_torch_error(B, Sq, Hq, Hkv, D, S, page):
@@ -35,19 +58,7 @@ def test_within_twice_torch_error(B, Sq, Hq, Hkv, D, S, page):
     kc = torch.randn(B, S + 50, Hkv, D, generator=g, device=DEV, dtype=torch.bfloat16)
     vc = torch.randn_like(kc)
     seqlens = torch.tensor([S - 3 * b for b in range(B)], dtype=torch.int32, device=DEV)
-    for b in range(B):  # poison every slot past each sequence's length
-        kc[b, int(seqlens[b]):] = float("nan")
-        vc[b, int(seqlens[b]):] = float("nan")
-    table = None
-    if page is not None:
-        kc, vc, table = _paged(kc, vc, page)
-    out, lse = tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, block_table=table, return_lse=True)
-    kd, vd = kc.double().nan_to_num(0.0), vc.double().nan_to_num(0.0)
-    ro, rl = kvcache_attention_reference(q.double(), kd, vd, seqlens, table)
-    to, _ = kvcache_attention_reference(q, kc.nan_to_num(0.0), vc.nan_to_num(0.0), seqlens, table)  # torch, bf16
-    rel = lambda x: ((x.double() - ro).norm() / ro.norm()).item()  # noqa: E731
-    assert torch.isfinite(out).all() and rel(out) <= 2 * rel(to) + 1e-6
-    assert (lse.double() - rl).abs().max().item() <= 5e-3
+    _assert_within_twice_torch(q, *_poisoned(kc, vc, seqlens, page), seqlens)
 
 
 def test_agrees_with_sdpa_flash_on_decode():
@@ -185,3 +196,36 @@ def test_page_prefetch_matches_the_in_step_lookup(page):
     at the contiguous launch's shape) and the in-step lookup at the paged shape (config page_prefetch False) give the
     same answer (_variant_matches_the_default)."""
     _variant_matches_the_default(page, {"page_prefetch": False})
+
+
+@pytest.mark.parametrize("page", [None, 16])
+@pytest.mark.parametrize("B,S", [(1, 1024), (2, 2100), (8, 4096), (1, 333)])
+def test_short_split_rows_within_twice_torch_error(B, S, page, monkeypatch):
+    """The short split rows (kvcache_attention.SHORT_SPLIT_KEYS: on the H200, twice the split count in 32-key steps
+    on 2 warps; elsewhere the split regime's shape): GQA 32/8 decode over caches of <= 4096 keys, lengths off the step
+    and split boundaries, unused slots poisoned, contiguous and pages of 16 (the prefetch takes the contiguous shape),
+    against fp64 with the 2x-torch rule - and on an H200 the launch is the band's."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    seen, kernel = [], ka._split_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(**kw):
+                seen.append((kw["BLOCK_N"], kw["num_warps"], kw["num_splits"]))
+                return kernel[grid](**kw)
+            return launch
+
+        def __getattr__(self, name):  # the bound launch reads the kernel's own attributes (arg_names ...)
+            return getattr(kernel, name)
+    monkeypatch.setattr(ka, "_split_kernel", Spy())
+    ka._bound.clear()  # a bound replay from an earlier test would skip the spy
+    g = torch.Generator(device=DEV).manual_seed(S + B)
+    q = torch.randn(B, 1, 32, 128, generator=g, device=DEV, dtype=torch.bfloat16)
+    kc = torch.randn(B, S, 8, 128, generator=g, device=DEV, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    seqlens = torch.tensor([S - 37 * b - (b > 0) for b in range(B)], dtype=torch.int32, device=DEV)
+    _assert_within_twice_torch(q, *_poisoned(kc, vc, seqlens, page), seqlens)
+    if ka.wide_split_steps(q.device):
+        block, _, warps = ka.SHORT_SPLIT_SHAPE
+        assert seen and seen[0][:2] == (block, warps), seen

@@ -273,18 +273,25 @@ def test_the_dq_staging_switch_names_the_split_build_of_dq_in_the_pass_only(monk
 
 
 def test_the_step_switch_names_its_builds(monkeypatch):
-    """TILEWRIGHT_CUDA_ATTN_BWD_STEP: comma-separated names of STEP_OPTIONS (any order, spaces, "none"), unset or
-    empty none (the default builds, their macros and cache keys unchanged). "defer" / "stsm" add their macros to
-    dQ-in-the-pass builds only, "lds64" to every dK / dV build; the soft-cap builds of two consumers at head dim 128
-    take none (they spilled); an explicit ``step`` wins over the variable; an unknown name raises naming it."""
-    monkeypatch.delenv(cb.STEP_ENV, raising=False)
-    assert cb.pick_step() == cb.DEFAULT_STEP == ()
+    """TILEWRIGHT_CUDA_ATTN_BWD_STEP: comma-separated names of STEP_OPTIONS (any order, spaces), "none" or empty
+    none (the plain builds, their macros and cache keys as before the options); unset, the build head dim's default
+    (DEFAULT_STEP_BY_HEAD_DIM: "defer" at 128 and the dims its build takes, none at 64). "defer" / "stsm" add their
+    macros to dQ-in-the-pass builds only, "lds64" to every dK / dV build; the soft-cap builds of two consumers at head
+    dim 128 take none (they spilled); an explicit ``step`` wins over the variable; an unknown name raises naming it."""
     macros = set(cb.STEP_OPTIONS.values())
+    monkeypatch.setenv(cb.STEP_ENV, "none")
     default = {(d, dq): cb.defines(d, True, False, "b", dq) for d in cb.HEAD_DIMS for dq in (False, True)}
     assert not any(macros & set(defs) for defs in default.values())
+    monkeypatch.delenv(cb.STEP_ENV, raising=False)
+    assert cb.pick_step() == cb.DEFAULT_STEP == () and cb.pick_step(64) == ()
+    assert cb.pick_step(128) == cb.pick_step(96) == cb.DEFAULT_STEP_BY_HEAD_DIM[128] == ("defer",)
+    assert cb.defines(64, True, False, "b", True) == default[64, True]
+    assert cb.defines(128, True, False, "b", True) == {**default[128, True], "TW_DQ_DEFER": 1}
+    assert cb.defines(128, True, False, "b", False) == default[128, False]  # (no dQ in the pass: nothing to defer)
     for value in ("", "none", " , "):
         monkeypatch.setenv(cb.STEP_ENV, value)
-        assert cb.pick_step() == () and cb.defines(64, True, False, "b", True) == default[64, True]
+        assert cb.pick_step() == () == cb.pick_step(128) and cb.defines(64, True, False, "b", True) == default[64, True]
+        assert cb.defines(128, True, False, "b", True) == default[128, True]
     monkeypatch.setenv(cb.STEP_ENV, "lds64, defer")
     assert cb.pick_step() == ("defer", "lds64")  # STEP_OPTIONS' order
     for d in cb.HEAD_DIMS:

@@ -218,8 +218,9 @@ def test_persistent_builds_keep_their_twins_key_block_loop(cache, label):
 
 def test_persistent_variants(monkeypatch):
     """cp / c176p are c / c176 with TW_PERSISTENT (8 more bytes of shared memory: the q_empty barrier), at the same
-    head dims; no other variant defines TW_PERSISTENT (their builds keep their cache keys); neither is a default or
-    picked by any rule, only named (the variable or the variant argument)."""
+    head dims; no other variant defines TW_PERSISTENT (their builds keep their cache keys); neither is a default,
+    cp is picked on short plain causal rows at head dim 128 (PERSISTENT_BY_HEAD_DIM) and nowhere else, c176p only
+    when named (the variable or the variant argument)."""
     for name, twin in PERSISTENT_TWINS.items():
         v, t = ca.VARIANTS[name], ca.VARIANTS[twin]
         assert v.persistent and not t.persistent and v.head_dims == t.head_dims
@@ -229,9 +230,13 @@ def test_persistent_variants(monkeypatch):
             assert v.smem_bytes(D) == t.smem_bytes(D) + 8 <= ca.SMEM_LIMIT
     assert not any(v.persistent or "TW_PERSISTENT" in v.defines(D, True, False, True, True, True)
                    for n, v in ca.VARIANTS.items() if n not in PERSISTENT_TWINS for D in v.head_dims)
-    picked = {ca.pick_variant(D, causal, s, s, plain).name for D in (64, 96, 128, 256) for causal in (None, False, True)
-              for s in (128, 2048, 4096, 16384) for plain in (False, True)}
-    assert not picked & set(PERSISTENT_TWINS) and ca.DEFAULT_VARIANT not in PERSISTENT_TWINS
+    picked = {(D, causal, s, plain): ca.pick_variant(D, causal, s, s, plain).name for D in (64, 96, 128, 256)
+              for causal in (None, False, True) for s in (128, 1023, 1024, 2048, 2049, 4096, 16384)
+              for plain in (False, True)}
+    assert {k for k, name in picked.items() if name in PERSISTENT_TWINS} == {
+        (D, True, s, True) for D in (96, 128) for s in (1024, 2048)}
+    assert set(ca.PERSISTENT_BY_HEAD_DIM.values()) == {"cp"} and ca.DEFAULT_VARIANT not in PERSISTENT_TWINS
+    assert ca.pick_variant(128, True, 1024, 4096).name != "cp" and ca.pick_variant(128, True, 2048, 1000).name != "cp"
     assert not set(ca.DEFAULT_BY_HEAD_DIM.values()) & set(PERSISTENT_TWINS)
     monkeypatch.setenv("TILEWRIGHT_CUDA_ATTN_VARIANT", "c176p")
     assert ca.pick_variant(128).name == "c176p"

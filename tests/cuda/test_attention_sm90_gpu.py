@@ -194,15 +194,17 @@ def test_exponentials_on_the_fma_pipe(case, exp_fma):
     assert (lse.double() - rl)[torch.isfinite(rl)].abs().max().item() <= 5e-3
 
 
-@pytest.mark.parametrize("case", [(1, 4, 2, 300, 4100, 128, False), (1, 2, 2, 4200, 4200, 96, True)],
-                         ids=["gqa-300x4100-d128-full", "4200-d96-causal"])
+@pytest.mark.parametrize("case", [(1, 4, 2, 300, 4100, 128, False), (1, 2, 2, 4200, 4200, 96, True),
+                                  (2, 4, 2, 1500, 1500, 128, True), (1, 2, 2, 2048, 2048, 96, True)],
+                         ids=["gqa-300x4100-d128-full", "4200-d96-causal", "persistent-gqa-1500-d128-causal",
+                              "persistent-2048-d96-causal"])
 def test_op_runs_the_wide_key_variant_where_it_is_picked(monkeypatch, case):
-    """The public forward (backend="cuda", no variant named) on rows where pick_variant takes 176-key blocks: it
-    launches that variant (after its own self-check) and the output is within 2x SDPA's error of fp64; so are the
-    gradients, whose backward reads the wide forward's LSE."""
+    """The public forward (backend="cuda", no variant named) on rows where pick_variant takes 176-key blocks - or the
+    persistent CTAs (short causal rows): it launches that variant (after its own self-check) and the output is within
+    2x SDPA's error of fp64; so are the gradients, whose backward reads that forward's LSE."""
     ca = _ca()
     B, Hq, Hkv, Sq, Skv, D, causal = case
-    wide = ca.WIDE_KEYS_BY_HEAD_DIM[128]
+    wide = ca.PERSISTENT_BY_HEAD_DIM[128] if ca.persistent_pays(causal, Sq, Skv) else ca.WIDE_KEYS_BY_HEAD_DIM[128]
     assert ca.pick_variant(D, causal, Sq, Skv).name == wide
     seen = []
     launch_cached = ca.launch.launch_cached

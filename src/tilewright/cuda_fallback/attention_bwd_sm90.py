@@ -40,13 +40,13 @@ DQ_STAGE_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_DQ_STAGE"
 DQ_STAGES = ("b64", "split")
 DEFAULT_DQ_STAGE = "split"
 STEP_ENV = "TILEWRIGHT_CUDA_ATTN_BWD_STEP"
-# Opt-in changes to the dK / dV consumers' step, comma-separated in TILEWRIGHT_CUDA_ATTN_BWD_STEP (an A/B switch: none
-# is on by default; see pick_step()). Name -> the kernel's macro: "defer" hands a step's staged dQ to the writer warp
-# (its fence + arrive) one step later, behind the next step's S^T / dP^T issue; "stsm" stores dS^T by four
-# stmatrix.x4 instead of 16 32-bit stores; "lds64" reads the statistics (LSE, delta) by 64-bit loads, a column pair
-# each. The same values (dK / dV bit-equal, dQ's staged partials too); only data movement and synchronisation differ.
-# Prepared on a CPU against the stall profile of the head-dim-64 b+dq build (ncu, H200: the staging's fence + arrive
-# ~8.6% of the samples, the statistics loads ~4.5%, the dS^T stores 2.65%); not measured yet.
+# Changes to the dK / dV consumers' step, comma-separated in TILEWRIGHT_CUDA_ATTN_BWD_STEP (an A/B switch; "none":
+# none; unset: DEFAULT_STEP_BY_HEAD_DIM, see pick_step()). Name -> the kernel's macro: "defer" hands a step's staged
+# dQ to the writer warp (its fence + arrive) one step later, behind the next step's S^T / dP^T issue; "stsm" stores
+# dS^T by four stmatrix.x4 instead of 16 32-bit stores; "lds64" reads the statistics (LSE, delta) by 64-bit loads, a
+# column pair each. The same values (dK / dV bit-equal, dQ's staged partials too); only data movement and
+# synchronisation differ. Written against the stall profile of the head-dim-64 b+dq build (ncu, H200: the staging's
+# fence + arrive ~8.6% of the samples, the statistics loads ~4.5%, the dS^T stores 2.65%).
 STEP_OPTIONS = {"defer": "TW_DQ_DEFER", "stsm": "TW_DS_STMATRIX", "lds64": "TW_STATS_LDS64"}
 STEP_DQ_ONLY = ("defer", "stsm")  # change dQ's staging / dS^T's stores: builds with dQ in the pass only
 # None of them in the soft-cap builds of two consumers at head dim 128 (defines() leaves them out): those consumers sit
@@ -54,6 +54,14 @@ STEP_DQ_ONLY = ("defer", "stsm")  # change dQ's staging / dS^T's stores: builds 
 # causal and the windowed build with dQ in the pass, and with lds64 in the windowed one without; the other builds
 # compiled spill-free with all three (the build-check rows, and the CPU tests' other builds).
 DEFAULT_STEP = ()
+# Build head dim -> its step options where they are not DEFAULT_STEP. H200, fwd + bwd through the op, each setting's
+# CUDA graph and cuDNN's interleaved in one process, dK / dV bit-equal to the default build's (perf/results/h200/
+# attention/bwd_sync_ab_2026-11-29_s34*.txt): at head dim 128 "defer" ran 1.007-1.050x the default on 9 of 10 rows (2 x
+# 16 x 8k full 1.007 / 1.010, 4 x 16 x 2k 1.010 both masks, GQA 2 x 32/8 x 4k 1.011, 2 x 16 x 4k causal 1.035, 1 x
+# 32/8 x 8k causal 1.050, 4 x 32/8 x 2k causal 1.009 / 1.029) and 0.994 at 8 x 16 x 1k causal; all three 1.008-1.057
+# on the same rows, no better overall. At head dim 64 each option was level or slower (defer 0.964 / 0.973, all three
+# 0.954 / 0.958 on 2 x 8 x 8k): there the staging's fence is not behind the next step's MMAs' issue, it is the issue.
+DEFAULT_STEP_BY_HEAD_DIM = {128: ("defer",)}
 DQ_THREADS = 256  # one producer warpgroup + one consumer warpgroup (64 query rows per CTA)
 DQ_BLOCK_N = 64  # keys per step
 # The builds (TW_HDIM): dK + dV take D registers a thread in each consumer warpgroup. Other head dims - multiples of 8
@@ -171,7 +179,7 @@ def defines(head_dim: int, causal: bool, fp16: bool, variant: str = DEFAULT_VARI
                              f"{list(DQ_STAGES)}")
         if stage == "split":
             defs["TW_DQ_STAGE_SPLIT"] = 1
-    step = check_step(pick_step() if step is None else step, "cuda attention backward: step option")
+    step = check_step(pick_step(head_dim) if step is None else step, "cuda attention backward: step option")
     if softcap and head_dim == 128 and VARIANTS[variant] == 2:
         step = ()  # they spilled there (see STEP_DQ_ONLY)
     for name in step:
@@ -208,12 +216,14 @@ def check_step(names, what: str) -> tuple:
     return tuple(name for name in STEP_OPTIONS if name in names)
 
 
-def pick_step() -> tuple:
-    """The dK / dV step's opt-in changes: ``TILEWRIGHT_CUDA_ATTN_BWD_STEP``, comma-separated names of
-    :data:`STEP_OPTIONS` ("defer", "stsm", "lds64"; "none" or empty: none), else :data:`DEFAULT_STEP`."""
+def pick_step(head_dim: int | None = None) -> tuple:
+    """The dK / dV step's changes: ``TILEWRIGHT_CUDA_ATTN_BWD_STEP``, comma-separated names of :data:`STEP_OPTIONS`
+    ("defer", "stsm", "lds64"; "none" or empty: none), else the build head dim's (:data:`DEFAULT_STEP_BY_HEAD_DIM`;
+    ``head_dim`` None or another: :data:`DEFAULT_STEP`)."""
     value = os.environ.get(STEP_ENV)
     if value is None:
-        return DEFAULT_STEP
+        build = kernel_head_dim(head_dim) if head_dim is not None else None
+        return DEFAULT_STEP_BY_HEAD_DIM.get(build, DEFAULT_STEP)
     return check_step((n.strip() for n in value.split(",") if n.strip() not in ("", "none")), STEP_ENV)
 
 
@@ -518,7 +528,7 @@ def launch_dkdv(do, q, k, v, lse, delta, dk, dv, causal: bool, scale: float, var
                              "unit-stride in D, other strides multiples of 16 bytes (a TMA map)")
     band = (causal_offset if causal else 0, window_offset)
     stage = None if dq_accum is None else pick_dq_stage()  # the dQ staging switch names another build
-    step = pick_step()  # and so do the step's options
+    step = pick_step(q.shape[-1])  # and so do the step's options
     key = (q.device.index, q.dtype, bool(causal), float(scale), variant, band, float(softcap), stage, step,
            *((t.data_ptr(), t.shape, t.stride()) for t in (do, q, k, v, dk, dv)), lse.data_ptr(), delta.data_ptr(),
            None if stats is None else stats.data_ptr(), heads, None if partial is None else partial.data_ptr(),

@@ -155,7 +155,7 @@ VARIANTS = {v.name: v for v in (
     Variant("c192", 2, True, True, block_n=192),
     # c / c176 with persistent CTAs (issue 15: per-CTA fill and drain at 2k-4k tokens a head, 12-23 key blocks a
     # tile): gridDim.x = min(tiles, SMs) CTAs walk the tiles in the same order, the K / V ring running on across a
-    # CTA's tiles. A/B only (perf/results/h200/attention/persistent_ab_2026-11-29.py); neither default nor picked.
+    # CTA's tiles. cp runs on short causal rows (PERSISTENT_BY_HEAD_DIM, below); c176p stays an A/B one.
     Variant("cp", 2, True, True, persistent=True),
     Variant("c176p", 2, True, True, block_n=176, persistent=True),
     Variant("b3", 3, True, False),  # b with three consumer warpgroups in a round-robin pingpong (hdim 64 only)
@@ -202,6 +202,24 @@ WIDE_KEYS_MIN_SQUARE = 2048  # without a mask: or this many of both
 WIDE_KEYS_MIN_CAUSAL = 4096  # with the causal mask: this many of both
 
 
+# Build head dim -> the persistent-CTA variant, taken on causal rows of PERSISTENT_CAUSAL_KEYS query rows and keys:
+# there a causal tile's work runs from one key block to all of them, so the one-CTA-a-tile grid ends in a ragged tail
+# of long tiles, and a CTA that walks on to its next tile keeps its K / V ring filling across the hand-over. H200,
+# cp against c and cuDNN in one process, forward, graph replays, out and LSE bit-equal to c's (perf/results/h200/
+# attention/persistent_ab_2026-11-29.txt, 16 rows, B x S = 16k tokens, MHA 16 and GQA 32/8): causal cp / c = 1.043 /
+# 1.046 at S 1024, 1.031 / 1.007 at 2048, 0.974 / 0.978 at 4096 (where c176 runs), 0.94-0.97 at 8192; without a mask
+# 0.976-0.999 everywhere (uniform tiles leave no tail to fill). Only the plain causal mask: a window or a soft cap,
+# unmeasured with it, keep the default; packed batches have no persistent build.
+PERSISTENT_BY_HEAD_DIM = {128: "cp"}
+PERSISTENT_CAUSAL_KEYS = (1024, 2048)  # min and max of (query rows, keys) where it measured faster
+
+
+def persistent_pays(causal: bool, sq: int, skv: int) -> bool:
+    """Whether a forward of ``sq`` query rows on ``skv`` keys is where the persistent CTAs measured faster (above)."""
+    lo, hi = PERSISTENT_CAUSAL_KEYS
+    return causal and lo <= min(sq, skv) and max(sq, skv) <= hi
+
+
 def wide_keys_pay(causal: bool, sq: int, skv: int) -> bool:
     """Whether a forward of ``sq`` query rows on ``skv`` keys is where the wide key blocks measured faster (above)."""
     if causal:
@@ -212,8 +230,9 @@ def wide_keys_pay(causal: bool, sq: int, skv: int) -> bool:
 def pick_variant(head_dim: int | None = None, causal: bool | None = None, sq: int = 0, skv: int = 0,
                  plain_mask: bool = True) -> Variant:
     """The variant to run at ``head_dim`` (its build's default: DEFAULT_BY_HEAD_DIM, else DEFAULT_VARIANT), or the
-    wide-key-block one (WIDE_KEYS_BY_HEAD_DIM) when the mask is known (``causal`` not None), plain (no window, no soft
-    cap: ``plain_mask``) and the problem is where it measured faster (``sq`` query rows, ``skv`` keys: wide_keys_pay);
+    wide-key-block one (WIDE_KEYS_BY_HEAD_DIM) or the persistent one (PERSISTENT_BY_HEAD_DIM) when the mask is known
+    (``causal`` not None), plain (no window, no soft cap: ``plain_mask``) and the problem is where it measured faster
+    (``sq`` query rows, ``skv`` keys: wide_keys_pay, persistent_pays);
     ``TILEWRIGHT_CUDA_ATTN_VARIANT`` = a | b | b_free | c | c64 | c176 | c192 | cp | c176p | b3 | c3 overrides it (b3 /
     c3 build at head dim 64 only, c176 / c192 / c176p at 128: see :func:`check_variant_head_dim`)."""
     name = os.environ.get("TILEWRIGHT_CUDA_ATTN_VARIANT")
@@ -223,6 +242,9 @@ def pick_variant(head_dim: int | None = None, causal: bool | None = None, sq: in
     wide = WIDE_KEYS_BY_HEAD_DIM.get(d)
     if wide is not None and causal is not None and plain_mask and wide_keys_pay(causal, sq, skv):
         return VARIANTS[wide]
+    persistent = PERSISTENT_BY_HEAD_DIM.get(d)
+    if persistent is not None and causal is not None and plain_mask and persistent_pays(causal, sq, skv):
+        return VARIANTS[persistent]
     return VARIANTS[DEFAULT_BY_HEAD_DIM.get(d, DEFAULT_VARIANT)]
 
 

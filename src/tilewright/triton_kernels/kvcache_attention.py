@@ -28,6 +28,7 @@ K / V loads keep the contiguous kernel's ring (:data:`PAGE_PREFETCH`).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -413,6 +414,18 @@ def _pow2(x: int, lo: int) -> int:
 NUM_WARPS = 4
 SHORT_WAVE_KEYS = 2048  # whole-wave programs streaming at most this many keys take the short ring (H200, above)
 MID_BAND_WAVES = 1.4  # B x Hkv from this many waves of programs to two: unsplit, 64-key steps (H200, above)
+# The short split rows (issue 16: decode of a short cache at small batch, where a launch's fill and drain are most of
+# its time): contiguous, head dim 128, B x Hkv at most half the SMs, at most SHORT_SPLIT_KEYS keys, one 16-row query
+# tile (GQA groups up to 16 at one token) take twice the split count - about two programs an SM - in 32-key steps with
+# 2 warps and the 3-deep ring: each program's steps are fewer and shorter, so the wave's tail is shorter, and two
+# resident programs an SM overlap one's fill with the other's stream. H200 (perf/LOG.md, session 34; GQA 32/8, D 128,
+# split count x keys a step x warps x ring around the default, cuDNN interleaved, graph replays with the L2
+# flushed): the setting was the best or within 1% of it on every row - B 1 x 1k / 2k / 4k 6.56 -> 6.11, 8.65 -> 8.15,
+# 11.57 -> 11.10 us (1.14 -> 1.22x cuDNN at 1k), B 2 1.13 / 1.13 / 1.11x cuDNN (was 1.10 / 1.09 / 1.07), B 8 x 1k / 2k
+# 16.18 -> 15.88, 26.14 -> 25.57 us, B 8 x 4k level. Longer caches were not swept: they keep the split regime's shape.
+SHORT_SPLIT_KEYS = 4096
+SHORT_SPLIT_ROWS = 16  # query rows of a program (GQA group x tokens) the 2-warp tile was measured at
+SHORT_SPLIT_SHAPE = (32, 3, 2)  # (keys a step, ring depth, warps)
 # The combine of the splits inside the split kernel (_combine_on_last_arrival) instead of a second launch; off until
 # measured on the device (config={"fused_combine": True} runs it: the A/B of perf/LOG.md session 22's next steps).
 # Its arrival counters are split-K's per-stream ones (triton_kernels/gemm.split_k_workspace): a launch needing more
@@ -515,21 +528,42 @@ def default_splits(batch: int, kv_heads: int, capacity: int, device, paged: bool
     return int(max(1, min(per_sm * sms // programs, -(-capacity // 64))))
 
 
+class LaunchShape(NamedTuple):
+    """A split-kernel launch's shape (:func:`launch_shape`)."""
+    splits: int
+    block_n: int
+    stages: int
+    warps: int
+
+
+def short_split_band(programs: int, sms: int, measured: bool, capacity: int, rows: int | None) -> bool:
+    """Whether a contiguous launch of ``programs`` (B x Hkv) over a cache of ``capacity`` keys, ``rows`` query rows a
+    program, is a short split row on a card of the H200's tuning at head dim 128 (``measured``): it takes twice the
+    default split count with :data:`SHORT_SPLIT_SHAPE` (see :data:`SHORT_SPLIT_KEYS`). ``rows`` None: unknown, no."""
+    return (measured and rows is not None and rows <= SHORT_SPLIT_ROWS and capacity <= SHORT_SPLIT_KEYS
+            and 2 * programs <= sms)
+
+
 def launch_shape(B: int, Hkv: int, capacity: int, head_dim_pad: int, device, paged: bool = False,
-                 num_splits: int | None = None, interpret: bool = INTERPRET) -> tuple[int, int, int]:
-    """(split count, keys a step, ring depth) of a launch (``num_splits``: the caller's count, else
-    :func:`default_splits`), by the rules above; the short ring and the bands only at head dim 128, where they were
-    measured (``interpret``: :func:`block_n`'s)."""
+                 num_splits: int | None = None, interpret: bool = INTERPRET, rows: int | None = None) -> LaunchShape:
+    """(split count, keys a step, ring depth, warps) of a launch (``num_splits``: the caller's count, else
+    :func:`default_splits`; ``rows``: query rows a program, GQA group x tokens), by the rules above; the short ring,
+    the bands and the short split rows only at head dim 128, where they were measured (``interpret``:
+    :func:`block_n`'s)."""
     splits = num_splits or default_splits(B, Hkv, capacity, device, paged, head_dim_pad)
     sms, wide = num_sms(device), wide_split_steps(device)
     measured = wide and head_dim_pad == 128
+    if num_splits is None and not paged and short_split_band(B * Hkv, sms, measured, capacity, rows):
+        block, stages, warps = SHORT_SPLIT_SHAPE
+        splits = int(max(1, min(2 * splits, capacity // block)))
+        return LaunchShape(splits, 16 if interpret else block, stages, warps)
     banded = num_splits is None and not paged  # (the bands choose the split count too: defaults only)
     short = not paged and (short_waves(B * Hkv * splits, sms, measured, capacity // splits)
                            or (banded and boundary_band(B * Hkv, sms, measured)))
     narrow = short or (banded and mid_band(B * Hkv, sms, measured))
     bn = block_n(head_dim_pad, whole_waves=B * Hkv >= sms, paged=paged, interpret=interpret, wide_splits=wide,
                  split_keys=capacity // splits, narrow=narrow)
-    return splits, bn, num_stages(head_dim_pad, paged, short)
+    return LaunchShape(splits, bn, num_stages(head_dim_pad, paged, short), NUM_WARPS)
 
 
 def boundary_band(programs: int, sms: int, wide_splits: bool) -> bool:
@@ -599,21 +633,22 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     capacity = _capacity(k_cache, block_table)
     head_dim_pad = _pow2(D, 16)
     page_size = k_cache.shape[1] if paged else 1
+    rows = group * Sq
     prefetch = paged and bool((config or {}).get("page_prefetch", PAGE_PREFETCH))
     if prefetch:
         # the contiguous launch's shape (split count, keys a step, ring; see PAGE_PREFETCH), where the page size
         # fits its steps: whole pages in a step, or a step in one page (n0 is block-aligned), so that the step's
         # entries can be loaded ahead
-        splits, bn, stages = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, False, num_splits)
+        splits, bn, stages, warps = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, False, num_splits,
+                                                 rows=rows)
         bn = (config or {}).get("block_n", bn)
         prefetch = bn % page_size == 0 or page_size % bn == 0
     if not prefetch:
-        splits, bn, stages = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, paged, num_splits)
+        splits, bn, stages, warps = launch_shape(B, Hkv, capacity, head_dim_pad, q.device, paged, num_splits,
+                                                 rows=rows)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     left, right = window
-    rows = group * Sq
     block_m = min(_pow2(rows, 16), 64 if head_dim_pad <= 128 else 32)  # fp32 output tile in registers
-    warps = NUM_WARPS
     if config:
         bn = config.get("block_n", bn)
         warps = config.get("num_warps", warps)

@@ -6,6 +6,7 @@ step's S^T / dP^T issue), B = "stsm" (dS^T by four stmatrix.x4 for 16 32-bit sto
     PYTHONPATH=src python perf/results/h200/attention/bwd_sync_ab_2026-11-29.py > $OUT/bwd_sync_ab.txt
     PYTHONPATH=src python perf/results/h200/attention/bwd_sync_ab_2026-11-29.py --prebuild  # compile only (no GPU)
     ... bwd_sync_ab_2026-11-29.py --settings default,A  # a subset
+    ... bwd_sync_ab_2026-11-29.py --settings default,A,ABC --rows hd128  # the head-dim-128 confirmation rows
 
 One process for every setting: the switch is read at each launch (the op keys its backward plans, and their bound
 launches, on it), so each provider below sets it before its call, and its CUDA graph holds its own build's kernel.
@@ -35,11 +36,17 @@ from tilewright.cuda_fallback import attention_bwd_sm90 as cb
 from tilewright.cuda_fallback import build_check
 from tilewright.cuda_fallback.runtime import build
 
-SETTINGS = {"default": None, "A": "defer", "B": "stsm", "C": "lds64", "ABC": "defer,stsm,lds64"}
+# "default": the build without options (since session 34 head dim 128 takes "defer" when the variable is unset)
+SETTINGS = {"default": "none", "A": "defer", "B": "stsm", "C": "lds64", "ABC": "defer,stsm,lds64"}
 # (B, Hq, Hkv, S, D, causal): issue 15's head-dim-64 row (0.983x cuDNN fwd + bwd, session 31) and its causal twin,
 # the hdim-128 8k row, the GQA 2k causal row
 ROWS = ((2, 8, 8, 8192, 64, False), (2, 8, 8, 8192, 64, True), (2, 16, 16, 8192, 128, False),
         (4, 32, 8, 2048, 128, True))
+# --rows hd128 (session 34): "defer" ran 1.007 / 1.029x the default on the two head-dim-128 rows above and 0.964 /
+# 0.973x at head dim 64 - its confirmation at head dim 128 over masks, lengths and GQA, before a per-head-dim default
+ROWS_HD128 = ((4, 16, 16, 2048, 128, False), (4, 16, 16, 2048, 128, True), (2, 32, 8, 4096, 128, False),
+              (2, 16, 16, 4096, 128, True), (1, 32, 8, 8192, 128, True), (4, 32, 8, 2048, 128, True),
+              (2, 16, 16, 8192, 128, False), (8, 16, 16, 1024, 128, True))
 
 
 def builds() -> list[dict]:
@@ -86,6 +93,7 @@ def main() -> None:
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--replays", type=int, default=15)
+    ap.add_argument("--rows", choices=("issue15", "hd128"), default="issue15")
     args = ap.parse_args()
     if args.prebuild:
         prebuild()
@@ -108,7 +116,7 @@ def main() -> None:
     print(f"# tilewright {Path(tilewright.__file__).resolve().parent}, kernel sources {sources.hexdigest()[:12]}, "
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}, settings "
           f"{', '.join(f'{n}={SETTINGS[n]}' for n in names)}, timer graphs", flush=True)
-    for i, (B, Hq, Hkv, S, D, causal) in enumerate(ROWS):
+    for i, (B, Hq, Hkv, S, D, causal) in enumerate(ROWS_HD128 if args.rows == "hd128" else ROWS):
         torch.manual_seed(i)
         st = CudaStep(B, Hq, Hkv, S, D, causal)
         row = row_name(B, Hq, Hkv, S, D, causal)

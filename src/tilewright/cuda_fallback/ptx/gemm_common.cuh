@@ -42,7 +42,10 @@ TW_DEVICE float gelu_fast(float x) {
   p = fmaf(p, a, 0.4589576721191406f);
   p = fmaf(p, a, 1.151131272315979f);
   const float tail = ex2_approx(-fmaf(p, a, 1.0f));  // Phi(-|x|); flushed to 0 below 2^-126
-  return x * (x >= 0.0f ? 1.0f - tail : tail);
+  // __fmul_rn: the product is rounded here, never contracted into an FFMA with the caller's residual add - nvcc
+  // contracts across the inlined call or not depending on the code around it, so two builds of one epilogue (the
+  // plain GEMM and its sums-of-squares twin) differed by an fp32 ulp, one fp16 ulp in a few outputs
+  return __fmul_rn(x, x >= 0.0f ? 1.0f - tail : tail);
 }
 
 // Activation codes match tilewright/_codes.py ACTIVATIONS; CODE is a compile-time constant.
@@ -50,7 +53,8 @@ template <int CODE>
 TW_DEVICE float activation(float x) {
   if constexpr (CODE == 1) return x < 0.0f ? 0.0f : x;  // not fmaxf: fmaxf(NaN, 0) = 0, torch.relu(NaN) = NaN
   else if constexpr (CODE == 2) return gelu_fast(x);
-  else if constexpr (CODE == 3) return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  else if constexpr (CODE == 3)  // __fmul_rn as gelu_fast's: no contraction with the residual add after it
+    return __fmul_rn(0.5f * x, 1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
   else if constexpr (CODE == 4) return x / (1.0f + expf(-x));
   else return x;
 }
