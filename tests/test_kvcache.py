@@ -569,8 +569,9 @@ def test_fuzz_against_the_reference(seed):
 
 
 def test_the_custom_op_passes_opcheck_and_compiles_without_graph_breaks():
-    """tilewright::flash_attn_kvcache: schema (the caches mutated), fake and real impls agree (opcheck), and a decode
-    step with an append traces in one graph (fullgraph) and writes the cache like the eager call."""
+    """tilewright::flash_attn_kvcache: schema (the caches mutated), fake and real impls agree (opcheck, one split and
+    two), and a decode step with an append traces in one graph (fullgraph) and writes the cache like the eager
+    call."""
     from tilewright.ops.kvcache import flash_attn_kvcache_op
 
     kc, vc, table = _cache(2, 16, 2, 16, torch.float32, (5, 9), 4)
@@ -578,8 +579,9 @@ def test_the_custom_op_passes_opcheck_and_compiles_without_graph_breaks():
     q = torch.randn(2, 1, 4, 16, device=DEV)
     k_new, v_new = torch.randn(2, 1, 2, 16, device=DEV), torch.randn(2, 1, 2, 16, device=DEV)
     seqlens = torch.tensor([5, 9], dtype=torch.int32, device=DEV)
-    torch.library.opcheck(flash_attn_kvcache_op, (q, kc.clone(), vc.clone(), seqlens, k_new, v_new, table, True,
-                                                  0.25, -1, -1, 0.0, 0))
+    for splits in (0, 2):  # (2: the LSE is the head of the partials' buffer - storage offset 0, as the fake's)
+        torch.library.opcheck(flash_attn_kvcache_op, (q, kc.clone(), vc.clone(), seqlens, k_new, v_new, table, True,
+                                                      0.25, -1, -1, 0.0, splits))
 
     def step(q, kc, vc, k_new, v_new):
         return tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, k=k_new, v=v_new, block_table=table)

@@ -91,6 +91,28 @@ def test_a_repeated_signature_reads_the_new_lengths_and_pages(page):
         tilewright.flash_attention_with_kvcache(q, kp, vp, seqlens, block_table=table)
 
 
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_a_replay_returns_the_first_calls_lse_with_or_without_being_asked(splits):
+    """The bound replay of a signature writes the LSE into the partials' buffer and makes a tensor of it only when
+    the caller asks (return_lse): out and LSE of replays asked either way equal the first call's bit for bit, the LSE
+    a fresh-looking (B, Hq, Sq) tensor at storage offset 0; one split (no partials) and three."""
+    g = torch.Generator(device=DEV).manual_seed(5)
+    q = torch.randn(2, 1, 16, 128, generator=g, device=DEV, dtype=torch.bfloat16)
+    kc = torch.randn(2, 700, 4, 128, generator=g, device=DEV, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    seqlens = torch.tensor([700, 333], dtype=torch.int32, device=DEV)
+    call = lambda lse: tilewright.flash_attention_with_kvcache(q, kc, vc, seqlens, num_splits=splits,  # noqa: E731
+                                                               return_lse=lse)
+    out0, lse0 = call(True)
+    for want_lse in (False, True, False, True):
+        got = call(want_lse)
+        out, lse = got if want_lse else (got, None)
+        assert torch.equal(out, out0)
+        if want_lse:
+            assert torch.equal(lse, lse0) and lse.shape == (2, 16, 1) and lse.storage_offset() == 0
+            assert lse.is_contiguous()
+
+
 @pytest.mark.parametrize("page", [None, 16])
 def test_append_then_attend_matches_the_reference(page):
     """A decode step with k / v appended (the append launch, then the split kernels) against appending by hand and

@@ -213,7 +213,7 @@ def flash_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k=None, 
         if append is not None:
             table = block_table if block_table is not None else cache_seqlens
             append(*(t.data_ptr() for t in (k, v, k_cache, v_cache, cache_seqlens, table)))
-        out, lse = attend(q, k_cache, v_cache, cache_seqlens, block_table)
+        out, lse = attend(q, k_cache, v_cache, cache_seqlens, block_table, want_lse=return_lse)
         return (out, lse) if return_lse else out
     _check(q, k_cache, v_cache, k, v, block_table)
     scale = _check_scale(scale, q.shape[-1])

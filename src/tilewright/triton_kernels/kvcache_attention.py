@@ -655,17 +655,17 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         stages = config.get("num_stages", stages)
         block_m = config.get("block_m", block_m)
     out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
-    lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
     direct = splits == 1
     if direct:
         # one split: the kernel's normalised rows are the answer; it writes them into out (viewed with a zero split
         # stride, in (b, h, token) order) and lse directly, and no combine pass runs (3 us at B 64 x S 1k on H100)
+        lse = torch.empty((B, Hq, Sq), device=q.device, dtype=torch.float32)
         o_part = out.permute(0, 2, 1, 3).unsqueeze(0)
         lse_part = lse
     else:
         layout = _PartialLayout(splits, B, Hq, Sq, D)
         parts = torch.empty(layout.numel, device=q.device, dtype=torch.float32)
-        o_part, lse_part = layout.views(parts)
+        o_part, lse_part, lse = layout.views(parts)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
     row_blocks = -(-rows // block_m)
@@ -727,22 +727,35 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     return out, lse
 
 
-class _PartialLayout:
-    """The split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs then (splits, B, Hq, Sq) LSEs, in one buffer:
-    one allocation a call (an allocation costs the host about as much as a launch), the LSE part 16-byte aligned
-    (Triton specializes pointers on it; the bound launches must see what the first launch saw)."""
+def _align16(elements: int) -> int:
+    """``elements`` fp32 rounded up to a multiple of 16 bytes."""
+    return -(-elements // 4) * 4
 
-    __slots__ = ("lse_offset", "lse_shape", "numel", "o_shape")
+
+class _PartialLayout:
+    """The call's own (B, Hq, Sq) LSE output, then the split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs and
+    (splits, B, Hq, Sq) LSEs, in one buffer: one allocation a call where two would do (an allocation costs the host
+    about as much as a launch: ~4 us on the H200's host), each part 16-byte aligned (Triton specializes pointers on
+    it; the bound launches must see what the first launch saw). The LSE output is the buffer's head - a view at
+    storage offset 0, as a fresh tensor would be (the custom op's fake says so) - and keeps the partials alive while
+    it lives (a few MB at most at decode sizes)."""
+
+    __slots__ = ("lse_offset", "lse_shape", "numel", "o_offset", "o_shape", "out_lse_shape")
 
     def __init__(self, splits: int, B: int, Hq: int, Sq: int, D: int):
-        self.o_shape, self.lse_shape = (splits, B, Hq, Sq, D), (splits, B, Hq, Sq)
-        self.lse_offset = -(-math.prod(self.o_shape) // 4) * 4  # elements: 16 bytes of fp32
+        self.o_shape, self.lse_shape, self.out_lse_shape = (splits, B, Hq, Sq, D), (splits, B, Hq, Sq), (B, Hq, Sq)
+        self.o_offset = _align16(B * Hq * Sq)
+        self.lse_offset = _align16(self.o_offset + math.prod(self.o_shape))
         self.numel = self.lse_offset + math.prod(self.lse_shape)
 
     def views(self, parts: torch.Tensor):
-        """(o_part, lse_part) views of a buffer of ``numel`` fp32."""
-        o_part = parts[:math.prod(self.o_shape)].view(self.o_shape)
-        return o_part, parts[self.lse_offset:].view(self.lse_shape)
+        """(o_part, lse_part, lse) views of a buffer of ``numel`` fp32."""
+        o_part = parts[self.o_offset:self.o_offset + math.prod(self.o_shape)].view(self.o_shape)
+        return o_part, parts[self.lse_offset:].view(self.lse_shape), self.out_lse(parts)
+
+    def out_lse(self, parts: torch.Tensor) -> torch.Tensor:
+        """The call's LSE output: the head of ``parts``."""
+        return parts[:math.prod(self.out_lse_shape)].view(self.out_lse_shape)
 
 
 class _Replay:
@@ -754,23 +767,26 @@ class _Replay:
     def __init__(self, split, combine, layout: _PartialLayout | None, lse_shape):
         self._split, self._combine, self._layout, self._lse_shape = split, combine, layout, lse_shape
 
-    def __call__(self, q, k_cache, v_cache, seqlens, block_table):
+    def __call__(self, q, k_cache, v_cache, seqlens, block_table, want_lse: bool = True):
+        """(out, lse) on new tensors; ``want_lse`` False: (out, None), the LSE written into the partials' buffer
+        without a tensor made for it (a split launch: the caller of the op did not ask for it)."""
         dev = q.device
         out = torch.empty(q.shape, device=dev, dtype=q.dtype)
-        lse = torch.empty(self._lse_shape, device=dev, dtype=torch.float32)
         table = block_table if block_table is not None else seqlens
         if self._layout is None:  # one split: the kernel writes out / lse itself
+            lse = torch.empty(self._lse_shape, device=dev, dtype=torch.float32)
             self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                         out.data_ptr(), lse.data_ptr())
             return out, lse
-        parts = torch.empty(self._layout.numel, device=dev, dtype=torch.float32)
-        o_part = parts.data_ptr()
-        lse_part = o_part + 4 * self._layout.lse_offset
+        layout = self._layout
+        parts = torch.empty(layout.numel, device=dev, dtype=torch.float32)
+        lse_ptr = parts.data_ptr()
+        o_part, lse_part = lse_ptr + 4 * layout.o_offset, lse_ptr + 4 * layout.lse_offset
         if self._combine is None:  # the combine fused into the split kernel
             self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
-                        o_part, lse_part, out.data_ptr(), lse.data_ptr())
-            return out, lse
-        self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
-                    o_part, lse_part)
-        self._combine(o_part, lse_part, out.data_ptr(), lse.data_ptr())
-        return out, lse
+                        o_part, lse_part, out.data_ptr(), lse_ptr)
+        else:
+            self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
+                        o_part, lse_part)
+            self._combine(o_part, lse_part, out.data_ptr(), lse_ptr)
+        return out, (layout.out_lse(parts) if want_lse else None)
