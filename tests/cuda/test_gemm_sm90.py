@@ -2,6 +2,7 @@
 constraints, and the router's decisions for faked capabilities. No GPU needed; build tests need nvcc or NVRTC."""
 from __future__ import annotations
 
+import re
 import shutil
 import types
 import warnings
@@ -81,6 +82,28 @@ def test_nvrtc_builds_the_same_kernel(cache, monkeypatch):
     text = build_check.sass(b.cubin)
     if text is not None:
         assert "HGMMA" in text and "USETMAXREG" in text and "UTMALDG" in text
+
+
+@needs_compiler
+@pytest.mark.parametrize("source", ["gemm_sm90.cu", "rstd_gemm_sm90.cu", "gemm_sumsq_sm90.cu"])
+def test_the_192_column_tile_builds_with_its_wgmma_width(cache, source):
+    """coop128x192s4 (wave balancing) in the plain GEMM and its two switched builds: the mainloop's wgmma is
+    m64n192k16 (HGMMA.64x192x16 in SASS, no other width), 0 spills, within the shared memory limit; the RMSNorm
+    prologue's build, which has no register-A wgmma of that width, refuses it at compile time."""
+    v = cg.VARIANTS["coop128x192s4"]
+    assert v.smem_bytes() <= cg.SMEM_LIMIT
+    b = build.compile_source(build.SOURCE_DIR / source, "sm_90a", v.defines(False, True, False, 0, True, True))
+    assert build_check.parse_ptxas(b.log)["spills"] in (0, None)
+    text = build_check.sass(b.cubin)
+    if text is not None:
+        assert set(re.findall(r"HGMMA\.(\d+x\d+x\d+)", text)) == {"64x192x16"}
+
+
+@needs_compiler
+def test_the_192_column_tile_refuses_the_rmsnorm_prologue(cache):
+    v = cg.VARIANTS["coop128x192s4"]
+    with pytest.raises(build.CompileError, match="192-column tiles"):
+        build.compile_source(cg.SOURCE, "sm_90a", {**v.defines(False, True, False), "TW_NORM_A": 1})
 
 
 def test_parse_ptxas_report():

@@ -101,7 +101,7 @@ EPILOGUES = [dict(), dict(bias=True), dict(bias=True, act="relu"), dict(bias=Tru
              dict(bias=True, res="pos"), dict(bias=True, act="gelu", res="full"), dict(act="silu", res="row"),
              dict(bias="odd", res="odd"), dict(bias=True, res="transposed")]
 FULL_EPILOGUE = EPILOGUES[8]  # bias + gelu + full residual: every epilogue stage at once
-VARIANTS = ["pp128x128s4", "pp128x128s5", "pp64x256s4", "coop128x256s3", "coop256x128s3"]
+VARIANTS = ["pp128x128s4", "pp128x128s5", "pp64x256s4", "coop128x256s3", "coop256x128s3", "coop128x192s4"]
 DEFAULT = "coop128x256s3"  # gemm_sm90.DEFAULT_VARIANT (named here so collection needs no CUDA module)
 # tails in every dim; K = 1 and K = 333 / 4100 are not TMA-able with a K-major operand (those cases are skipped per
 # layout, as the router would); 2048^3 and 5000 rows: many waves of the persistent grid

@@ -355,7 +355,10 @@ static_assert(!SCALE_STAGE || (SCALE == 3 && SCALE_AHEAD == 0 && MA == 1 && BM <
 constexpr int SCALE_COPY_ARRIVALS = SCALE_STAGE ? 32 : 0;
 constexpr int CONSUMER_RELEASE_ARRIVALS = (COOP ? 2 : 1) * (SCALE_STAGE ? 128 : 1);
 static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
-static_assert(!FP8 || BN >= 128, "the FP8 wgmma wrappers are generated for N = 128 and 256");
+static_assert(!FP8 || BN == 128 || BN == 256, "the FP8 wgmma wrappers are generated for N = 128 and 256");
+// 192-column tiles (wave balancing, gemm_sm90.py): the SS m64n192k16 wrapper only (ptx/_gen_wgmma.py's
+// SS_ONLY_SHAPES) - the RMSNorm prologue's register-A wgmma has no such width
+static_assert(BN != 192 || !NORM, "192-column tiles: no RMSNorm prologue (no register-A m64n192 wrapper)");
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
 static_assert(!FP8_PROMOTE || MA * BN / 2 <= 64, "TW_FP8_PROMOTE: consumer tiles of 64 x 128 (accumulator + partial)");
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
@@ -411,6 +414,9 @@ TW_DEVICE void mma(float (&d)[BN / 2], tw_u64 da, tw_u64 db, int scale_d) {
   } else if constexpr (BN == 256) {
     if constexpr (TW_FP16) wgmma_m64n256k16_f16<TA, TB>(d, da, db, scale_d);
     else wgmma_m64n256k16_bf16<TA, TB>(d, da, db, scale_d);
+  } else if constexpr (BN == 192) {
+    if constexpr (TW_FP16) wgmma_m64n192k16_f16<TA, TB>(d, da, db, scale_d);
+    else wgmma_m64n192k16_bf16<TA, TB>(d, da, db, scale_d);
   } else if constexpr (BN == 128) {
     if constexpr (TW_FP16) wgmma_m64n128k16_f16<TA, TB>(d, da, db, scale_d);
     else wgmma_m64n128k16_bf16<TA, TB>(d, da, db, scale_d);

@@ -64,6 +64,13 @@ class Variant:
 VARIANTS = {v.name: v for v in (
     Variant(128, 128, 4), Variant(128, 128, 5), Variant(64, 256, 4),
     Variant(128, 256, 3, coop=True), Variant(256, 128, 3, coop=True),
+    # 192-column tiles for wave balancing: the persistent grid's last wave is as full as the tile count allows, and
+    # at 3000 x 5120 (24 x 20 = 480 tiles of 128 x 256: 3.64 waves on 132 SMs, the fourth 64% full - every variant
+    # above ran 1.068-1.20x cuBLAS there, 1.010x at 3000 x 4096 whose 384 tiles fill 2.91 waves) 128 x 192 tiles make
+    # 24 x 27 = 648 (4.91 waves): 98% of the SMs busy to the end against 91%, for 10% less operand reuse a tile (its
+    # B tile 75% of 256's). Four stages (210 KB of shared memory). A/B only (not picked; the tuner sweeps it):
+    # perf/results/h200/gemm/wave_tile_ab_2026-11-29.py
+    Variant(128, 192, 4, coop=True),
 )}
 
 
@@ -100,6 +107,8 @@ BUILD_CHECK_BUILDS = (
     # the residual epilogues (TMA residual into the staging tile, or element loads): default variant with bias, a
     # pingpong one with GELU in fp16 - the register-heaviest epilogue
     ("coop128x256s3", False, True, False, 0, True, True), ("pp128x128s5", False, True, True, 2, True, True),
+    # the 192-column tile (both B layouts: a three-box N-major stage, a 192-row K-major box), with the residual
+    ("coop128x192s4", False, True, False, 0, True, True), ("coop128x192s4", False, False, False, 0, False, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")  # wgmma, TMA in and out, setmaxnreg

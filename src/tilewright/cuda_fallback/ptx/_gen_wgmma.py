@@ -10,7 +10,8 @@ from pathlib import Path
 
 SHAPES = (64, 128, 256)
 # shared-memory-only (SS) widths besides SHAPES: the forward's S = Q K^T over a 176- or 192-key block at head dim 128
-# (more keys a block: fewer softmax rescales and pingpong hand-offs per key; variants c176 / c192, attention_sm90.py)
+# (more keys a block: fewer softmax rescales and pingpong hand-offs per key; variants c176 / c192, attention_sm90.py);
+# 192 also the GEMM's 192-column tile (gemm_sm90.py, wave balancing)
 SS_ONLY_SHAPES = (176, 192)
 TYPES = {"bf16": "bf16", "f16": "f16"}
 FP8_SHAPES = (128, 256)  # the sm_90a FP8 GEMM's consumer tile widths
