@@ -97,6 +97,25 @@ def test_folded_weight_is_kept_until_either_tensor_changes():
     other = torch.randn(24, 48).bfloat16()
     f4 = rms.folded_weight(other, g, cache=False)
     assert not hasattr(other, "_tilewright_folded") and rms.folded_weight(other, g, cache=False) is not f4
+    # a call that may keep no copy still reads a current kept one (not the product again); a stale one it does not
+    f5 = rms.folded_weight(w, g)
+    assert rms.folded_weight(w, g, cache=False) is f5
+    w.add_(1)
+    f6 = rms.folded_weight(w, g, cache=False)
+    assert f6 is not f5 and torch.equal(f6, expected()) and rms._kept_fold(w, g) is None
+
+
+def test_nocache_never_reads_a_kept_fold(monkeypatch):
+    """TILEWRIGHT_RMS_FOLDED=nocache (for weights written through .data, which version counters miss): every call
+    folds anew, even where a copy kept before the switch looks current."""
+    g = (1 + 0.5 * torch.randn(48)).bfloat16()
+    w = torch.randn(24, 48).bfloat16()
+    kept = rms.folded_weight(w, g)
+    w.data.mul_(2)  # unseen by the version counter
+    monkeypatch.setenv(rms.FOLDED_ENV, "nocache")
+    for cache in (True, False):
+        got = rms.folded_weight(w, g, cache=cache)
+        assert got is not kept and torch.equal(got, (w.float() * g.float()).bfloat16())
 
 
 def test_a_folded_replay_reads_the_kept_copy_only_while_it_is_current(monkeypatch):

@@ -316,6 +316,51 @@ def test_torch_compile_fullgraph_with_backward():
     assert torch.allclose(x.grad, ref_x.grad, atol=1e-5)
 
 
+@pytest.mark.parametrize("args", list(_opcheck_samples())[:2])
+def test_opcheck_inference_op(args):
+    from tilewright.ops.rms_norm_linear import rms_norm_linear_inference_op
+
+    torch.library.opcheck(rms_norm_linear_inference_op, args, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_a_graph_traced_without_gradients_calls_the_inference_op(monkeypatch):
+    """torch.compile of the module under no_grad (its parameters require grad, as a model's in eval) puts
+    tilewright::rms_norm_linear_inference in the graph, whose full path knows no gradient flows - the weight may
+    keep its folded copy (_keeps_fold) - and gives the eager output; with gradients the graph calls
+    tilewright::rms_norm_linear (the weight keeps no fold: it trains)."""
+    import importlib
+
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    rms = importlib.import_module("tilewright.ops.rms_norm_linear")  # (the package attribute is the function)
+    keeps = []
+    full = rms._rms_norm_linear_full
+    monkeypatch.setattr(rms, "_rms_norm_linear_full",
+                        lambda x, g, w, *rest: (keeps.append(rms._keeps_fold(w)), full(x, g, w, *rest))[1])
+    mod = tilewright.nn.RMSNormLinear(32, 16)
+    x = torch.randn(3, 5, 32)
+    graphs = []
+
+    def forward_compiler(gm, example_inputs):  # the ATen-level graph, where the public function became its ops
+        graphs.append(str(gm.graph))
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=forward_compiler)
+
+    with torch.no_grad():
+        want = mod(x)
+        keeps.clear()
+        got = torch.compile(mod, backend=backend, fullgraph=True)(x)
+    assert torch.equal(got, want) and keeps == [True]
+    assert "tilewright.rms_norm_linear_inference" in graphs[-1]
+    torch._dynamo.reset()
+    keeps.clear()
+    y = torch.compile(mod, backend="aot_eager", fullgraph=True)(x)
+    y.sum().backward()
+    assert keeps == [False] and mod.weight.grad is not None
+
+
 def test_input_checks_name_the_argument():
     x, g, w, b = make(4, 8, 16, torch.float32)
     with pytest.raises(ValueError, match="norm_weight"):

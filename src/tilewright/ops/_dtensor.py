@@ -282,11 +282,14 @@ def _register() -> None:
             out.append(([Partial()], [Shard(1), Shard(0), R, R, None, *rest]))
         return out
 
-    @register_sharding(ops.rms_norm_linear.default)
     def rms_norm_linear(x, norm_weight, weight, bias, eps, backend):
         return [([R, R], [R, R, R, opt(bias, R), None, None]),
                 ([Shard(1), R], [R, R, Shard(0), opt(bias, Shard(0)), None, None]),
                 ([Shard(0), Shard(0)], [Shard(0), R, R, opt(bias, R), None, None])]
+
+    # (the inference op is the same computation, traced without gradients: ops/rms_norm_linear.py)
+    register_sharding(ops.rms_norm_linear.default)(rms_norm_linear)
+    register_sharding(ops.rms_norm_linear_inference.default)(rms_norm_linear)
 
     @register_sharding(ops.rms_norm_backward.default)
     def rms_norm_backward(x, du, norm_weight, rstd, need_dx, need_dg, need_u, backend):
@@ -303,7 +306,8 @@ def _register() -> None:
 
     _hash_every_option(ops.gemm.default, ops.flash_attn_fwd.default, ops.flash_attn_bwd.default, ops.swiglu.default,
                        ops.swiglu_backward.default, ops.rotary.default, ops.scaled_mm.default,
-                       ops.rms_norm_linear.default, ops.rms_norm_backward.default)
+                       ops.rms_norm_linear.default, ops.rms_norm_linear_inference.default,
+                       ops.rms_norm_backward.default)
 
 
 def _hash_every_option(*overloads) -> None:

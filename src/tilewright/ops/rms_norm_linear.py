@@ -53,6 +53,30 @@ _op_replays = _fast.new_cache()
 _LAUNCHES = 2
 
 
+@torch.library.custom_op("tilewright::rms_norm_linear_inference", mutates_args=())
+def rms_norm_linear_inference_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                                 bias: Optional[torch.Tensor], eps: float,
+                                 backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_linear_op` for a call autograd does not record, as torch.compile traces it (no autograd
+    formula: a graph that needs gradients calls the other op). Why a second op: inside a compiled graph's call the
+    op cannot tell whether gradients flow - a custom op's forward runs with grad mode off either way - so
+    rms_norm_linear_op decides by the weight's requires_grad (:func:`_keeps_fold`), and a model's parameters in eval
+    (requires_grad, called under no_grad) never kept the folded weight: every compiled inference call ran the two
+    passes. This op tells the full path that no gradient flows (as the eager call does), so the fold is kept and
+    the folded GEMM runs. Its own replay cache: a replay recorded by the other op (the two passes) would keep it off
+    the fold."""
+    _call_state.records = False
+    try:
+        return _fast.replayed_op(_inference_replays, (x, norm_weight, weight, bias),
+                                 ("a_ptr", "g_ptr", "b_ptr", "bias_ptr"), (eps, backend), ("c_ptr", "rstd_ptr"),
+                                 lambda: _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend), _LAUNCHES)
+    finally:
+        _call_state.records = None
+
+
+_inference_replays = _fast.new_cache()
+
+
 def _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend):
     """The op's full path: router, launch (the torch reference for the torch backend and empty dims)."""
     M, K = x.shape
@@ -349,9 +373,15 @@ def folded_weight(weight: torch.Tensor, norm_weight: torch.Tensor, cache: bool =
     weight tensor while neither tensor changes: the key holds both tensors' addresses, layouts and version counters,
     which every in-place update through the tensor (optimizer steps, ``copy_``, ``load_state_dict``) advances.
     Writes through ``.data`` bypass version counters (as they bypass autograd's own checks): after such a write call
-    :func:`clear_folded` or set ``TILEWRIGHT_RMS_FOLDED=nocache``. Costs one extra copy of the weight's memory."""
+    :func:`clear_folded` or set ``TILEWRIGHT_RMS_FOLDED=nocache``. Costs one extra copy of the weight's memory.
+
+    ``cache`` False: keep no new copy - but a current kept one is still the answer (it is ``weight * norm_weight``
+    until either changes). Why: a call that may not keep a fold (a compiled graph's call on a weight that requires
+    grad, :func:`_keeps_fold`) took the folded route because an earlier eager inference call had kept one
+    (:func:`folded_applies`), then recomputed the product on every call - two elementwise passes over the QKV and
+    gate/up weights, ~50 us a Llama B 8 x 2k forward on an H200, part of its compiled forward's 4% gap to eager."""
     key = _fold_key(weight, norm_weight)
-    held = _kept_fold(weight, norm_weight, key) if cache else None
+    held = _kept_fold(weight, norm_weight, key) if os.environ.get(FOLDED_ENV) != "nocache" else None
     if held is not None:
         return held
     wg = torch.mul(weight, norm_weight)
@@ -376,6 +406,9 @@ def _rstd_torch(x: torch.Tensor, eps: float) -> torch.Tensor:
 @rms_norm_linear_op.register_fake
 def _(x, norm_weight, weight, bias, eps, backend):
     return x.new_empty((x.shape[0], weight.shape[0])), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+rms_norm_linear_inference_op.register_fake(_)
 
 
 @torch.library.custom_op("tilewright::rms_norm_backward", mutates_args=())
@@ -648,6 +681,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             folded.append(_call_state.folded)
             _call_state.records = _call_state.folded = None
 
+    if key is None and torch.compiler.is_compiling() and not _autograd_records(x, norm_weight, weight, bias):
+        # traced without gradients: the op that carries that into the graph (rms_norm_linear_inference_op)
+        return output_view(rms_norm_linear_inference_op(x2, norm_weight, weight, bias, eps, backend)[0],
+                           (*x.shape[:-1], N))
     if key is None:
         return output_view(call()[0], (*x.shape[:-1], N))
 
