@@ -7,6 +7,6 @@
 source perf/results/h200/call_steps.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 (cd perf/results/h200/model && TAILN=40 step k_llama_fwd_compile 200 python kernels_2026-11-29.py llama-prefill fwd \
-  tilewright_eager,tilewright_compile,torch_compile)
+  tilewright_compile,tilewright_eager,torch_compile)  # (compiled first: no fold kept by an eager call before it)
 step attention_bench 300 python -m tilewright.cli bench --op attention --no-plots --out /tmp/attn
 grep -E "^attention" $OUT/attention_bench.txt | head -60

@@ -1,0 +1,7 @@
+#!/bin/bash
+# Session 35, third call (one GPU, ~4 min): the model bench after session 34's changes (the compiled forward's fold,
+# cp on short causal rows, the backward's "defer" at head dim 128, the decode LSE) - issue 14's table.
+source perf/results/h200/call_steps.sh
+nvidia-smi --query-gpu=name --format=csv,noheader
+step model 240 python -m tilewright.bench.model --no-max-autotune --csv $OUT/model.csv
+grep -E "^model" $OUT/model.txt | grep -v first_call | cut -c1-170
