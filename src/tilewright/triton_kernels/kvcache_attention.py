@@ -421,8 +421,9 @@ MID_BAND_WAVES = 1.4  # B x Hkv from this many waves of programs to two: unsplit
 # resident programs an SM overlap one's fill with the other's stream. H200 (perf/LOG.md, session 34; GQA 32/8, D 128,
 # split count x keys a step x warps x ring around the default, cuDNN interleaved, graph replays with the L2
 # flushed): the setting was the best or within 1% of it on every row - B 1 x 1k / 2k / 4k 6.56 -> 6.11, 8.65 -> 8.15,
-# 11.57 -> 11.10 us (1.14 -> 1.22x cuDNN at 1k), B 2 1.13 / 1.13 / 1.11x cuDNN (was 1.10 / 1.09 / 1.07), B 8 x 1k / 2k
-# 16.18 -> 15.88, 26.14 -> 25.57 us, B 8 x 4k level. Longer caches were not swept: they keep the split regime's shape.
+# 11.57 -> 11.10 us, B 2 1.13 / 1.13 / 1.11x cuDNN (was 1.10 / 1.09 / 1.07), B 8 x 1k / 2k 16.18 -> 15.88, 26.14 ->
+# 25.57 us, B 8 x 4k level; the rule's confirming run: B 1 x 1k / 2k / 4k 1.180 / 1.163 / 1.172x cuDNN (was 1.139 /
+# 1.125 / 1.116). Longer caches were not swept: they keep the split regime's shape.
 SHORT_SPLIT_KEYS = 4096
 SHORT_SPLIT_ROWS = 16  # query rows of a program (GQA group x tokens) the 2-warp tile was measured at
 SHORT_SPLIT_SHAPE = (32, 3, 2)  # (keys a step, ring depth, warps)
@@ -727,16 +728,17 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     return out, lse
 
 
-def _align16(elements: int) -> int:
-    """``elements`` fp32 rounded up to a multiple of 16 bytes."""
-    return -(-elements // 4) * 4
+def _align128(elements: int) -> int:
+    """``elements`` fp32 rounded up to a multiple of 128 bytes (a cache line: the partials' rows stay line-aligned,
+    as at the buffer's own base; Triton needs 16)."""
+    return -(-elements // 32) * 32
 
 
 class _PartialLayout:
     """The call's own (B, Hq, Sq) LSE output, then the split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs and
     (splits, B, Hq, Sq) LSEs, in one buffer: one allocation a call where two would do (an allocation costs the host
-    about as much as a launch: ~4 us on the H200's host), each part 16-byte aligned (Triton specializes pointers on
-    it; the bound launches must see what the first launch saw). The LSE output is the buffer's head - a view at
+    about as much as a launch: ~4 us on the H200's host), each part 128-byte aligned (Triton specializes pointers on
+    16; the bound launches must see what the first launch saw). The LSE output is the buffer's head - a view at
     storage offset 0, as a fresh tensor would be (the custom op's fake says so) - and keeps the partials alive while
     it lives (a few MB at most at decode sizes)."""
 
@@ -744,8 +746,8 @@ class _PartialLayout:
 
     def __init__(self, splits: int, B: int, Hq: int, Sq: int, D: int):
         self.o_shape, self.lse_shape, self.out_lse_shape = (splits, B, Hq, Sq, D), (splits, B, Hq, Sq), (B, Hq, Sq)
-        self.o_offset = _align16(B * Hq * Sq)
-        self.lse_offset = _align16(self.o_offset + math.prod(self.o_shape))
+        self.o_offset = _align128(B * Hq * Sq)
+        self.lse_offset = _align128(self.o_offset + math.prod(self.o_shape))
         self.numel = self.lse_offset + math.prod(self.lse_shape)
 
     def views(self, parts: torch.Tensor):
