@@ -199,6 +199,45 @@ def test_opcheck_the_op_with_given_sums():
     torch.library.opcheck(rms_norm_linear_sumsq_op, (x.requires_grad_(), ss, g, w, None, EPS, "triton"))
 
 
+def test_a_graph_traced_without_gradients_calls_the_inference_op(monkeypatch):
+    """Under torch.compile and no_grad (parameters that require grad, as a model's in eval) a call with given sums is
+    tilewright::rms_norm_linear_sumsq_inference in the ATen-level graph, whose full path may keep the folded weight
+    (_keeps_fold True), with the eager output; with gradients the graph's op keeps none (the weight trains)."""
+    import importlib
+
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from tilewright.ops.rms_norm_linear import rms_norm_linear_sumsq_inference_op
+
+    rms = importlib.import_module("tilewright.ops.rms_norm_linear")  # (the package attribute is the function)
+    keeps, graphs = [], []
+    full = rms._rms_norm_linear_sumsq_full
+    monkeypatch.setattr(rms, "_rms_norm_linear_sumsq_full",
+                        lambda x, ss, g, w, *rest: (keeps.append(rms._keeps_fold(w)), full(x, ss, g, w, *rest))[1])
+
+    def forward_compiler(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return make_boxed_func(gm.forward)
+
+    up = tilewright.nn.RMSNormLinear(16, 24, eps=EPS)
+    x = torch.randn(2, 5, 16)
+    ss = x.square().sum(-1)
+    with torch.no_grad():
+        want = up(x, sumsq=ss)
+        keeps.clear()
+        got = torch.compile(lambda x, ss: up(x, sumsq=ss), backend=aot_autograd(fw_compiler=forward_compiler),
+                            fullgraph=True)(x, ss)
+    assert torch.equal(got, want) and keeps == [True]
+    assert "tilewright.rms_norm_linear_sumsq_inference" in graphs[-1]
+    torch._dynamo.reset()
+    keeps.clear()
+    torch.compile(lambda x, ss: up(x, sumsq=ss), backend="aot_eager", fullgraph=True)(x, ss).sum().backward()
+    assert keeps == [False] and up.weight.grad is not None
+    g, w, b = _norm_params(8, 16, torch.float32, 16)
+    torch.library.opcheck(rms_norm_linear_sumsq_inference_op, (torch.randn(12, 16), ss.new_ones(12), g, w, b, EPS,
+                                                                None), test_utils=("test_schema", "test_faketensor"))
+
+
 def test_torch_compile_fullgraph_of_the_handoff_with_backward():
     torch.manual_seed(17)
     o_proj, up = tilewright.nn.Linear(16, 16), tilewright.nn.RMSNormLinear(16, 24, eps=EPS)

@@ -171,6 +171,25 @@ def rms_norm_linear_sumsq_op(x: torch.Tensor, sumsq: torch.Tensor, norm_weight: 
     """2-D core with the rows' sums of squares given: x (M, K), sumsq (M,) fp32, norm_weight (K,), weight (N, K),
     bias (N,) -> (y (M, N), rstd (M,) fp32), ``rstd = 1 / sqrt(sumsq / K + eps)`` on every route (see
     :func:`rms_norm_linear`'s ``sumsq``)."""
+    return _rms_norm_linear_sumsq_full(x, sumsq, norm_weight, weight, bias, eps, backend)
+
+
+@torch.library.custom_op("tilewright::rms_norm_linear_sumsq_inference", mutates_args=())
+def rms_norm_linear_sumsq_inference_op(x: torch.Tensor, sumsq: torch.Tensor, norm_weight: torch.Tensor,
+                                       weight: torch.Tensor, bias: Optional[torch.Tensor], eps: float,
+                                       backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rms_norm_linear_sumsq_op` for a call autograd does not record, as torch.compile traces it: the full path
+    told that no gradient flows, so a weight that requires grad may keep its folded copy (the reason
+    :func:`rms_norm_linear_inference_op` exists)."""
+    _call_state.records = False
+    try:
+        return _rms_norm_linear_sumsq_full(x, sumsq, norm_weight, weight, bias, eps, backend)
+    finally:
+        _call_state.records = None
+
+
+def _rms_norm_linear_sumsq_full(x, sumsq, norm_weight, weight, bias, eps, backend):
+    """The sums-of-squares op's body (both ops'): the route, then the launch."""
     M, K = x.shape
     N = weight.shape[0]
     norm_weight, bias, sumsq = contiguous_vector(norm_weight), contiguous_vector(bias), contiguous_vector(sumsq)
@@ -232,6 +251,9 @@ def _unfused_with_rstd(x, rstd, norm_weight, weight, bias):
 @rms_norm_linear_sumsq_op.register_fake
 def _(x, sumsq, norm_weight, weight, bias, eps, backend):
     return x.new_empty((x.shape[0], weight.shape[0])), x.new_empty((x.shape[0],), dtype=torch.float32)
+
+
+rms_norm_linear_sumsq_inference_op.register_fake(_)
 
 
 def _setup_context_sumsq(ctx, inputs, output):
@@ -733,10 +755,13 @@ def _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend) ->
     if aten:
         return rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend)
     M = math.prod(x.shape[:-1])
-    _call_state.records = _autograd_records(x, norm_weight, weight, bias)
+    records = _autograd_records(x, norm_weight, weight, bias)
+    # traced without gradients: the op that carries that into the graph (as rms_norm_linear's)
+    op = rms_norm_linear_sumsq_inference_op if torch.compiler.is_compiling() and not records else \
+        rms_norm_linear_sumsq_op
+    _call_state.records = records
     try:
-        y = call_op(rms_norm_linear_sumsq_op, x.reshape(M, K), sumsq.reshape(M), norm_weight, weight, bias, eps,
-                    backend)[0]
+        y = call_op(op, x.reshape(M, K), sumsq.reshape(M), norm_weight, weight, bias, eps, backend)[0]
     finally:
         _call_state.records = None
     return output_view(y, (*x.shape[:-1], weight.shape[0]))
