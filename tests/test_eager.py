@@ -120,7 +120,8 @@ def test_subclass_goes_through_the_op(monkeypatch):
 
 
 # ---- the ops' own dispatch (ops/_eager.register_fast_dispatch): what torch.compile'd graphs call ----
-OPS = ("gemm", "rms_norm_linear", "rms_norm_backward", "flash_attn_fwd", "flash_attn_bwd", "scaled_mm")
+OPS = ("gemm", "rms_norm_linear", "rms_norm_backward", "flash_attn_fwd", "flash_attn_bwd", "scaled_mm",
+       "rms_norm_linear_inference", "rms_norm_linear_sumsq", "rms_norm_linear_sumsq_inference")
 
 
 def test_every_op_has_the_lean_autograd_kernel_for_cpu_and_cuda():

@@ -273,6 +273,7 @@ def _backward_sumsq(ctx, dy, _drstd):
 
 rms_norm_linear_sumsq_op.register_autograd(_backward_sumsq, setup_context=_setup_context_sumsq)
 register_fast_dispatch(rms_norm_linear_sumsq_op)
+register_fast_dispatch(rms_norm_linear_sumsq_inference_op)  # (no autograd: a graph without gradients calls it)
 
 
 # "0": never the folded forward (A/B measurements); "nocache": fold the weight on every call instead of keeping it;
@@ -530,6 +531,7 @@ def _no_double_backward(ctx, *grads):
 # generic "no autograd formula" error.
 rms_norm_backward_op.register_autograd(_no_double_backward)
 register_fast_dispatch(rms_norm_linear_op)
+register_fast_dispatch(rms_norm_linear_inference_op)
 register_fast_dispatch(rms_norm_backward_op)
 
 
