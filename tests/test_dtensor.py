@@ -439,3 +439,49 @@ def test_op_outputs_are_not_views():
     yr.float().square().sum().backward()
     close(x.grad, xr.grad)
     close(w.grad, wr.grad)
+
+
+_FIRST_CONTACT_COMPILED = r'''
+import os
+os.environ["TILEWRIGHT_ATEN_BELOW"] = "0"
+os.environ["TILEWRIGHT_TP_LOCAL"] = "0"
+import torch
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+import tilewright
+
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+mesh = init_device_mesh("cpu", (2,))
+def dt(t, p):
+    return DTensor.from_local(t if p == Replicate() else t.chunk(2, dim=p.dim)[0], mesh, [p], run_check=False,
+                              shape=t.shape, stride=t.stride())
+torch.manual_seed(0)
+x, g = torch.randn(8, 16, dtype=torch.float16), torch.rand(16, dtype=torch.float16) + 0.5
+w, b = torch.randn(32, 16, dtype=torch.float16) / 4, torch.randn(32, dtype=torch.float16)
+ss = x.float().square().sum(-1)
+with torch.no_grad():
+    y = torch.compile(lambda *a: tilewright.rms_norm_linear(*a), backend="aot_eager", fullgraph=True)(
+        dt(x, Shard(0)), dt(g, Replicate()), dt(w, Replicate()), dt(b, Replicate()))
+    want = tilewright.rms_norm_linear(x, g, w, b)
+assert y.placements == (Shard(0),), y.placements
+torch.testing.assert_close(y.to_local().float(), want[:4].float(), rtol=2e-3, atol=2e-3)
+dist.destroy_process_group()
+print("ok")
+'''
+
+
+def test_a_compiled_no_grad_call_is_the_first_dtensor_contact():
+    """In a fresh process, the first DTensor call torch.compile traces without gradients: its graph calls the inference
+    op (ops/rms_norm_linear.py), whose sharding strategy must be registered on that first sight as every other op's
+    (through call_op) - it was not, and tracing failed with "no sharding strategy registered"."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(
+        tilewright.__file__)), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", _FIRST_CONTACT_COMPILED], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

@@ -592,6 +592,23 @@ def test_the_custom_op_passes_opcheck_and_compiles_without_graph_breaks():
     assert torch.allclose(got, want, atol=1e-6) and torch.equal(kc2, kc) and torch.equal(vc2, vc)
 
 
+@pytest.mark.parametrize("sq", [1, 3])
+def test_a_split_calls_lse_is_the_partials_head_only_at_one_token(sq):
+    """A split launch's LSE output: at one token a sequence the head of the partials' buffer (one allocation less;
+    storage offset 0), for a chunk of tokens a tensor of its own (a view would keep partials Sq x D times its size
+    alive); both equal the reference's."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    kc, vc, _ = _cache(2, 40, 2, 16, torch.float32, (33, 21), None)
+    q = torch.randn(2, sq, 4, 16, device=DEV)
+    seqlens = torch.tensor([33, 21], dtype=torch.int32, device=DEV)
+    out, lse = ka.kvcache_attention(q, kc.nan_to_num(0.0), vc.nan_to_num(0.0), seqlens, None, num_splits=2)
+    assert lse.shape == (2, 4, sq) and lse.storage_offset() == 0 and lse.is_contiguous()
+    own = lse.untyped_storage().nbytes() == lse.numel() * 4
+    assert own == (sq > 1)
+    _assert_close(out, lse, _ref(q, kc.nan_to_num(0.0), vc.nan_to_num(0.0), seqlens, None), 1e-5)
+
+
 def test_an_in_place_change_of_checked_lengths_is_checked_again():
     """The value check runs once per unmodified tensors (ops/_checks.CheckedValues): writing into the lengths or the
     table in place (as a decode loop does) makes the next call check again - a bad value still raises."""
@@ -699,6 +716,8 @@ def test_launch_shapes_by_regime_on_the_h200_and_elsewhere(monkeypatch):
     assert shape(1, 8, 1024, 128, rows=4) == (32, 32, 3, 2) and shape(1, 8, 4096, 128, rows=16) == (32, 32, 3, 2)
     assert shape(2, 8, 2048, 128, rows=4) == (16, 32, 3, 2) and shape(8, 8, 1024, 128, rows=4) == (4, 32, 3, 2)
     assert shape(1, 8, 256, 128, rows=4) == (8, 32, 3, 2)  # (splits of 32 keys at least)
+    assert shape(1, 4, 4096, 128, rows=8) == (ka.SHORT_SPLIT_MAX, 32, 3, 2)  # 2 x 33, capped at 64
+    assert shape(1, 2, 4096, 128, rows=16) == (64, 32, 3, 2)  # (the default's 64 already: not doubled past it)
     assert shape(1, 8, 1024, 128) == (16, 64, 3, 4)  # rows unknown
     assert shape(1, 8, 1024, 128, rows=32) == (16, 64, 3, 4)  # a 32-row tile: not measured
     assert shape(1, 8, 8192, 128, rows=4) == (16, 128, 3, 4)  # a longer cache

@@ -3,6 +3,8 @@ contiguous and paged caches of 16- and 256-token pages, poisoned unused slots) a
 2x torch's own bf16 computation", and agreement with SDPA's flash backend on a plain decode row."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -92,12 +94,14 @@ def test_a_repeated_signature_reads_the_new_lengths_and_pages(page):
 
 
 @pytest.mark.parametrize("splits", [None, 1, 3])
-def test_a_replay_returns_the_first_calls_lse_with_or_without_being_asked(splits):
-    """The bound replay of a signature writes the LSE into the partials' buffer and makes a tensor of it only when
-    the caller asks (return_lse): out and LSE of replays asked either way equal the first call's bit for bit, the LSE
-    a fresh-looking (B, Hq, Sq) tensor at storage offset 0; one split (no partials) and three."""
+@pytest.mark.parametrize("sq", [1, 3])
+def test_a_replay_returns_the_first_calls_lse_with_or_without_being_asked(splits, sq):
+    """The bound replay of a signature writes a decode step's LSE into the partials' buffer and makes a tensor of it
+    only when the caller asks (return_lse): out and LSE of replays asked either way equal the first call's bit for
+    bit, the LSE a fresh-looking (B, Hq, Sq) tensor at storage offset 0; one split (no partials) and three; a chunk of
+    3 tokens gets an LSE of its own (not a view keeping the partials alive)."""
     g = torch.Generator(device=DEV).manual_seed(5)
-    q = torch.randn(2, 1, 16, 128, generator=g, device=DEV, dtype=torch.bfloat16)
+    q = torch.randn(2, sq, 16, 128, generator=g, device=DEV, dtype=torch.bfloat16)
     kc = torch.randn(2, 700, 4, 128, generator=g, device=DEV, dtype=torch.bfloat16)
     vc = torch.randn_like(kc)
     seqlens = torch.tensor([700, 333], dtype=torch.int32, device=DEV)
@@ -109,8 +113,10 @@ def test_a_replay_returns_the_first_calls_lse_with_or_without_being_asked(splits
         out, lse = got if want_lse else (got, None)
         assert torch.equal(out, out0)
         if want_lse:
-            assert torch.equal(lse, lse0) and lse.shape == (2, 16, 1) and lse.storage_offset() == 0
+            assert torch.equal(lse, lse0) and lse.shape == (2, 16, sq) and lse.storage_offset() == 0
             assert lse.is_contiguous()
+            if sq > 1:
+                assert lse.untyped_storage().nbytes() == lse.numel() * 4
 
 
 @pytest.mark.parametrize("page", [None, 16])
@@ -241,7 +247,8 @@ def test_short_split_rows_within_twice_torch_error(B, S, page, monkeypatch):
         def __getattr__(self, name):  # the bound launch reads the kernel's own attributes (arg_names ...)
             return getattr(kernel, name)
     monkeypatch.setattr(ka, "_split_kernel", Spy())
-    ka._bound.clear()  # a bound replay from an earlier test would skip the spy
+    ka._bound.clear()  # bound replays from an earlier test would skip the spy: the kernel layer's and the op's
+    importlib.import_module("tilewright.ops.kvcache")._replays.clear()
     g = torch.Generator(device=DEV).manual_seed(S + B)
     q = torch.randn(B, 1, 32, 128, generator=g, device=DEV, dtype=torch.bfloat16)
     kc = torch.randn(B, S, 8, 128, generator=g, device=DEV, dtype=torch.bfloat16)
@@ -250,4 +257,5 @@ def test_short_split_rows_within_twice_torch_error(B, S, page, monkeypatch):
     _assert_within_twice_torch(q, *_poisoned(kc, vc, seqlens, page), seqlens)
     if ka.wide_split_steps(q.device):
         block, _, warps = ka.SHORT_SPLIT_SHAPE
-        assert seen and seen[0][:2] == (block, warps), seen
+        doubled = min(2 * ka.default_splits(B, 8, S, q.device), S // block, ka.SHORT_SPLIT_MAX)
+        assert seen and seen[0] == (block, warps, max(doubled, 1)), seen

@@ -963,6 +963,19 @@ def test_finals_time_each_backends_best_and_winners_compare_finalists_only():
     assert win.triton_config[0] == "b" and win.winner_config[0] == "x"  # ... is not compared with the finalists
 
 
+def test_the_sweep_leaves_out_variants_not_yet_run_on_a_gpu(monkeypatch):
+    """gemm_sm90.AB_ONLY (the 192-column tile until its GPU tests and A/B ran): not among the swept sm_90a variants,
+    nor the static pick at any size - only a caller naming it runs it."""
+    from tilewright.cuda_fallback import gemm_sm90 as cg
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    swept = tuner._swept_cuda_variants(torch.device("cpu"))
+    assert cg.AB_ONLY and not set(swept) & cg.AB_ONLY and set(swept) | cg.AB_ONLY >= set(cg.VARIANTS) - {
+        n for n, v in cg.VARIANTS.items() if v.smem_bytes() > cg.SMEM_LIMIT}
+    monkeypatch.delenv("TILEWRIGHT_CUDA_GEMM_VARIANT", raising=False)
+    assert all(cg.pick_variant(M, 4096, 4096).name not in cg.AB_ONLY for M in (16, 256, 257, 3000, 16384))
+
+
 def test_cuda_builds_ahead_compile_what_the_sweep_launches(monkeypatch):
     """build_cuda_ahead compiles each sm_90a variant that fits, once, with the defines the sweep's own launch asks
     for (both operands row-major, no epilogue: the same cache key, so the sweep finds it built or waits on its lock);
@@ -973,7 +986,7 @@ def test_cuda_builds_ahead_compile_what_the_sweep_launches(monkeypatch):
     asked = []
     monkeypatch.setattr(build, "compile_source", lambda source, arch, defines: asked.append((source, arch, defines)))
     a, b = torch.empty(300, 200, dtype=torch.bfloat16), torch.empty(200, 504, dtype=torch.bfloat16)
-    fitting = [v for v in cg.VARIANTS.values() if v.smem_bytes() <= cg.SMEM_LIMIT]
+    fitting = [v for n, v in cg.VARIANTS.items() if v.smem_bytes() <= cg.SMEM_LIMIT and n not in cg.AB_ONLY]
     for v in fitting:  # what the sweep's launch (gemm_common.build_and_map_operands) compiles for its operands
         gemm_common.build_for(cg.SOURCE, "sm_90a", a, b, v, 0, None, 0)
     sweep_builds, asked[:] = sorted(map(repr, asked)), []

@@ -68,10 +68,13 @@ VARIANTS = {v.name: v for v in (
     # at 3000 x 5120 (24 x 20 = 480 tiles of 128 x 256: 3.64 waves on 132 SMs, the fourth 64% full - every variant
     # above ran 1.068-1.20x cuBLAS there, 1.010x at 3000 x 4096 whose 384 tiles fill 2.91 waves) 128 x 192 tiles make
     # 24 x 27 = 648 (4.91 waves): 98% of the SMs busy to the end against 91%, for 10% less operand reuse a tile (its
-    # B tile 75% of 256's). Four stages (210 KB of shared memory). A/B only (not picked; the tuner sweeps it):
+    # B tile 75% of 256's). Four stages (210 KB of shared memory). A/B only (AB_ONLY):
     # perf/results/h200/gemm/wave_tile_ab_2026-11-29.py
     Variant(128, 192, 4, coop=True),
 )}
+# Variants not yet run on a GPU: only a caller that names one runs it (the variant argument, the variable); neither
+# the static pick nor the tuner's sweep (tools/tuner.py) - a user's tune must not be a kernel's first run.
+AB_ONLY = frozenset({"coop128x192s4"})
 
 
 @dataclass(frozen=True)

@@ -67,11 +67,14 @@ def rms_norm_linear_inference_op(x: torch.Tensor, norm_weight: torch.Tensor, wei
     the fold."""
     _call_state.records = False
     try:
+        full = (lambda: _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend))
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            return full()  # (capture runs the two passes: a replay recorded here would keep later calls off the fold)
         return _fast.replayed_op(_inference_replays, (x, norm_weight, weight, bias),
                                  ("a_ptr", "g_ptr", "b_ptr", "bias_ptr"), (eps, backend), ("c_ptr", "rstd_ptr"),
-                                 lambda: _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend), _LAUNCHES)
+                                 full, _LAUNCHES)
     finally:
-        _call_state.records = None
+        _call_state.records = _call_state.folded = None  # (_folded notes the kept copy here: not held past the call)
 
 
 _inference_replays = _fast.new_cache()
@@ -185,7 +188,7 @@ def rms_norm_linear_sumsq_inference_op(x: torch.Tensor, sumsq: torch.Tensor, nor
     try:
         return _rms_norm_linear_sumsq_full(x, sumsq, norm_weight, weight, bias, eps, backend)
     finally:
-        _call_state.records = None
+        _call_state.records = _call_state.folded = None
 
 
 def _rms_norm_linear_sumsq_full(x, sumsq, norm_weight, weight, bias, eps, backend):
@@ -399,12 +402,16 @@ def folded_weight(weight: torch.Tensor, norm_weight: torch.Tensor, cache: bool =
     :func:`clear_folded` or set ``TILEWRIGHT_RMS_FOLDED=nocache``. Costs one extra copy of the weight's memory.
 
     ``cache`` False: keep no new copy - but a current kept one is still the answer (it is ``weight * norm_weight``
-    until either changes). Why: a call that may not keep a fold (a compiled graph's call on a weight that requires
-    grad, :func:`_keeps_fold`) took the folded route because an earlier eager inference call had kept one
+    until either changes), except inside CUDA-graph capture: the graph would hold the kept copy's address, and an
+    in-place update of a weight that trains would go unseen by its replays; there the product is computed in the
+    graph, as before. Why: a call that may not keep a fold (a compiled graph's call on a weight that requires grad,
+    :func:`_keeps_fold`) took the folded route because an earlier eager inference call had kept one
     (:func:`folded_applies`), then recomputed the product on every call - two elementwise passes over the QKV and
     gate/up weights, ~50 us a Llama B 8 x 2k forward on an H200, part of its compiled forward's 4% gap to eager."""
     key = _fold_key(weight, norm_weight)
-    held = _kept_fold(weight, norm_weight, key) if os.environ.get(FOLDED_ENV) != "nocache" else None
+    readable = os.environ.get(FOLDED_ENV) != "nocache" and (
+        cache or not (weight.is_cuda and torch.cuda.is_current_stream_capturing()))
+    held = _kept_fold(weight, norm_weight, key) if readable else None
     if held is not None:
         return held
     wg = torch.mul(weight, norm_weight)
@@ -707,7 +714,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
 
     if key is None and torch.compiler.is_compiling() and not _autograd_records(x, norm_weight, weight, bias):
         # traced without gradients: the op that carries that into the graph (rms_norm_linear_inference_op)
-        return output_view(rms_norm_linear_inference_op(x2, norm_weight, weight, bias, eps, backend)[0],
+        return output_view(call_op(rms_norm_linear_inference_op, x2, norm_weight, weight, bias, eps, backend)[0],
                            (*x.shape[:-1], N))
     if key is None:
         return output_view(call()[0], (*x.shape[:-1], N))

@@ -415,7 +415,7 @@ NUM_WARPS = 4
 SHORT_WAVE_KEYS = 2048  # whole-wave programs streaming at most this many keys take the short ring (H200, above)
 MID_BAND_WAVES = 1.4  # B x Hkv from this many waves of programs to two: unsplit, 64-key steps (H200, above)
 # The short split rows (issue 16: decode of a short cache at small batch, where a launch's fill and drain are most of
-# its time): contiguous, head dim 128, B x Hkv at most half the SMs, at most SHORT_SPLIT_KEYS keys, one 16-row query
+# its time): head dim 128, B x Hkv at most half the SMs, at most SHORT_SPLIT_KEYS keys, one 16-row query
 # tile (GQA groups up to 16 at one token) take twice the split count - about two programs an SM - in 32-key steps with
 # 2 warps and the 3-deep ring: each program's steps are fewer and shorter, so the wave's tail is shorter, and two
 # resident programs an SM overlap one's fill with the other's stream. H200 (perf/LOG.md, session 34; GQA 32/8, D 128,
@@ -423,8 +423,12 @@ MID_BAND_WAVES = 1.4  # B x Hkv from this many waves of programs to two: unsplit
 # flushed): the setting was the best or within 1% of it on every row - B 1 x 1k / 2k / 4k 6.56 -> 6.11, 8.65 -> 8.15,
 # 11.57 -> 11.10 us, B 2 1.13 / 1.13 / 1.11x cuDNN (was 1.10 / 1.09 / 1.07), B 8 x 1k / 2k 16.18 -> 15.88, 26.14 ->
 # 25.57 us, B 8 x 4k level; the rule's confirming run: B 1 x 1k / 2k / 4k 1.180 / 1.163 / 1.172x cuDNN (was 1.139 /
-# 1.125 / 1.116). Longer caches were not swept: they keep the split regime's shape.
+# 1.125 / 1.116). A paged cache whose entries are prefetched takes the contiguous launch's shape, this one included:
+# pages of 16 in the same runs 7.07 -> 6.78, 9.45 -> 9.33, 12.75 -> 11.53 us at B 1, 0.5-8% faster at B 2, level at
+# B 8. Longer caches were not swept: they keep the split regime's shape. At most SHORT_SPLIT_MAX splits (the sweep's
+# rows ran up to 32; more would widen the combine's one-warp tile past 64 partials a row).
 SHORT_SPLIT_KEYS = 4096
+SHORT_SPLIT_MAX = 64
 SHORT_SPLIT_ROWS = 16  # query rows of a program (GQA group x tokens) the 2-warp tile was measured at
 SHORT_SPLIT_SHAPE = (32, 3, 2)  # (keys a step, ring depth, warps)
 # The combine of the splits inside the split kernel (_combine_on_last_arrival) instead of a second launch; off until
@@ -556,7 +560,7 @@ def launch_shape(B: int, Hkv: int, capacity: int, head_dim_pad: int, device, pag
     measured = wide and head_dim_pad == 128
     if num_splits is None and not paged and short_split_band(B * Hkv, sms, measured, capacity, rows):
         block, stages, warps = SHORT_SPLIT_SHAPE
-        splits = int(max(1, min(2 * splits, capacity // block)))
+        splits = int(max(1, min(2 * splits, capacity // block, max(splits, SHORT_SPLIT_MAX))))
         return LaunchShape(splits, 16 if interpret else block, stages, warps)
     banded = num_splits is None and not paged  # (the bands choose the split count too: defaults only)
     short = not paged and (short_waves(B * Hkv * splits, sms, measured, capacity // splits)
@@ -735,29 +739,34 @@ def _align128(elements: int) -> int:
 
 
 class _PartialLayout:
-    """The call's own (B, Hq, Sq) LSE output, then the split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs and
-    (splits, B, Hq, Sq) LSEs, in one buffer: one allocation a call where two would do (an allocation costs the host
-    about as much as a launch: ~4 us on the H200's host), each part 128-byte aligned (Triton specializes pointers on
-    16; the bound launches must see what the first launch saw). The LSE output is the buffer's head - a view at
-    storage offset 0, as a fresh tensor would be (the custom op's fake says so) - and keeps the partials alive while
-    it lives (a few MB at most at decode sizes)."""
+    """The split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs and (splits, B, Hq, Sq) LSEs, in one buffer -
+    at one token a sequence (a decode step) preceded by the call's own (B, Hq, Sq) LSE output: one allocation a call
+    where two would do (an allocation costs the host about as much as a launch: ~4 us on the H200's host). Each part
+    128-byte aligned (Triton specializes pointers on 16; the bound launches must see what the first launch saw). The
+    LSE output is then the buffer's head - a view at storage offset 0, as a fresh tensor would be (the custom op's
+    fake says so) - which keeps the partials alive while it lives: splits x Hq x D x 4 bytes a sequence, well under a
+    MB at decode's split counts. A chunk of Sq tokens would keep Sq times that for an LSE Sq times smaller than its
+    partials' D-th part (at B 1 x 512 tokens, 134 MB held by a 64 KB LSE): such calls allocate their LSE apart."""
 
-    __slots__ = ("lse_offset", "lse_shape", "numel", "o_offset", "o_shape", "out_lse_shape")
+    __slots__ = ("holds_lse", "lse_offset", "lse_shape", "numel", "o_offset", "o_shape", "out_lse_shape")
 
     def __init__(self, splits: int, B: int, Hq: int, Sq: int, D: int):
         self.o_shape, self.lse_shape, self.out_lse_shape = (splits, B, Hq, Sq, D), (splits, B, Hq, Sq), (B, Hq, Sq)
-        self.o_offset = _align128(B * Hq * Sq)
+        self.holds_lse = Sq == 1
+        self.o_offset = _align128(B * Hq * Sq) if self.holds_lse else 0
         self.lse_offset = _align128(self.o_offset + math.prod(self.o_shape))
         self.numel = self.lse_offset + math.prod(self.lse_shape)
 
     def views(self, parts: torch.Tensor):
-        """(o_part, lse_part, lse) views of a buffer of ``numel`` fp32."""
+        """(o_part, lse_part, lse) views of a buffer of ``numel`` fp32 (lse: a new tensor where the buffer has none)."""
         o_part = parts[self.o_offset:self.o_offset + math.prod(self.o_shape)].view(self.o_shape)
         return o_part, parts[self.lse_offset:].view(self.lse_shape), self.out_lse(parts)
 
     def out_lse(self, parts: torch.Tensor) -> torch.Tensor:
-        """The call's LSE output: the head of ``parts``."""
-        return parts[:math.prod(self.out_lse_shape)].view(self.out_lse_shape)
+        """The call's LSE output: the head of ``parts``, or a new tensor where the buffer holds none."""
+        if self.holds_lse:
+            return parts[:math.prod(self.out_lse_shape)].view(self.out_lse_shape)
+        return torch.empty(self.out_lse_shape, device=parts.device, dtype=torch.float32)
 
 
 class _Replay:
@@ -770,8 +779,8 @@ class _Replay:
         self._split, self._combine, self._layout, self._lse_shape = split, combine, layout, lse_shape
 
     def __call__(self, q, k_cache, v_cache, seqlens, block_table, want_lse: bool = True):
-        """(out, lse) on new tensors; ``want_lse`` False: (out, None), the LSE written into the partials' buffer
-        without a tensor made for it (a split launch: the caller of the op did not ask for it)."""
+        """(out, lse) on new tensors; ``want_lse`` False (the caller of the op did not ask for it): the LSE of a split
+        launch at one token a sequence is written into the partials' buffer and no tensor is made for it (None)."""
         dev = q.device
         out = torch.empty(q.shape, device=dev, dtype=q.dtype)
         table = block_table if block_table is not None else seqlens
@@ -782,8 +791,10 @@ class _Replay:
             return out, lse
         layout = self._layout
         parts = torch.empty(layout.numel, device=dev, dtype=torch.float32)
-        lse_ptr = parts.data_ptr()
-        o_part, lse_part = lse_ptr + 4 * layout.o_offset, lse_ptr + 4 * layout.lse_offset
+        base = parts.data_ptr()
+        o_part, lse_part = base + 4 * layout.o_offset, base + 4 * layout.lse_offset
+        lse = None if layout.holds_lse else layout.out_lse(parts)
+        lse_ptr = base if lse is None else lse.data_ptr()
         if self._combine is None:  # the combine fused into the split kernel
             self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                         o_part, lse_part, out.data_ptr(), lse_ptr)
@@ -791,4 +802,6 @@ class _Replay:
             self._split(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), seqlens.data_ptr(), table.data_ptr(),
                         o_part, lse_part)
             self._combine(o_part, lse_part, out.data_ptr(), lse_ptr)
-        return out, (layout.out_lse(parts) if want_lse else None)
+        if lse is None and want_lse:
+            lse = layout.out_lse(parts)
+        return out, lse

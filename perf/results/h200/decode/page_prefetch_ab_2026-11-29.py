@@ -41,7 +41,7 @@ for B, Hq, Hkv, S, D in ROWS:
     kc = torch.randn(B, S, Hkv, D, device=dev, dtype=torch.bfloat16)
     vc = torch.randn_like(kc)
     sl = torch.full((B,), S, dtype=torch.int32, device=dev)
-    c_splits, c_bn, c_stages = kv.launch_shape(B, Hkv, S, D, dev)
+    c_splits, c_bn, c_stages = kv.launch_shape(B, Hkv, S, D, dev)[:3]
     configs = {"default": (None, {}), "s5": (None, {"num_stages": 5}), "prefetch": (None, {"page_prefetch": True}),
                "prefetch_s4": (None, {"page_prefetch": True, "num_stages": 4}),
                "prefetch_cshape": (c_splits, {"page_prefetch": True, "block_n": c_bn, "num_stages": c_stages})}
