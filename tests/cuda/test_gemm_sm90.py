@@ -423,3 +423,39 @@ def test_residual_map_rows():
     assert cg.residual_map_rows(M, N, v, 1 << 20, (M * N, 1, M), M) == 0  # transposed
     assert cg.residual_map_rows(M, N, v, 1 << 20, (2048 * N * 2, N, 1), 2048) == 0  # batches with a gap
     assert cg.residual_map_rows(M, N, v, 0, (M * N, N, 1), M) == 0  # no residual
+
+
+def test_a_tuned_cuda_winner_is_what_the_launch_runs(monkeypatch):
+    """``tilewright tune``'s winning variant / tile order for a shape (the autotune cache's "cuda" record) is what the
+    op layer's launch takes (GemmFamily.tuned_launch), after that variant's own self-check; the static pick when
+    Triton won, when the record names a variant this build lacks or one not yet run on a GPU (AB_ONLY), or when
+    the winner's self-check fails."""
+    from tilewright.autotune import cache
+
+    a = torch.empty(3000, 4096, dtype=torch.bfloat16)
+    b = torch.empty(4096, 5120, dtype=torch.bfloat16)
+    record = {"winner": "cuda", "backends": {"cuda": {"config": {"variant": "pp128x128s5", "tile_order": "row_major",
+                                                                 "group": 16}}}}
+    monkeypatch.setattr(cache, "lookup", lambda op, device, dtype, M, N, K: record)
+    checked, verdict = [], [True]
+    monkeypatch.setattr(cg.FAMILY.guard, "check",
+                        lambda device, name, key, run, fallback="": (checked.append(name), (verdict[0], "x"))[1])
+    assert cg.FAMILY.tuned_launch(a, b) == {"variant": cg.VARIANTS["pp128x128s5"], "tile_order": "row_major",
+                                            "group": 16}
+    assert checked == ["pp128x128s5"]
+    launched = []
+    monkeypatch.setattr(cg.FAMILY.guard, "run", lambda fn, *args, **kw: launched.append(kw) or True)
+    assert cg.FAMILY.try_launch(a, b, torch.empty(3000, 5120, dtype=torch.bfloat16))
+    assert launched[-1]["variant"].name == "pp128x128s5" and launched[-1]["tile_order"] == "row_major"
+    verdict[0] = False  # the winner's self-check fails: the static pick
+    assert cg.FAMILY.tuned_launch(a, b) == {}
+    verdict[0] = True
+    record["backends"]["cuda"]["config"]["variant"] = cg.pick_variant(3000, 5120, 4096).name  # no second check
+    checked.clear()
+    assert cg.FAMILY.tuned_launch(a, b)["variant"] is cg.pick_variant(3000, 5120, 4096) and checked == []
+    for name in ("pp96x96s9", *cg.AB_ONLY):  # a variant this build lacks; one not yet run on a GPU
+        record["backends"]["cuda"]["config"]["variant"] = name
+        assert cg.FAMILY.tuned_launch(a, b) == {}
+    record["backends"]["cuda"]["config"]["variant"] = "pp128x128s5"
+    record["winner"] = "triton"
+    assert cg.FAMILY.tuned_launch(a, b) == {}

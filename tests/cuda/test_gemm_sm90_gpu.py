@@ -295,3 +295,24 @@ def test_cuda_gemm_bench_entry():
     y = cg.cuda_gemm(a, b, bias=res, residual=res, activation="relu")
     ref = gemm_reference(a.double(), b.double(), res.double(), res.double(), "relu")
     assert ((y.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+def test_the_op_launches_the_tuned_winner(monkeypatch):
+    """With a ``tilewright tune`` record naming the CUDA family's winner for the shape (variant, tile order), the
+    public matmul on backend "cuda" launches that variant (GemmFamily.tuned_launch) and its product is right."""
+    from tilewright.autotune import cache
+
+    cg = _cg()
+    record = {"winner": "cuda", "backends": {"cuda": {"config": {"variant": "pp128x128s5", "tile_order": "row_major",
+                                                                 "group": 16}}}}
+    monkeypatch.setattr(cache, "lookup", lambda op, device, dtype, M, N, K: record if op == "gemm" else None)
+    seen, real = [], cg.FAMILY.launch
+    monkeypatch.setattr(cg.FAMILY, "launch", lambda *a, **kw: (seen.append((kw.get("variant"), kw.get("tile_order"))),
+                                                               real(*a, **kw))[1])
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(3000, 4096, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(5120, 4096, device="cuda", generator=g) / 64).bfloat16()
+    y = tilewright.matmul(x, w.t(), backend="cuda")
+    assert any(v is not None and v.name == "pp128x128s5" and order == "row_major" for v, order in seen), seen
+    ref = x.double() @ w.double().t()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2

@@ -270,7 +270,8 @@ def cuda_gemm(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None, activa
 
 # ------------------------------------------------------------------------------------------------ router record
 GUARD = Guard("CUDA GEMM", measured=MEASURED_ON)
-FAMILY = gemm_common.GemmFamily(GUARD, constraints, pick_variant, launch_cuda_gemm, preferred)
+FAMILY = gemm_common.GemmFamily(GUARD, constraints, pick_variant, launch_cuda_gemm, preferred,
+                                tuned_variants={n: v for n, v in VARIANTS.items() if n not in AB_ONLY})
 ready, try_launch = FAMILY.ready, FAMILY.try_launch
 
 register(FAMILY.backend("gemm_sm90", "sm_90a WGMMA pingpong GEMM", (9,), env=("TILEWRIGHT_CUDA_GEMM_VARIANT",)))

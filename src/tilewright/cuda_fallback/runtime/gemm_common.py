@@ -293,11 +293,42 @@ def residual_kind(residual) -> bool | str:
 class GemmFamily:
     """What the router and the op layer call on one GEMM family, built from the family's own pieces: its
     :class:`~.guard.Guard`, ``constraints(a, b, bias, residual)``, ``pick_variant(M, N, K)``, ``launch(a, b, out,
-    bias=, residual=, activation=, variant=)`` and ``region(M, N, K, residual)`` (its measured win region)."""
+    bias=, residual=, activation=, variant=)`` and ``region(M, N, K, residual)`` (its measured win region);
+    ``tuned_variants``: the variants ``tilewright tune`` sweeps for this family (name -> variant; None: it sweeps
+    none), whose winner a launch then takes (:meth:`tuned_launch`)."""
 
-    def __init__(self, guard, constraints, pick_variant, launch_fn, region):
+    def __init__(self, guard, constraints, pick_variant, launch_fn, region, tuned_variants: dict | None = None):
         self.guard, self.constraints, self.pick_variant = guard, constraints, pick_variant
-        self.launch, self.region = launch_fn, region
+        self.launch, self.region, self.tuned_variants = launch_fn, region, tuned_variants
+
+    def tuned_launch(self, a, b) -> dict:
+        """The launch keywords (variant, tile_order, group) of the ``tilewright tune`` winner the autotune cache
+        holds for this shape when the CUDA family won it, else {} (the static pick). Why: the tuner times every
+        variant and tile order and stores the fastest, but the launch took the static pick whatever the tune had
+        found - a tuned shape ran the CUDA family at its default tile. A winner this build does not have (a cache
+        from another version) or whose first-use self-check fails keeps the static pick."""
+        if not self.tuned_variants:
+            return {}
+        from ...autotune import cache
+
+        M, N, K = a.shape[0], b.shape[1], a.shape[1]
+        record = cache.lookup("gemm", a.device, a.dtype, M, N, K)
+        if not record or record.get("winner") != "cuda":
+            return {}
+        config = cache.cuda_variant(record) or {}
+        v = self.tuned_variants.get(config.get("variant"))
+        if v is None or config.get("tile_order") not in (*TILE_ORDERS, None) or not isinstance(
+                config.get("group", 16), int):
+            return {}
+        if v is not self.pick_variant(M, N, K):  # (the static pick's self-check is ready()'s)
+            (a_mn, _), _ = layout(a, "a")
+            (b_first, _), _ = layout(b, "b")
+            ok, _ = self.guard.check(a.device, v.name, (a_mn, not b_first, a.dtype),
+                                     lambda: self_check(a.device, v, a_mn, not b_first, a.dtype, self.launch),
+                                     fallback=f"variant {self.pick_variant(M, N, K).name}")
+            if not ok:
+                return {}
+        return {"variant": v, **{k: config[k] for k in ("tile_order", "group") if k in config}}
 
     def preferred(self, a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
         """The automatic choice for these operands: not where cuBLAS was measured faster on a plain GEMM
@@ -334,7 +365,8 @@ class GemmFamily:
         output, an out dtype other than the inputs') or fails; never raises."""
         if preact is not None or out.dtype != a.dtype:
             return False
-        return self.guard.run(self.launch, a, b, out, bias=bias, residual=residual, activation=activation)
+        return self.guard.run(self.launch, a, b, out, bias=bias, residual=residual, activation=activation,
+                              **self.tuned_launch(a, b))
 
     def backend(self, name: str, kernel: str, archs: tuple[int, ...], env: tuple[str, ...] = ()):
         """The family's "cuda" record for the gemm op: these hooks, its guard's measurements as provenance."""
