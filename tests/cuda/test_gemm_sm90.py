@@ -428,8 +428,8 @@ def test_residual_map_rows():
 def test_a_tuned_cuda_winner_is_what_the_launch_runs(monkeypatch):
     """``tilewright tune``'s winning variant / tile order for a shape (the autotune cache's "cuda" record) is what the
     op layer's launch takes (GemmFamily.tuned_launch), after that variant's own self-check; the static pick when
-    Triton won, when the record names a variant this build lacks or one not yet run on a GPU (AB_ONLY), or when
-    the winner's self-check fails."""
+    Triton won, when the record names a variant this build lacks or one not yet run on a GPU (AB_ONLY), when the
+    winner's self-check fails, or when the user names a variant (TILEWRIGHT_CUDA_GEMM_VARIANT)."""
     from tilewright.autotune import cache
 
     a = torch.empty(3000, 4096, dtype=torch.bfloat16)
@@ -457,5 +457,9 @@ def test_a_tuned_cuda_winner_is_what_the_launch_runs(monkeypatch):
         record["backends"]["cuda"]["config"]["variant"] = name
         assert cg.FAMILY.tuned_launch(a, b) == {}
     record["backends"]["cuda"]["config"]["variant"] = "pp128x128s5"
+    assert cg.FAMILY.tuned_launch(a, b)["variant"].name == "pp128x128s5"
+    monkeypatch.setenv("TILEWRIGHT_CUDA_GEMM_VARIANT", "coop256x128s3")  # the user's named variant wins
+    assert cg.FAMILY.tuned_launch(a, b) == {}
+    monkeypatch.delenv("TILEWRIGHT_CUDA_GEMM_VARIANT")
     record["winner"] = "triton"
     assert cg.FAMILY.tuned_launch(a, b) == {}

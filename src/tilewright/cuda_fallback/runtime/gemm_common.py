@@ -295,11 +295,13 @@ class GemmFamily:
     :class:`~.guard.Guard`, ``constraints(a, b, bias, residual)``, ``pick_variant(M, N, K)``, ``launch(a, b, out,
     bias=, residual=, activation=, variant=)`` and ``region(M, N, K, residual)`` (its measured win region);
     ``tuned_variants``: the variants ``tilewright tune`` sweeps for this family (name -> variant; None: it sweeps
-    none), whose winner a launch then takes (:meth:`tuned_launch`)."""
+    none), whose winner a launch then takes (:meth:`tuned_launch`) unless the environment variable ``variant_env``
+    names a variant (the user's choice wins)."""
 
-    def __init__(self, guard, constraints, pick_variant, launch_fn, region, tuned_variants: dict | None = None):
+    def __init__(self, guard, constraints, pick_variant, launch_fn, region, tuned_variants: dict | None = None,
+                 variant_env: str | None = None):
         self.guard, self.constraints, self.pick_variant = guard, constraints, pick_variant
-        self.launch, self.region, self.tuned_variants = launch_fn, region, tuned_variants
+        self.launch, self.region, self.tuned_variants, self.variant_env = launch_fn, region, tuned_variants, variant_env
 
     def tuned_launch(self, a, b) -> dict:
         """The launch keywords (variant, tile_order, group) of the ``tilewright tune`` winner the autotune cache
@@ -307,7 +309,7 @@ class GemmFamily:
         variant and tile order and stores the fastest, but the launch took the static pick whatever the tune had
         found - a tuned shape ran the CUDA family at its default tile. A winner this build does not have (a cache
         from another version) or whose first-use self-check fails keeps the static pick."""
-        if not self.tuned_variants:
+        if not self.tuned_variants or (self.variant_env and os.environ.get(self.variant_env)):
             return {}
         from ...autotune import cache
 
