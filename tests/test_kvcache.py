@@ -472,6 +472,42 @@ def test_page_prefetch_equals_the_in_step_lookup(page, block_n, window, monkeypa
     _assert_close(*got, _ref(q, kc, vc, seqlens, table, window=window), 2e-3)
 
 
+@pytest.mark.parametrize("page,window", [(4, None), (8, (9, 0)), (16, None), (32, (3, 0)), (64, None)],
+                         ids=["page4", "page8-window", "page16", "page32-window", "page64"])
+def test_table_row_prefetch_equals_the_step_prefetch(page, window, monkeypatch):
+    """TABLE_ROW_PREFETCH (opt-in, config table_row_prefetch): the sequence's whole table row loaded at the start and
+    each step's entries picked from it - several entries a step (pages smaller than the interpreter's 16-key steps)
+    or one - gives out and LSE bit for bit the step prefetch's, on two lengths, three splits, with and without a
+    window; the launch takes the row (TABLE_ROW_PAGES = the row's pages, padded to a power of two)."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    lengths = (1000, 333)
+    kc, vc, table = _cache(2, 1024, 2, 16, torch.float32, lengths, page)
+    q = torch.randn(2, 1, 4, 16, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    win = (None, None) if window is None else window
+    launches = _split_launches(monkeypatch, ("PAGE_PREFETCH", "TABLE_ROW_PAGES"))
+    want = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=3)
+    got = ka.kvcache_attention(q, kc, vc, seqlens, table, window=win, num_splits=3,
+                               config={"table_row_prefetch": True})
+    assert launches == [(True, 0), (True, max(2, 1024 // page))]
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    _assert_close(*got, _ref(q, kc, vc, seqlens, table, window=window), 2e-3)
+
+
+def test_table_row_prefetch_builds_for_sm90_without_spills():
+    """The short split rows' paged launch with the table row preloaded (32-key steps, pages of 16, a 64-page row,
+    2 warps, the 3-deep ring) as an AOT sm_90 build: MMAs, K / V by async copies, no spills."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+    from tilewright.triton_kernels.aot import compile_reports
+
+    block, stages, warps = ka.SHORT_SPLIT_SHAPE
+    job = {**_split_job("row_prefetch", 128, block, stages, PAGED=True, PAGE_PREFETCH=True, TABLE_ROW_PAGES=64),
+           "num_warps": warps}
+    (rep,) = compile_reports([job])
+    assert rep.spill_bytes == 0 and (rep.has("HMMA") or rep.has("HGMMA")) and rep.has("LDGSTS"), rep.name
+
+
 @pytest.mark.parametrize("page,block_n", [(8, None), (16, 64), (32, None)])
 def test_page_prefetch_clamps_entries_in_use_as_the_in_step_lookup_does(page, block_n, monkeypatch):
     """Entries in use outside [0, num_pages) (the op layer reports them; the kernels clamp them to the cache, so

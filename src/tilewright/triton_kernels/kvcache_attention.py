@@ -59,7 +59,14 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
                   PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr,
                   WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                   UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_COMBINE: tl.constexpr = False,
-                  PAGE_PREFETCH: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False):
+                  PAGE_PREFETCH: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
+                  TABLE_ROW_PAGES: tl.constexpr = 0):
+    if TABLE_ROW_PAGES:
+        # (PAGE_PREFETCH with TABLE_ROW_PREFETCH) the sequence's whole table row, loaded before its length: no step's
+        # entries wait on a load after the length's - each is picked from these registers
+        row_pages = tl.arange(0, TABLE_ROW_PAGES)
+        row_entries = tl.load(TABLE + (tl.program_id(0) // Hkv).to(tl.int64) * stride_tb + row_pages,
+                              mask=row_pages * PAGE_SIZE < capacity, other=0)
     if LAUNCH_DEPENDENTS:
         # (PDL_COMBINE) the combine launch behind this one may start now: its programs wait in griddepcontrol.wait
         # until this grid has finished and its partials are visible, so its launch latency hides under this kernel
@@ -106,7 +113,10 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
     if PAGE_PREFETCH:
         # the first step's table entries; each step then loads the next one's (below)
         table_row = TABLE + b.to(tl.int64) * stride_tb
-        entries = _step_entries(table_row, start, stop, PAGE_SIZE, BLOCK_N)
+        if TABLE_ROW_PAGES:
+            entries = _row_step_entries(row_entries, start, stop, PAGE_SIZE, BLOCK_N, TABLE_ROW_PAGES)
+        else:
+            entries = _step_entries(table_row, start, stop, PAGE_SIZE, BLOCK_N)
     for n0 in range(start, stop, BLOCK_N):
         n = n0 + keys
         n_ok = n < stop
@@ -114,7 +124,10 @@ def _split_kernel(Q, K, V, SEQLENS, TABLE, O_PART, LSE_PART, OUT, LSE, ARRIVALS,
             # this step's entries came in the previous step: no K / V address waits on a load of its own step, so
             # the pipeliner rings K / V num_stages - 1 steps deep (PAGE_PREFETCH, below: in the step, one buffer)
             page = tl.minimum(tl.maximum(entries, 0), num_pages - 1)  # never out of bounds, whatever the table says
-            entries = _step_entries(table_row, n0 + BLOCK_N, stop, PAGE_SIZE, BLOCK_N)
+            if TABLE_ROW_PAGES:
+                entries = _row_step_entries(row_entries, n0 + BLOCK_N, stop, PAGE_SIZE, BLOCK_N, TABLE_ROW_PAGES)
+            else:
+                entries = _step_entries(table_row, n0 + BLOCK_N, stop, PAGE_SIZE, BLOCK_N)
             if PAGE_SIZE < BLOCK_N:
                 page = tl.gather(page, keys // PAGE_SIZE, 0)  # each key row's page (n0 is block-aligned)
             k_row = page.to(tl.int64) * stride_kp + (n % PAGE_SIZE) * stride_ks
@@ -190,6 +203,22 @@ def _step_entries(table_row, n0, stop, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.cons
         entries = tl.load(table_row + pages, mask=pages * PAGE_SIZE < stop, other=0)
     else:
         entries = tl.load(table_row + n0 // PAGE_SIZE, mask=n0 < stop, other=0)
+    return entries
+
+
+@triton.jit
+def _row_step_entries(row_entries, n0, stop, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                      TABLE_ROW_PAGES: tl.constexpr):
+    """:func:`_step_entries` picked from the sequence's preloaded table row (TABLE_ROW_PREFETCH) instead of loaded:
+    the same values (0 for pages with no key before ``stop``)."""
+    row_pages = tl.arange(0, TABLE_ROW_PAGES)
+    if PAGE_SIZE < BLOCK_N:
+        pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
+        picked = tl.gather(row_entries, tl.minimum(pages, TABLE_ROW_PAGES - 1), 0)
+        entries = tl.where(pages * PAGE_SIZE < stop, picked, 0)
+    else:
+        entries = tl.sum(tl.where(row_pages == n0 // PAGE_SIZE, row_entries, 0), axis=0)
+        entries = tl.where(n0 < stop, entries, 0)
     return entries
 
 
@@ -451,6 +480,14 @@ FUSED_COMBINE_MAX_COUNTERS = SPLIT_K_MAX_TILES
 # and 1.021 (of 256; max 1.049) against the in-step lookup's 1.061 / 1.037; the prefetch at the paged shape ran
 # 1.110 / 1.098, at 4 stages 1.161 / 1.128. ``config={"page_prefetch": False}`` runs the in-step lookup.
 PAGE_PREFETCH = True
+# With PAGE_PREFETCH, the sequence's whole page-table row loaded at the program's start, beside (not after) its
+# length, and every step's entries picked from it (``config={"table_row_prefetch": True}``; rows of at most
+# TABLE_ROW_MAX_PAGES pages). Why: on the short paged rows a split has one or two steps, and its first step's K / V
+# loads wait on two dependent round trips - the length (it places the split), then the entries - where the contiguous
+# kernel waits on one: pages of 16 ran 1.04-1.12x contiguous there (issue 16 wants <= 1.05). Off until measured
+# (perf/results/h200/decode/paged_short_rows_2026-11-29.py runs it).
+TABLE_ROW_PREFETCH = False
+TABLE_ROW_MAX_PAGES = 256  # 1 KB of int32 a program (4 registers a thread at 2 warps)
 # The combine launched as a programmatic dependent of the split kernel (PDL, sm_90+): the split kernel's programs
 # signal griddepcontrol.launch_dependents at their start, the combine is launched with the programmatic
 # stream-serialization attribute and its programs wait (griddepcontrol.wait) for the split grid's completion before
@@ -622,7 +659,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     ``new_tokens``: tokens this call appended after seqlens (each sequence has seqlens[b] + new_tokens keys).
     ``config``: a dict overriding the launch shape (``block_n``, ``num_warps``, ``num_stages``, ``block_m``), for
     measuring variants (``skip_combine``: launch the split kernel only, leaving out / lse unwritten;
-    ``fused_combine`` / ``page_prefetch``: :data:`FUSED_COMBINE` / :data:`PAGE_PREFETCH` for this call)."""
+    ``fused_combine`` / ``page_prefetch`` / ``table_row_prefetch``: :data:`FUSED_COMBINE` / :data:`PAGE_PREFETCH` /
+    :data:`TABLE_ROW_PREFETCH` for this call)."""
     B, Sq, Hq, D = q.shape
     paged = block_table is not None
     options = (bool(causal), scale, float(softcap), window, num_splits, int(new_tokens),
@@ -672,6 +710,11 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         parts = torch.empty(layout.numel, device=q.device, dtype=torch.float32)
         o_part, lse_part, lse = layout.views(parts)
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
+    # TABLE_ROW_PREFETCH: the table row's pages, padded to a power of two (0: off)
+    row_pages = 0
+    if prefetch and bool((config or {}).get("table_row_prefetch", TABLE_ROW_PREFETCH)):
+        width = capacity // page_size
+        row_pages = _pow2(width, 2) if width <= TABLE_ROW_MAX_PAGES else 0
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
     row_blocks = -(-rows // block_m)
     fused = not direct and bool((config or {}).get("fused_combine", FUSED_COMBINE)) and \
@@ -699,7 +742,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
         PAGE_SIZE=page_size, PAGED=paged, CAUSAL=bool(causal),
         WINDOW_LEFT=left is not None, WINDOW_RIGHT=right is not None, SOFTCAP=bool(softcap), UPCAST=upcast,
         DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32", FUSED_COMBINE=fused,
-        PAGE_PREFETCH=prefetch, LAUNCH_DEPENDENTS=pdl, num_warps=warps, num_stages=stages)
+        PAGE_PREFETCH=prefetch, LAUNCH_DEPENDENTS=pdl, TABLE_ROW_PAGES=row_pages, num_warps=warps,
+        num_stages=stages)
     split_grid = (B * Hkv, splits, row_blocks)
     split_compiled = _split_kernel[split_grid](**split_args)
     split_roles = ("Q", "K", "V", "SEQLENS", "TABLE", "O_PART", "LSE_PART") + (("OUT", "LSE") if fused else ())
