@@ -149,8 +149,10 @@ def _per_call_us(fn, n=300) -> tuple[float, float]:
     return host, (time.perf_counter() - t0) / n * 1e6
 
 
-def _profile(name, fn, calls=300) -> None:
-    """cProfile of ``calls`` launches of ``fn`` (after one warm-up call), the top lines by own time."""
+def profile_calls(name, fn, calls=300) -> None:
+    """Print cProfile's top lines by own time over ``calls`` calls of ``fn`` (after one warm-up call), headed
+    ``===== cProfile <name>``: where an op's host time goes (``tilewright diag --what host`` and the host scripts
+    under perf/results)."""
     fn()
     torch.cuda.synchronize()
     pr = cProfile.Profile()
@@ -187,7 +189,7 @@ def diag_host(args, rows):
     # the host benchmark's cases (issue-sized problems whose kernels outlast their launch), profiled one by one
     suite = host_bench.SUITES["default"]
     for name, (ours, _torch_peer) in host_bench.cases(suite["gemm"], suite["attention"], DEV, torch.bfloat16).items():
-        _profile(name, ours)
+        profile_calls(name, ours)
 
 
 def diag_layers(args, rows):
@@ -228,7 +230,7 @@ def diag_layers(args, rows):
         print(f"{name:<34} {host:8.1f} us/call", flush=True)
     for name in ("matmul triton", "matmul cuda", "matmul triton +res"):
         try:
-            _profile(name, layers[name])
+            profile_calls(name, layers[name])
         except Exception as e:  # noqa: BLE001
             print(f"{name}: {type(e).__name__}: {str(e)[:150]}")
 

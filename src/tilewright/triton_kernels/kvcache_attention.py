@@ -783,14 +783,15 @@ def _align128(elements: int) -> int:
 
 
 class _PartialLayout:
-    """The split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs and (splits, B, Hq, Sq) LSEs, in one buffer -
-    at one token a sequence (a decode step) preceded by the call's own (B, Hq, Sq) LSE output: one allocation a call
-    where two would do (an allocation costs the host about as much as a launch: ~4 us on the H200's host). Each part
-    128-byte aligned (Triton specializes pointers on 16; the bound launches must see what the first launch saw). The
-    LSE output is then the buffer's head - a view at storage offset 0, as a fresh tensor would be (the custom op's
-    fake says so) - which keeps the partials alive while it lives: splits x Hq x D x 4 bytes a sequence, well under a
-    MB at decode's split counts. A chunk of Sq tokens would keep Sq times that for an LSE Sq times smaller than its
-    partials' D-th part (at B 1 x 512 tokens, 134 MB held by a 64 KB LSE): such calls allocate their LSE apart."""
+    """The split kernel's fp32 partials, (splits, B, Hq, Sq, D) outputs and (splits, B, Hq, Sq) LSEs, in one buffer - at
+    one token a sequence (a decode step) preceded by the call's own (B, Hq, Sq) LSE output: one allocation a call
+    where two would do (an allocation costs the host about as much as a launch: ~4 us under cProfile on the H200's
+    host, perf/results/h200/host/host_profile_ops_2026-11-29_s34.txt). Each part 128-byte aligned (Triton
+    specializes pointers on 16; the bound launches must see what the first launch saw). The LSE output is then the
+    buffer's head - a view at storage offset 0, as a fresh tensor would be (the custom op's fake says so) - which
+    keeps the partials alive while it lives: splits x Hq x D x 4 bytes a sequence, well under a MB at decode's split
+    counts. A chunk of Sq tokens would keep Sq times that for an LSE Sq times smaller than its partials' D-th part
+    (at B 1 x 512 tokens, 134 MB held by a 64 KB LSE): such calls allocate their LSE apart."""
 
     __slots__ = ("holds_lse", "lse_offset", "lse_shape", "numel", "o_offset", "o_shape", "out_lse_shape")
 

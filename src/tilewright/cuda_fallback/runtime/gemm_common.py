@@ -322,14 +322,9 @@ class GemmFamily:
         if v is None or config.get("tile_order") not in (*TILE_ORDERS, None) or not isinstance(
                 config.get("group", 16), int):
             return {}
-        if v is not self.pick_variant(M, N, K):  # (the static pick's self-check is ready()'s)
-            (a_mn, _), _ = layout(a, "a")
-            (b_first, _), _ = layout(b, "b")
-            ok, _ = self.guard.check(a.device, v.name, (a_mn, not b_first, a.dtype),
-                                     lambda: self_check(a.device, v, a_mn, not b_first, a.dtype, self.launch),
-                                     fallback=f"variant {self.pick_variant(M, N, K).name}")
-            if not ok:
-                return {}
+        static = self.pick_variant(M, N, K)
+        if v is not static and not self.variant_checked(a, b, v, fallback=f"variant {static.name}")[0]:
+            return {}  # (the static pick's self-check is ready()'s)
         return {"variant": v, **{k: config[k] for k in ("tile_order", "group") if k in config}}
 
     def preferred(self, a, b, bias=None, residual=None, epilogue=None) -> tuple[bool, str]:
@@ -356,11 +351,16 @@ class GemmFamily:
         blocked = self.guard.blocked(self.constraints(a, b, bias, residual))
         if blocked:
             return blocked
-        v = self.pick_variant(a.shape[0], b.shape[1], a.shape[1])
+        return self.variant_checked(a, b, self.pick_variant(a.shape[0], b.shape[1], a.shape[1]))
+
+    def variant_checked(self, a, b, v, fallback: str = "Triton") -> tuple[bool, str]:
+        """The first-use self-check of variant ``v`` in ``a`` / ``b``'s layouts and dtype on this device model (run
+        once per process, remembered by the guard); ``fallback`` names what serves the calls a failure turns away."""
         (a_mn, _), _ = layout(a, "a")
         (b_first, _), _ = layout(b, "b")
         return self.guard.check(a.device, v.name, (a_mn, not b_first, a.dtype),
-                                lambda: self_check(a.device, v, a_mn, not b_first, a.dtype, self.launch))
+                                lambda: self_check(a.device, v, a_mn, not b_first, a.dtype, self.launch),
+                                fallback=fallback)
 
     def try_launch(self, a, b, out, bias=None, residual=None, activation=None, preact=None) -> bool:
         """The op layer's entry: launches, or False (Triton then runs) when the kernel declines (a pre-activation
