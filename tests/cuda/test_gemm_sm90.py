@@ -457,6 +457,11 @@ def test_a_tuned_cuda_winner_is_what_the_launch_runs(monkeypatch):
         record["backends"]["cuda"]["config"]["variant"] = name
         assert cg.FAMILY.tuned_launch(a, b) == {}
     record["backends"]["cuda"]["config"]["variant"] = "pp128x128s5"
+    for bad in ({"tile_order": "spiral"}, {"group": 12}, {"group": "16"}):  # a record this build cannot launch
+        record["backends"]["cuda"]["config"].update(bad)
+        assert cg.FAMILY.tuned_launch(a, b) == {}, bad
+        record["backends"]["cuda"]["config"].update({"tile_order": "row_major", "group": 16})
+    record["backends"]["cuda"]["config"]["variant"] = "pp128x128s5"
     assert cg.FAMILY.tuned_launch(a, b)["variant"].name == "pp128x128s5"
     monkeypatch.setenv("TILEWRIGHT_CUDA_GEMM_VARIANT", "coop256x128s3")  # the user's named variant wins
     assert cg.FAMILY.tuned_launch(a, b) == {}

@@ -319,8 +319,10 @@ class GemmFamily:
             return {}
         config = cache.cuda_variant(record) or {}
         v = self.tuned_variants.get(config.get("variant"))
-        if v is None or config.get("tile_order") not in (*TILE_ORDERS, None) or not isinstance(
-                config.get("group", 16), int):
+        group = config.get("group", 16)
+        # (a record this build cannot launch keeps the static pick: a launch that raised would disable the family)
+        if v is None or config.get("tile_order") not in (*TILE_ORDERS, None) or not (
+                isinstance(group, int) and group > 0 and group & (group - 1) == 0):
             return {}
         static = self.pick_variant(M, N, K)
         if v is not static and not self.variant_checked(a, b, v, fallback=f"variant {static.name}")[0]:
