@@ -495,6 +495,37 @@ def test_table_row_prefetch_equals_the_step_prefetch(page, window, monkeypatch):
     _assert_close(*got, _ref(q, kc, vc, seqlens, table, window=window), 2e-3)
 
 
+def test_table_row_prefetch_is_taken_where_it_measured_faster(monkeypatch):
+    """Without a config choice the paged launch preloads the table row on the short split rows of 128 to 256 pages of
+    16 tokens (kvcache_attention.table_row_pays: measured faster on all six such rows, slower on two of three 64-page
+    rows) and nowhere else - another page size, a shorter or longer row, a row outside the band, a caller's split
+    count; config table_row_prefetch still decides either way. The launch's answer is the step prefetch's."""
+    from tilewright.triton_kernels import kvcache_attention as ka
+
+    assert ka.table_row_pays(True, 16, 128) and ka.table_row_pays(True, 16, 256)
+    assert not ka.table_row_pays(True, 16, 64) and not ka.table_row_pays(True, 16, 512)
+    assert not ka.table_row_pays(True, 32, 128) and not ka.table_row_pays(False, 16, 128)
+    monkeypatch.setattr(ka, "short_split_band", lambda programs, sms, measured, capacity, rows: True)
+    lengths = (2048, 1500)
+    q = torch.randn(2, 1, 2, 16, device=DEV)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    launches = _split_launches(monkeypatch, ("PAGE_PREFETCH", "TABLE_ROW_PAGES"))
+    kc, vc, table = _cache(2, 2048, 1, 16, torch.float32, lengths, 16)
+    got = ka.kvcache_attention(q, kc, vc, seqlens, table)
+    want = ka.kvcache_attention(q, kc, vc, seqlens, table, config={"table_row_prefetch": False})
+    assert launches == [(True, 128), (True, 0)]
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    launches.clear()
+    ka.kvcache_attention(q, kc, vc, seqlens, table, num_splits=4)  # the caller's split count: outside the band
+    kc32, vc32, table32 = _cache(2, 2048, 1, 16, torch.float32, lengths, 32)
+    ka.kvcache_attention(q, kc32, vc32, seqlens, table32)  # pages of 32: unmeasured
+    kc1k, vc1k, table1k = _cache(2, 1024, 1, 16, torch.float32, (1024, 700), 16)
+    ka.kvcache_attention(q, kc1k, vc1k, torch.tensor((1024, 700), dtype=torch.int32, device=DEV), table1k)
+    ka.kvcache_attention(q, kc1k, vc1k, torch.tensor((1024, 700), dtype=torch.int32, device=DEV), table1k,
+                         config={"table_row_prefetch": True})  # asked for: taken
+    assert launches == [(True, 0), (True, 0), (True, 0), (True, 64)]
+
+
 def test_table_row_prefetch_builds_for_sm90_without_spills():
     """The short split rows' paged launch with the table row preloaded (32-key steps, pages of 16, a 64-page row,
     2 warps, the 3-deep ring) as an AOT sm_90 build: MMAs, K / V by async copies, no spills."""

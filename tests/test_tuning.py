@@ -964,16 +964,15 @@ def test_finals_time_each_backends_best_and_winners_compare_finalists_only():
 
 
 def test_the_sweep_leaves_out_variants_not_yet_run_on_a_gpu(monkeypatch):
-    """gemm_sm90.AB_ONLY (the 192-column tile until its GPU tests and A/B ran): not among the swept sm_90a variants,
-    nor the static pick at any size - only a caller naming it runs it."""
+    """gemm_sm90.AB_ONLY (a variant until its GPU tests and A/B ran): not among the swept sm_90a variants - only a
+    caller naming it runs it; every other variant that fits is swept (the 192-column tile since its first GPU run)."""
     from tilewright.cuda_fallback import gemm_sm90 as cg
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    swept = tuner._swept_cuda_variants(torch.device("cpu"))
-    assert cg.AB_ONLY and not set(swept) & cg.AB_ONLY and set(swept) | cg.AB_ONLY >= set(cg.VARIANTS) - {
-        n for n, v in cg.VARIANTS.items() if v.smem_bytes() > cg.SMEM_LIMIT}
-    monkeypatch.delenv("TILEWRIGHT_CUDA_GEMM_VARIANT", raising=False)
-    assert all(cg.pick_variant(M, 4096, 4096).name not in cg.AB_ONLY for M in (16, 256, 257, 3000, 16384))
+    fitting = {n for n, v in cg.VARIANTS.items() if v.smem_bytes() <= cg.SMEM_LIMIT}
+    assert set(tuner._swept_cuda_variants(torch.device("cpu"))) == fitting - cg.AB_ONLY and "coop128x192s4" in fitting
+    monkeypatch.setattr(cg, "AB_ONLY", frozenset({"coop128x192s4"}))
+    assert set(tuner._swept_cuda_variants(torch.device("cpu"))) == fitting - {"coop128x192s4"}
 
 
 def test_cuda_builds_ahead_compile_what_the_sweep_launches(monkeypatch):

@@ -106,6 +106,33 @@ def test_the_192_column_tile_refuses_the_rmsnorm_prologue(cache):
         build.compile_source(cg.SOURCE, "sm_90a", {**v.defines(False, True, False), "TW_NORM_A": 1})
 
 
+def test_the_192_column_tile_is_picked_where_the_waves_pay(monkeypatch):
+    """gemm_sm90.wave_balanced: the 128 x 192 tile where ceil(tiles / SMs) x columns beats the default's by the
+    margin and the default has two waves or more - the measured rows of its A/B, on 132 SMs, picked as measured
+    (3000 x 5120 and 6000 x 5120 faster with it; 4096^3, 8192 x 4096, 16384 x 1024 slower) -, the SM count taken into
+    account (6000 x 5120 on 114 SMs: 9 waves of 940 tiles against 12 of 1269, no gain), the small-M tile at M <= 256,
+    under two waves the default, and the user's named variant always (also the switched builds, which follow this
+    pick)."""
+    from tilewright.cuda_fallback import gemm_sumsq_sm90, rstd_gemm_sm90
+
+    monkeypatch.delenv("TILEWRIGHT_CUDA_GEMM_VARIANT", raising=False)
+    wave, default = cg.VARIANTS[cg.WAVE_VARIANT], cg.VARIANTS[cg.DEFAULT_VARIANT]
+    for M, N in ((3000, 5120), (6000, 5120), (3000, 5000)):
+        assert cg.pick_variant(M, N, 4096, sms=132) is wave, (M, N)
+    for M, N in ((3000, 4096), (8192, 4096), (8192, 6144), (2048, 14336), (16384, 3072), (16384, 11264),
+                 (16384, 2048), (4096, 4096), (16384, 1024)):
+        assert cg.pick_variant(M, N, 4096, sms=132) is default, (M, N)
+    assert cg.pick_variant(6000, 5120, 4096, sms=114) is default
+    assert cg.pick_variant(1000, 3000, 1536, sms=132) is default  # 96 tiles: under two waves
+    assert cg.pick_variant(256, 5120, 4096, sms=132).name == cg.SMALL_M_VARIANT
+    assert cg.pick_variant(3000, 5120, 4096).name == wave.name  # no GPU here: the reference 132 SMs
+    assert rstd_gemm_sm90.pick_variant(3000, 5120, 4096).name == wave.name + "-rstd"
+    assert gemm_sumsq_sm90.partial_shape(3000, 5120, 4096) == (27, 3000)  # 5120 / 192 tile columns
+    monkeypatch.setenv("TILEWRIGHT_CUDA_GEMM_VARIANT", cg.DEFAULT_VARIANT)  # the user's choice wins
+    assert cg.pick_variant(3000, 5120, 4096, sms=132) is default
+    assert cg.WAVE_VARIANT not in cg.AB_ONLY and wave.smem_bytes() <= cg.SMEM_LIMIT
+
+
 def test_parse_ptxas_report():
     log = ("ptxas info    : Function properties for k\n"
            "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"

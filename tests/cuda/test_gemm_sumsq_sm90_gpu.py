@@ -26,7 +26,7 @@ def gs():
                                                 (1000, 3000, 1536, "silu", True, "strided"),
                                                 (4096, 4096, 2048, None, False, "full"),
                                                 (520, 1032, 4096, None, True, "pos_embed")])
-@pytest.mark.parametrize("variant", [None, "pp128x128s5"])
+@pytest.mark.parametrize("variant", [None, "pp128x128s5", "coop128x192s4"])
 def test_kernel_output_is_the_plain_gemms_and_the_sums_its_own(gs, M, N, K, act, bias, res, dtype, variant):
     from tilewright.cuda_fallback import gemm_sm90
 

@@ -27,7 +27,8 @@ def rg():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("M,N,K,act,use_res", [(296, 264, 200, "gelu", True), (8, 64, 72, None, False),
                                                (1000, 3000, 1536, "silu", False), (4096, 4096, 2048, None, True)])
-def test_kernel_matches_its_contract(rg, M, N, K, act, use_res, dtype):
+@pytest.mark.parametrize("variant", [None, "coop128x192s4"])
+def test_kernel_matches_its_contract(rg, M, N, K, act, use_res, dtype, variant):
     g = torch.Generator(device="cuda").manual_seed(M + N + K)
     x = (3 * torch.randn(M, K, device="cuda", generator=g)).to(dtype)
     w = (torch.randn(N, K, device="cuda", generator=g) / math.sqrt(K)).to(dtype)
@@ -37,7 +38,8 @@ def test_kernel_matches_its_contract(rg, M, N, K, act, use_res, dtype):
     out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
     rstd = torch.full((M,), float("nan"), device="cuda")
     rg.launch_cuda_rstd_gemm(x, w.t(), out, sumsq, rstd, EPS, bias=bias,
-                             residual=None if res is None else res.reshape(1, M, N), activation=act or 0)
+                             residual=None if res is None else res.reshape(1, M, N), activation=act or 0,
+                             variant=variant)
     ref, ref_rstd = rg.reference(x, w, sumsq, bias, EPS, act, res)
     assert torch.isfinite(out).all()
     rel = ((out.float() - ref).norm() / ref.norm()).item()

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # annotations only: pandas is imported on first use (an optio
     import pandas as pd
 
 from .common import (COLUMNS, SDPA_BACKENDS, add_speedups, card_name, environment, on_gpu, require_pandas, sdpa_on,
-                     time_ms, with_environment)
+                     time_ms_alternating, with_environment)
 
 # (B, Hq, Hkv, S, D[, Skv]) - the attention suite: head dims 64/96/128/256, GQA 4:1 and 7:1, S from 512 to 16k, and
 # a short query block against a long cache (Skv given: S queries, Skv keys; timed without a causal mask, since the
@@ -103,15 +103,29 @@ def _flex_runner():
     return run
 
 
-def _time(fn, q, k, v, mode: str, *args) -> float:
-    """Median ms of ``fn(q, k, v, *args)`` (mode "fwd") or of the gradient of one such output (mode "bwd": the
-    backward alone, the forward computed once)."""
+def _thunk(fn, q, k, v, mode: str, *args):
+    """What one row times: ``fn(q, k, v, *args)`` (mode "fwd") or the gradient of one such output (mode "bwd": the
+    backward alone, the forward computed once, here)."""
     if mode == "fwd":
-        return time_ms(lambda: fn(q, k, v, *args))
+        return lambda: fn(q, k, v, *args)
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     out = fn(qg, kg, vg, *args)
     dout = torch.randn_like(out)
-    return time_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
+    return lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
+
+
+def _time_rows(rows: dict, progress) -> dict:
+    """{row key: median ms} of ``rows`` ({key: (label, thunk builder)}), all of one case timed interleaved
+    (:func:`~.common.time_ms_alternating`); a row whose thunk fails to build or run is reported and left out."""
+    thunks = {}
+    for key, (label, build) in rows.items():
+        try:
+            thunk = build()
+            thunk()  # compile / autotune outside the timed rounds, and fail here rather than mid-round
+            thunks[key] = thunk
+        except Exception as e:
+            progress(f"  {label}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+    return dict(zip(thunks, time_ms_alternating(list(thunks.values()))))
 
 
 def _option_providers(gpu: bool, with_flex: bool) -> dict:
@@ -283,23 +297,24 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
         q, k, v = _make(B, Hq, Hkv, S, D, dtype, device, Skv)
         tag = shape_tag(B, Hq, Hkv, S, D, Skv)
         for causal in _masks((B, Hq, Hkv, S, D, Skv)):
-            ref_out = None
-            for name, fn in provs.items():
-                for mode in (("fwd",) if name == "tilewright-cuda" else ("fwd", "bwd")):
-                    case = f"{tag}|{'causal' if causal else 'full'}|{mode}"
-                    try:
-                        if mode == "fwd":
-                            out = fn(q, k, v, causal)
-                            if name == "tilewright-triton":
-                                ref_out = out
-                            elif ref_out is not None and name in ("sdpa-flash", "torch-math"):
-                                err = (ref_out.float() - out.float()).abs().max().item()
-                                progress(f"  {case}: max |tilewright - {name}| = {err:.3e}")
-                        ms = _time(fn, q, k, v, mode, causal)
-                    except Exception as e:
-                        progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
-                        continue
-                    add_row(case, tag, name, ms, flops(B, Hq, S, D, causal, mode, Skv))
+            mask = "causal" if causal else "full"
+            try:  # a check beside the times: tilewright's Triton forward against SDPA's flash / the math path
+                ref_out = provs["tilewright-triton"](q, k, v, causal) if "tilewright-triton" in provs else None
+            except Exception:
+                ref_out = None  # (its timed row reports why)
+            for name in sorted({"sdpa-flash", "torch-math"} & set(provs)) if ref_out is not None else ():
+                try:
+                    err = (ref_out.float() - provs[name](q, k, v, causal).float()).abs().max().item()
+                except Exception:
+                    continue
+                progress(f"  {tag}|{mask}: max |tilewright - {name}| = {err:.3e}")
+            timed = {(name, mode): (f"{tag}|{mask}|{mode} {name}",
+                                    lambda fn=fn, mode=mode, qkv=(q, k, v): _thunk(fn, *qkv, mode, causal))
+                     for name, fn in provs.items()
+                     for mode in (("fwd",) if name == "tilewright-cuda" else ("fwd", "bwd"))}
+            for (name, mode), ms in _time_rows(timed, progress).items():
+                add_row(f"{tag}|{mask}|{mode}", tag, name, ms, flops(B, Hq, S, D, causal, mode, Skv))
+            del timed  # (its thunk builders hold the inputs)
         del q, k, v
         if gpu:
             torch.cuda.empty_cache()
@@ -310,17 +325,13 @@ def run(suite: str = "default", progress=print, dtype=torch.bfloat16, with_flex:
         B, Hq, Hkv, S, D, Skv = _unpack(entry)
         q, k, v = _make(B, Hq, Hkv, S, D, dtype, device, Skv)
         tag = shape_tag(B, Hq, Hkv, S, D, Skv)
-        for name, fn in option_provs.items():
-            for mode in ("fwd", "bwd"):
-                case = f"{tag}|{option_tag(option, value)}|{mode}"
-                try:
-                    ms = _time(fn, q, k, v, mode, option, value)
-                except Exception as e:
-                    progress(f"  {case} {name}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
-                    continue
-                add_row(case, tag, name, ms, flops(B, Hq, S, D, True, mode, Skv,
-                                                   value if option == "window" else None))
-        del q, k, v
+        timed = {(name, mode): (f"{tag}|{option_tag(option, value)}|{mode} {name}",
+                                lambda fn=fn, mode=mode, qkv=(q, k, v): _thunk(fn, *qkv, mode, option, value))
+                 for name, fn in option_provs.items() for mode in ("fwd", "bwd")}
+        for (name, mode), ms in _time_rows(timed, progress).items():
+            add_row(f"{tag}|{option_tag(option, value)}|{mode}", tag, name, ms,
+                    flops(B, Hq, S, D, True, mode, Skv, value if option == "window" else None))
+        del q, k, v, timed
         if gpu:
             torch.cuda.empty_cache()
     return _frame(rows, peer, env, option_peer)

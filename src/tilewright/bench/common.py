@@ -70,6 +70,25 @@ def time_ms(fn, *, warmup_ms: float = 25, rep_ms: float = 100, cudagraph: bool =
     return sorted(times)[len(times) // 2]
 
 
+def time_ms_alternating(fns, *, rounds: int = 5, warmup_ms: float = 5, rep_ms: float = 20) -> list[float]:
+    """:func:`time_ms` of each of ``fns`` (the providers of one comparison) in ``rounds`` rotated rounds - round r
+    times every provider once for ``rep_ms``, starting at provider r (mod the count) - and each provider's time the
+    median of its rounds' medians. Why: timed one after another (100 ms each), two providers running the same kernel
+    measured 8% apart in one attention row (H200, session 35), the clocks drifting with the heavy rows before them;
+    interleaved, a drift falls on every provider alike. For calls that cannot be captured in a CUDA graph (autograd's
+    backward, compiled callables' first calls); :func:`graph_ms_alternating` where they can. Each of ``fns`` must
+    have run once already (compiled, autotuned). CPU: one run each (interpreter times say nothing about speed)."""
+    if not on_gpu():
+        return [time_ms(fn, cpu_runs=1, cpu_warm=False) for fn in fns]
+    n = len(fns)
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        for j in range(n):
+            i = (r + j) % n
+            times[i].append(time_ms(fns[i], warmup_ms=warmup_ms, rep_ms=rep_ms))
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
 def graph_ms(fn, *, flush_mb: int = 256, calls: int = 20, replays: int = 15) -> float:
     """GPU time of ``fn()`` in milliseconds with a cold L2 and no host in the way: ``calls`` x (L2 flush, fn) captured
     in one CUDA graph, minus the same graph of flushes alone, per call, median of ``replays`` paired replays.

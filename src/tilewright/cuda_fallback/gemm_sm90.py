@@ -15,12 +15,14 @@ What the GEMM families share (operand rules, launch arguments, tensor maps, self
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 from dataclasses import dataclass
 
 import torch
 
 from ..backends import Measurement, register
-from .._env import SMEM_OPTIN_BYTES
+from .._env import REFERENCE_SMS, SMEM_OPTIN_BYTES, sm_count
 from .runtime import gemm_common, launch
 from .runtime.gemm_common import ACTIVATIONS, TILE_ORDERS  # noqa: F401 - part of this module's launch contract
 from .runtime.guard import Guard
@@ -68,13 +70,13 @@ VARIANTS = {v.name: v for v in (
     # at 3000 x 5120 (24 x 20 = 480 tiles of 128 x 256: 3.64 waves on 132 SMs, the fourth 64% full - every variant
     # above ran 1.068-1.20x cuBLAS there, 1.010x at 3000 x 4096 whose 384 tiles fill 2.91 waves) 128 x 192 tiles make
     # 24 x 27 = 648 (4.91 waves): 98% of the SMs busy to the end against 91%, for 10% less operand reuse a tile (its
-    # B tile 75% of 256's). Four stages (210 KB of shared memory). A/B only (AB_ONLY):
-    # perf/results/h200/gemm/wave_tile_ab_2026-11-29.py
+    # B tile 75% of 256's). Four stages (210 KB of shared memory). Picked where the waves say so (wave_balanced).
     Variant(128, 192, 4, coop=True),
 )}
 # Variants not yet run on a GPU: only a caller that names one runs it (the variant argument, the variable); neither
-# the static pick nor the tuner's sweep (tools/tuner.py) - a user's tune must not be a kernel's first run.
-AB_ONLY = frozenset({"coop128x192s4"})
+# the static pick nor the tuner's sweep (tools/tuner.py) - a user's tune must not be a kernel's first run. (Empty
+# since the 192-column tile's first GPU run, session 35: its GPU tests and the wave A/B below.)
+AB_ONLY: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,51 @@ def build_check_builds() -> list:
     return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS)
 
 
-def pick_variant(M: int, N: int, K: int) -> Variant:
-    """Static choice per shape (``TILEWRIGHT_CUDA_GEMM_VARIANT`` overrides)."""
+# Wave balance. The kernel's grid is persistent (one CTA per SM walking the tiles), so a GEMM costs about
+# ceil(tiles / SMs) tile-times, and a 128 x 192 tile's time is ~192/256 of a 128 x 256 one's (same mainloop per
+# column; measured per-FLOP efficiency 0.97-1.01 of the wide tile's). WAVE_VARIANT runs where that model says the
+# default's last, partly empty wave costs at least WAVE_MIN_GAIN more: ceil(t256 / SMs) * 256 >= 1.04 * ceil(t192 /
+# SMs) * 192. H200 (132 SMs), both tiles with the plain and the rstd epilogue in one process, interleaved graph
+# replays (perf/results/h200/gemm/wave_tile_ab_2026-11-29_s35.txt, 12 rows): the model's ratio against the measured
+# 256 / 192 time - 3000 x 5120 x 5120 1.067 vs 1.061 (rstd 1.050), 6000 x 5120 x 5120 1.067 vs 1.070 (1.060),
+# 3000 x 5000 x 4000 1.067 vs 1.007 (0.992; a K tail slows both tiles there), 3000 x 4096 / 8192 x 6144 / 16384 x
+# 3072 1.0 vs 0.996-1.006, 8192 x 4096 / 16384 x 2048 x 5632 0.97 vs 0.965-0.975, 2048 x 14336 0.93 vs 0.977,
+# 4096^3 0.89 vs 0.897, 16384 x 1024 0.89 vs 0.860 (and a ninth of its columns padding). Only the first three pass
+# the gain, none of the others - the rule loses nothing measured. The 4% margin: per-FLOP efficiency of the narrow
+# tile varied 0.97-1.01 over those rows. Only from WAVE_MIN_WAVES of the default's tiles (every measured row had
+# 2.9 or more): below, both grids are one or two partial waves, where a tile's time is its K loop's latency more than
+# its columns - unmeasured, so the default stays.
+WAVE_VARIANT = "coop128x192s4"
+WAVE_MIN_GAIN = 1.04
+WAVE_MIN_WAVES = 2
+
+
+@functools.lru_cache(maxsize=4096)
+def wave_balanced(M: int, N: int, sms: int) -> bool:
+    """Whether WAVE_VARIANT's tiles fill ``sms`` SMs' waves enough better than the default's to pay (above)."""
+    wide, narrow = VARIANTS[DEFAULT_VARIANT], VARIANTS[WAVE_VARIANT]
+
+    def tiles(v: Variant) -> int:
+        return -(-M // v.bm) * -(-N // v.bn)
+
+    def wave_columns(v: Variant) -> int:  # waves x tile columns: the model's time, in one tile row's columns
+        return -(-tiles(v) // sms) * v.bn
+    return tiles(wide) >= WAVE_MIN_WAVES * sms and wave_columns(wide) >= WAVE_MIN_GAIN * wave_columns(narrow)
+
+
+def _launch_sms() -> int:
+    """The current CUDA device's SM count (the launch's device: the op layer runs under it), REFERENCE_SMS before
+    CUDA is initialized (CPU tests, planning without a GPU)."""
+    return sm_count(torch.device("cuda")) if torch.cuda.is_initialized() else REFERENCE_SMS
+
+
+def pick_variant(M: int, N: int, K: int, sms: int | None = None) -> Variant:
+    """Static choice per shape (``TILEWRIGHT_CUDA_GEMM_VARIANT`` overrides): SMALL_M_VARIANT at M <= 256, the
+    192-column tile where the waves pay (:func:`wave_balanced` on ``sms`` SMs, None: the current device's), else
+    DEFAULT_VARIANT."""
+    if M > 256 and not os.environ.get("TILEWRIGHT_CUDA_GEMM_VARIANT") and wave_balanced(
+            M, N, _launch_sms() if sms is None else sms):
+        return VARIANTS[WAVE_VARIANT]
     return gemm_common.pick_by_size(VARIANTS, "TILEWRIGHT_CUDA_GEMM_VARIANT", SMALL_M_VARIANT, DEFAULT_VARIANT, M)
 
 

@@ -484,10 +484,17 @@ PAGE_PREFETCH = True
 # length, and every step's entries picked from it (``config={"table_row_prefetch": True}``; rows of at most
 # TABLE_ROW_MAX_PAGES pages). Why: on the short paged rows a split has one or two steps, and its first step's K / V
 # loads wait on two dependent round trips - the length (it places the split), then the entries - where the contiguous
-# kernel waits on one: pages of 16 ran 1.04-1.12x contiguous there (issue 16 wants <= 1.05). Off until measured
-# (perf/results/h200/decode/paged_short_rows_2026-11-29.py runs it).
+# kernel waits on one: pages of 16 ran 1.04-1.12x contiguous there (issue 16 wants <= 1.05). Taken where it was
+# measured faster (:func:`table_row_pays`); TABLE_ROW_PREFETCH = True takes it on every row that fits (A/B).
+# H200, GQA 32/8, D 128, pages of 16, the short split band's rows (B 1 / 2 / 8 x 1k / 2k / 4k), graph replays
+# interleaved with the contiguous kernel and cuDNN (perf/results/h200/decode/paged_short_rows_2026-11-29_s35.txt),
+# paged / contiguous with the step prefetch -> with the row: on rows of 2k and 4k keys (128 / 256 pages) 1.093 ->
+# 1.039, 1.071 -> 1.039, 1.070 -> 1.056, 1.067 -> 1.029, 1.045 -> 1.034, 1.054 -> 1.039 (all six faster); on 1k
+# (64 pages) 1.102 -> 1.092 but 1.064 -> 1.083 and 1.070 -> 1.093 (two of three slower).
 TABLE_ROW_PREFETCH = False
 TABLE_ROW_MAX_PAGES = 256  # 1 KB of int32 a program (4 registers a thread at 2 warps)
+TABLE_ROW_MIN_PAGES = 128  # where it measured faster (above)
+TABLE_ROW_PAGE_SIZE = 16   # the only page size measured
 # The combine launched as a programmatic dependent of the split kernel (PDL, sm_90+): the split kernel's programs
 # signal griddepcontrol.launch_dependents at their start, the combine is launched with the programmatic
 # stream-serialization attribute and its programs wait (griddepcontrol.wait) for the split grid's completion before
@@ -584,6 +591,14 @@ def short_split_band(programs: int, sms: int, measured: bool, capacity: int, row
     default split count with :data:`SHORT_SPLIT_SHAPE` (see :data:`SHORT_SPLIT_KEYS`). ``rows`` None: unknown, no."""
     return (measured and rows is not None and rows <= SHORT_SPLIT_ROWS and capacity <= SHORT_SPLIT_KEYS
             and 2 * programs <= sms)
+
+
+def table_row_pays(short_band: bool, page_size: int, row_pages: int) -> bool:
+    """Whether a paged launch with the step prefetch takes the whole table row too (:data:`TABLE_ROW_PREFETCH`'s
+    measured region): a short split row (:func:`short_split_band`) of TABLE_ROW_MIN_PAGES to TABLE_ROW_MAX_PAGES pages
+    of TABLE_ROW_PAGE_SIZE tokens."""
+    return (short_band and page_size == TABLE_ROW_PAGE_SIZE
+            and TABLE_ROW_MIN_PAGES <= row_pages <= TABLE_ROW_MAX_PAGES)
 
 
 def launch_shape(B: int, Hkv: int, capacity: int, head_dim_pad: int, device, paged: bool = False,
@@ -712,9 +727,16 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     table = block_table if paged else seqlens  # an int32 stand-in pointer when unpaged (never read)
     # TABLE_ROW_PREFETCH: the table row's pages, padded to a power of two (0: off)
     row_pages = 0
-    if prefetch and bool((config or {}).get("table_row_prefetch", TABLE_ROW_PREFETCH)):
+    if prefetch:
         width = capacity // page_size
-        row_pages = _pow2(width, 2) if width <= TABLE_ROW_MAX_PAGES else 0
+        asked = (config or {}).get("table_row_prefetch")
+        if asked is None:
+            short = num_splits is None and short_split_band(
+                B * Hkv, num_sms(q.device), wide_split_steps(q.device) and head_dim_pad == 128, capacity, rows)
+            take = TABLE_ROW_PREFETCH or table_row_pays(short, page_size, width)
+        else:
+            take = bool(asked)
+        row_pages = _pow2(width, 2) if take and width <= TABLE_ROW_MAX_PAGES else 0
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
     row_blocks = -(-rows // block_m)
     fused = not direct and bool((config or {}).get("fused_combine", FUSED_COMBINE)) and \
