@@ -292,6 +292,13 @@ def test_when_the_folded_path_applies(monkeypatch):
     assert rms.folded_applies(x, N, w, g)
     assert not rms.folded_applies(x.half(), N, w.half(), g.half())  # fp16: g * W could overflow
     assert not rms.folded_applies(x[:3000], N, w, g)  # M % 64: outside the sm_90 GEMM's region (cuBLAS is faster)
+    # ... unless the 192-column tile balances its waves (issue 17's 3000 x 5120 x 5120: rms.wave_tile_folds)
+    x5, w5, g5 = torch.randn(3000, 5120).bfloat16(), torch.randn(5120, 5120).bfloat16(), torch.randn(5120).bfloat16()
+    assert rms.folded_applies(x5, 5120, w5, g5) and rms.wave_tile_folds(3000, 5120, 5120)
+    assert not rms.wave_tile_folds(3000, 5000, 4000)  # (N, K not whole tiles: measured slower there)
+    monkeypatch.setenv("TILEWRIGHT_CUDA_GEMM_VARIANT", "coop128x256s3")  # a named tile: the region alone
+    assert not rms.folded_applies(x5, 5120, w5, g5)
+    monkeypatch.delenv("TILEWRIGHT_CUDA_GEMM_VARIANT")
     assert not rms.folded_applies(x.t().contiguous().t(), N, w, g)  # x not unit-stride along K
     state["capturing"] = True
     assert not rms.folded_applies(x, N, w, g)

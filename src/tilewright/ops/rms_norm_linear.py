@@ -338,9 +338,23 @@ def folded_applies(x: torch.Tensor, N: int, weight: torch.Tensor | None = None,
     from ..cuda_fallback import gemm_sm90
 
     M, K = x.shape
-    if torch.cuda.get_device_capability(x.device)[0] != 9 or not gemm_sm90.preferred(M, N, K)[0]:
+    if torch.cuda.get_device_capability(x.device)[0] != 9 or not (gemm_sm90.preferred(M, N, K)[0]
+                                                                  or wave_tile_folds(M, N, K)):
         return False
     return weight is None or _keeps_fold(weight) or _folded_is_current(weight, norm_weight)
+
+
+def wave_tile_folds(M: int, N: int, K: int) -> bool:
+    """Whether a shape outside the plain GEMM's win region (M not a multiple of 64) folds anyway: where the
+    128 x 192 tile balances the waves (``gemm_sm90.pick_variant`` picks it) on whole 128-column / 64-deep tiles
+    above the FLOPs floor. H200, issue 17's 3000 x 5120 x 5120 (perf/results/h200/gemm/wave_tile_ab_2026-11-29_s35.txt,
+    rms_norm_linear/sumsq_handoff_2026-11-29_s35.txt): the rstd-GEMM on that tile 214.9 us against cuBLAS's 211.9,
+    the two passes (norm, then cuBLAS) 223.4 against 206.0."""
+    from ..cuda_fallback import gemm_sm90
+
+    return (M >= gemm_sm90.PREFER_MIN_M and N % 128 == 0 and K % 64 == 0 and K >= gemm_sm90.PREFER_MIN_K
+            and 2 * M * N * K >= gemm_sm90.PREFER_MIN_FLOPS
+            and gemm_sm90.pick_variant(M, N, K).name == gemm_sm90.WAVE_VARIANT)
 
 
 # Whether autograd records the public call in progress (set by rms_norm_linear around its op call; None for the op
