@@ -86,6 +86,38 @@ def test_op_runs_folded_within_twice_torchs_error(rg, monkeypatch, path):
     assert ((rstd.double() - r64).abs() / r64).max() < 1e-6
 
 
+def test_op_folds_on_the_wave_tile_within_twice_torchs_error(monkeypatch):
+    """Issue 17's 3000 x 5120 x 5120 (M not a multiple of 64: outside the plain GEMM's region) folds where the
+    192-column tile balances the waves (ops/rms_norm_linear.wave_tile_folds), through the in-kernel sums' 192-column
+    build (rmsnorm_gemm_sm90.folded_variant) - and with the sums given, through the rstd GEMM's 192-column build."""
+    from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as rn
+    from tilewright.cuda_fallback import rstd_gemm_sm90 as rg
+
+    monkeypatch.delenv("TILEWRIGHT_CUDA_GEMM_VARIANT", raising=False)
+    M, N, K = 3000, 5120, 5120
+    assert rn.folded_variant(M, N, K) == rn.FOLDED_WAVE_VARIANT
+    launched = []
+    real = rn.launch_cuda_rmsnorm_gemm
+    monkeypatch.setattr(rn, "launch_cuda_rmsnorm_gemm", lambda *a, **k: launched.append(k["variant"]) or real(*a, **k))
+    x, g, w, b = _inputs(M, N, K)
+    assert rms.folded_applies(x, N)
+    y, rstd = torch.ops.tilewright.rms_norm_linear(x, g, w, b, EPS, None)
+    assert rn.FOLDED_WAVE_VARIANT in launched
+    y64 = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
+    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
+    e, e_t = (y.double() - y64), (y_torch.double() - y64)
+    assert e.abs().max() <= 2 * e_t.abs().max() and e.norm() <= 2 * e_t.norm(), (e.abs().max(), e_t.abs().max())
+    r64 = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
+    assert ((rstd.double() - r64).abs() / r64).max() < 1e-6
+    picked = []
+    real_pick = rg.pick_variant
+    monkeypatch.setattr(rg, "pick_variant", lambda *a: picked.append(real_pick(*a)) or picked[-1])
+    y2 = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, sumsq=x.float().pow(2).sum(1))
+    assert picked and picked[-1].bn == 192
+    e2 = y2.double() - y64
+    assert e2.abs().max() <= 2 * e_t.abs().max() and e2.norm() <= 2 * e_t.norm()
+
+
 def test_in_place_weight_updates_refresh_the_folded_copy():
     M, N, K = SHAPE
     x, g, w, b = _inputs(M, N, K, seed=1)
@@ -165,7 +197,7 @@ def test_row_sumsq_on_the_gpu(M, K):
 
 
 @pytest.mark.parametrize("variant", ["coop128x256s3-xf-ro", "pp128x128s5-xf-ro", "coop128x256s3-xf-roov",
-                                     "pp128x128s5-xf-roov"])
+                                     "pp128x128s5-xf-roov", "coop128x192s4-xf-roov"])
 @pytest.mark.parametrize("M,N,K,act,use_res", [(296, 264, 200, "gelu", True), (1000, 3000, 1536, None, False),
                                                (4096, 4096, 2048, "silu", True)])
 def test_in_kernel_sum_of_squares_build_matches_the_folded_contract(M, N, K, act, use_res, variant):

@@ -357,8 +357,10 @@ constexpr int CONSUMER_RELEASE_ARRIVALS = (COOP ? 2 : 1) * (SCALE_STAGE ? 128 : 
 static_assert(!FP8 || (TW_FP8 >= 1 && TW_FP8 <= 2 && TW_FP8_B >= 1 && TW_FP8_B <= 2), "TW_FP8(_B): 1 e4m3, 2 e5m2");
 static_assert(!FP8 || BN == 128 || BN == 256, "the FP8 wgmma wrappers are generated for N = 128 and 256");
 // 192-column tiles (wave balancing, gemm_sm90.py): the SS m64n192k16 wrapper only (ptx/_gen_wgmma.py's
-// SS_ONLY_SHAPES) - the RMSNorm prologue's register-A wgmma has no such width
-static_assert(BN != 192 || !NORM, "192-column tiles: no RMSNorm prologue (no register-A m64n192 wrapper)");
+// SS_ONLY_SHAPES) - the RMSNorm prologue's register-A wgmma has no such width; its transform builds (TW_NORM_XFORM:
+// x * g, or only the sums of squares, in shared memory) keep the SS mainloop and take it
+static_assert(BN != 192 || !NORM || TW_NORM_XFORM, "192-column tiles: no RMSNorm prologue (no register-A m64n192 "
+              "wrapper)");
 // the promoted build holds a partial tile beside the accumulator: 2 * MA * BN / 2 fp32 registers
 static_assert(!FP8_PROMOTE || MA * BN / 2 <= 64, "TW_FP8_PROMOTE: consumer tiles of 64 x 128 (accumulator + partial)");
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");

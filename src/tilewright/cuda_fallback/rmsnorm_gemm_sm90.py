@@ -89,7 +89,11 @@ READ_ONLY_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, xf
                                           NormVariant(128, 128, 5, xform=True, read_only=True),
                                           NormVariant(128, 256, 3, coop=True, xform=True, read_only=True,
                                                       overlap=True),
-                                          NormVariant(128, 128, 5, xform=True, read_only=True, overlap=True))}
+                                          NormVariant(128, 128, 5, xform=True, read_only=True, overlap=True),
+                                          # the 192-column tile (gemm_sm90.WAVE_VARIANT) for the wave-balanced
+                                          # shapes: FOLDED_WAVE_VARIANT
+                                          NormVariant(128, 192, 4, coop=True, xform=True, read_only=True,
+                                                      overlap=True))}
 # debug builds (tests/cuda/test_rmsnorm_gemm_sm90_gpu.py, with g = 1); never picked by the router
 DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
 # H200 (MEASURED_ON), time / cuBLAS GEMM geomean over the 8 large shapes: register-A coop128x256s3 1.219x, its
@@ -119,6 +123,7 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("coop128x256s3-xf-ro", False, False, True, 2, True, True),
     ("coop128x256s3-xf-roov", False, False, False, 0, False, False),
     ("pp128x128s5-xf-roov", False, False, False, 0, True, False),
+    ("coop128x192s4-xf-roov", False, False, False, 0, True, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # the sm_90 GEMM's: HGMMA, TMA in and out, setmaxnreg, stmatrix; per variant (build_markers) LDSM for the
@@ -321,6 +326,9 @@ def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
 # (3-6% of the GEMM at K 2048-4096) hides under the wgmmas; the rest over bare is the -xf build's smaller register
 # budget for the consumers (perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt).
 FOLDED_VARIANT = "coop128x256s3-xf-roov"
+# Where the plain GEMM takes the 192-column tile for its waves (gemm_sm90.pick_variant: 3000 x 5120 x 5120 ran this
+# build's 128 x 256 tile at the two passes' speed, 1.09x the bare cuBLAS GEMM), the same tile with the in-kernel sums.
+FOLDED_WAVE_VARIANT = "coop128x192s4-xf-roov"
 FOLDED_MEASURED_ON = (
     Measurement("H200", "perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt", "2026-11-28"),
     Measurement("H200", "perf/results/h200/rms_norm_linear/ops_2026-11-28_1250.txt", "2026-11-28"),
@@ -329,13 +337,20 @@ FOLDED_MEASURED_ON = (
 FOLDED_GUARD = Guard("CUDA folded RMSNorm-GEMM", "sm_90a in-kernel sum-of-squares RMSNorm-GEMM ", FOLDED_MEASURED_ON)
 
 
-def _folded_self_check(device, dtype) -> tuple[bool, str]:
-    """:func:`run_norm_self_check` of :data:`FOLDED_VARIANT` with a folded weight and a g argument the build must
+def folded_variant(M: int, N: int, K: int) -> str:
+    """The folded build for an (M, N, K) problem: :data:`FOLDED_WAVE_VARIANT` where the plain GEMM takes its
+    192-column tile (``gemm_sm90.pick_variant``, which ``TILEWRIGHT_CUDA_GEMM_VARIANT`` overrides), else
+    :data:`FOLDED_VARIANT`."""
+    return FOLDED_WAVE_VARIANT if gemm_sm90.pick_variant(M, N, K).name == gemm_sm90.WAVE_VARIANT else FOLDED_VARIANT
+
+
+def _folded_self_check(device, dtype, name: str = FOLDED_VARIANT) -> tuple[bool, str]:
+    """:func:`run_norm_self_check` of folded build ``name`` with a folded weight and a g argument the build must
     not apply, against the folded contract (reference.folded_rms_norm_linear_reference: x's row sums of squares in
     fp32)."""
     from ..reference import folded_rms_norm_linear_reference as folded_reference
 
-    v = READ_ONLY_VARIANTS[FOLDED_VARIANT]
+    v = READ_ONLY_VARIANTS[name]
 
     def case(x, w, bias, res, out, rstd, act, gen):
         M, N = out.shape
@@ -358,16 +373,17 @@ def folded_ready(x, folded, bias=None) -> tuple[bool, str]:
         return blocked
     if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
         return False, "needs an sm_90 GPU"
-    return FOLDED_GUARD.check(x.device, FOLDED_VARIANT, (x.dtype,), lambda: _folded_self_check(x.device, x.dtype))
+    name = folded_variant(x.shape[0], folded.shape[0], x.shape[1])
+    return FOLDED_GUARD.check(x.device, name, (x.dtype,), lambda: _folded_self_check(x.device, x.dtype, name))
 
 
 def try_launch_folded(x, folded, out, rstd, eps, bias=None) -> bool:
     """``out = rstd * (x @ folded^T) + bias`` with rstd from x's row sums of squares, taken in-kernel and stored in
-    ``rstd``. The kernel's g argument gets ``folded[0]`` (any (K,) row of x's dtype: the read-only build never loads
-    g, which is inside ``folded``). False (the caller's other path then runs) after one warning on a failure; never
-    raises."""
+    ``rstd``, by the shape's :func:`folded_variant`. The kernel's g argument gets ``folded[0]`` (any (K,) row of x's
+    dtype: the read-only build never loads g, which is inside ``folded``). False (the caller's other path then runs)
+    after one warning on a failure; never raises."""
     return FOLDED_GUARD.run(launch_cuda_rmsnorm_gemm, x, folded[0], folded.t(), out, rstd, eps, bias=bias,
-                            variant=FOLDED_VARIANT)
+                            variant=folded_variant(x.shape[0], folded.shape[0], x.shape[1]))
 
 
 register(cuda_backend("rms_norm_linear", "rmsnorm_gemm_sm90", "sm_90a register-A WGMMA RMSNorm-GEMM", (9,),
