@@ -13,7 +13,8 @@ Option rows (:data:`OPTION_SUITES`: sliding window, soft cap; case ``"<shape>|ca
 
 FLOPs = 4 * B * Hq * S^2 * D, x0.5 causal (a window: the pairs it leaves visible), x2.5 backward. The backward is
 timed as ``torch.autograd.grad`` of a forward output that was computed once (so it includes the preprocess, dK/dV
-and dQ kernels, nothing of the forward).
+and dQ kernels, nothing of the forward). The providers of one case (both modes) are timed together in rotated rounds
+(:func:`~.common.time_ms_alternating`), so a clock drift after a heavy row falls on all of them alike.
 """
 from __future__ import annotations
 
