@@ -151,6 +151,53 @@ def test_a_folded_replay_reads_the_kept_copy_only_while_it_is_current(monkeypatc
     assert len(calls) == n + 2
 
 
+def test_the_inference_op_replays_a_folded_call_on_the_kept_copy(monkeypatch):
+    """tilewright::rms_norm_linear_inference (what a compiled inference graph calls): a folded call records its
+    launch with the kept copy in the weight's place and later calls replay it on that copy - not the full path -
+    while the copy is current; an in-place update of the weight sends the next call through the full path again
+    (which refolds and records anew); a replay never gets the weight's own address. CPU stand-ins: the full path
+    folds (as _folded does in a call autograd does not record) and records a bound launch; the launch notes the
+    addresses it is given."""
+    from tilewright._record import record
+
+    monkeypatch.setattr(rms._fast, "sig", lambda t: None if t is None else (t.shape, t.stride(), t.dtype))
+    monkeypatch.setattr(rms._fast, "eligible", lambda *ts: True)
+    monkeypatch.setattr(rms._fast, "state", lambda: ())  # (it reads the current CUDA device)
+    rms._inference_replays.clear()
+    g = (1 + 0.5 * torch.randn(48)).bfloat16()
+    w = torch.randn(24, 48).bfloat16()
+    x = torch.randn(4, 48).bfloat16()
+    full_calls, launched = [], []
+
+    def bound(a, gp, b, c, r):
+        launched.append((a, b))
+
+    def full(x_, g_, w_, b_, eps, backend):
+        assert rms._keeps_fold(w_)  # the op runs as a call autograd does not record
+        wg = rms.folded_weight(w_, g_, cache=True)
+        full_calls.append(wg)
+        rms._call_state.folded = wg
+        y, rstd = torch.empty(4, 24).bfloat16(), torch.empty(4)
+        bound(x_.data_ptr(), wg.data_ptr(), wg.data_ptr(), y.data_ptr(), rstd.data_ptr())
+        record(bound, {"a_ptr": x_, "g_ptr": wg, "b_ptr": wg, "c_ptr": y, "rstd_ptr": rstd}, writes=("c_ptr",))
+        return y, rstd
+
+    monkeypatch.setattr(rms, "_rms_norm_linear_full", full)
+    rms.rms_norm_linear_inference_op(x, g, w, None, 1e-6, None)
+    for _ in range(2):
+        y, rstd = rms.rms_norm_linear_inference_op(x, g, w, None, 1e-6, None)
+        assert y.shape == (4, 24) and rstd.shape == (4,)
+    assert len(full_calls) == 1 and len(launched) == 3  # two replays
+    assert all(a == x.data_ptr() and b == full_calls[0].data_ptr() != w.data_ptr() for a, b in launched)
+    w.mul_(2)  # an in-place update: the kept copy is stale
+    rms.rms_norm_linear_inference_op(x, g, w, None, 1e-6, None)
+    rms.rms_norm_linear_inference_op(x, g, w, None, 1e-6, None)
+    assert len(full_calls) == 2 and len(launched) == 5  # the full path once (refolds), then its replay
+    assert torch.equal(full_calls[1], (w.float() * g.float()).bfloat16())
+    assert all(b != w.data_ptr() for _, b in launched)
+    rms._inference_replays.clear()
+
+
 def test_run_recorded_takes_inputs_decided_by_the_call_and_wraps_what_it_stores(monkeypatch):
     """ops/_fast.run_recorded: ``inputs`` as a function called after the call (rms_norm_linear's folded call names
     its folded copy there) and ``wrap`` making what is stored of the replay."""

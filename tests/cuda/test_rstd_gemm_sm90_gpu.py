@@ -129,6 +129,28 @@ def test_in_place_weight_updates_refresh_the_folded_copy():
         assert ((y.float() - ref).norm() / ref.norm()).item() < 2 ** -7
 
 
+def test_the_inference_op_replays_the_fold_and_sees_weight_updates(monkeypatch):
+    """What a compiled inference graph calls (tilewright::rms_norm_linear_inference): its second call at a folded
+    signature replays on the kept copy (the full path does not run) with the first call's bits; after in-place
+    updates of the weight and of the norm weight the next calls refold and stay within the reference's error."""
+    M, N, K = SHAPE
+    x, g, w, b = _inputs(M, N, K, seed=2)
+    full = []
+    real = rms._rms_norm_linear_full
+    monkeypatch.setattr(rms, "_rms_norm_linear_full", lambda *a: full.append(1) or real(*a))
+    op = torch.ops.tilewright.rms_norm_linear_inference
+    y1 = op(x, g, w, b, EPS, None)[0].clone()
+    y2 = op(x, g, w, b, EPS, None)[0]
+    assert len(full) == 1 and torch.equal(y1, y2)
+    for update in (lambda: w.mul_(-0.5), lambda: g.add_(1)):
+        update()
+        for _ in range(2):
+            y = op(x, g, w, b, EPS, None)[0]
+            ref = rms_norm_linear_reference(x.float(), g.float(), w.float(), b.float(), EPS)
+            assert ((y.float() - ref).norm() / ref.norm()).item() < 2 ** -7
+    assert len(full) == 3  # one refold per update, then replays
+
+
 def test_a_folded_call_replays_on_the_kept_copy(monkeypatch):
     """A second folded call at a signature replays (ops/rms_norm_linear._FoldedReplay: the full path does not run)
     with the same bits; an in-place weight update makes the replay stand aside - the full path refolds - and the

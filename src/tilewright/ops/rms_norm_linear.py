@@ -67,12 +67,48 @@ def rms_norm_linear_inference_op(x: torch.Tensor, norm_weight: torch.Tensor, wei
     the folded GEMM runs. Its own replay cache: a replay recorded by the other op (the two passes) would keep it off
     the fold."""
     with _call_records(False):
-        full = (lambda: _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend))
-        if x.is_cuda and torch.cuda.is_current_stream_capturing():
-            return full()  # (capture runs the two passes: a replay recorded here would keep later calls off the fold)
-        return _fast.replayed_op(_inference_replays, (x, norm_weight, weight, bias),
-                                 ("a_ptr", "g_ptr", "b_ptr", "bias_ptr"), (eps, backend), ("c_ptr", "rstd_ptr"),
-                                 full, _LAUNCHES)
+        tensors = (x, norm_weight, weight, bias)
+        if not _fast.eligible(*tensors) or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+            # (capture runs the two passes: a replay recorded here would keep later calls off the fold)
+            return _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend)
+        # A folded call replays as the public function's does (_FoldedReplay on the kept copy): in a compiled
+        # inference graph this op is every call's path, and without it each call ran the full path - router,
+        # fold checks, launch preparation - as eager calls did before their replay.
+        key = (*[_fast.sig(t) for t in tensors], eps, backend, _fast.state())
+        replay = _inference_replays.get(key)
+        if replay is not None:
+            outputs = replay(x.device, *tensors)
+            if outputs is not None:  # (None: the fold went stale - the full path refolds and records again)
+                return tuple(outputs)
+        folded = []
+
+        def call():
+            _call_state.folded = None
+            try:
+                return _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend)
+            finally:
+                folded.append(_call_state.folded)
+
+        return _fast.run_recorded(_inference_replays, key, call, lambda: _replay_roles(folded[0], *tensors),
+                                  _output_roles, _LAUNCHES, wrap=lambda replay: _fold_replay(replay, folded[0]))
+
+
+def _replay_roles(folded, x, norm_weight, weight, bias) -> dict:
+    """The recorded launch's input roles (:func:`._fast.build`): the call's tensors, or - after a folded call, whose
+    GEMM read the folded copy where the weight and the norm weight would be (its g argument is the copy's first row)
+    - that copy in the weight's place (:class:`_FoldedReplay`)."""
+    if folded is None:
+        return {"a_ptr": (0, x), "g_ptr": (1, norm_weight), "b_ptr": (2, weight), "bias_ptr": (3, bias)}
+    return {"a_ptr": (0, x), "g_ptr": (2, folded), "b_ptr": (2, folded), "bias_ptr": (3, bias)}
+
+
+def _output_roles(result) -> dict:
+    return {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}
+
+
+def _fold_replay(replay, folded):
+    """What a replay cache keeps of a recorded call: the replay, or a :class:`_FoldedReplay` after a folded call."""
+    return replay if folded is None else _FoldedReplay(replay, folded)
 
 
 _inference_replays = _fast.new_cache()
@@ -740,19 +776,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     if key is None:
         return output_view(call()[0], (*x.shape[:-1], N))
 
-    def inputs():
-        # a folded call's GEMM read the folded copy where the weight and the norm weight would be (its g argument is
-        # the copy's first row): the replay takes that copy in the weight's place (_FoldedReplay)
-        wg = folded[0]
-        if wg is None:
-            return {"a_ptr": (0, x), "g_ptr": (1, norm_weight), "b_ptr": (2, weight), "bias_ptr": (3, bias)}
-        return {"a_ptr": (0, x), "g_ptr": (2, wg), "b_ptr": (2, wg), "bias_ptr": (3, bias)}
-
     # one launch of the GEMM with its norm prologue; fp16's weight-scale kernel is a second launch (its g_scale is
     # no argument of the call): no replay there, nor for a strided norm weight or bias the op made contiguous
-    y, _ = _fast.run_recorded(_replays, key, call, inputs,
-                              lambda result: {"c_ptr": (0, result[0]), "rstd_ptr": (1, result[1])}, _LAUNCHES,
-                              wrap=lambda replay: replay if folded[0] is None else _FoldedReplay(replay, folded[0]))
+    y, _ = _fast.run_recorded(_replays, key, call, lambda: _replay_roles(folded[0], x, norm_weight, weight, bias),
+                              _output_roles, _LAUNCHES, wrap=lambda replay: _fold_replay(replay, folded[0]))
     return output_view(y, (*x.shape[:-1], N))
 
 
