@@ -1,0 +1,7 @@
+#!/bin/bash
+# Session 36, second call (one GPU, ~4 min): issue 15's 4k causal rows across processes - cuDNN's time on 4 x 32 x
+# 4k causal moved 0.93-1.17 ms over three processes in session 35 while the kernels stayed at 1.14-1.18: the route
+# probe (graph replays, c / c176 / cp / the op / cuDNN) in three fresh processes before any routing change.
+source perf/results/h200/call_steps.sh
+nvidia-smi --query-gpu=name --format=csv,noheader
+for i in 1 2 3; do TAILN=14 step route_probe_$i 100 python perf/results/h200/attention/route_probe_2026-11-29.py; done
