@@ -126,7 +126,18 @@ def _time_rows(rows: dict, progress) -> dict:
             thunks[key] = thunk
         except Exception as e:
             progress(f"  {label}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
-    return dict(zip(thunks, time_ms_alternating(list(thunks.values()))))
+    try:
+        return dict(zip(thunks, time_ms_alternating(list(thunks.values()))))
+    except Exception as e:  # one provider failing mid-round (e.g. out of memory): time the rest, each on its own
+        progress(f"  interleaved timing failed ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+                 "timing each row alone")
+    times = {}
+    for key, thunk in thunks.items():
+        try:
+            times[key] = time_ms_alternating([thunk])[0]
+        except Exception as e:
+            progress(f"  {rows[key][0]}: skipped ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+    return times
 
 
 def _option_providers(gpu: bool, with_flex: bool) -> dict:
