@@ -13,3 +13,4 @@ step gpu_tests 150 python -m pytest -m gpu -q -p no:cacheprovider tests/cuda/tes
 (cd perf/results/h200/model && TAILN=30 step stall_llama_fwd 120 python host_stall_2026-11-29.py llama-prefill fwd \
   tilewright_compile,torch_compile)
 TAILN=8 step wave_fold_paths 90 python perf/results/h200/rms_norm_linear/wave_fold_paths_2026-11-29.py
+save_cubins  # (unpack into .cubins/ here and carry it next time: call_steps.sh)
