@@ -157,8 +157,11 @@ def wave_balanced(M: int, N: int, sms: int) -> bool:
 
 
 def _launch_sms() -> int:
-    """The current CUDA device's SM count (the launch's device: the op layer runs under it), REFERENCE_SMS before
-    CUDA is initialized (CPU tests, planning without a GPU)."""
+    """The current CUDA device's SM count, REFERENCE_SMS before CUDA is initialized (CPU tests, planning without a
+    GPU). Why the current device and not the operands': the pick takes (M, N, K) in every family's interface. A
+    launch on another device of another SM count would take that count's tile - a slower choice, never a wrong one;
+    and every caller that sizes a buffer by the tile (gemm_sumsq_sm90.partial_shape) asks in the same context as
+    its launch, so the two agree."""
     return sm_count(torch.device("cuda")) if torch.cuda.is_initialized() else REFERENCE_SMS
 
 
