@@ -326,8 +326,11 @@ def try_launch(x, norm_weight, weight, out, rstd, eps, bias=None) -> bool:
 # (3-6% of the GEMM at K 2048-4096) hides under the wgmmas; the rest over bare is the -xf build's smaller register
 # budget for the consumers (perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt).
 FOLDED_VARIANT = "coop128x256s3-xf-roov"
-# Where the plain GEMM takes the 192-column tile for its waves (gemm_sm90.pick_variant: 3000 x 5120 x 5120 ran this
-# build's 128 x 256 tile at the two passes' speed, 1.09x the bare cuBLAS GEMM), the same tile with the in-kernel sums.
+# Where the plain GEMM takes the 192-column tile for its waves (gemm_sm90.pick_variant), the same tile with the
+# in-kernel sums. H200, 3000 x 5120 x 5120 (perf/results/h200/rms_norm_linear/sumsq_handoff_2026-11-29_s35*.txt):
+# 1.080x the bare cuBLAS GEMM against 1.090 on the 128 x 256 build - less than predicted (~1.02: the rstd GEMM on this
+# tile with the sums given runs 1.007x); the sums cost this tile 7%, the wide one's rows 1.5-2.6%. The pass + rstd
+# GEMM alternative: perf/results/h200/rms_norm_linear/wave_fold_paths_2026-11-29.py (not yet run).
 FOLDED_WAVE_VARIANT = "coop128x192s4-xf-roov"
 FOLDED_MEASURED_ON = (
     Measurement("H200", "perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt", "2026-11-28"),
