@@ -5,3 +5,5 @@
 source perf/results/h200/call_steps.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 for i in 1 2 3; do TAILN=14 step route_probe_$i 100 python perf/results/h200/attention/route_probe_2026-11-29.py; done
+# issue 14 item 4's odd row: K = 4000 (misaligned 8000-byte rows), N = 5000 or the waves? (~40 s)
+TAILN=8 step odd_shape_probe 90 python perf/results/h200/gemm/odd_shape_probe_2026-11-29.py
