@@ -4,7 +4,10 @@ SDPA on cuDNN and the forced CUDA kernel, graph replays interleaved, L2 flushed;
 
     PYTHONPATH=src python perf/results/h200/attention/forward_route_128_2026-11-29.py > $OUT/forward_route_128.txt
 
-``--head-dim 96`` (any multiple of 8 the kernels take) measures another head dim on the same rows."""
+``--head-dim 96`` (any multiple of 8 the kernels take) measures another head dim on the same rows; ``--gqa-grid``
+replaces the rows with grouped-query ones below 4096 keys (session 35's bench: the forced kernels 1.11 / 1.18x cuDNN
+at 1 x 28/4 x 3000 x 96, full / causal, where the rule routes cuDNN): 28/4, 32/8 and 16/2 heads, B 1 and 4, S 2048
+and 3000, both masks."""
 import sys
 import warnings
 
@@ -23,6 +26,9 @@ print(f"# head dim {D}", flush=True)
 ROWS = [(max(1, 16384 // S), H, H // g, S, S, causal) for S in (1024, 2048, 4096, 8192)
         for causal in (False, True) for H, g in ((16, 1), (32, 4))]
 ROWS += [(4, 16, 16, 512, 4096, False), (8, 16, 16, 256, 2048, False)]
+if "--gqa-grid" in sys.argv:
+    ROWS = [(B, H, Hkv, S, S, causal) for S in (2048, 3000) for H, Hkv in ((28, 4), (32, 8), (16, 2)) for B in (1, 4)
+            for causal in (False, True)]
 with torch.no_grad():
     for i, (B, Hq, Hkv, Sq, Skv, causal) in enumerate(ROWS):
         torch.manual_seed(i)
