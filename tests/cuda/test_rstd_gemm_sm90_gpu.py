@@ -56,6 +56,16 @@ def _inputs(M, N, K, seed=0):
     return x, g, w, b
 
 
+def _assert_within_twice_torchs_error(y, x, g, w, b, rstd=None):
+    """y's error vs float64 within 2x torch's unfused pipeline's (max and norm); rstd, if given, within 1e-6."""
+    y64 = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
+    e, e_t = (y.double() - y64), (rms_norm_linear_reference(x, g, w, b, EPS).double() - y64)
+    assert e.abs().max() <= 2 * e_t.abs().max() and e.norm() <= 2 * e_t.norm(), (e.abs().max(), e_t.abs().max())
+    if rstd is not None:
+        r64 = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
+        assert ((rstd.double() - r64).abs() / r64).max() < 1e-6
+
+
 SHAPE = (4096, 4096, 2048)  # 2^36 FLOPs: the plain sm_90 GEMM's measured region, where the op folds
 
 
@@ -78,20 +88,14 @@ def test_op_runs_folded_within_twice_torchs_error(rg, monkeypatch, path):
     assert rms.folded_applies(x, N)
     y, rstd = torch.ops.tilewright.rms_norm_linear(x, g, w, b, EPS, None)
     assert calls, f"the folded kernel ({path}) did not run"
-    y64 = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
-    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
-    e, e_t = (y.double() - y64), (y_torch.double() - y64)
-    assert e.abs().max() <= 2 * e_t.abs().max() and e.norm() <= 2 * e_t.norm(), (e.abs().max(), e_t.abs().max())
-    r64 = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
-    assert ((rstd.double() - r64).abs() / r64).max() < 1e-6
+    _assert_within_twice_torchs_error(y, x, g, w, b, rstd)
 
 
-def test_op_folds_on_the_wave_tile_within_twice_torchs_error(monkeypatch):
+def test_op_folds_on_the_wave_tile_within_twice_torchs_error(rg, monkeypatch):
     """Issue 17's 3000 x 5120 x 5120 (M not a multiple of 64: outside the plain GEMM's region) folds where the
     192-column tile balances the waves (ops/rms_norm_linear.wave_tile_folds), through the in-kernel sums' 192-column
     build (rmsnorm_gemm_sm90.folded_variant) - and with the sums given, through the rstd GEMM's 192-column build."""
     from tilewright.cuda_fallback import rmsnorm_gemm_sm90 as rn
-    from tilewright.cuda_fallback import rstd_gemm_sm90 as rg
 
     monkeypatch.delenv("TILEWRIGHT_CUDA_GEMM_VARIANT", raising=False)
     M, N, K = 3000, 5120, 5120
@@ -103,19 +107,13 @@ def test_op_folds_on_the_wave_tile_within_twice_torchs_error(monkeypatch):
     assert rms.folded_applies(x, N)
     y, rstd = torch.ops.tilewright.rms_norm_linear(x, g, w, b, EPS, None)
     assert rn.FOLDED_WAVE_VARIANT in launched
-    y64 = rms_norm_linear_reference(x.double(), g.double(), w.double(), b.double(), EPS)
-    y_torch = rms_norm_linear_reference(x, g, w, b, EPS)
-    e, e_t = (y.double() - y64), (y_torch.double() - y64)
-    assert e.abs().max() <= 2 * e_t.abs().max() and e.norm() <= 2 * e_t.norm(), (e.abs().max(), e_t.abs().max())
-    r64 = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
-    assert ((rstd.double() - r64).abs() / r64).max() < 1e-6
+    _assert_within_twice_torchs_error(y, x, g, w, b, rstd)
     picked = []
     real_pick = rg.pick_variant
     monkeypatch.setattr(rg, "pick_variant", lambda *a: picked.append(real_pick(*a)) or picked[-1])
     y2 = tilewright.rms_norm_linear(x, g, w, b, eps=EPS, sumsq=x.float().pow(2).sum(1))
     assert picked and picked[-1].bn == 192
-    e2 = y2.double() - y64
-    assert e2.abs().max() <= 2 * e_t.abs().max() and e2.norm() <= 2 * e_t.norm()
+    _assert_within_twice_torchs_error(y2, x, g, w, b)
 
 
 def test_in_place_weight_updates_refresh_the_folded_copy():
@@ -129,7 +127,7 @@ def test_in_place_weight_updates_refresh_the_folded_copy():
         assert ((y.float() - ref).norm() / ref.norm()).item() < 2 ** -7
 
 
-def test_the_inference_op_replays_the_fold_and_sees_weight_updates(monkeypatch):
+def test_the_inference_op_replays_the_fold_and_sees_weight_updates(rg, monkeypatch):
     """What a compiled inference graph calls (tilewright::rms_norm_linear_inference): its second call at a folded
     signature replays on the kept copy (the full path does not run) with the first call's bits; after in-place
     updates of the weight and of the norm weight the next calls refold and stay within the reference's error."""

@@ -318,9 +318,14 @@ def cuda_gemm(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None, activa
 
 # ------------------------------------------------------------------------------------------------ router record
 GUARD = Guard("CUDA GEMM", measured=MEASURED_ON)
+def tuned_variants() -> dict:
+    """The variants ``tilewright tune`` sweeps (tools/tuner.py) and a tuned launch may take (name -> variant): those
+    that fit the shared memory, less the ones not yet run on a GPU (AB_ONLY)."""
+    return {n: v for n, v in VARIANTS.items() if v.smem_bytes() <= SMEM_LIMIT and n not in AB_ONLY}
+
+
 FAMILY = gemm_common.GemmFamily(GUARD, constraints, pick_variant, launch_cuda_gemm, preferred,
-                                tuned_variants={n: v for n, v in VARIANTS.items() if n not in AB_ONLY},
-                                variant_env="TILEWRIGHT_CUDA_GEMM_VARIANT")
+                                tuned_variants=tuned_variants(), variant_env="TILEWRIGHT_CUDA_GEMM_VARIANT")
 ready, try_launch = FAMILY.ready, FAMILY.try_launch
 
 register(FAMILY.backend("gemm_sm90", "sm_90a WGMMA pingpong GEMM", (9,), env=("TILEWRIGHT_CUDA_GEMM_VARIANT",)))

@@ -66,31 +66,28 @@ def rms_norm_linear_inference_op(x: torch.Tensor, norm_weight: torch.Tensor, wei
     passes. This op tells the full path that no gradient flows (as the eager call does), so the fold is kept and
     the folded GEMM runs. Its own replay cache: a replay recorded by the other op (the two passes) would keep it off
     the fold."""
-    with _call_records(False):
-        tensors = (x, norm_weight, weight, bias)
-        if not _fast.eligible(*tensors) or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
-            # (capture runs the two passes: a replay recorded here would keep later calls off the fold)
+    tensors = (x, norm_weight, weight, bias)
+    if not _fast.eligible(*tensors) or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+        # (capture runs the two passes: a replay recorded here would keep later calls off the fold)
+        with _call_records(False):
             return _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend)
-        # A folded call replays as the public function's does (_FoldedReplay on the kept copy): in a compiled
-        # inference graph this op is every call's path, and without it each call ran the full path - router,
-        # fold checks, launch preparation - as eager calls did before their replay.
-        key = (*[_fast.sig(t) for t in tensors], eps, backend, _fast.state())
-        replay = _inference_replays.get(key)
-        if replay is not None:
-            outputs = replay(x.device, *tensors)
-            if outputs is not None:  # (None: the fold went stale - the full path refolds and records again)
-                return tuple(outputs)
-        folded = []
+    # A folded call replays as the public function's does (_FoldedReplay on the kept copy): in a compiled inference
+    # graph this op is every call's path, and without it each call ran the full path - router, fold checks, launch
+    # preparation - as eager calls did before their replay.
+    key = (*[_fast.sig(t) for t in tensors], eps, backend, _fast.state())
+    replay = _inference_replays.get(key)
+    if replay is not None:
+        outputs = replay(x.device, *tensors)
+        if outputs is not None:  # (None: the fold went stale - the full path refolds and records again)
+            return tuple(outputs)
+    folded = []
 
-        def call():
-            _call_state.folded = None
-            try:
-                return _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend)
-            finally:
-                folded.append(_call_state.folded)
+    def call():
+        with _call_records(False, folded):
+            return _rms_norm_linear_full(x, norm_weight, weight, bias, eps, backend)
 
-        return _fast.run_recorded(_inference_replays, key, call, lambda: _replay_roles(folded[0], *tensors),
-                                  _output_roles, _LAUNCHES, wrap=lambda replay: _fold_replay(replay, folded[0]))
+    return _fast.run_recorded(_inference_replays, key, call, lambda: _replay_roles(folded[0], *tensors),
+                              _output_roles, _LAUNCHES, wrap=lambda replay: _fold_replay(replay, folded[0]))
 
 
 def _replay_roles(folded, x, norm_weight, weight, bias) -> dict:
@@ -400,13 +397,17 @@ _call_state = threading.local()
 
 
 @contextlib.contextmanager
-def _call_records(records: bool):
+def _call_records(records: bool, folded: list | None = None):
     """``_call_state.records`` set for the calls inside (what the full path's fold rule reads: :func:`_keeps_fold`),
-    then cleared with the kept fold :func:`_folded` notes - neither outlives the call."""
+    then cleared with the kept fold :func:`_folded` notes - neither outlives the call; ``folded``: a list that gets
+    that note (the folded copy the call's GEMM read, else None) appended, for the caller's replay."""
     _call_state.records = records
+    _call_state.folded = None
     try:
         yield
     finally:
+        if folded is not None:
+            folded.append(_call_state.folded)
         _call_state.records = _call_state.folded = None
 
 
@@ -761,13 +762,8 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     folded = []  # the folded weight the call ran on (see _folded), else None
 
     def call():
-        _call_state.records = key[-2] if key is not None else _autograd_records(x, norm_weight, weight, bias)
-        _call_state.folded = None
-        try:
+        with _call_records(key[-2] if key is not None else _autograd_records(x, norm_weight, weight, bias), folded):
             return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
-        finally:
-            folded.append(_call_state.folded)
-            _call_state.records = _call_state.folded = None
 
     if key is None and torch.compiler.is_compiling() and not _autograd_records(x, norm_weight, weight, bias):
         # traced without gradients: the op that carries that into the graph (rms_norm_linear_inference_op)

@@ -183,13 +183,13 @@ def _triton_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:
 
 
 def _swept_cuda_variants(device) -> dict:
-    """The sm_90a WGMMA kernel's variants a sweep times on ``device`` (those that fit its shared memory, but the ones
-    not yet run on a GPU: ``gemm_sm90.AB_ONLY``); none off sm_90 (other families are not swept yet)."""
+    """The sm_90a WGMMA kernel's variants a sweep times on ``device`` (``gemm_sm90.tuned_variants``: those a tuned
+    launch may take); none off sm_90 (other families are not swept yet)."""
     from ..cuda_fallback import gemm_sm90 as cg
 
     if torch.cuda.get_device_capability(device)[0] != 9:
         return {}
-    return {name: v for name, v in cg.VARIANTS.items() if v.smem_bytes() <= cg.SMEM_LIMIT and name not in cg.AB_ONLY}
+    return cg.tuned_variants()
 
 
 def _cuda_candidates(a, b, out, max_configs: int | None) -> list[Candidate]:

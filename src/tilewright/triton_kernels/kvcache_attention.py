@@ -593,6 +593,15 @@ def short_split_band(programs: int, sms: int, measured: bool, capacity: int, row
             and 2 * programs <= sms)
 
 
+def takes_short_split(B: int, Hkv: int, capacity: int, head_dim_pad: int, device, num_splits: int | None,
+                      rows: int | None) -> bool:
+    """Whether a contiguous launch (or a paged one with the step prefetch, which takes its shape) is a short split row
+    (:func:`short_split_band` on this device, the default split count): what :func:`launch_shape` and the table-row
+    prefetch (:func:`table_row_pays`) both decide by."""
+    measured = wide_split_steps(device) and head_dim_pad == 128
+    return num_splits is None and short_split_band(B * Hkv, num_sms(device), measured, capacity, rows)
+
+
 def table_row_pays(short_band: bool, page_size: int, row_pages: int) -> bool:
     """Whether a paged launch with the step prefetch takes the whole table row too (:data:`TABLE_ROW_PREFETCH`'s
     measured region): a short split row (:func:`short_split_band`) of TABLE_ROW_MIN_PAGES to TABLE_ROW_MAX_PAGES pages
@@ -610,7 +619,7 @@ def launch_shape(B: int, Hkv: int, capacity: int, head_dim_pad: int, device, pag
     splits = num_splits or default_splits(B, Hkv, capacity, device, paged, head_dim_pad)
     sms, wide = num_sms(device), wide_split_steps(device)
     measured = wide and head_dim_pad == 128
-    if num_splits is None and not paged and short_split_band(B * Hkv, sms, measured, capacity, rows):
+    if not paged and takes_short_split(B, Hkv, capacity, head_dim_pad, device, num_splits, rows):
         block, stages, warps = SHORT_SPLIT_SHAPE
         splits = int(max(1, min(2 * splits, capacity // block, max(splits, SHORT_SPLIT_MAX))))
         return LaunchShape(splits, 16 if interpret else block, stages, warps)
@@ -730,12 +739,8 @@ def kvcache_attention(q, k_cache, v_cache, seqlens, block_table=None, *, causal=
     if prefetch:
         width = capacity // page_size
         asked = (config or {}).get("table_row_prefetch")
-        if asked is None:
-            short = num_splits is None and short_split_band(
-                B * Hkv, num_sms(q.device), wide_split_steps(q.device) and head_dim_pad == 128, capacity, rows)
-            take = TABLE_ROW_PREFETCH or table_row_pays(short, page_size, width)
-        else:
-            take = bool(asked)
+        short = takes_short_split(B, Hkv, capacity, head_dim_pad, q.device, num_splits, rows)
+        take = bool(asked) if asked is not None else TABLE_ROW_PREFETCH or table_row_pays(short, page_size, width)
         row_pages = _pow2(width, 2) if take and width <= TABLE_ROW_MAX_PAGES else 0
     upcast = INTERPRET and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong: fp32 after rounding
     row_blocks = -(-rows // block_m)
