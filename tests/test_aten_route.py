@@ -378,17 +378,18 @@ def test_forward_keeps_the_kernels_on_long_sequences(monkeypatch, traced):
     """Head dims 64 and 72-128, forward only: cuDNN for short sequences, the kernels from the measured lengths on
     (72-128: from 4096 keys and 512 query rows without the mask, 4096 of both with it) - under torch.compile too where
     the lengths are plain ints; a training call and head dims without a rule (32, 256) take cuDNN; symbolic lengths
-    keep cuDNN."""
+    keep cuDNN. Causal at 72-128 with few (batch, head) pairs: the kernels from 1024 of both lengths (B x Hq <= 32,
+    or <= 64 with grouped-query heads)."""
     monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
     monkeypatch.setattr(_aten, "sdpa_choice", lambda *a: "cudnn")
 
-    def faster(sq, skv, causal, d=64, grad=False):
-        q = torch.empty(1, 2, sq, d, dtype=torch.float16, device="meta")
-        k = torch.empty(1, 2, skv, d, dtype=torch.float16, device="meta")
+    def faster(sq, skv, causal, d=64, grad=False, batch=4, heads=16, kv_heads=16):
+        q = torch.empty(batch, heads, sq, d, dtype=torch.float16, device="meta")
+        k = torch.empty(batch, kv_heads, skv, d, dtype=torch.float16, device="meta")
         monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
         monkeypatch.setattr(_aten, "traced_into_graph", lambda t: traced)
         try:
-            return _aten.cudnn_faster(q, k, k, causal, None, False, grad)
+            return _aten.cudnn_faster(q, k, k, causal, None, heads != kv_heads, grad)
         finally:
             monkeypatch.undo()
             monkeypatch.setattr(_aten, "cudnn_region", lambda *a: True)
@@ -404,6 +405,16 @@ def test_forward_keeps_the_kernels_on_long_sequences(monkeypatch, traced):
     assert faster(2048, 2048, True, d=96) and not faster(512, 4096, False, d=80)  # 72-120: the 128 build's rule
     assert faster(8192, 8192, False, d=256) and faster(8192, 8192, True, d=32)  # no rule: cuDNN's forward
     assert not _aten.forward_keeps_kernels(64, 4096.0, 4096, False)  # not a plain int (as a symbolic length)
+    # causal, few (batch, head) pairs (B x Hq 64 by default above): MHA up to 32, grouped-query up to 64
+    assert not faster(2048, 2048, True, d=128, batch=2) and not faster(2048, 2048, True, d=96, batch=2)  # 32 pairs
+    assert faster(2048, 2048, True, d=128, batch=2, heads=17, kv_heads=17)  # 34 pairs: cuDNN
+    assert faster(1023, 2048, True, d=128, batch=1) and faster(2048, 1023, True, d=128, batch=1)  # too short
+    assert not faster(1024, 1024, True, d=128, batch=2, heads=32, kv_heads=8)  # grouped, 64 pairs
+    assert not faster(3584, 3584, True, d=96, batch=1, heads=28, kv_heads=4)
+    assert faster(2048, 2048, True, d=128, batch=3, heads=32, kv_heads=8)  # grouped, 96 pairs: cuDNN
+    assert faster(2048, 2048, False, d=128, batch=1) and faster(2048, 2048, True, d=64, batch=1)  # no mask; 64
+    assert faster(2048, 2048, True, d=128, batch=1, grad=True)  # training: cuDNN
+    assert not _aten.forward_keeps_kernels(128, 2048, 2048, True, 32.0)  # B x Hq not a plain int: the length rule
 
 
 def test_cudnn_faster_stays_off_cpu_tensors(monkeypatch):
@@ -476,6 +487,36 @@ def test_gpu_large_training_attention_runs_cudnn_on_h100(monkeypatch):
         assert kernels == [1]  # 4096 of both, causal: the kernels (1.05-1.07x cuDNN there)
         want4 = F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, enable_gqa=True)
         torch.testing.assert_close(out, want4, rtol=2e-2, atol=2e-2)
+    _fast.invalidate()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch, heads, kv_heads, seq, head_dim, kernels", [
+    (1, 16, 16, 3000, 128, True), (2, 32, 8, 2560, 96, True), (1, 32, 8, 3000, 80, True),
+    (8, 16, 16, 2048, 128, False), (3, 32, 8, 2048, 128, False)])
+def test_gpu_forward_few_heads_causal_route(monkeypatch, batch, heads, kv_heads, seq, head_dim, kernels):
+    """Forward-only causal calls at head dims 72-128 below 4096 keys (over the FLOPs limit): the kernels where the
+    (batch, head) pairs are few (B x Hq <= 32, grouped-query <= 64: 1.03-1.34x cuDNN, session 36), cuDNN's SDPA past
+    that; either way within 2x of SDPA's own bf16 error against a float32 reference."""
+    if torch.cuda.get_device_capability() != (9, 0) or not torch.backends.cuda.cudnn_sdp_enabled():
+        pytest.skip("the cuDNN region is sm_90 with cuDNN's SDPA enabled")
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    _fast.invalidate()
+    torch.manual_seed(seq + heads)
+    dev, dt = "cuda", torch.bfloat16
+    q = torch.randn(batch, seq, heads, head_dim, device=dev, dtype=dt).transpose(1, 2)
+    k, v = (torch.randn(batch, seq, kv_heads, head_dim, device=dev, dtype=dt).transpose(1, 2) for _ in "kv")
+    calls = []
+    forward = attention_ops._forward
+    monkeypatch.setattr(attention_ops, "_forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    with torch.no_grad():
+        got = tilewright.flash_attention(q, k, v, causal=True)
+        assert bool(calls) == kernels
+        gqa = heads != kv_heads
+        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=gqa)
+    err, torch_err = ((t.float() - ref).abs().max().item() for t in (got, sdpa))
+    assert err <= 2 * torch_err + 1e-3, (err, torch_err)
     _fast.invalidate()
 
 

@@ -264,7 +264,8 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
     and level from 72 to 128 (0.93-1.03x over sessions, H100 rows of S >= 2k); at head dim 64 the
     three-consumer forward (H200) is level or faster from 2048 keys (4096 causal: :func:`forward_keeps_kernels`).
     At head dims 72-128 (H200, session 32) the forward is slower than cuDNN's up to 2048 keys (0.80-0.99x) and level
-    or faster from 4096 (1.00-1.19x, 176-key blocks: :func:`forward_keeps_kernels`).
+    or faster from 4096 (1.00-1.19x, 176-key blocks: :func:`forward_keeps_kernels`); causal with few (batch, head)
+    pairs it is faster from 1024 keys (1.03-1.34x, session 36: :data:`FEW_HEADS_CAUSAL`).
     So: a call autograd records and a forward-only call go to SDPA when SDPA's own choice for it is cuDNN -
     forward-only calls at 64 and 72-128 only where the kernels measured slower (a call it
     would give to FlashAttention-2 - cuDNN's SDPA disabled, another GPU, an unsupported shape - stays on the kernels,
@@ -273,7 +274,8 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
     picks its backend at run time as eager SDPA does."""
     if q.device.type != "cuda" or not cudnn_region(q.device.index, q.shape[-1], q.dtype.itemsize):
         return False
-    if not records_grad and forward_keeps_kernels(q.shape[-1], q.shape[-2], k.shape[-2], causal):
+    if not records_grad and forward_keeps_kernels(q.shape[-1], q.shape[-2], k.shape[-2], causal,
+                                                  q.shape[0] * q.shape[1], gqa):
         return False
     if traced_into_graph(q):
         return True
@@ -294,17 +296,33 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
 # rows (`forward_route_128_2026-11-29_1619_d{80,96}.txt`) the kernels ran 0.86-0.99x cuDNN below 4096 keys and
 # 1.00-1.13x from there - cuDNN's time at 80 / 96 is within 3% of its time at 128, the kernels' too.
 FORWARD_KERNELS_FROM = {64: ((2048, 2048), (4096, 4096)), 128: ((512, 4096), (4096, 4096))}
+# Causal, head dims 72-128, below the 4096 keys above: few (batch, head) pairs. H200, session 36, 144 rows at each of
+# head dims 128 and 96 (perf/results/h200/attention/forward_route_grid_d{128,96}_s36.csv: S 1024-3584 square, MHA 16
+# and GQA 32/8, 28/4 heads, B 1-8, graph replays interleaved): the kernels ran 1.07-1.34x cuDNN's forward on every
+# causal row with B x Hq <= 32 and 1.03-1.11x on the grouped-query ones with B x Hq <= 64; level past that (MHA B x
+# Hq 64: 0.98-1.07x, GQA 112-128: 0.99-1.07x) and slower at MHA 128 (0.86-0.97x, session 32's B 8 x 16 rows too) -
+# the kernels' lead grows as the (batch, head) pairs get fewer at every length (why cuDNN's causal forward loses
+# there was not profiled). Without the mask only 3000 keys - no multiple of 128 - won on every row (1.08-1.13x): one
+# length, not a rule yet.
+FEW_HEADS_CAUSAL = {False: 32, True: 64}  # grouped-query heads -> most B x Hq pairs
+FEW_HEADS_MIN_LEN = 1024  # the grid's shortest rows (both lengths)
+# (Below the FLOPs limit the small-call route takes SDPA first: B 1 x 16 heads x S 2048 causal is under it.)
 
 
-def forward_keeps_kernels(head_dim, seq_q, seq_kv, causal: bool) -> bool:
-    """Whether a forward-only call stays on tilewright's kernels instead of cuDNN's (the measured rule above; head
-    dims 72-120 take 128's, other head dims without a rule: no). Lengths that are not plain ints (symbolic, under
+def forward_keeps_kernels(head_dim, seq_q, seq_kv, causal: bool, batch_heads=None, gqa: bool = False) -> bool:
+    """Whether a forward-only call stays on tilewright's kernels instead of cuDNN's (the measured rules above; head
+    dims 72-120 take 128's, other head dims without a rule: no). ``batch_heads``: B x Hq (None: unknown, the length
+    rule alone); ``gqa``: fewer K / V heads than query heads. Lengths that are not plain ints (symbolic, under
     tracing) keep the region's decision (cuDNN)."""
-    rule = FORWARD_KERNELS_FROM.get(128 if 64 < head_dim <= 128 else head_dim)
+    build = 128 if 64 < head_dim <= 128 else head_dim
+    rule = FORWARD_KERNELS_FROM.get(build)
     if rule is None or type(seq_q) is not int or type(seq_kv) is not int:
         return False
     least_q, least_kv = rule[1] if causal else rule[0]
-    return seq_q >= least_q and seq_kv >= least_kv
+    if seq_q >= least_q and seq_kv >= least_kv:
+        return True
+    return (causal and build == 128 and type(batch_heads) is int and batch_heads <= FEW_HEADS_CAUSAL[bool(gqa)]
+            and min(seq_q, seq_kv) >= FEW_HEADS_MIN_LEN)
 
 
 def cudnn_region(device_index, head_dim: int, itemsize: int) -> bool:
