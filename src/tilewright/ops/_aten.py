@@ -264,8 +264,9 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
     and level from 72 to 128 (0.93-1.03x over sessions, H100 rows of S >= 2k); at head dim 64 the
     three-consumer forward (H200) is level or faster from 2048 keys (4096 causal: :func:`forward_keeps_kernels`).
     At head dims 72-128 (H200, session 32) the forward is slower than cuDNN's up to 2048 keys (0.80-0.99x) and level
-    or faster from 4096 (1.00-1.19x, 176-key blocks: :func:`forward_keeps_kernels`); causal with few (batch, head)
-    pairs it is faster from 1024 keys (1.03-1.34x, session 36: :data:`FEW_HEADS_CAUSAL`).
+    or faster from 4096 (1.00-1.19x, 176-key blocks: :func:`forward_keeps_kernels`); from about 1k keys it is faster
+    causal with few (batch, head) pairs (1.03-1.34x, session 36: :data:`FEW_HEADS_CAUSAL`) and without the mask on
+    a key length that is no multiple of 128 (1.02-1.18x: :data:`KEY_TAIL_MIN_KEYS`).
     So: a call autograd records and a forward-only call go to SDPA when SDPA's own choice for it is cuDNN -
     forward-only calls at 64 and 72-128 only where the kernels measured slower (a call it
     would give to FlashAttention-2 - cuDNN's SDPA disabled, another GPU, an unsupported shape - stays on the kernels,
@@ -296,23 +297,28 @@ def cudnn_faster(q, k, v, causal: bool, scale: float | None, gqa: bool, records_
 # rows (`forward_route_128_2026-11-29_1619_d{80,96}.txt`) the kernels ran 0.86-0.99x cuDNN below 4096 keys and
 # 1.00-1.13x from there - cuDNN's time at 80 / 96 is within 3% of its time at 128, the kernels' too.
 FORWARD_KERNELS_FROM = {64: ((2048, 2048), (4096, 4096)), 128: ((512, 4096), (4096, 4096))}
-# Causal, head dims 72-128, below the 4096 keys above: few (batch, head) pairs. H200, session 36, 144 rows at each of
-# head dims 128 and 96 (perf/results/h200/attention/forward_route_grid_d{128,96}_s36.csv: S 1024-3584 square, MHA 16
-# and GQA 32/8, 28/4 heads, B 1-8, graph replays interleaved): the kernels ran 1.07-1.34x cuDNN's forward on every
-# causal row with B x Hq <= 32 and 1.03-1.11x on the grouped-query ones with B x Hq <= 64; level past that (MHA B x
-# Hq 64: 0.98-1.07x, GQA 112-128: 0.99-1.07x) and slower at MHA 128 (0.86-0.97x, session 32's B 8 x 16 rows too) -
-# the kernels' lead grows as the (batch, head) pairs get fewer at every length (why cuDNN's causal forward loses
-# there was not profiled). Without the mask only 3000 keys - no multiple of 128 - won on every row (1.08-1.13x): one
-# length, not a rule yet.
+# Head dims 72-128 below the 4096 keys above, two more regions where the kernels are faster. H200, session 36,
+# graph replays interleaved (perf/results/h200/attention/forward_route_grid*_s36.csv):
+# * Causal, few (batch, head) pairs - 144 rows at each of head dims 128 and 96 (S 1024-3584 square, MHA 16 and GQA
+#   32/8, 28/4 heads, B 1-8): the kernels ran 1.07-1.34x cuDNN's forward on every causal row with B x Hq <= 32 and
+#   1.03-1.11x on the grouped-query ones with B x Hq <= 64; level past that (MHA B x Hq 64: 0.98-1.07x, GQA 112-128:
+#   0.99-1.07x) and slower at MHA 128 (0.86-0.97x, session 32's B 8 x 16 rows too): the kernels' lead grows as the
+#   pairs get fewer at every length (why cuDNN's causal forward loses there was not profiled).
+# * Without the mask, a key length that is no multiple of 128: every such row from 1100 keys ran 1.02-1.18x (S 1100-
+#   3900 and 2112 = 33 x 64; B x Hq 16-256; 3000 at head dim 96 too), the multiples of 128 between them 0.91-1.02x
+#   (one row 1.15x: B 1 x 16 heads at 1024; 2176 = 17 x 128: 0.96-0.99x), 1000 keys level at B x Hq 64 (1.00x). The key length decides, not the query rows:
+#   3000 query rows on 2048 / 3072 keys 0.96 / 0.99x, 2048 / 3072 query rows on 3000 keys 1.09 / 1.08-1.11x (cuDNN
+#   appears to pay for a partial last key block; the kernels mask only that block).
 FEW_HEADS_CAUSAL = {False: 32, True: 64}  # grouped-query heads -> most B x Hq pairs
 FEW_HEADS_MIN_LEN = 1024  # the grid's shortest rows (both lengths)
+KEY_TAIL_MIN_KEYS = 1100  # without the mask: keys off the 128 grid from here (and FEW_HEADS_MIN_LEN query rows)
 # (Below the FLOPs limit the small-call route takes SDPA first: B 1 x 16 heads x S 2048 causal is under it.)
 
 
 def forward_keeps_kernels(head_dim, seq_q, seq_kv, causal: bool, batch_heads=None, gqa: bool = False) -> bool:
     """Whether a forward-only call stays on tilewright's kernels instead of cuDNN's (the measured rules above; head
     dims 72-120 take 128's, other head dims without a rule: no). ``batch_heads``: B x Hq (None: unknown, the length
-    rule alone); ``gqa``: fewer K / V heads than query heads. Lengths that are not plain ints (symbolic, under
+    rules alone); ``gqa``: fewer K / V heads than query heads. Lengths that are not plain ints (symbolic, under
     tracing) keep the region's decision (cuDNN)."""
     build = 128 if 64 < head_dim <= 128 else head_dim
     rule = FORWARD_KERNELS_FROM.get(build)
@@ -321,8 +327,11 @@ def forward_keeps_kernels(head_dim, seq_q, seq_kv, causal: bool, batch_heads=Non
     least_q, least_kv = rule[1] if causal else rule[0]
     if seq_q >= least_q and seq_kv >= least_kv:
         return True
-    return (causal and build == 128 and type(batch_heads) is int and batch_heads <= FEW_HEADS_CAUSAL[bool(gqa)]
-            and min(seq_q, seq_kv) >= FEW_HEADS_MIN_LEN)
+    if build != 128 or min(seq_q, seq_kv) < FEW_HEADS_MIN_LEN:
+        return False
+    if causal:
+        return type(batch_heads) is int and batch_heads <= FEW_HEADS_CAUSAL[bool(gqa)]
+    return seq_kv % 128 != 0 and seq_kv >= KEY_TAIL_MIN_KEYS
 
 
 def cudnn_region(device_index, head_dim: int, itemsize: int) -> bool:
