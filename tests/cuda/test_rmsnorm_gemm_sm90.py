@@ -94,6 +94,14 @@ def test_variants():
     assert rg.VARIANTS[rg.XFORM_VARIANT].xform and rg.DEFAULT_VARIANT == rg.REGISTER_A_VARIANT
     dbg = rg.DEBUG_VARIANTS["coop128x256s3-ssdebug"]
     assert dbg.defines(False, False, False)["TW_NORM_SS_DEBUG"] == 1 and dbg.name not in rg.VARIANTS
+    # the timing-only builds without the sums' reads: the folded builds' defines plus TW_NORM_XFORM_NOREAD, never
+    # a build the op or the router can name
+    for name in ("coop128x192s4-xf-roov", "coop128x256s3-xf-roov"):
+        noread = rg.DEBUG_VARIANTS[name + "-noread"]
+        assert noread.defines(False, False, False) == {**rg.READ_ONLY_VARIANTS[name].defines(False, False, False),
+                                                       "TW_NORM_XFORM_NOREAD": 1}
+        assert noread.name not in rg.VARIANTS and noread.name not in rg.READ_ONLY_VARIANTS
+    assert "TW_NORM_XFORM_NOREAD" not in rg.READ_ONLY_VARIANTS["coop128x192s4-xf-roov"].defines(False, False, False)
     assert rg.pick_variant(8192, 4096, 4096).name == rg.DEFAULT_VARIANT
     assert rg.pick_variant(16, 4096, 4096).name == rg.SMALL_M_VARIANT
 

@@ -374,6 +374,14 @@ constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 constexpr bool RES_TMA = TW_RES != 0 && !NORM;
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
 constexpr bool XF_READ_ONLY = TW_NORM_XFORM_RO != 0;
+// TW_NORM_XFORM_NOREAD=1 (debug, timing only: the host's "-noread" builds): the read-only transform warps keep their
+// barrier protocol but read nothing (the sums stay 0, the output is wrong) - what the in-kernel sums cost the
+// kernel apart from the -xf build's structure (its register split and warp roles)
+#ifndef TW_NORM_XFORM_NOREAD
+#define TW_NORM_XFORM_NOREAD 0
+#endif
+constexpr bool XF_NO_READ = TW_NORM_XFORM_NOREAD != 0;
+static_assert(!XF_NO_READ || TW_NORM_XFORM_RO != 0, "TW_NORM_XFORM_NOREAD is a debug variant of the -ro builds");
 // TW_NORM_XFORM_RO=2: the readers overlap the wgmmas (header)
 constexpr bool XF_OVERLAP = TW_NORM_XFORM_RO == 2;
 constexpr int XF_RELEASE_ARRIVALS = XF_OVERLAP ? 96 : 0;  // the reader threads' arrivals on a stage's empty barrier
@@ -756,7 +764,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if constexpr (!XF_READ_ONLY)
             load_g8(norm_w, kb * BK + 8 * lc, K, gf);        // before the wait: its latency hides under it
           mbar_wait(bar_full + 8 * s, (pos / STAGES) & 1);  // TMA bytes of this stage landed
-          xform_stage(sptr + s * STAGE_BYTES, base_even, base_odd, r0, gf, ss);
+          if constexpr (!XF_NO_READ) xform_stage(sptr + s * STAGE_BYTES, base_even, base_odd, r0, gf, ss);
           // our st.shared -> visible to the consumers' wgmma reads (async proxy); a read-only pass wrote nothing
           if constexpr (!XF_READ_ONLY) fence_proxy_async_smem();
           // release: the consumers wait for all 96 arrivals - or, overlapped, the producer's refill does

@@ -51,11 +51,13 @@ class NormVariant(gemm_sm90.Variant):
     # instead of gating the consumers (TW_NORM_XFORM_RO=2)
     read_only: bool = False
     overlap: bool = False
+    no_read: bool = False  # debug, timing only: -ro transform warps that read nothing (TW_NORM_XFORM_NOREAD)
 
     @property
     def name(self) -> str:
         return (super().name + ("" if self.dbuf else "-sb") + ("-ssdebug" if self.ss_debug else "")
-                + ("-xf" if self.xform else "") + ("-ro" if self.read_only else "") + ("ov" if self.overlap else ""))
+                + ("-xf" if self.xform else "") + ("-ro" if self.read_only else "") + ("ov" if self.overlap else "")
+                + ("-noread" if self.no_read else ""))
 
     def smem_bytes(self) -> int:
         """The GEMM's plus, for -xf: per-stage transformed barriers, rstd_full/empty[2], padding, rstd[2][BM] fp32."""
@@ -73,6 +75,8 @@ class NormVariant(gemm_sm90.Variant):
             d["TW_NORM_XFORM"] = 1
         if self.read_only:
             d["TW_NORM_XFORM_RO"] = 2 if self.overlap else 1
+        if self.no_read:
+            d["TW_NORM_XFORM_NOREAD"] = 1
         return d
 
 
@@ -95,7 +99,13 @@ READ_ONLY_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, xf
                                           NormVariant(128, 192, 4, coop=True, xform=True, read_only=True,
                                                       overlap=True))}
 # debug builds (tests/cuda/test_rmsnorm_gemm_sm90_gpu.py, with g = 1); never picked by the router
-DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),)}
+# (-noread: the folded builds' timing without the sums' reads - perf/results/h200/rms_norm_linear/
+# sums_cost_probe_2026-12-01.py; wrong outputs)
+DEBUG_VARIANTS = {v.name: v for v in (NormVariant(128, 256, 3, coop=True, ss_debug=True),
+                                      NormVariant(128, 192, 4, coop=True, xform=True, read_only=True, overlap=True,
+                                                  no_read=True),
+                                      NormVariant(128, 256, 3, coop=True, xform=True, read_only=True, overlap=True,
+                                                  no_read=True))}
 # H200 (MEASURED_ON), time / cuBLAS GEMM geomean over the 8 large shapes: register-A coop128x256s3 1.219x, its
 # single-buffered build 1.317x, transform warps (-xf) 1.368x, Triton fused 1.281x, eager rms_norm + cuBLAS 1.069x.
 # The register-A build is the default; -xf stays selectable. The register-A kernel beat the Triton fused kernel on
@@ -330,7 +340,8 @@ FOLDED_VARIANT = "coop128x256s3-xf-roov"
 # in-kernel sums. H200, 3000 x 5120 x 5120 (perf/results/h200/rms_norm_linear/sumsq_handoff_2026-11-29_s35*.txt):
 # 1.080x the bare cuBLAS GEMM against 1.090 on the 128 x 256 build - less than predicted (~1.02: the rstd GEMM on this
 # tile with the sums given runs 1.007x); the sums cost this tile 7%, the wide one's rows 1.5-2.6%. The pass + rstd
-# GEMM alternative: perf/results/h200/rms_norm_linear/wave_fold_paths_2026-11-29.py (not yet run).
+# GEMM alternative ran level with it (1.081 vs 1.089x, rms_norm_linear/wave_fold_paths_s36.txt); the -noread debug
+# build put the whole cost on the transform warps' reads of the x stages (sums_cost_probe_s36.txt).
 FOLDED_WAVE_VARIANT = "coop128x192s4-xf-roov"
 FOLDED_MEASURED_ON = (
     Measurement("H200", "perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt", "2026-11-28"),
