@@ -45,7 +45,7 @@ def test_norm_self_check_tells_a_right_launch_from_a_wrong_one(monkeypatch, fami
 
     mod = importlib.import_module(f"tilewright.cuda_fallback.{family if family != 'folded' else 'rmsnorm_gemm_sm90'}")
 
-    def launch(x, *args, bias=None, residual=None, activation=0, variant=None):
+    def launch(x, *args, bias=None, residual=None, activation=0, variant=None, row_counts=None):
         if family == "folded":
             g, b, out, rstd, eps = args
             assert variant.name == mod.folded_variant(x.shape[0], b.shape[1], x.shape[1])
@@ -265,7 +265,7 @@ def test_launch_appends_sumsq_rstd_and_eps_to_the_gemm_arguments(monkeypatch):
         seen["variant"], seen["source"] = v, rest[-2:]
         return "fn", 1, ["gemm args"]
 
-    def launch_cached(cache, key, make, device, threads, smem, roles):
+    def launch_cached(cache, key, make, device, threads, smem, roles, zero=None):
         seen["prepared"], seen["roles"], seen["threads"] = make(), roles, threads
 
     monkeypatch.setattr(gemm_sm90, "prepare", prepare)

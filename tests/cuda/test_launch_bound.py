@@ -13,7 +13,7 @@ from tilewright.cuda_fallback.runtime import launch
 
 class _FakeDriver:
     def __init__(self):
-        self.encoded, self.launches = [], []
+        self.encoded, self.launches, self.zeroed = [], [], []
 
     def encode(self, spec, ptr):
         self.encoded.append((spec, ptr))
@@ -30,6 +30,9 @@ class _FakeDriver:
 
     def launch(self, fn, grid, block, smem, stream, args):
         self.launches.append((fn, grid, block, smem, stream, list(args)))
+
+    def zero_u32(self, ptr, count, stream):
+        self.zeroed.append((ptr, count, stream, len(self.launches)))  # (the launches made before it)
 
     def launch_params(self, fn, grid, block, smem, stream, params):
         # a bound launch's parameter array: the addresses of its arguments, read back as the kernel would (slot 0
@@ -79,6 +82,33 @@ def test_a_recorded_launch_binds_and_replays_on_new_addresses(fake):
     bound(1 << 20, 4 << 20, 5 << 20)  # the next call's pointers in the same parameter array
     _, _, _, _, _, again = fake.launches[-1]
     assert again[1][0].value == 4 << 20 and again[2][0].value == 5 << 20 and again[0][1] == args[0][1]
+
+
+def test_counters_are_zeroed_before_each_launch_and_recorded_as_written(fake):
+    """A launch with ``zero`` (counters its CTAs signal through) sets them to 0 in stream order right before the
+    kernel, on the recorded call and on every bound replay, at the replay's own address; the role is recorded as
+    written whole, so an op's replay may hand the launch a fresh, uninitialised buffer."""
+    a, out, counts = torch.randn(32, 64), torch.empty(32, 64), torch.empty(6, dtype=torch.int32)
+    roles = {"a_ptr": a, "c_ptr": out, "bias_ptr": counts}  # (the prepared launch's third pointer slot)
+
+    with _record.recording() as launches:
+        launch.launch_cached({}, ("k",), lambda: _prepare(fake, a, out, counts), torch.device("cpu"), 128, 0,
+                             roles, zero={"bias_ptr": 5})
+    (bound, got, writes), = launches
+    assert writes == ("bias_ptr",) and list(got) == ["a_ptr", "c_ptr", "bias_ptr"]
+    assert fake.zeroed == [(counts.data_ptr(), 5, 7, 0)]  # zeroed, then launched
+    bound(1 << 20, 2 << 20, 3 << 20)
+    assert fake.zeroed[-1] == (3 << 20, 5, 9, 1)
+    assert fake.launches[-1][5][2][0].value == 3 << 20
+    # launch_bound: the same through a per-signature bound launch
+    cache = {}
+    with _record.recording() as launches:
+        assert launch.launch_bound(cache, ("sig",), lambda: _prepare(fake, a, out, counts), torch.device("cpu"), 128,
+                                   0, roles, zero={"bias_ptr": 5})
+    assert launches[0][2] == ("bias_ptr",) and fake.zeroed[-1] == (counts.data_ptr(), 5, 9, 2)
+    # without: nothing zeroed
+    launch.launch_cached({}, ("k2",), lambda: _prepare(fake, a, out, counts), torch.device("cpu"), 128, 0, roles)
+    assert len(fake.zeroed) == 3 and len(fake.launches) == 4
 
 
 @pytest.mark.parametrize("problem", ["role without argument", "argument without role", "copy", "no roles"])

@@ -106,6 +106,19 @@ def test_variants():
     assert rg.pick_variant(16, 4096, 4096).name == rg.SMALL_M_VARIANT
 
 
+def test_sums_once_where_it_measured_faster(monkeypatch):
+    """The folded launch sums once a row block on the 192-column build with more than one column tile (measured
+    faster there, level on the 256-column one), unless TILEWRIGHT_RMS_SUMS_ONCE=0."""
+    monkeypatch.delenv(rg.SUMS_ONCE_ENV, raising=False)
+    assert rg.folded_variant(3000, 5120, 5120) == rg.FOLDED_WAVE_VARIANT and rg.sums_once_applies(3000, 5120, 5120)
+    assert rg.folded_variant(8192, 4096, 4096) == rg.FOLDED_VARIANT and not rg.sums_once_applies(8192, 4096, 4096)
+    monkeypatch.setenv(rg.SUMS_ONCE_ENV, "0")
+    assert not rg.sums_once_applies(3000, 5120, 5120)
+    # the switch is one of the family's: in every replay key (ops/_fast.state), so flipping it re-decides
+    from tilewright import backends
+    assert rg.SUMS_ONCE_ENV in backends.environment()
+
+
 def test_variant_override(monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "coop128x256s3-sb")
     assert not rg.pick_variant(8192, 4096, 4096).dbuf

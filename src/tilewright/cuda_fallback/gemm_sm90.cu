@@ -189,6 +189,18 @@
 //   off that path: the consumers wait on the full barrier as the plain GEMM does, and the readers join the stage's
 //   release instead - the empty barrier counts their 96 arrivals beside the consumers', so the producer refills a
 //   stage only after both the wgmmas and the reads are done with it, and a reader can never be lapped by the ring.
+//   Sums once a row block (row_counts non-null, RO=2 builds): the reads are the whole cost of the in-kernel sums
+//   (a -noread debug build runs at the sums-given time: 1.03 vs 1.11x cuBLAS at 3000 x 5120 x 5120 on the 192 tile,
+//   whose shared-memory port the wgmmas and the TMA already keep busy), and every column tile of a row block read the
+//   same x rows. So the first column tile (pn == 0) of each row block runs first (the tile sequence starts with them,
+//   then the rest in the launch's tile order), sums, stores its rows' rstd to rstd_out, and each of its 96 transform
+//   threads adds 1 (release) to the row block's counter. Every later tile of the row block reads the counter once
+//   (a tile ahead, at the end of the previous tile's stage loop): at XF_THREADS it fences (with the read, an acquire),
+//   skips the reads (still arriving on each stage's empty barrier) and hands the published rstd to its consumers
+//   through the usual smem slot; else - its row block's first tile is still running, in the first wave - it sums for
+//   itself. Nobody waits for another CTA (no co-residency needed), and
+//   the outputs are bit-equal either way (one reduction, in one order). The host zeroes the counters before each
+//   launch (a stale count would hand out a previous launch's rstd).
 #include "ptx/common.cuh"
 #include "ptx/cp_async.cuh"
 #include "ptx/gemm_common.cuh"
@@ -601,7 +613,9 @@ using namespace tw;
 // tm_r, res_rows (RES_TMA builds): res_rows > 0 -> the residual is read through tm_r, a map over (N, res_rows) rows
 // with the output's box and swizzle, at row (r % res_rows) - the whole output (res_rows = M) or a period that every
 // consumer tile lies within (a pos_embed repeated over the batch); 0 -> element loads through res / rs* as above.
-// TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps.
+// TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps; row_counts (the
+// -roov builds' sums once a row block, see TW_NORM_XFORM_RO): ceil(M / BM) u32 counters, zero at launch, or null
+// (used with rstd_out only).
 // TW_NORM_SUMSQ: row_sumsq (M,) fp32, each row's sum of x^2; rstd_out (M,) fp32 or null; eps.
 // TW_SUMSQ_OUT: sumsq_part (ceil(N / BN), M) fp32, row-major: element (pn, r) = the sum over tile column pn's
 // columns of out[r, n]^2, of the values as stored (rounded to 16 bits) - summed over pn by the host, in a fixed order.
@@ -615,7 +629,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  int M, int N, int K, int act, int tile_order, int group, int pair_tiles,
                  const __grid_constant__ TwTensorMap tm_r, int res_rows
 #if TW_NORM_A
-                 , const unsigned short* __restrict__ norm_w, float* __restrict__ rstd_out, float eps
+                 , const unsigned short* __restrict__ norm_w, float* __restrict__ rstd_out, float eps,
+                 unsigned* __restrict__ row_counts
 #endif
 #if TW_NORM_SUMSQ
                  , const float* __restrict__ row_sumsq, float* __restrict__ rstd_out, float eps
@@ -646,6 +661,23 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int W = pair_tiles ? 2 : 1;
   // Every role walks the same sequence of tiles: iteration it of this CTA computes tile_of(it).
   auto tile_of = [&](int it) { return (it / W) * (W * (int)gridDim.x) + W * (int)blockIdx.x + (it % W); };
+#if TW_NORM_XFORM_RO == 2
+  // sums once a row block (TW_NORM_XFORM_RO): the first column of every row block first, then the rest in order
+  const bool sums_once = row_counts != nullptr && rstd_out != nullptr && num_n > 1;
+#else
+  const bool sums_once = false;
+#endif
+  auto coords = [&](int t, int& pm, int& pn) {
+    if (!sums_once) {
+      tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+    } else if (t < num_m) {
+      pm = t;
+      pn = 0;
+    } else {
+      tile_coords(t - num_m, num_m, num_n - 1, tile_order, group, pm, pn);
+      ++pn;
+    }
+  };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -681,7 +713,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const int t = tile_of(it);
         if (t >= num_tiles) break;
         int pm, pn;
-        tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+        coords(t, pm, pn);
         const int m0 = pm * BM, n0 = pn * BN;
         for (int kb = 0; kb < kt; ++kb) {
           const tw_u32 full = bar_full + 8 * s;
@@ -711,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const int t = tile_of(it);
         if (t >= num_tiles) break;
         int pm, pn;
-        tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+        coords(t, pm, pn);
         const int r0 = pm * BM + rbase;
         const float* col_a = scale_a;                    // k-block kb's scale_a column (M floats)
         const float* col_b = scale_b + pn * BN / 128;    // and its scale_b block
@@ -749,11 +781,36 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       const tw_u32 rstd_empty = rstd_full + 16;
       const int base_even = r0 * 128 + ((lc ^ (r0 & 7)) << 4);  // chunk lc of row r0 (swizzled)
       const int base_odd = r0 * 128 + ((lc ^ (r0 & 7) ^ 4) << 4);  // of row r0 + 12, less the 1536-byte row offset
+      constexpr int NPER = (XF_PASSES + 7) / 8;  // rows whose rstd this lane computes / hands over (passes lc + 8 j)
+      // sums once a row block (header): the counter of tile t's row block for a later tile of it (0 otherwise), read
+      // a tile ahead - at the end of the previous tile's stage loop - so that its latency hides under the hand-over
+      // instead of holding up the tile's first stage release (read at the tile's start, the 256-wide tile gained
+      // nothing in session 36's measurement: that load's latency in front of the stage loop is the suspect)
+      auto count_of = [&](int t) -> unsigned {
+        if (!sums_once || t >= num_tiles) return 0u;
+        int qm, qn;
+        coords(t, qm, qn);
+        return qn != 0 ? ld_relaxed_gpu(row_counts + qm) : 0u;
+      };
+      unsigned next_count = count_of(tile_of(0));
       for (int it = 0;; ++it) {
         const int tl = tile_of(it);
         if (tl >= num_tiles) break;
         int pm, pn;
-        tile_coords(tl, num_m, num_n, tile_order, group, pm, pn);
+        coords(tl, pm, pn);
+        float rs[NPER];
+        // a later tile of a row block whose first tile has published takes its rstd (the count and the fence: an
+        // acquire); otherwise this tile reads and sums its stages itself
+        const bool reads = next_count < XF_THREADS;
+        if (!reads) {
+          fence_acq_rel_gpu();
+#pragma unroll
+          for (int j = 0; j < NPER; ++j) {
+            const int p = lc + 8 * j;
+            const int row = pm * BM + r0 + XF_ROWS * p;
+            rs[j] = (p < XF_PASSES && r0 + XF_ROWS * p < BM && row < M) ? ld_relaxed_gpu(rstd_out + row) : 0.0f;
+          }
+        }
         float ss[XF_PASSES];
 #pragma unroll
         for (int p = 0; p < XF_PASSES; ++p) ss[p] = 0.0f;
@@ -764,41 +821,49 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if constexpr (!XF_READ_ONLY)
             load_g8(norm_w, kb * BK + 8 * lc, K, gf);        // before the wait: its latency hides under it
           mbar_wait(bar_full + 8 * s, (pos / STAGES) & 1);  // TMA bytes of this stage landed
-          if constexpr (!XF_NO_READ) xform_stage(sptr + s * STAGE_BYTES, base_even, base_odd, r0, gf, ss);
+          if (!XF_NO_READ && reads) xform_stage(sptr + s * STAGE_BYTES, base_even, base_odd, r0, gf, ss);
           // our st.shared -> visible to the consumers' wgmma reads (async proxy); a read-only pass wrote nothing
           if constexpr (!XF_READ_ONLY) fence_proxy_async_smem();
           // release: the consumers wait for all 96 arrivals - or, overlapped, the producer's refill does
           mbar_arrive((XF_OVERLAP ? bar_empty : bar_xf) + 8 * s);
         }
-        // row sums: the 8 lanes of a row (an aligned octet of the warp) hold its 8 chunks -> butterfly over the octet;
-        // then lane lc of the octet takes passes lc, lc + 8, ... so each lane runs ceil(XF_PASSES / 8) IEEE
-        // div/sqrt instead of XF_PASSES (they sit between this tile's last stage and the next tile's first)
-        constexpr int NPER = (XF_PASSES + 7) / 8;
-        float mine[NPER];
+        next_count = count_of(tile_of(it + 1));
+        if (reads) {
+          // row sums: the 8 lanes of a row (an aligned octet of the warp) hold its 8 chunks -> butterfly over the
+          // octet; then lane lc of the octet takes passes lc, lc + 8, ... so each lane runs ceil(XF_PASSES / 8) IEEE
+          // div/sqrt instead of XF_PASSES (they sit between this tile's last stage and the next tile's first)
+          float mine[NPER];
 #pragma unroll
-        for (int j = 0; j < NPER; ++j) mine[j] = 0.0f;
+          for (int j = 0; j < NPER; ++j) mine[j] = 0.0f;
 #pragma unroll
-        for (int p = 0; p < XF_PASSES; ++p) {
-          float v = ss[p];
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          v += __shfl_xor_sync(0xffffffffu, v, 2);
-          v += __shfl_xor_sync(0xffffffffu, v, 4);
-          if (lc == p % 8) mine[p / 8] = v;
+          for (int p = 0; p < XF_PASSES; ++p) {
+            float v = ss[p];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            if (lc == p % 8) mine[p / 8] = v;
+          }
+#pragma unroll
+          for (int j = 0; j < NPER; ++j)
+            rs[j] = rstd_of(mine[j], K, eps);
+          if (rstd_out != nullptr && pn == 0) {
+#pragma unroll
+            for (int j = 0; j < NPER; ++j) {
+              const int p = lc + 8 * j;
+              const int r = r0 + XF_ROWS * p;
+              if (p < XF_PASSES && r < BM && pm * BM + r < M) rstd_out[pm * BM + r] = rs[j];
+            }
+            // published before the smem hand-over below waits for its slot: later tiles see it sooner
+            if (sums_once) red_release_gpu_add(row_counts + pm, 1u);
+          }
         }
         const int b = it & 1;
-        float rs[NPER];
-#pragma unroll
-        for (int j = 0; j < NPER; ++j)
-          rs[j] = rstd_of(mine[j], K, eps);
         mbar_wait(rstd_empty + 8 * b, ((it >> 1) & 1) ^ 1);  // the consumers of tile it - 2 read this buffer
 #pragma unroll
         for (int j = 0; j < NPER; ++j) {
           const int p = lc + 8 * j;
           const int r = r0 + XF_ROWS * p;
-          if (p < XF_PASSES && r < BM) {
-            rstd_s[b * BM + r] = rs[j];
-            if (rstd_out != nullptr && pn == 0 && pm * BM + r < M) rstd_out[pm * BM + r] = rs[j];
-          }
+          if (p < XF_PASSES && r < BM) rstd_s[b * BM + r] = rs[j];
         }
         mbar_arrive(rstd_full + 8 * b);
       }
@@ -859,7 +924,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     auto copy_head_scales = [&](int it) {
       const int t = tile_of(it);
       int pm = 0, pn = 0;
-      if (t < num_tiles) tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+      if (t < num_tiles) coords(t, pm, pn);
 #pragma unroll
       for (int kb = 0; kb < SCALE_AHEAD; ++kb) {
         if (t < num_tiles && kb < kt)
@@ -881,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       const int t = tile_of(it);
       if (t >= num_tiles) break;
       int pm, pn;
-      tile_coords(t, num_m, num_n, tile_order, group, pm, pn);
+      coords(t, pm, pn);
       const int n0 = pn * BN;
       const int row0 = pm * BM + (COOP ? c * WM : 0);
 #if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD

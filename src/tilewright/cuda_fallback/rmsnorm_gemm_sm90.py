@@ -207,10 +207,15 @@ def _norm_weight_arg(norm_weight: torch.Tensor) -> torch.Tensor:
 def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
                              rstd: torch.Tensor | None, eps: float, *, bias=None, residual=None, activation=0,
                              variant: NormVariant | str | None = None, tile_order: str | int = "grouped",
-                             group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
+                             group: int = 16, num_ctas: int | None = None,
+                             row_counts: torch.Tensor | None = None) -> torch.Tensor:
     """``out = act(rms_norm(x, g, eps) @ b + bias) + residual`` with the sm_90a kernel; rstd (fp32 (M,)) stored when
     given. x: (M, K) K-major; b: (K, N) (``weight.t()``); out: (M, N) row-major; residual (R0, P, N) as in
-    :func:`.gemm_sm90.launch_cuda_gemm`. Raises ValueError on inputs outside :func:`constraints`."""
+    :func:`.gemm_sm90.launch_cuda_gemm`. Raises ValueError on inputs outside :func:`constraints`.
+
+    ``row_counts``: with an -roov build and rstd given, a scratch int32 tensor of at least ceil(M / BM) elements (any
+    contents: the launch zeroes them) - the first column tile of each row block then sums its rows for the later
+    ones (the kernel's header: sums once a row block; the tile sequence starts with those first tiles)."""
     M, K = x.shape
     N = b.shape[1]
     ok, why = constraints(x, norm_weight, b.t(), bias)
@@ -223,21 +228,36 @@ def launch_cuda_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, b: torc
     activation, tile_order, rs, res_ptr, res_period = gemm_common.launch_args(
         "cuda rmsnorm gemm", x, b, out, bias, residual, activation, tile_order, group, out_align=16)
     v = gemm_common.resolve_variant({**VARIANTS, **READ_ONLY_VARIANTS}, pick_variant, variant, M, N, K)
+    zero = None
+    if row_counts is not None:
+        num_m = -(-M // v.bm)
+        if not (v.read_only and v.overlap):
+            raise ValueError(f"cuda rmsnorm gemm: row_counts needs an -roov build, not {v.name}")
+        if rstd is None:
+            raise ValueError("cuda rmsnorm gemm: row_counts needs rstd (the row blocks' rstd pass through it)")
+        if row_counts.dtype != torch.int32 or row_counts.dim() != 1 or row_counts.numel() < num_m or \
+                row_counts.stride(0) != 1 or row_counts.device != x.device:
+            raise ValueError(f"cuda rmsnorm gemm: row_counts must be a contiguous int32 tensor of >= {num_m} "
+                             f"elements on x's device")
+        zero = {"counts_ptr": num_m}
     g = _norm_weight_arg(norm_weight)
     roles = gemm_common.operand_roles(x, b, out, bias, residual)
     roles["g_ptr"] = g  # a private copy (see _norm_weight_arg) is at another address than the op's input: no replay
     if rstd is not None:
         roles["rstd_ptr"] = rstd
+    if row_counts is not None:
+        roles["counts_ptr"] = row_counts
 
     def prepare():
         return _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g,
-                        rstd, eps)
+                        rstd, eps, row_counts)
 
     gemm_common.launch_per_signature(
         _prepared, _bound, prepare, v, residual, roles, (activation, tile_order, group, num_ctas, float(eps)),
         lambda: gemm_common.prepared_key(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
                                          num_ctas, g.data_ptr(), rstd.data_ptr() if rstd is not None else 0,
-                                         float(eps)))
+                                         float(eps), row_counts.data_ptr() if row_counts is not None else 0),
+        zero)
     return out
 
 
@@ -245,10 +265,12 @@ _prepared: dict = {}
 _bound: dict = {}  # BoundCudaLaunch per signature (launches without a residual; runtime/launch.launch_bound)
 
 
-def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd, eps):
+def _prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas, g, rstd, eps,
+             row_counts=None):
     fn, grid, args = gemm_sm90.prepare(x, b, out, v, bias, res_ptr, rs, res_period, activation, tile_order, group,
                                        num_ctas, SOURCE, KERNEL, residual_tma=False)
-    args += [launch.pointer("g_ptr", g), launch.pointer("rstd_ptr", rstd), ctypes.c_float(eps)]
+    args += [launch.pointer("g_ptr", g), launch.pointer("rstd_ptr", rstd), ctypes.c_float(eps),
+             launch.pointer("counts_ptr", row_counts)]
     # g's address is baked into the cached arguments: keep a private copy of it alive with them
     return fn, grid, _Args(args, keep=g)
 
@@ -341,7 +363,8 @@ FOLDED_VARIANT = "coop128x256s3-xf-roov"
 # 1.080x the bare cuBLAS GEMM against 1.090 on the 128 x 256 build - less than predicted (~1.02: the rstd GEMM on this
 # tile with the sums given runs 1.007x); the sums cost this tile 7%, the wide one's rows 1.5-2.6%. The pass + rstd
 # GEMM alternative ran level with it (1.081 vs 1.089x, rms_norm_linear/wave_fold_paths_s36.txt); the -noread debug
-# build put the whole cost on the transform warps' reads of the x stages (sums_cost_probe_s36.txt).
+# build put the whole cost on the transform warps' reads of the x stages (sums_cost_probe_s36.txt), so this build
+# sums once a row block (sums_once_applies, below).
 FOLDED_WAVE_VARIANT = "coop128x192s4-xf-roov"
 FOLDED_MEASURED_ON = (
     Measurement("H200", "perf/results/h200/rms_norm_linear/folded_in_kernel_overlap_2026-11-28_1215.txt", "2026-11-28"),
@@ -370,8 +393,13 @@ def _folded_self_check(device, dtype, name: str = FOLDED_VARIANT) -> tuple[bool,
         M, N = out.shape
         # a g far from 1 that the build must ignore (g is inside the folded weight): one that applied it fails
         unused_g = (1 + 0.5 * torch.randn(x.shape[1], generator=gen)).to(device=x.device, dtype=x.dtype)
+        # the sums once a row block (at every tile width, though try_launch_folded takes it on the 192 tile only), the
+        # counters poisoned past the published count: the launch must zero them, or a later tile of a row block would
+        # take the NaN the rstd buffer is filled with for its row block's rstd
+        counts = torch.full((-(-M // v.bm),), 1 << 20, device=x.device, dtype=torch.int32) if N > v.bn else None
         launch_cuda_rmsnorm_gemm(x, unused_g, w.t(), out, rstd, 1e-6, bias=bias,
-                                 residual=None if res is None else res.reshape(1, M, N), activation=act, variant=v)
+                                 residual=None if res is None else res.reshape(1, M, N), activation=act, variant=v,
+                                 row_counts=counts)
         return folded_reference(x, w, x.float().pow(2).sum(1), bias, 1e-6, act, res)
 
     return run_norm_self_check(device, v, dtype, 4323, case)
@@ -391,16 +419,44 @@ def folded_ready(x, folded, bias=None) -> tuple[bool, str]:
     return FOLDED_GUARD.check(x.device, name, (x.dtype,), lambda: _folded_self_check(x.device, x.dtype, name))
 
 
+# The folded build on the 192-column tile sums each row block's squares in its first column tile only (the kernel's
+# "sums once a row block"). H200, graph replays interleaved, time over bare cuBLAS, outputs bit-equal
+# (perf/results/h200/rms_norm_linear/sums_once_ab_v{1,2,3}_s36.txt, the kernel's three forms; v3 is this one): on the
+# 192 tile 3000 x 5120 x 5120 1.145 -> 1.082x (v1 / v2: 1.148 -> 1.076, 1.172 -> 1.086), 6000 x 5120 x 5120 1.136 ->
+# 1.029x (1.159 -> 1.058, 1.186 -> 1.035); on the 256 tile level (8192 x 4096 x 4096 1.041 -> 1.050, 1.032 -> 1.035,
+# 1.037 -> 1.019; 2048 x 14336 x 4096 1.038 -> 1.024, 1.033 -> 1.016, 1.031 -> 1.019: the reads there cost 2-3%, and
+# the counters' memset before each launch and the first wave's own sums take most of it back). So: the 192 tile only.
+# ``TILEWRIGHT_RMS_SUMS_ONCE=0``: every tile sums there too.
+SUMS_ONCE_ENV = "TILEWRIGHT_RMS_SUMS_ONCE"
+
+
+def sums_once_applies(M: int, N: int, K: int) -> bool:
+    """Whether the folded launch of an (M, N, K) problem sums once a row block: the 192-column folded build
+    (:data:`FOLDED_WAVE_VARIANT`, where it measured faster) with more than one column tile, not turned off by
+    :data:`SUMS_ONCE_ENV`."""
+    name = folded_variant(M, N, K)
+    return (name == FOLDED_WAVE_VARIANT and N > READ_ONLY_VARIANTS[name].bn
+            and os.environ.get(SUMS_ONCE_ENV, "1") != "0")
+
+
 def try_launch_folded(x, folded, out, rstd, eps, bias=None) -> bool:
     """``out = rstd * (x @ folded^T) + bias`` with rstd from x's row sums of squares, taken in-kernel and stored in
-    ``rstd``, by the shape's :func:`folded_variant`. The kernel's g argument gets ``folded[0]`` (any (K,) row of x's
+    ``rstd``, by the shape's :func:`folded_variant` - once a row block where :func:`sums_once_applies` (a scratch
+    counter per row block, zeroed by the launch). The kernel's g argument gets ``folded[0]`` (any (K,) row of x's
     dtype: the read-only build never loads g, which is inside ``folded``). False (the caller's other path then runs)
     after one warning on a failure; never raises."""
+    M, K = x.shape
+    N = folded.shape[0]
+    name = folded_variant(M, N, K)
+    counts = None
+    if sums_once_applies(M, N, K):
+        counts = torch.empty(-(-M // READ_ONLY_VARIANTS[name].bm), device=x.device, dtype=torch.int32)
     return FOLDED_GUARD.run(launch_cuda_rmsnorm_gemm, x, folded[0], folded.t(), out, rstd, eps, bias=bias,
-                            variant=folded_variant(x.shape[0], folded.shape[0], x.shape[1]))
+                            variant=name, row_counts=counts)
 
 
 register(cuda_backend("rms_norm_linear", "rmsnorm_gemm_sm90", "sm_90a register-A WGMMA RMSNorm-GEMM", (9,),
-                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "TILEWRIGHT_RMS_TWO_PASS", "TILEWRIGHT_RMS_FOLDED"),
+                      env=("TILEWRIGHT_CUDA_RMSNORM_VARIANT", "TILEWRIGHT_RMS_TWO_PASS", "TILEWRIGHT_RMS_FOLDED",
+                           SUMS_ONCE_ENV),
                       constraints=constraints,
                       preferred=preferred, ready=ready, launch=try_launch, measured=MEASURED_ON))

@@ -103,11 +103,11 @@ class Replay:
     __slots__ = ("_launches", "_outputs", "_scratch")
 
     def __init__(self, launches: list[tuple], outputs: list[tuple], scratch: list[tuple] = ()):
-        # per launch: (bound, sources, role names, takes tensors); a source is (kind, index) with kind 0 an input,
-        # 1 an output, 2 a scratch buffer. A launch through torch (the gemm op's cuBLAS path) takes the tensors
-        # themselves, a kernel their addresses.
-        self._launches = [(bound, sources, roles, getattr(bound, "takes_tensors", False))
-                          for bound, sources, roles in launches]
+        # per launch: (bound, sources, role names, takes tensors, roles it writes whole); a source is (kind, index)
+        # with kind 0 an input, 1 an output, 2 a scratch buffer. A launch through torch (the gemm op's cuBLAS path)
+        # takes the tensors themselves, a kernel their addresses.
+        self._launches = [(bound, sources, roles, getattr(bound, "takes_tensors", False), writes)
+                          for bound, sources, roles, writes in launches]
         self._outputs = outputs  # (shape, stride, dtype) of each output
         self._scratch = scratch  # (shape, stride, dtype) of each scratch buffer
 
@@ -129,14 +129,14 @@ class Replay:
         scratch = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in
                    self._scratch]
         pools = (inputs, outs, scratch)
-        for bound, sources, roles, takes_tensors in self._launches:
+        for bound, sources, roles, takes_tensors, writes in self._launches:
             tensors = [pools[kind][i] for kind, i in sources]
             if takes_tensors:
                 bound(*tensors)
             else:
                 bound(*[t.data_ptr() for t in tensors])
             if is_recording():  # a caller records its own replay around this one (a public function around its op)
-                record(bound, dict(zip(roles, tensors)))
+                record(bound, dict(zip(roles, tensors)), writes)
         return outs
 
 
@@ -177,7 +177,7 @@ def build(launches: list, inputs: dict, outputs: dict, max_launches: int = 1) ->
                 sources.append((2, len(scratch_specs) - 1))
             else:
                 return None
-        recorded.append((bound, sources, tuple(roles)))
+        recorded.append((bound, sources, tuple(roles), tuple(writes)))
     specs = [None] * len(outputs)
     for i, t in outputs.values():
         if t.numel() and i not in written:

@@ -7,7 +7,12 @@ with three transform warps, their barrier arrivals). The "-noread" debug builds 
 row block (perf/LOG.md session 36) pays; if near the in-kernel time, the build's structure is.
 Graph replays interleaved, L2 flushed, bf16.
 
-    PYTHONPATH=src python perf/results/h200/rms_norm_linear/sums_cost_probe_2026-12-01.py > $OUT/sums_cost_probe.txt"""
+    PYTHONPATH=src python perf/results/h200/rms_norm_linear/sums_cost_probe_2026-12-01.py > $OUT/sums_cost_probe.txt
+
+``--once`` adds the in-kernel build summing once a row block (``row_counts``: what the op now launches) and checks
+its output bit-equal to the every-tile build's."""
+import sys
+
 import torch
 import torch.nn.functional as F
 
@@ -30,10 +35,11 @@ for M, N, K, tile in ((3000, 5120, 5120, "coop128x192s4"), (6000, 5120, 5120, "c
         return bufs.setdefault(name, (torch.empty(M, N, device="cuda", dtype=torch.bfloat16),
                                       torch.empty(M, device="cuda")))
 
-    def in_kernel(variant):
-        y, rstd = out(variant)
+    def in_kernel(variant, once=False):
+        y, rstd = out(variant + (" once" if once else ""))
         v = {**rn.READ_ONLY_VARIANTS, **rn.DEBUG_VARIANTS}[variant]
-        return lambda: rn.launch_cuda_rmsnorm_gemm(x, wg[0], wg.t(), y, rstd, EPS, variant=v)
+        counts = torch.empty(-(-M // v.bm), device="cuda", dtype=torch.int32) if once else None
+        return lambda: rn.launch_cuda_rmsnorm_gemm(x, wg[0], wg.t(), y, rstd, EPS, variant=v, row_counts=counts)
 
     def given(variant):
         y, rstd = out("given " + variant)
@@ -41,10 +47,15 @@ for M, N, K, tile in ((3000, 5120, 5120, "coop128x192s4"), (6000, 5120, 5120, "c
 
     fns = {"in-kernel": in_kernel(f"{tile}-xf-roov"), "in-kernel -noread": in_kernel(f"{tile}-xf-roov-noread"),
            "rstd (sums given)": given(tile), "cublas": lambda: F.linear(x, w)}
+    if "--once" in sys.argv:
+        fns["in-kernel once"] = in_kernel(f"{tile}-xf-roov", once=True)
     for fn in fns.values():
         fn()
     torch.cuda.synchronize()
     err = (bufs[f"{tile}-xf-roov"][0].float() - bufs["given " + tile][0].float()).abs().max().item()
+    if "--once" in sys.argv:
+        every, once = bufs[f"{tile}-xf-roov"], bufs[f"{tile}-xf-roov once"]
+        assert torch.equal(every[0], once[0]) and torch.equal(every[1], once[1]), "once != every tile"
     with torch.no_grad():
         ms = dict(zip(fns, graph_ms_alternating(list(fns.values()), calls=10, replays=15)))
     print(f"{M}x{N}x{K} [{tile}]: " + " | ".join(f"{k} {v * 1e3:.1f} us ({v / ms['cublas']:.3f}x)"

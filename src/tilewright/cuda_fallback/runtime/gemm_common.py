@@ -132,17 +132,18 @@ def launch_family(label: str, variants: dict, pick, prepared: dict, prepare, a, 
 
 
 def launch_per_signature(prepared: dict, bound: dict, prepare, v, residual, roles: dict, scalars: tuple,
-                         key) -> None:
+                         key, zero: dict | None = None) -> None:
     """Launch a norm GEMM build (384 threads) whose op calls it with fresh outputs every call: bound per call
     signature (``launch.launch_bound``: the roles' tensor signatures, the variant ``v`` and ``scalars`` - every
     non-address argument), or - with a residual, whose map and period stay per address, or a launch that cannot be
-    bound - through the per-address cache under ``key()`` (computed only then)."""
+    bound - through the per-address cache under ``key()`` (computed only then). ``zero``: as
+    ``launch.launch_cached`` takes it (the roles' signatures decide it: it is in the bound launch)."""
     device = next(iter(roles.values())).device
     if residual is None:
         sig = (tuple(tensor_signature(t) for t in roles.values()), tuple(roles), v, *scalars)
-        if launch.launch_bound(bound, sig, prepare, device, 384, v.smem_bytes(), roles):
+        if launch.launch_bound(bound, sig, prepare, device, 384, v.smem_bytes(), roles, zero=zero):
             return
-    launch.launch_cached(prepared, key(), prepare, device, 384, v.smem_bytes(), roles)
+    launch.launch_cached(prepared, key(), prepare, device, 384, v.smem_bytes(), roles, zero=zero)
 
 
 def operand_roles(a, b, out, bias, residual) -> dict:

@@ -68,6 +68,7 @@ class _Driver:
                 from None
         self.check(self.lib.cuInit(0), "cuInit")
         self.lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
         self.lib.cuTensorMapEncodeTiled.argtypes = [
             ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
             ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
@@ -154,6 +155,11 @@ class _Driver:
         if rc:
             self.check(rc, "cuLaunchKernel")
 
+    def zero_u32(self, ptr: int, count: int, stream: int) -> None:
+        """cuMemsetD32Async: ``count`` 32-bit words at ``ptr`` set to 0, in stream order (a memset node when the
+        stream is being captured into a CUDA graph)."""
+        self.check(self.lib.cuMemsetD32Async(ptr, 0, count, stream), "cuMemsetD32Async")
+
 
 _driver: _Driver | None = None
 _driver_lock = threading.Lock()
@@ -177,7 +183,8 @@ PREPARED_MAX = 256  # prepared launches kept per family; the oldest goes first
 MAPS_PER_SLOT = 16  # encoded maps a bound launch keeps per operand (BoundCudaLaunch)
 
 
-def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: int, roles: dict | None = None) -> None:
+def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: int, roles: dict | None = None,
+                  zero: dict | None = None) -> None:
     """Launch the (function, grid, kernel arguments) cached under ``key`` (``prepare()`` builds it on a miss; at most
     PREPARED_MAX entries, oldest dropped first) on ``device``'s current stream with a 1-D block of ``threads``;
     ``grid`` is a CTA count (1-D) or an (x, y, z) tuple.
@@ -185,7 +192,9 @@ def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: 
     ``roles``: ``{role: tensor}`` for the arguments ``prepare`` tagged with :func:`tag` (role names as the ops'
     replays know them, e.g. ``a_ptr``, ``Q``). An op recording this call (_record.recording) gets a
     :class:`BoundCudaLaunch` of it; without ``roles`` it gets an unbound launch, which keeps the op on its full
-    path."""
+    path. ``zero``: ``{role: n}`` - the first n 32-bit words of those roles' tensors set to 0 in stream order right
+    before the kernel (counters the kernel's CTAs signal through; recorded as buffers the launch writes whole, so a
+    replay may pass fresh, uninitialised ones)."""
     prepared = cache.get(key)
     if prepared is None:
         prepared = prepare()
@@ -196,10 +205,12 @@ def launch_cached(cache: dict, key: tuple, prepare, device, threads: int, smem: 
     grid = grid if isinstance(grid, tuple) else (grid, 1, 1)
     stream = torch.cuda.current_stream(device).cuda_stream
     with torch.cuda.device(device):
+        for role, n in (zero or {}).items():
+            driver().zero_u32(roles[role].data_ptr(), n, stream)
         driver().launch(fn, grid, (threads, 1, 1), smem, stream, args)
     if is_recording():
-        bound = None if roles is None else bind_cuda(fn, grid, threads, smem, args, roles, device)
-        record(bound, roles if bound is not None else {})
+        bound = None if roles is None else bind_cuda(fn, grid, threads, smem, args, roles, device, zero)
+        record(bound, roles if bound is not None else {}, tuple(zero or ()) if bound is not None else ())
 
 
 def tag(arg, role: str):
@@ -233,12 +244,17 @@ class BoundCudaLaunch:
     its pointers into the launch's own ``c_uint64`` arguments and the chosen maps' addresses into the array, then
     launches - no argument list copy, no new ctypes objects, no array per call (12.5 -> ~4 us of Python a launch on
     the dev box with a no-op driver call). The driver copies the parameters at the launch, and a lock keeps two
-    threads launching the same bound launch from writing each other's pointers in between."""
+    threads launching the same bound launch from writing each other's pointers in between.
 
-    __slots__ = ("_args", "_block", "_device", "_fn", "_grid", "_lock", "_maps", "_params", "_slots", "_smem")
+    ``zero``: (position among the roles, 32-bit words) of the roles whose buffers are zeroed in stream order right
+    before each launch (see :func:`launch_cached`)."""
 
-    def __init__(self, fn, grid: tuple, threads: int, smem: int, args: list, slots: list, device: int):
+    __slots__ = ("_args", "_block", "_device", "_fn", "_grid", "_lock", "_maps", "_params", "_slots", "_smem", "_zero")
+
+    def __init__(self, fn, grid: tuple, threads: int, smem: int, args: list, slots: list, device: int,
+                 zero: tuple = ()):
         self._fn, self._grid, self._block, self._smem = fn, grid, (threads, 1, 1), smem
+        self._zero = zero
         self._args = list(args)  # (keeps every argument the parameter array points at alive)
         for i, spec in slots:
             if spec is None:  # a pointer slot: this launch's own argument, rewritten per call
@@ -265,16 +281,24 @@ class BoundCudaLaunch:
                 params[i] = entry[1]
             stream = torch._C._cuda_getCurrentRawStream(self._device)
             if torch._C._cuda_getDevice() == self._device:
-                driver().launch_params(self._fn, self._grid, self._block, self._smem, stream, params)
+                self._launch(stream, params, pointers)
             else:  # the launch runs in the current context: make it the tensors' device's
                 with torch.cuda.device(self._device):
-                    driver().launch_params(self._fn, self._grid, self._block, self._smem, stream, params)
+                    self._launch(stream, params, pointers)
+
+    def _launch(self, stream: int, params, pointers) -> None:
+        drv = driver()
+        for position, words in self._zero:
+            drv.zero_u32(pointers[position], words, stream)
+        drv.launch_params(self._fn, self._grid, self._block, self._smem, stream, params)
 
 
-def bind_cuda(fn, grid: tuple, threads: int, smem: int, args: list, roles: dict, device) -> BoundCudaLaunch | None:
+def bind_cuda(fn, grid: tuple, threads: int, smem: int, args: list, roles: dict, device,
+              zero: dict | None = None) -> BoundCudaLaunch | None:
     """A :class:`BoundCudaLaunch` of a prepared launch whose ``roles`` (``{role: tensor}``) are its tagged address
     arguments (:func:`tag`), or None when they do not match one to one - a role without its argument, a tagged
-    argument no role names, an argument not at its tensor's address (a copy): nothing is bound on a guess."""
+    argument no role names, an argument not at its tensor's address (a copy): nothing is bound on a guess.
+    ``zero``: as :func:`launch_cached` takes it."""
     tagged = {a.role: i for i, a in enumerate(args) if getattr(a, "role", None) is not None}
     if set(tagged) != set(roles) or sum(getattr(a, "role", None) is not None for a in args) != len(tagged):
         return None
@@ -288,10 +312,14 @@ def bind_cuda(fn, grid: tuple, threads: int, smem: int, args: list, roles: dict,
             slots.append((i, None))
         else:
             return None
-    return BoundCudaLaunch(fn, grid, threads, smem, args, slots, device.index if device.index is not None else 0)
+    order = list(roles)
+    zeroed = tuple((order.index(role), words) for role, words in (zero or {}).items())
+    return BoundCudaLaunch(fn, grid, threads, smem, args, slots, device.index if device.index is not None else 0,
+                           zeroed)
 
 
-def launch_bound(cache: dict, sig: tuple, prepare, device, threads: int, smem: int, roles: dict) -> bool:
+def launch_bound(cache: dict, sig: tuple, prepare, device, threads: int, smem: int, roles: dict,
+                 zero: dict | None = None) -> bool:
     """Launch through the :class:`BoundCudaLaunch` cached under the call signature ``sig`` (bound from ``prepare()``
     on a miss; at most PREPARED_MAX, oldest dropped first), recording it for an op that records; False, launching
     nothing, when the prepared launch cannot be bound (:func:`bind_cuda`) - the caller then uses
@@ -300,11 +328,13 @@ def launch_bound(cache: dict, sig: tuple, prepare, device, threads: int, smem: i
     Why per signature and not per address (:func:`launch_cached`'s key): an op calls its kernel with fresh output
     and scratch buffers every call, and a prepare per new address (the tensor maps encoded through ctypes) is the
     130-450 us of host a bound launch exists to avoid. ``sig`` must hold everything but the addresses: the roles'
-    tensor signatures, the variant and every scalar argument."""
+    tensor signatures, the variant and every scalar argument (and what decides ``zero``, which is bound with the
+    launch: see :func:`launch_cached`)."""
     bound = cache.get(sig)
     if bound is None:
         fn, grid, args = prepare()
-        bound = bind_cuda(fn, grid if isinstance(grid, tuple) else (grid, 1, 1), threads, smem, args, roles, device)
+        bound = bind_cuda(fn, grid if isinstance(grid, tuple) else (grid, 1, 1), threads, smem, args, roles, device,
+                          zero)
         if len(cache) >= PREPARED_MAX:
             cache.pop(next(iter(cache)))
         bound = cache[sig] = bound if bound is not None else False  # (False: not bindable - no prepare per call)
@@ -312,5 +342,5 @@ def launch_bound(cache: dict, sig: tuple, prepare, device, threads: int, smem: i
         return False
     bound(*[t.data_ptr() for t in roles.values()])
     if is_recording():
-        record(bound, roles)
+        record(bound, roles, tuple(zero or ()))
     return True
