@@ -46,6 +46,25 @@ def test_a_replay_reports_itself_to_an_enclosing_recording():
     replay(a.device, a, b)  # outside a recording: nothing reported, nothing raised
 
 
+def test_a_replay_reports_the_buffers_its_launch_writes_to_an_enclosing_recording():
+    """A launch that writes a scratch buffer whole (the folded RMSNorm-GEMM's row counters, zeroed by the launch
+    itself) replays with a fresh one, and reports it as written when a public function records around the replay -
+    so the public function's own replay can allocate it too (without the ``writes``, it would be a buffer from
+    nowhere and the public function would never replay)."""
+    x, out, counts = torch.randn(4, 8), torch.empty(4, 3), torch.empty(2, dtype=torch.int32)
+    bound = FakeBound()
+    replay = _fast.build([(bound, {"a_ptr": x, "c_ptr": out, "counts_ptr": counts}, ("counts_ptr",))],
+                         {"a_ptr": (0, x)}, {"c_ptr": (0, out)})
+    assert replay is not None
+    x2 = torch.randn(4, 8)
+    with recording() as launches:
+        got, = replay(x2.device, x2)
+    (rb, roles, writes), = launches
+    assert writes == ("counts_ptr",) and roles["counts_ptr"].dtype == torch.int32
+    assert roles["counts_ptr"].data_ptr() not in (x2.data_ptr(), got.data_ptr())
+    assert _fast.build(launches, {"a_ptr": (0, x2)}, {"c_ptr": (0, got)}) is not None
+
+
 def test_replay_maps_roles_by_name_not_by_address():
     a = torch.randn(4, 8)
     out = torch.empty(4, 3)

@@ -198,9 +198,9 @@
 //   (a tile ahead, at the end of the previous tile's stage loop): at XF_THREADS it fences (with the read, an acquire),
 //   skips the reads (still arriving on each stage's empty barrier) and hands the published rstd to its consumers
 //   through the usual smem slot; else - its row block's first tile is still running, in the first wave - it sums for
-//   itself. Nobody waits for another CTA (no co-residency needed), and
-//   the outputs are bit-equal either way (one reduction, in one order). The host zeroes the counters before each
-//   launch (a stale count would hand out a previous launch's rstd).
+//   itself. Nobody waits for another CTA (no co-residency needed), and the outputs are bit-equal either way (one
+//   reduction, in one order). The host zeroes the counters before each launch (a stale count would hand out a
+//   previous launch's rstd).
 #include "ptx/common.cuh"
 #include "ptx/cp_async.cuh"
 #include "ptx/gemm_common.cuh"
@@ -783,9 +783,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       const int base_odd = r0 * 128 + ((lc ^ (r0 & 7) ^ 4) << 4);  // of row r0 + 12, less the 1536-byte row offset
       constexpr int NPER = (XF_PASSES + 7) / 8;  // rows whose rstd this lane computes / hands over (passes lc + 8 j)
       // sums once a row block (header): the counter of tile t's row block for a later tile of it (0 otherwise), read
-      // a tile ahead - at the end of the previous tile's stage loop - so that its latency hides under the hand-over
-      // instead of holding up the tile's first stage release (read at the tile's start, the 256-wide tile gained
-      // nothing in session 36's measurement: that load's latency in front of the stage loop is the suspect)
+      // a tile ahead - at the end of the previous tile's stage loop - so that its latency sits under the hand-over,
+      // not in front of the tile's first stage release (measured level with reading it at the tile's start, session
+      // 36: neither form gained on the 256-wide tile, hence the host takes this on the 192 one only)
       auto count_of = [&](int t) -> unsigned {
         if (!sums_once || t >= num_tiles) return 0u;
         int qm, qn;

@@ -306,9 +306,10 @@ FORWARD_KERNELS_FROM = {64: ((2048, 2048), (4096, 4096)), 128: ((512, 4096), (40
 #   pairs get fewer at every length (why cuDNN's causal forward loses there was not profiled).
 # * Without the mask, a key length that is no multiple of 128: every such row from 1100 keys ran 1.02-1.18x (S 1100-
 #   3900 and 2112 = 33 x 64; B x Hq 16-256; 3000 at head dim 96 too), the multiples of 128 between them 0.91-1.02x
-#   (one row 1.15x: B 1 x 16 heads at 1024; 2176 = 17 x 128: 0.96-0.99x), 1000 keys level at B x Hq 64 (1.00x). The key length decides, not the query rows:
-#   3000 query rows on 2048 / 3072 keys 0.96 / 0.99x, 2048 / 3072 query rows on 3000 keys 1.09 / 1.08-1.11x (cuDNN
-#   appears to pay for a partial last key block; the kernels mask only that block).
+#   (one row 1.15x: B 1 x 16 heads at 1024; 2176 = 17 x 128: 0.96-0.99x), 1000 keys level at B x Hq 64 (1.00x).
+#   The key length decides, not the query rows: 3000 query rows on 2048 / 3072 keys 0.96 / 0.99x, 2048 / 3072 query
+#   rows on 3000 keys 1.09 / 1.08-1.11x (cuDNN appears to pay for a partial last key block; the kernels mask only
+#   that block).
 FEW_HEADS_CAUSAL = {False: 32, True: 64}  # grouped-query heads -> most B x Hq pairs
 FEW_HEADS_MIN_LEN = 1024  # the grid's shortest rows (both lengths)
 KEY_TAIL_MIN_KEYS = 1100  # without the mask: keys off the 128 grid from here (and FEW_HEADS_MIN_LEN query rows)
