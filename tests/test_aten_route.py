@@ -26,6 +26,9 @@ def route(monkeypatch):
     """The route on (default limit) for CPU tensors; replay caches empty before and after."""
     monkeypatch.delenv(_aten.ENV, raising=False)
     monkeypatch.setattr(_fast, "eligible", lambda *tensors: True)
+    # the Python key reads eligible (the C key, tilewright/_native, tests CUDA itself: test_native_key.py)
+    monkeypatch.setattr(_fast, "replay_key", _fast.python_replay_key)
+    monkeypatch.setattr(_fast, "_native_pending", False)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     _fast.invalidate()
     yield monkeypatch

@@ -145,6 +145,11 @@ def run(suite: str = "default", progress=print) -> pd.DataFrame:
     device, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float16)
     if not gpu:
         progress("no GPU: interpreter timings of the Python path only (they say nothing about the GPU budget)")
+    else:
+        from .. import _native
+
+        _native.load(block=True)  # (a first run on a machine builds the C replay key: time what users get after)
+        progress(f"replay key in C: {_native.status()}")
     runs = RUNS if gpu else 3
     rows, peers = [], {}
     for case, (ours, peer) in cases(SUITES[suite]["gemm"], SUITES[suite]["attention"], device, dtype).items():

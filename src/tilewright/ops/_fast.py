@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import backends, router
-from .. import _env
+from .. import _env, _native, backends, router
 from .._env import interpreting
 from ..autotune import cache
 from . import _aten
@@ -81,6 +80,58 @@ def eligible(*tensors) -> bool:
 
 
 sig = tensor_signature  # what a replay depends on in one tensor argument (None stays None)
+
+
+def python_replay_key(head: tuple, tensors: tuple, tail: tuple):
+    """An op's replay key: ``(*head, *signatures of tensors, *tail, records_grad, state())``, or None when the call
+    may not replay (:func:`eligible`). ``tensors``: the op's tensor arguments (None entries allowed), all of them
+    read for ``records_grad`` (``torch.is_grad_enabled()`` and any of them requires grad); ``head`` / ``tail``: the
+    op's name and options, already judged hashable by the op. The caller checks ``torch.compiler.is_compiling()``
+    first (where dynamo sees it). :data:`replay_key` is this function or its C twin (tilewright/_native), which
+    builds the same tuple; tests compare the two."""
+    if _native_pending:
+        _adopt_native()
+    if not eligible(*tensors):
+        return None
+    return (*head, *map(sig, tensors), *tail,
+            torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors), state())
+
+
+replay_key = python_replay_key  # the C key once tilewright/_native has loaded it (_adopt_native)
+_native_pending = not _native.disabled()
+
+
+def native_replay_key(device_attr: str = "is_cuda", block: bool = False):
+    """The C key bound to this process's objects, or None when the extension is not available (yet:
+    ``block=True`` waits for a build in progress; ``_native.status()`` says why). ``device_attr``: the tensor
+    attribute that must be true (tests name ``is_cpu`` to compare the two keys on CPU tensors; the binding is the
+    module's, so they bind it back to ``is_cuda`` after)."""
+    module = _native.load(block)
+    if module is None:
+        return None
+    state()  # (computes the switches' names)
+    if _env._environ_bytes is None:
+        return None  # (not POSIX: _native does not build there)
+    module.configure(_PLAIN, device_attr, _env._environ_bytes, tuple(sorted(_env_names)), torch._C, cache, router,
+                     backends, router._local)
+    return module.replay_key
+
+
+def _adopt_native() -> None:
+    """Swap :data:`replay_key` for the C key once the extension is loaded (a build in the background, from the
+    first import on a machine, finishes after some calls); stop looking once it is in or cannot come."""
+    global replay_key, _native_pending
+    if _native.building():
+        return
+    key = native_replay_key()
+    if key is not None:
+        replay_key = key
+    if key is not None or not _native.building():  # (else: load() has just started the build)
+        _native_pending = False
+
+
+if _native_pending:
+    _native.load()  # imports a cached build, or starts building one in the background
 
 
 def state() -> tuple:

@@ -569,10 +569,7 @@ def _replay_key(q, k, v, causal, scale, backend, *extra):
         return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
     if not (type(causal) is bool and type(scale) in (float, int, type(None)) and type(backend) in (str, type(None))):
         return None
-    if not _fast.eligible(q, k, v):
-        return None
-    sig = _fast.sig
-    return (sig(q), sig(k), sig(v), causal, scale, backend, *extra, _records_grad(q, k, v), _fast.state())
+    return _fast.replay_key((), (q, k, v), (causal, scale, backend, *extra))
 
 
 def _records_grad(q, k, v) -> bool:

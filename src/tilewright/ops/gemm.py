@@ -291,11 +291,7 @@ def _replay_key(a, b, bias, residual, activation, out_dtype, backend, entry: str
     if not (type(activation) in (str, type(None)) and type(backend) in (str, type(None))
             and (out_dtype is None or isinstance(out_dtype, torch.dtype))):
         return None
-    if not _fast.eligible(a, b, bias, residual):
-        return None
-    sig = _fast.sig
-    return (entry, sig(a), sig(b), sig(bias), sig(residual), activation, out_dtype, backend,
-            _needs_grad(a, b, bias, residual), _fast.state())
+    return _fast.replay_key((entry,), (a, b, bias, residual), (activation, out_dtype, backend))
 
 
 def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text, key=(),

@@ -653,11 +653,8 @@ def _replay_key(x, norm_weight, weight, bias, eps, backend):
         return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
     if not (type(eps) is float and type(backend) in (str, type(None))):
         return None
-    if not _fast.eligible(x, norm_weight, weight, bias):
-        return None
-    sig = _fast.sig
-    return (sig(x), sig(norm_weight), sig(weight), sig(bias), eps, backend, _aten.capturing(x),
-            _autograd_records(x, norm_weight, weight, bias), _fast.state())
+    key = _fast.replay_key((), (x, norm_weight, weight, bias), (eps, backend))
+    return None if key is None else (_aten.capturing(x), *key)  # (x is a CUDA tensor once there is a key)
 
 
 def _autograd_records(*tensors) -> bool:
