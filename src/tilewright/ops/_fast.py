@@ -109,11 +109,10 @@ def native_replay_key(device_attr: str = "is_cuda", block: bool = False):
     module = _native.load(block)
     if module is None:
         return None
-    state()  # (computes the switches' names)
     if _env._environ_bytes is None:
         return None  # (not POSIX: _native does not build there)
-    module.configure(_PLAIN, device_attr, _env._environ_bytes, tuple(sorted(_env_names)), torch._C, cache, router,
-                     backends, router._local)
+    module.configure(_PLAIN, device_attr, _env._environ_bytes, tuple(sorted(_switch_names())), torch._C, cache,
+                     router, backends, router._local)
     return module.replay_key
 
 
@@ -139,12 +138,17 @@ def state() -> tuple:
     switches, TILEWRIGHT_AUTOTUNE, the ATen route's limit (ops/_aten.py), the tuning cache generation, the router's
     epoch (``router.invalidate()`` bumps it), the backends' readiness epoch (a CUDA family disabled after a failed
     launch stops replaying), a forced backend (``use_backend``), the current device."""
+    return (_env.set_env(_env_names or _switch_names()), cache.generation, router.epoch, backends.readiness_epoch,
+            router._local.backend, torch._C._cuda_getDevice())
+
+
+def _switch_names() -> frozenset:
+    """The environment switches :func:`state` reads (bytes on POSIX: _env.set_env), computed once."""
     global _env_names
     if _env_names is None:
         names = (*backends.environment(), "TILEWRIGHT_AUTOTUNE", _aten.ENV)
         _env_names = frozenset(n.encode() for n in names) if _env._environ_bytes is not None else frozenset(names)
-    return (_env.set_env(_env_names), cache.generation, router.epoch, backends.readiness_epoch,
-            router._local.backend, torch._C._cuda_getDevice())
+    return _env_names
 
 
 class Replay:
