@@ -158,7 +158,10 @@ def _info(args) -> int:
         print("GPU: none (CPU only" + (", Triton interpreter on)" if interp else ")"))
         device = "cpu"
     print(f"Triton autotune cache: {os.environ.get('TRITON_CACHE_DIR', os.path.expanduser('~/.triton/cache'))}")
-    from . import router
+    from . import _native, router
+
+    _native.load(block=True)
+    print(f"Replay key in C: {_native.status()}")
 
     a = torch.empty(256, 256, device=device, dtype=torch.bfloat16)
     for op in router.PREFERENCE:
