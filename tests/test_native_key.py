@@ -5,7 +5,6 @@ recorded through one is found through the other and nothing but the host cost di
 CPU tier: the C key is bound with ``is_cpu`` as its device test and the Python key's eligibility is made to match
 (CPU tensors stand in for CUDA ones, as in test_aten_route.py); the fixture binds the C key back to ``is_cuda``."""
 import itertools
-import os
 
 import pytest
 import torch
@@ -13,8 +12,6 @@ import torch
 from tilewright import _native, backends, router
 from tilewright.autotune import cache as tuning_cache
 from tilewright.ops import _fast
-from tilewright.ops._eager import _PLAIN, traced
-from tilewright._env import interpreting
 
 
 @pytest.fixture
@@ -25,15 +22,7 @@ def keys(monkeypatch):
     # may read the variable as a GPU run has it (the test of the interpreter's refusal sets it back).
     monkeypatch.setenv("TRITON_INTERPRET", "0")
 
-    def eligible(*tensors):
-        if traced():
-            return False
-        for t in tensors:
-            if t is not None and (type(t) not in _PLAIN or not t.is_cpu):
-                return False
-        return not interpreting()
-
-    monkeypatch.setattr(_fast, "eligible", eligible)
+    monkeypatch.setattr(_fast, "eligible", _fast.eligibility("is_cpu"))
     monkeypatch.setattr(_fast, "_native_pending", False)  # (its adoption would bind the C key to is_cuda)
     c_key = _fast.native_replay_key("is_cpu", block=True)
     assert c_key is not None, _native.status()

@@ -1,6 +1,6 @@
 """Issue 14 on the 2-core dev box (no GPU): the replay key's cost, C (tilewright/_native) against Python
 (ops/_fast.python_replay_key), on CPU tensors standing in for CUDA ones (the C key bound with ``is_cpu``, the Python
-key's eligibility copied with ``is_cpu``; the current device faked) - the key of a linear call (x, weight, no bias, no
+key's eligibility is ``_fast.eligibility("is_cpu")``; the current device faked) - the key of a linear call (x, weight, no bias, no
 residual) and of an attention call (q, k, v). Best of 7 repeats of 20,000 calls each (timeit).
 
     PYTHONPATH=src TRITON_INTERPRET=0 python perf/results/devbox/native_key_2026-12-01.py"""
@@ -8,23 +8,10 @@ import timeit
 
 import torch
 
-from tilewright._env import interpreting
 from tilewright.ops import _fast
-from tilewright.ops._eager import _PLAIN, traced
 
 torch._C._cuda_getDevice = lambda: 0
-
-
-def eligible(*tensors):  # ops/_fast.eligible with is_cpu for is_cuda
-    if traced():
-        return False
-    for t in tensors:
-        if t is not None and (type(t) not in _PLAIN or not t.is_cpu):
-            return False
-    return not interpreting()
-
-
-_fast.eligible = eligible
+_fast.eligible = _fast.eligibility("is_cpu")
 _fast._native_pending = False
 c_key = _fast.native_replay_key("is_cpu", block=True)
 python_key = _fast.python_replay_key

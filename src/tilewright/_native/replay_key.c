@@ -174,7 +174,6 @@ static PyObject *replay_key(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (key == NULL) return NULL;
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < n_head; i++) PyTuple_SET_ITEM(key, k++, Py_NewRef(PyTuple_GET_ITEM(head, i)));
-    int records_grad = -2;  /* unknown until asked: torch.is_grad_enabled() first, as the Python key's `and` */
     for (Py_ssize_t i = 0; i < n_tensors; i++) {
         PyObject *x = PyTuple_GET_ITEM(tensors, i);
         if (x == Py_None) {
@@ -188,7 +187,7 @@ static PyObject *replay_key(PyObject *self, PyObject *const *args, Py_ssize_t na
     for (Py_ssize_t i = 0; i < n_tail; i++) PyTuple_SET_ITEM(key, k++, Py_NewRef(PyTuple_GET_ITEM(tail, i)));
     PyObject *enabled = call_torch_C(s_is_grad_enabled);
     if (enabled == NULL) goto fail;
-    records_grad = PyObject_IsTrue(enabled);
+    int records_grad = PyObject_IsTrue(enabled);  /* grad mode first, as the Python key's `and` */
     Py_DECREF(enabled);
     if (records_grad < 0) goto fail;
     if (records_grad) {

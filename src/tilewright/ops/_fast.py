@@ -33,6 +33,8 @@ itself, before :func:`eligible`, keeps ``eligible``, ``traced`` and the key's he
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from .. import _env, _native, backends, router
@@ -68,15 +70,26 @@ def store(cache: dict, key, replay) -> None:
     cache[key] = replay
 
 
-def eligible(*tensors) -> bool:
-    """Whether an eager call on ``tensors`` (None entries skipped) may replay: CUDA tensors of plain types, no
-    tracing (ops/_eager.traced), no interpreter. Autograd is the caller's check."""
-    if traced():
-        return False
-    for t in tensors:
-        if t is not None and (type(t) not in _PLAIN or not t.is_cuda):
+def eligibility(device_attr: str = "is_cuda"):
+    """The replay's eligibility test with ``device_attr`` as each tensor's device check: :func:`eligible` is
+    ``eligibility("is_cuda")``; CPU tests and dev-box probes let CPU tensors stand in with ``"is_cpu"`` (the C key
+    takes the same name: :func:`native_replay_key`)."""
+    on_device = operator.attrgetter(device_attr)
+
+    def eligible(*tensors) -> bool:
+        """Whether an eager call on ``tensors`` (None entries skipped) may replay: tensors of plain types on the
+        device (CUDA), no tracing (ops/_eager.traced), no interpreter. Autograd is the caller's check."""
+        if traced():
             return False
-    return not interpreting()
+        for t in tensors:
+            if t is not None and (type(t) not in _PLAIN or not on_device(t)):
+                return False
+        return not interpreting()
+
+    return eligible
+
+
+eligible = eligibility()
 
 
 sig = tensor_signature  # what a replay depends on in one tensor argument (None stays None)
