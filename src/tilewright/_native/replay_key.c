@@ -11,6 +11,10 @@
  * t.get_device(), t.data_ptr(), t.requires_grad, t.is_cuda) - the two implementations cannot disagree on what a
  * tensor says. Functions that tests replace on their modules (torch._C._cuda_getDevice, the trace checks) are
  * looked up on their module at every call for the same reason.
+ *
+ * hit() does the rest of a hit on the ATen route (ops/_aten.py) in the same call: the cache lookup and the route's
+ * ATen ops, run from the route's _steps. In Python those were three more frames a call (the key's function, the
+ * route's __call__, the ops' wrappers) - ~5 us of a hit's ~8 over torch's own op on the dev box.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,10 +26,12 @@ static PyObject *environ_bytes;  /* os.environ._data: bytes -> bytes */
 static PyObject *switch_names;   /* the replay's environment switches, bytes, sorted */
 static PyObject *torch_C;        /* torch._C */
 static PyObject *cache_module, *router_module, *backends_module, *router_local;
+static PyObject *route_types;    /* tuple of the ATen route classes (configure_routes; NULL until then) */
+static PyObject *aten_module;    /* ops/_aten: its capturing() is rms_norm_linear's key prefix */
 
 static PyObject *s_shape, *s_stride, *s_dtype, *s_get_device, *s_data_ptr, *s_requires_grad, *s_generation,
     *s_epoch, *s_readiness_epoch, *s_backend, *s_cuda_get_device, *s_dispatch_stack_len, *s_function_mode,
-    *s_functorch_active, *s_is_grad_enabled, *b_interpret, *b_one;
+    *s_functorch_active, *s_is_grad_enabled, *s_capturing, *s_steps, *b_interpret, *b_one;
 
 static PyObject *call_torch_C(PyObject *name) {
     PyObject *fn = PyObject_GetAttr(torch_C, name);
@@ -132,20 +138,9 @@ fail:
     return NULL;
 }
 
-/* replay_key(head, tensors, tail) -> (*head, *signatures, *tail, records_grad, state) or None (may not replay).
- * tensors: a tuple of tensors and Nones; each tensor must be of an exact type in plain_types and on the device
- * (device_attr); no dispatch / function mode or functorch transform active; not under TRITON_INTERPRET=1.
- * records_grad: torch.is_grad_enabled() and any tensor requires grad. See ops/_fast.python_replay_key. */
-static PyObject *replay_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "replay_key(head: tuple, tensors: tuple, tail: tuple)");
-        return NULL;
-    }
-    if (plain_types == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "tilewright native replay key: configure() was not called");
-        return NULL;
-    }
-    PyObject *head = args[0], *tensors = args[1], *tail = args[2];
+/* The key of replay_key below; capture: prefix it with ops/_aten.capturing(tensors[0]) (rms_norm_linear's key),
+ * called once the tensors passed the checks (it reads tensors[0] as a tensor). New reference, or None. */
+static PyObject *make_key(PyObject *head, PyObject *tensors, PyObject *tail, int capture) {
     int t = traced();
     if (t != 0) return t < 0 ? NULL : Py_NewRef(Py_None);
     Py_ssize_t n_tensors = PyTuple_GET_SIZE(tensors), n_types = PyTuple_GET_SIZE(plain_types);
@@ -169,10 +164,23 @@ static PyObject *replay_key(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (eq < 0) return NULL;
         if (eq) Py_RETURN_NONE;
     }
+    PyObject *captured = NULL;
+    if (capture) {
+        if (n_tensors == 0 || PyTuple_GET_ITEM(tensors, 0) == Py_None) Py_RETURN_NONE;  /* (the full path's error) */
+        PyObject *fn = PyObject_GetAttr(aten_module, s_capturing);  /* looked up each call: tests replace it */
+        if (fn == NULL) return NULL;
+        captured = PyObject_CallOneArg(fn, PyTuple_GET_ITEM(tensors, 0));
+        Py_DECREF(fn);
+        if (captured == NULL) return NULL;
+    }
     Py_ssize_t n_head = PyTuple_GET_SIZE(head), n_tail = PyTuple_GET_SIZE(tail);
-    PyObject *key = PyTuple_New(n_head + n_tensors + n_tail + 2);
-    if (key == NULL) return NULL;
+    PyObject *key = PyTuple_New((captured != NULL) + n_head + n_tensors + n_tail + 2);
+    if (key == NULL) {
+        Py_XDECREF(captured);
+        return NULL;
+    }
     Py_ssize_t k = 0;
+    if (captured != NULL) PyTuple_SET_ITEM(key, k++, captured);  /* steals */
     for (Py_ssize_t i = 0; i < n_head; i++) PyTuple_SET_ITEM(key, k++, Py_NewRef(PyTuple_GET_ITEM(head, i)));
     for (Py_ssize_t i = 0; i < n_tensors; i++) {
         PyObject *x = PyTuple_GET_ITEM(tensors, i);
@@ -212,6 +220,142 @@ fail:
     return NULL;
 }
 
+/* replay_key(head, tensors, tail) -> (*head, *signatures, *tail, records_grad, state) or None (may not replay).
+ * tensors: a tuple of tensors and Nones; each tensor must be of an exact type in plain_types and on the device
+ * (device_attr); no dispatch / function mode or functorch transform active; not under TRITON_INTERPRET=1.
+ * records_grad: torch.is_grad_enabled() and any tensor requires grad. See ops/_fast.python_replay_key. */
+static PyObject *replay_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "replay_key(head: tuple, tensors: tuple, tail: tuple)");
+        return NULL;
+    }
+    if (plain_types == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tilewright native replay key: configure() was not called");
+        return NULL;
+    }
+    return make_key(args[0], args[1], args[2], 0);
+}
+
+/* A route's steps (ops/_aten.py, Aten*._steps) on the call's tensors: each step is (fn, spec, kwnames); spec's
+ * items are argument sources - an int i >= 0 is tensors[i], -1 the previous step's result, a 1-tuple (value,) the
+ * constant value - and the last len(kwnames) of them are passed by those keywords (kwnames None: none). Returns the
+ * last step's result. The steps are ATen's builtins themselves (F.linear, torch.rms_norm, ...), called as the
+ * route's Python __call__ calls them: the frames between are what this saves. */
+#define MAX_STEP_ARGS 8
+static PyObject *run_steps(PyObject *steps, PyObject *tensors) {
+    PyObject *prev = NULL;
+    Py_ssize_t n_steps = PyTuple_GET_SIZE(steps), n_tensors = PyTuple_GET_SIZE(tensors);
+    for (Py_ssize_t s = 0; s < n_steps; s++) {
+        PyObject *step = PyTuple_GET_ITEM(steps, s);
+        PyObject *fn = PyTuple_GET_ITEM(step, 0), *spec = PyTuple_GET_ITEM(step, 1), *kwnames = PyTuple_GET_ITEM(step, 2);
+        Py_ssize_t n = PyTuple_GET_SIZE(spec), n_kw = kwnames == Py_None ? 0 : PyTuple_GET_SIZE(kwnames);
+        PyObject *argv[MAX_STEP_ARGS];
+        if (n > MAX_STEP_ARGS || n_kw > n) {
+            PyErr_SetString(PyExc_ValueError, "tilewright native route: a step with too many arguments");
+            goto fail;
+        }
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *item = PyTuple_GET_ITEM(spec, j);
+            if (PyTuple_Check(item)) {
+                argv[j] = PyTuple_GET_ITEM(item, 0);
+                continue;
+            }
+            Py_ssize_t i = PyLong_AsSsize_t(item);
+            if (i == -1 && PyErr_Occurred()) goto fail;
+            if (i == -1 ? prev == NULL : (i < 0 || i >= n_tensors)) {
+                PyErr_SetString(PyExc_ValueError, "tilewright native route: an argument source out of range");
+                goto fail;
+            }
+            argv[j] = i == -1 ? prev : PyTuple_GET_ITEM(tensors, i);
+        }
+        PyObject *out = PyObject_Vectorcall(fn, argv, (size_t)(n - n_kw), n_kw ? kwnames : NULL);
+        Py_XDECREF(prev);
+        prev = out;
+        if (out == NULL) return NULL;
+    }
+    if (prev == NULL) PyErr_SetString(PyExc_ValueError, "tilewright native route: no steps");
+    return prev;
+fail:
+    Py_XDECREF(prev);
+    return NULL;
+}
+
+/* hit(cache, head, tensors, tail, tail_types, capture) - an eager call's replay lookup and, for an ATen route, its
+ * call, in one C call (ops/_fast.python_hit is the same in Python; tests compare them):
+ *   None                    no replay: an option of a type the op's key refuses (type(tail[i]) not in
+ *                           tail_types[i]), a call that may not replay (replay_key's None) or no entry for the key;
+ *   the route's result      the entry is an ATen route (configure_routes' types): its _steps run on the tensors
+ *                           (its __call__ where it has none);
+ *   (entry, key)            any other entry (a kernel replay), with the key (its records_grad is key[-2]). */
+static PyObject *hit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2]) ||
+        !PyTuple_Check(args[3]) || !PyTuple_Check(args[4]) ||
+        PyTuple_GET_SIZE(args[3]) != PyTuple_GET_SIZE(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "hit(cache: dict, head: tuple, tensors: tuple, tail: tuple, "
+                                         "tail_types: tuple of len(tail) type tuples, capture: bool)");
+        return NULL;
+    }
+    if (plain_types == NULL || route_types == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tilewright native replay key: configure() was not called");
+        return NULL;
+    }
+    PyObject *cache = args[0], *tail = args[3], *tail_types = args[4];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tail); i++) {
+        PyObject *types = PyTuple_GET_ITEM(tail_types, i), *type = (PyObject *)Py_TYPE(PyTuple_GET_ITEM(tail, i));
+        int ok = 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(types) && !ok; j++) ok = PyTuple_GET_ITEM(types, j) == type;
+        if (!ok) Py_RETURN_NONE;
+    }
+    int capture = PyObject_IsTrue(args[5]);
+    if (capture < 0) return NULL;
+    PyObject *key = make_key(args[1], args[2], tail, capture);
+    if (key == NULL || key == Py_None) return key;
+    PyObject *entry = PyDict_GetItemWithError(cache, key);  /* borrowed */
+    if (entry == NULL) {
+        Py_DECREF(key);
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    int route = 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(route_types) && !route; j++)
+        route = (PyObject *)Py_TYPE(entry) == PyTuple_GET_ITEM(route_types, j);
+    if (!route) {
+        PyObject *out = PyTuple_Pack(2, entry, key);
+        Py_DECREF(key);
+        return out;
+    }
+    Py_INCREF(entry);  /* (the call below may run code that changes the cache) */
+    Py_DECREF(key);
+    PyObject *steps = PyObject_GetAttr(entry, s_steps), *out;
+    if (steps == NULL) {
+        out = NULL;
+    } else if (steps == Py_None) {
+        out = PyObject_Call(entry, args[2], NULL);
+    } else if (!PyTuple_Check(steps)) {
+        PyErr_SetString(PyExc_TypeError, "tilewright native route: _steps is not a tuple");
+        out = NULL;
+    } else {
+        out = run_steps(steps, args[2]);
+    }
+    Py_XDECREF(steps);
+    Py_DECREF(entry);
+    return out;
+}
+
+/* configure_routes(route_types, aten_module): the ATen route classes whose entries hit() calls, and ops/_aten
+ * (where the capture check is looked up). */
+static PyObject *configure_routes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure_routes(route_types: tuple, aten_module)");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_XSETREF(route_types, args[0]);
+    Py_INCREF(args[1]);
+    Py_XSETREF(aten_module, args[1]);
+    Py_RETURN_NONE;
+}
+
 static void set_ref(PyObject **slot, PyObject *value) {
     Py_XINCREF(value);
     Py_XSETREF(*slot, value);
@@ -242,7 +386,11 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyMethodDef methods[] = {
     {"replay_key", (PyCFunction)(void (*)(void))replay_key, METH_FASTCALL,
      "replay_key(head, tensors, tail): the eager replay key, or None (see ops/_fast.python_replay_key)."},
+    {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL,
+     "hit(cache, head, tensors, tail, tail_types, capture): lookup and ATen route call (see ops/_fast.python_hit)."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Bind the key to the process's objects."},
+    {"configure_routes", (PyCFunction)(void (*)(void))configure_routes, METH_FASTCALL,
+     "Name the ATen route types hit() calls and ops/_aten."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -256,6 +404,7 @@ PyMODINIT_FUNC PyInit_tilewright_replay_key(void) {
         {&s_cuda_get_device, "_cuda_getDevice"}, {&s_dispatch_stack_len, "_len_torch_dispatch_stack"},
         {&s_function_mode, "_is_torch_function_mode_enabled"},
         {&s_functorch_active, "_are_functorch_transforms_active"}, {&s_is_grad_enabled, "is_grad_enabled"},
+        {&s_capturing, "capturing"}, {&s_steps, "_steps"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;

@@ -55,6 +55,7 @@ off (the test suite does, so its kernel tests reach the kernels).
 from __future__ import annotations
 
 import math
+import operator
 import os
 
 import torch
@@ -133,15 +134,46 @@ def compiling(t: torch.Tensor) -> bool:
     return t.device.type == "cuda" and traced_into_graph(t)
 
 
+# The builtins behind the activations, for a route's steps (a step calls the ATen op itself: F.relu and F.silu are
+# Python wrappers that only check for __torch_function__ overrides, which a replayed call cannot have - the replay
+# key takes plain tensors outside any function mode - and call these).
+_ACTIVATION_STEPS = {
+    "relu": (torch.relu, (-1,), None),
+    "gelu": (F.gelu, (-1,), None),
+    "gelu_tanh": (F.gelu, (-1, ("tanh",)), ("approximate",)),
+    "silu": (torch._C._nn.silu, (-1,), None),
+}
+
+
 class AtenGemm:
     """``linear`` / ``matmul`` of one signature through ATen; called with the public function's tensors (``b`` in
-    the caller's layout: the (N, K) weight for ``linear``, (K, N) for ``matmul``)."""
+    the caller's layout: the (N, K) weight for ``linear``, (K, N) for ``matmul``).
 
-    __slots__ = ("_activation", "_is_linear")
+    ``signature``: (a.dim(), has a bias, has a residual) of the one signature an eager replay stores it for; it
+    then also carries ``_steps``, the same ATen calls as data that the C replay hit (tilewright/_native, hit()) runs
+    without this class's frame (ops/_fast.python_hit is its Python twin). A step is ``(fn, argument sources, keyword
+    names)``: source i >= 0 is the call's i-th tensor (a, b, bias, residual), -1 the previous step's result, a
+    1-tuple a constant."""
 
-    def __init__(self, is_linear: bool, activation):
+    __slots__ = ("_activation", "_is_linear", "_steps")
+
+    def __init__(self, is_linear: bool, activation, signature: tuple[int, bool, bool] | None = None):
         self._is_linear = is_linear
         self._activation = None if activation is None else _ACTIVATIONS[activation]
+        self._steps = None
+        if signature is not None:
+            a_dim, has_bias, has_residual = signature
+            if is_linear:
+                steps = [(F.linear, (0, 1, 2), None)]
+            elif has_bias and a_dim == 2:
+                steps = [(torch.addmm, (2, 0, 1), None)]
+            else:
+                steps = [(torch.matmul, (0, 1), None)] + ([(operator.add, (-1, 2), None)] if has_bias else [])
+            if activation is not None:
+                steps.append(_ACTIVATION_STEPS[activation])
+            if has_residual:
+                steps.append((operator.add, (-1, 3), None))
+            self._steps = tuple(steps)
 
     def __call__(self, a, b, bias, residual):
         # One Python call per ATen op: under autograd every call here - a view or a transpose too - costs a node
@@ -169,16 +201,25 @@ def gemm(is_linear: bool, a, b, bias, residual, activation, out_dtype, backend,
         return None
     if out_dtype not in (None, a.dtype) or (residual is not None and residual.dtype != a.dtype):
         return None  # ATen would promote where the op rounds to a's dtype
-    return AtenGemm(is_linear, activation)
+    return AtenGemm(is_linear, activation, gemm_signature(a, bias, residual))
+
+
+def gemm_signature(a, bias, residual) -> tuple[int, bool, bool]:
+    """:class:`AtenGemm`'s ``signature`` of a call."""
+    return a.dim(), bias is not None, residual is not None
 
 
 class AtenRmsNormLinear:
-    """``rms_norm_linear`` of one signature through ATen."""
+    """``rms_norm_linear`` of one signature through ATen. ``K``: x's last dim where it is a plain int, which gives the
+    route its ``_steps`` (:class:`AtenGemm` says why): ``torch.rms_norm``, the builtin ``F.rms_norm`` calls."""
 
-    __slots__ = ("_eps",)
+    __slots__ = ("_eps", "_steps")
 
-    def __init__(self, eps: float):
+    def __init__(self, eps: float, K=None):
         self._eps = eps
+        self._steps = None
+        if type(K) is int:
+            self._steps = ((torch.rms_norm, (0, ((K,),), 1, (eps,)), None), (F.linear, (-1, 2, 3), None))
 
     def __call__(self, x, norm_weight, weight, bias):
         return F.linear(F.rms_norm(x, (x.shape[-1],), norm_weight, self._eps), weight, bias)
@@ -191,8 +232,9 @@ def rms_norm_linear(x, weight, eps: float, backend, records_grad: bool, bias=Non
     size whose GEMM cuBLAS runs anyway (:func:`_cublas_gemm`; ``eager=False``: a traced call, which keeps the op)."""
     flops = 2 * math.prod(x.shape[:-1]) * x.shape[-1] * weight.shape[0]
     if not _takes(backend, flops):
-        return AtenRmsNormLinear(eps) if eager and records_grad and _cublas_gemm(x, weight, bias, backend) else None
-    return AtenRmsNormLinear(eps) if records_grad or not capturing(x) else None
+        return AtenRmsNormLinear(eps, x.shape[-1]) if eager and records_grad and _cublas_gemm(x, weight, bias, backend) \
+            else None
+    return AtenRmsNormLinear(eps, x.shape[-1]) if records_grad or not capturing(x) else None
 
 
 def _cublas_gemm(x, weight, bias, backend) -> bool:
@@ -220,10 +262,16 @@ class AtenAttention:
     """Attention of one signature through ``F.scaled_dot_product_attention`` (its backend choice: cuDNN or
     FlashAttention-2 for these shapes)."""
 
-    __slots__ = ("_causal", "_gqa", "_scale")
+    __slots__ = ("_causal", "_gqa", "_scale", "_steps")
 
     def __init__(self, causal: bool, scale: float | None, gqa: bool):
         self._causal, self._scale, self._gqa = causal, scale, gqa
+        # the same call as data for the C replay hit (AtenGemm says why)
+        if scale is None and not gqa:
+            self._steps = ((F.scaled_dot_product_attention, (0, 1, 2, (causal,)), ("is_causal",)),)
+        else:
+            self._steps = ((F.scaled_dot_product_attention, (0, 1, 2, (causal,), (scale,), (gqa,)),
+                            ("is_causal", "scale", "enable_gqa")),)
 
     def __call__(self, q, k, v):
         if self._scale is None and not self._gqa:

@@ -112,6 +112,39 @@ def python_replay_key(head: tuple, tensors: tuple, tail: tuple):
 
 replay_key = python_replay_key  # the C key once tilewright/_native has loaded it (_adopt_native)
 _native_pending = not _native.disabled()
+ROUTE_TYPES = (_aten.AtenGemm, _aten.AtenRmsNormLinear, _aten.AtenAttention)
+
+
+def python_hit(cache: dict, head: tuple, tensors: tuple, tail: tuple, tail_types: tuple, capture: bool):
+    """An eager call's replay hit, from the key to an ATen route's result - :data:`hit` is this or its C twin
+    (tilewright/_native, ``hit``), which returns the same; tests compare them. Returns:
+
+    * None: no replay - an option whose type is not in its ``tail_types`` entry (the same test the op's own key
+      function makes: exact types), a call that may not replay (:func:`replay_key`'s None), or no entry;
+    * the result of the ATen route stored for the key (:data:`ROUTE_TYPES`) on ``tensors`` - here its
+      ``__call__``, in C its ``_steps`` (the same ATen calls as data; its ``__call__`` where it has none);
+    * ``(entry, key)`` for any other entry (a kernel :class:`Replay`); ``key[-2]`` says whether autograd records.
+
+    ``capture``: the key starts with ``_aten.capturing(tensors[0])`` (rms_norm_linear's: a CUDA-graph capture keeps
+    its kernels); a first tensor of None never replays there. The caller checks ``torch.compiler.is_compiling()``
+    first, as for :func:`replay_key`."""
+    for item, types in zip(tail, tail_types):
+        if type(item) not in types:
+            return None
+    key = replay_key(head, tensors, tail)
+    if key is None or (capture and tensors[0] is None):
+        return None
+    if capture:
+        key = (_aten.capturing(tensors[0]), *key)
+    entry = cache.get(key)
+    if entry is None:
+        return None
+    if type(entry) in ROUTE_TYPES:
+        return entry(*tensors)
+    return entry, key
+
+
+hit = python_hit  # the C hit once tilewright/_native has loaded it (_adopt_native)
 
 
 def native_replay_key(device_attr: str = "is_cuda", block: bool = False):
@@ -126,18 +159,26 @@ def native_replay_key(device_attr: str = "is_cuda", block: bool = False):
         return None  # (not POSIX: _native does not build there)
     module.configure(_PLAIN, device_attr, _env._environ_bytes, tuple(sorted(_switch_names())), torch._C, cache,
                      router, backends, router._local)
+    module.configure_routes(ROUTE_TYPES, _aten)
     return module.replay_key
+
+
+def native_hit():
+    """The C twin of :func:`python_hit`, bound as :func:`native_replay_key` last bound the key (None until the
+    extension is loaded)."""
+    module = _native.load(False)
+    return None if module is None else module.hit
 
 
 def _adopt_native() -> None:
     """Swap :data:`replay_key` for the C key once the extension is loaded (a build in the background, from the
     first import on a machine, finishes after some calls); stop looking once it is in or cannot come."""
-    global replay_key, _native_pending
+    global replay_key, hit, _native_pending
     if _native.building():
         return
     key = native_replay_key()
     if key is not None:
-        replay_key = key
+        replay_key, hit = key, native_hit()
     if key is not None or not _native.building():  # (else: load() has just started the build)
         _native_pending = False
 

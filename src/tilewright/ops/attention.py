@@ -567,9 +567,14 @@ def _replay_key(q, k, v, causal, scale, backend, *extra):
     the same either way, but the ATen route's decision is not (ops/_aten.cudnn_faster)."""
     if torch.compiler.is_compiling():
         return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
-    if not (type(causal) is bool and type(scale) in (float, int, type(None)) and type(backend) in (str, type(None))):
+    if not (type(causal) in _TAIL_TYPES[0] and type(scale) in _TAIL_TYPES[1] and type(backend) in _TAIL_TYPES[2]):
         return None
     return _fast.replay_key((), (q, k, v), (causal, scale, backend, *extra))
+
+
+# The options of a forward key, by exact type - causal, scale, backend, then flash_attention's causal_align and
+# softcap; _fast.hit makes the same test.
+_TAIL_TYPES = ((bool,), (float, int, type(None)), (str, type(None)), (str,), (float, int, type(None)))
 
 
 def _records_grad(q, k, v) -> bool:
@@ -642,11 +647,18 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     Returns:
         out (B, Hq, Sq, Dv) in q's dim order, or (out, lse).
     """
-    key = None
-    if type(causal_align) is str and type(softcap) in (float, int, type(None)) and window is None:
+    key = got = None
+    if window is None and not return_lse and not torch.compiler.is_compiling():
+        # an eager hit in one call (ops/_fast.hit): SDPA's result on the ATen route, or the replay and its key
+        got = _fast.hit(_replays, (), (q, k, v), (causal, scale, backend, causal_align, softcap), _TAIL_TYPES, False)
+        if got is not None and type(got) is not tuple:
+            return got
+    if got is not None:
+        replay, key = got
+    elif type(causal_align) is str and type(softcap) in (float, int, type(None)) and window is None:
         key = _replay_key(q, k, v, causal, scale, backend, causal_align, softcap)
+        replay = None if key is None else _replays.get(key)
     if key is not None:
-        replay = _replays.get(key)
         if type(replay) is _aten.AtenAttention:
             if not return_lse:
                 return replay(q, k, v)

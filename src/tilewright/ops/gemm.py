@@ -288,10 +288,16 @@ def _replay_key(a, b, bias, residual, activation, out_dtype, backend, entry: str
     eager autograd.Function."""
     if torch.compiler.is_compiling():
         return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
-    if not (type(activation) in (str, type(None)) and type(backend) in (str, type(None))
-            and (out_dtype is None or isinstance(out_dtype, torch.dtype))):
+    if not (type(activation) in _GEMM_TAIL_TYPES[0] and type(out_dtype) in _GEMM_TAIL_TYPES[1]
+            and type(backend) in _GEMM_TAIL_TYPES[2]):
         return None
     return _fast.replay_key((entry,), (a, b, bias, residual), (activation, out_dtype, backend))
+
+
+# The options a GEMM key takes, by exact type (activation, out_dtype, backend): what the full path must judge - any
+# other type - never replays. _fast.hit makes the same test.
+_GEMM_TAIL_TYPES = ((str, type(None)), (torch.dtype, type(None)), (str, type(None)))
+_LINEAR_HEAD = ("linear",)
 
 
 def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text, key=(),
@@ -332,7 +338,7 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
             # residual did not win the mainloop back (H200, inference, 30 rows M 256-4096: ours 0.45-0.98x cuBLAS +
             # add on 27 of the 28 such rows, 1.02x at 2048 x 4096 x 4096; the two rows cuBLAS is not preferred for,
             # 1.015 / 1.068x, keep the kernel; perf/results/h200/gemm/residual_small_2026-11-29_1621.txt).
-            aten = _aten.AtenGemm(weight is not None, activation)
+            aten = _aten.AtenGemm(weight is not None, activation, _aten.gemm_signature(a, bias, residual))
         if aten is not None:
             _fast.store(_replays, key, aten)
             return aten(a, b_given, bias, residual)
@@ -452,6 +458,34 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     A training step's norm writes ``x * rstd * g`` in a pass that reads x anyway, so the sums save it no traffic -
     and where they come from a pass of their own, that pass is a read of y more. Not with DTensor arguments.
     """
+    key = replay = None
+    if return_sumsq is False and not torch.compiler.is_compiling():
+        # an eager hit in one call (ops/_fast.hit): an ATen route's result, or the kernel replay and its key
+        got = _fast.hit(_replays, _LINEAR_HEAD, (x, weight, bias, residual), (activation, None, backend),
+                        _GEMM_TAIL_TYPES, False)
+        if got is not None:
+            if type(got) is not tuple:
+                return got
+            replay, key = got
+            if not key[-2]:
+                return replay(x.device, x, weight, bias, residual)[0]
+    if replay is None:
+        served, key_or_result, replay = _linear_lookup(x, weight, bias, residual, activation, backend, return_sumsq)
+        if served:
+            return key_or_result
+        key = key_or_result
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        b = weight.t()
+    else:
+        check_tensor("weight", weight, dims=(2,))
+        b = weight
+    return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)", key, replay, weight)
+
+
+def _linear_lookup(x, weight, bias, residual, activation, backend, return_sumsq):
+    """:func:`linear` past its one-call hit: ``(False, key, replay)`` for the GEMM path to go on with (replay None
+    on a miss, or a kernel replay autograd records), or ``(True, result, None)`` for a call served here -
+    ``return_sumsq``'s pair, a tensor-parallel call, a hit the one-call hit did not see (under a trace check)."""
     if return_sumsq is not False:
         if return_sumsq is not True:
             raise TypeError(f"return_sumsq: expected a bool, got {type(return_sumsq).__name__}")
@@ -460,27 +494,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                              "would span the ranks' shards); call without it")
         fused = _linear_with_sumsq(x, weight, bias, residual, activation, backend)
         if fused is not None:
-            return fused
+            return True, fused, None
         y = linear(x, weight, bias, residual=residual, activation=activation, backend=backend)
-        return y, row_sumsq(y)
+        return True, (y, row_sumsq(y)), None
     if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
         out = _dtensor.tensor_parallel_linear(linear, x, weight, bias, residual, activation, backend)
         if out is not None:
-            return out
+            return True, out, None
     # the replay key holds the weight, not its transpose (same address, strides swapped): a hit skips the .t()
     key = _replay_key(x, weight, bias, residual, activation, None, backend, "linear")
     replay = None if key is None else _replays.get(key)
     if replay is not None:
         if type(replay) is _aten.AtenGemm:
-            return replay(x, weight, bias, residual)
+            return True, replay(x, weight, bias, residual), None
         if not key[-2]:
-            return replay(x.device, x, weight, bias, residual)[0]
-    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
-        b = weight.t()
-    else:
-        check_tensor("weight", weight, dims=(2,))
-        b = weight
-    return _gemm(x, b, bias, residual, activation, None, backend, "x", "weight", "(N, K)", key, replay, weight)
+            return True, replay(x.device, x, weight, bias, residual)[0], None
+    return False, key, replay
 
 
 # Outputs of at least this many elements take the Triton pass in row_sumsq (2.7 TB/s at 8192 x 4096 on an H200,

@@ -651,10 +651,15 @@ def _replay_key(x, norm_weight, weight, bias, eps, backend):
     captured is in it too: a small call without autograd takes the ATen route (ops/_aten.py) except under capture."""
     if torch.compiler.is_compiling():
         return None  # traced: nothing replays, and reading no further keeps the machinery out of the guards (_fast)
-    if not (type(eps) is float and type(backend) in (str, type(None))):
+    if not (type(eps) in _TAIL_TYPES[0] and type(backend) in _TAIL_TYPES[1]):
         return None
     key = _fast.replay_key((), (x, norm_weight, weight, bias), (eps, backend))
-    return None if key is None else (_aten.capturing(x), *key)  # (x is a CUDA tensor once there is a key)
+    # (x is a CUDA tensor once there is a key, unless it is None - the full path's error; _fast.hit's capture)
+    return None if key is None or x is None else (_aten.capturing(x), *key)
+
+
+# The options the key takes, by exact type (eps, backend); _fast.hit makes the same test.
+_TAIL_TYPES = ((float,), (str, type(None)))
 
 
 def _autograd_records(*tensors) -> bool:
@@ -719,26 +724,34 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     of 64): the op would run the same unfused pair there, under Python autograd nodes (3000 x 5120 x 5120 on an H200:
     0.73x eager's training step before).
     """
+    got = None
+    if sumsq is None and not torch.compiler.is_compiling():
+        # an eager hit in one call (ops/_fast.hit): an ATen route's result, or the replay and its key
+        got = _fast.hit(_replays, (), (x, norm_weight, weight, bias), (eps, backend), _TAIL_TYPES, True)
+        if got is not None and type(got) is not tuple:
+            return got
     if sumsq is not None:
         return _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend)
-    if _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
+    if got is None and _dtensor.is_dtensor(weight):  # tensor parallelism: the rank's shards through the fast path
         out = _dtensor.tensor_parallel_rms_norm_linear(rms_norm_linear, x, norm_weight, weight, bias, eps, backend)
         if out is not None:
             return out
-    key = _replay_key(x, norm_weight, weight, bias, eps, backend)
-    if key is not None:
-        replay = _replays.get(key)
+    if got is not None:
+        replay, key = got
+    else:
+        key = _replay_key(x, norm_weight, weight, bias, eps, backend)
+        replay = None if key is None else _replays.get(key)
+    if replay is not None:
         if type(replay) is _aten.AtenRmsNormLinear:
             return replay(x, norm_weight, weight, bias)
-        if replay is not None:
-            if key[-2]:  # autograd records
-                x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-                y = call_checked(rms_norm_linear_op, replay.impl(4), True, x2, norm_weight, weight, bias, eps,
-                                 backend)[0]
-                return output_view(y, (*x.shape[:-1], weight.shape[0]))
-            outputs = replay(x.device, x, norm_weight, weight, bias)
-            if outputs is not None:  # (None: a folded replay whose fold is stale - the full path below refolds)
-                return output_view(outputs[0], (*x.shape[:-1], weight.shape[0]))
+        if key[-2]:  # autograd records
+            x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+            y = call_checked(rms_norm_linear_op, replay.impl(4), True, x2, norm_weight, weight, bias, eps,
+                             backend)[0]
+            return output_view(y, (*x.shape[:-1], weight.shape[0]))
+        outputs = replay(x.device, x, norm_weight, weight, bias)
+        if outputs is not None:  # (None: a folded replay whose fold is stale - the full path below refolds)
+            return output_view(outputs[0], (*x.shape[:-1], weight.shape[0]))
     K = _check_norm_input(x, norm_weight)
     _check_projection(x, weight, bias)
     check_backend(backend)
