@@ -32,7 +32,7 @@ from .. import router
 from .._env import interpreting
 from ..reference import rms_norm_linear_reference
 from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
-                      contiguous_vector, dense_grad, output_view, unit_last)
+                      contiguous_vector, dense_grad, output_view, traced_into_graph, unit_last)
 from . import _aten, _dtensor, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import gemm_op, linear, plain_gemm
@@ -775,8 +775,10 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
         with _call_records(key[-2] if key is not None else _autograd_records(x, norm_weight, weight, bias), folded):
             return call_op(rms_norm_linear_op, x2, norm_weight, weight, bias, eps, backend)
 
-    if key is None and torch.compiler.is_compiling() and not _autograd_records(x, norm_weight, weight, bias):
-        # traced without gradients: the op that carries that into the graph (rms_norm_linear_inference_op)
+    if key is None and traced_into_graph(x) and not _autograd_records(x, norm_weight, weight, bias):
+        # traced without gradients: the op that carries that into the graph (rms_norm_linear_inference_op) - asked
+        # of the tensor, not torch.compiler.is_compiling() alone, which torch 2.11 leaves False while AOT autograd
+        # runs this function on fake tensors (the op is one node of dynamo's graph: ops/_opaque.py)
         return output_view(call_op(rms_norm_linear_inference_op, x2, norm_weight, weight, bias, eps, backend)[0],
                            (*x.shape[:-1], N))
     if key is None:
@@ -820,7 +822,7 @@ def _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend) ->
     M = math.prod(x.shape[:-1])
     records = _autograd_records(x, norm_weight, weight, bias)
     # traced without gradients: the op that carries that into the graph (as rms_norm_linear's)
-    op = rms_norm_linear_sumsq_inference_op if torch.compiler.is_compiling() and not records else \
+    op = rms_norm_linear_sumsq_inference_op if traced_into_graph(x) and not records else \
         rms_norm_linear_sumsq_op
     with _call_records(records):
         y = call_op(op, x.reshape(M, K), sumsq.reshape(M), norm_weight, weight, bias, eps, backend)[0]
