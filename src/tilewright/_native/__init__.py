@@ -1,8 +1,9 @@
 """Host-side C helpers, built on the user's machine: one C file on the CPython API only (no torch headers).
 
-What: ``replay_key.c``, the eager replay key of ops/_fast.py in C (:func:`load` returns the module). Why C: a replay
-hit's key in Python is ~12 frames of attribute reads, 6 us a call on the device's CPU in a tight loop and 15-35 us
-inside a model's step, as much as torch's own op (perf/LOG.md, session 37).
+What: ``replay_key.c``, the eager replay key of ops/_fast.py in C, and the whole hit of an ATen-routed call - key,
+lookup and the route's ATen ops - in one call (``hit``; :func:`load` returns the module). Why C: a replay hit's key
+in Python is ~12 frames of attribute reads, 6 us a call on the device's CPU in a tight loop and 15-35 us inside a
+model's step, as much as torch's own op (perf/LOG.md, sessions 37-38).
 
 Build: at first import, in a background thread, with the C compiler Python was built with (sysconfig ``CC``, else
 ``cc`` / ``gcc`` / ``clang``) against this interpreter's headers: ~0.5 s, once per machine - the result is cached in

@@ -14,7 +14,8 @@
  *
  * hit() does the rest of a hit on the ATen route (ops/_aten.py) in the same call: the cache lookup and the route's
  * ATen ops, run from the route's _steps. In Python those were three more frames a call (the key's function, the
- * route's __call__, the ops' wrappers) - ~5 us of a hit's ~8 over torch's own op on the dev box.
+ * route's __call__, the ops' wrappers): 1.4-3.2 us of host a call on the device's CPU (H200 host, the host bench's
+ * shapes, same process).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
