@@ -16,6 +16,7 @@ from tilewright.ops import gemm as op_gemm
 
 pytestmark = pytest.mark.gpu
 op_rms = sys.modules["tilewright.ops.rms_norm_linear"]  # (the package exports the function under the same name)
+op_rotary = sys.modules["tilewright.ops.rotary"]
 DEV = "cuda"
 BF16, FP16 = torch.bfloat16, torch.float16
 
@@ -349,3 +350,70 @@ def test_cuda_launches_replay_bit_for_bit(case):
         (replay,) = cache.values()
         assert len(replay.bounds) == 1 and isinstance(replay.bounds[0], launch.BoundCudaLaunch)
     assert torch.isfinite(out).all()
+
+
+def _rope_tables(S, W, dtype=BF16):
+    angles = torch.arange(S, device=DEV, dtype=torch.float32)[:, None] * torch.rand(W, device=DEV)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@pytest.mark.parametrize("case", ["qk_view", "full_tables", "half_tables_3d", "partial", "fp16"])
+def test_rotary_replays(case):
+    """apply_rotary without autograd replays its launch: bit-equal to the full path on fresh inputs, and close to
+    the fp32 formula (one rounding; the kernel's FMAs may round the products differently) - the q and k heads of a QKV output as one strided view, full (Llama) and half
+    (flash-attn, 3-D) tables, a partial rotation, fp16."""
+    B, S, H, D = 2, 100, 6, 64
+    dtype = FP16 if case == "fp16" else BF16
+    rotary_dim = 32 if case == "partial" else None
+    W = {"half_tables_3d": D // 2, "partial": 32}.get(case, D)
+    cos, sin = _rope_tables(S + 5, W, dtype)
+    if case == "half_tables_3d":
+        cos, sin = cos[None], sin[None]
+
+    def make():
+        if case == "qk_view":  # (B, S, H + 2, D) QKV heads; q and k rotated in place of the split
+            return (_rand(B, S, H + 2, D)[:, :, :H],)
+        return (_rand(B, S, H, D, dtype=dtype),)
+
+    def fn(x):
+        return tilewright.apply_rotary(x, cos, sin, rotary_dim=rotary_dim)
+
+    with torch.no_grad():
+        out, (x,) = _replayed_equals_full(fn, make, op_rotary._replays)
+    c3, s3 = (t if t.dim() == 3 else t[None] for t in (cos, sin))
+    want = op_rotary._rotate_torch(x, c3, s3, rotary_dim or D, False)
+    torch.testing.assert_close(out, want)
+
+
+def test_rotary_tables_copied_by_the_op_are_not_replayed():
+    """Tables of different strides are made contiguous by the op (the kernel takes one set of table strides): the
+    launch read a copy, so nothing is recorded, and the answer stays right."""
+    S, D = 64, 64
+    cos, sin = _rope_tables(S, D)
+    sin_strided = torch.empty(D, S, device=DEV, dtype=BF16).t()
+    sin_strided.copy_(sin)
+    x = _rand(1, S, 4, D)
+    with torch.no_grad():
+        out = tilewright.apply_rotary(x, cos, sin_strided)
+        assert len(op_rotary._replays) == 0
+        out2 = tilewright.apply_rotary(x, cos, sin_strided)
+    want = op_rotary._rotate_torch(x, cos[None], sin[None], D, False)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(out2, want)
+
+
+def test_rotary_with_autograd_runs_its_node_not_a_replay():
+    """A call autograd records is never recorded (its node saves the tables for the backward), and a recorded
+    inference signature does not serve it: the gradient is the rotation back."""
+    S, D = 64, 64
+    cos, sin = _rope_tables(S, D)
+    x = _rand(1, S, 4, D).requires_grad_(True)
+    with torch.no_grad():
+        tilewright.apply_rotary(x, cos, sin)
+    assert len(op_rotary._replays) == 1  # the inference signature
+    y = tilewright.apply_rotary(x, cos, sin)
+    assert y.requires_grad and len(op_rotary._replays) == 1
+    g = _rand(1, S, 4, D)
+    y.backward(g)
+    want = op_rotary._rotate_torch(g, cos[None], sin[None], D, True)
+    torch.testing.assert_close(x.grad, want)

@@ -19,7 +19,7 @@ import torch
 from .._env import interpreting
 from ._checks import check_same_device, check_same_dtype, check_tensor, traced_into_graph, unit_last
 from ._eager import call_op, register_fast_dispatch
-from . import _aten
+from . import _aten, _fast
 
 
 def _rotate_torch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, backward: bool):
@@ -109,6 +109,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
         ``out[..., R/2:R] = x2 c2 + x1 s2``. Under torch.compile a small call emits the formula in torch ops
         (module docstring).
     """
+    given_dim = rotary_dim  # (the key holds the argument as given: None and D are two keys of one launch)
+    if not torch.compiler.is_compiling():
+        # an eager hit (ops/_fast.py): the recorded launch of this signature, when autograd does not record
+        got = _fast.hit(_replays, (), (x, cos, sin), (rotary_dim,), _TAIL_TYPES, False)
+        if got is not None and not got[1][-2]:
+            return got[0](x.device, x, cos, sin)[0]
     check_tensor("x", x, dims=(4,))
     B, S, H, D = x.shape
     check_same_dtype("x", x, cos=cos, sin=sin)
@@ -133,4 +139,27 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
         cos3, sin3 = cos3.contiguous(), sin3.contiguous()
     if traced_into_graph(x) and x.numel() < _aten.COMPILED_ELEMENTWISE_MIN:
         return _rotate_torch(x, cos3, sin3, rotary_dim, False)
-    return call_op(rotary_op, x, cos3, sin3, rotary_dim, False)
+    key = _replay_key(x, cos, sin, given_dim)
+    if key is None or key[-2]:  # (with autograd: the op's node records the call; no replay)
+        return call_op(rotary_op, x, cos3, sin3, rotary_dim, False)
+    # The roles are the caller's x, cos, sin: the tables' 3-D views are at their addresses, and a copy made above or
+    # in the op (a table strided differently from the other, an x without a unit last stride) is not - that launch
+    # does not replay (ops/_fast.build).
+    return _fast.run_recorded(_replays, key, lambda: (call_op(rotary_op, x, cos3, sin3, rotary_dim, False),),
+                              {"x_ptr": (0, x), "cos_ptr": (1, cos), "sin_ptr": (2, sin)},
+                              lambda result: {"out_ptr": (0, result[0])})[0]
+
+
+_replays = _fast.new_cache()
+# The option the key takes, by exact type (rotary_dim); _fast.hit makes the same test.
+_TAIL_TYPES = ((int, type(None)),)
+
+
+def _replay_key(x, cos, sin, rotary_dim):
+    """The eager replay key of a checked call (ops/_fast.py), or None (tracing, a tensor that is no plain CUDA
+    tensor, an option of another type). Why a replay: the full path's checks, table views and the op's dispatch are
+    most of the call's host time, and a Llama layer calls it once a step (q and k heads in one launch) - at B 1 x
+    S 512 the eager forward is host-bound (perf/LOG.md, session 38)."""
+    if torch.compiler.is_compiling() or type(rotary_dim) not in _TAIL_TYPES[0]:
+        return None
+    return _fast.replay_key((), (x, cos, sin), (rotary_dim,))

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from .._env import interpreting
-from .._record import tensor_signature
+from .._record import is_recording, record, tensor_signature
 from ._runtime import bind, retry_after_oom, store_bound
 
 
@@ -91,6 +91,8 @@ def launch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: to
         bound = _bound.get(key)
         if bound is not None:
             bound(*[t.data_ptr() for t in tensors])
+            if is_recording():  # (an op replay records this launch: ops/rotary.py)
+                record(bound, {"x_ptr": x, "cos_ptr": cos, "sin_ptr": sin, "out_ptr": out})
             return
     half = rotary_dim // 2
     width = cos.shape[-1]
@@ -109,3 +111,4 @@ def launch_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: to
         bound = bind(_rotary_kernel, compiled, grid, {**args, "num_warps": 4}, roles)
         if bound is not None:
             store_bound(_bound, key, bound)
+        record(bound, roles)
