@@ -324,8 +324,8 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
         aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, needs_grad)
         if aten is None and (residual is None or residual.dtype == a.dtype) and \
-                out_dtype in (None, a.dtype) and _plain_gemm_on_cublas(a2, b, contiguous_vector(bias), activation,
-                                                                       backend):
+                out_dtype in (None, a.dtype) and not residual_keeps_kernel(needs_grad, residual, *a2.shape, N) and \
+                _plain_gemm_on_cublas(a2, b, contiguous_vector(bias), activation, backend):
             # a GEMM (and activation) the router gives to cuBLAS (cublas_routes.py): F.linear / matmul and torch's
             # activation themselves, whose host cost is torch's - the op's replay of it (views of the recorded
             # layout, mm with out=) measured 2x that. With autograd too (the rule rms_norm_linear's training calls
@@ -337,7 +337,8 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
             # A residual GEMM whose plain GEMM cuBLAS is preferred for runs cuBLAS, then torch's add: the fused
             # residual did not win the mainloop back (H200, inference, 30 rows M 256-4096: ours 0.45-0.98x cuBLAS +
             # add on 27 of the 28 such rows, 1.02x at 2048 x 4096 x 4096; the two rows cuBLAS is not preferred for,
-            # 1.015 / 1.068x, keep the kernel; perf/results/h200/gemm/residual_small_2026-11-29_1621.txt).
+            # 1.015 / 1.068x, keep the kernel; perf/results/h200/gemm/residual_small_2026-11-29_1621.txt) - except
+            # at host-bound sizes without autograd, where one launch beats two (residual_keeps_kernel).
             aten = _aten.AtenGemm(weight is not None, activation, _aten.gemm_signature(a, bias, residual))
         if aten is not None:
             _fast.store(_replays, key, aten)
@@ -375,6 +376,27 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
                                 {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)},
                                 outputs)
     return output_view(out, out_shape)
+
+
+# Below this many FLOPs (2MNK) an eager residual GEMM that autograd does not record keeps tilewright's kernel where
+# its plain GEMM would go to cuBLAS: one replayed launch instead of F.linear and torch's add.
+RESIDUAL_KERNEL_BELOW = 2.0 ** 34
+
+
+def residual_keeps_kernel(needs_grad, residual, M: int, K: int, N: int) -> bool:
+    """Whether an eager call with a residual, without autograd, keeps the fused kernel rather than cuBLAS + torch's
+    add (:func:`_gemm`'s cuBLAS rule) - under :data:`RESIDUAL_KERNEL_BELOW` FLOPs.
+
+    Why (H200 host, Llama / ViT-L blocks at B 1 x S 512, perf/results/h200/host/b1_epilogue_kernels_ab_s38.txt): at
+    these sizes the step is host-bound (~130 us of kernels under ~330 us of host a Llama forward), and the replayed
+    launch cost 11-16 us less host a call than the two ATen ops - 36-41 us against torch's own 38-42 for its linear
+    + add - taking the Llama forward from 0.92-1.05x to 1.05-1.07x torch eager and ViT-L's from 0.73-0.88x to
+    0.88-0.98x. The kernel's GPU time there is up to 2x cuBLAS + add's (512 x 2048 x 5632: 37.7 vs 25.4 us,
+    perf/results/h200/gemm/residual_small_2026-11-29_1621.txt), at most ~14 us more a call under this limit, about
+    what the host saves - so a step that is GPU-bound at these sizes loses little; above it cuBLAS + add keeps the
+    call. Calls with autograd keep ATen's route (its C++ nodes, ops/_aten.py); an activation without a residual
+    keeps cuBLAS and torch's activation (the router's own cuBLAS rule takes those, cublas_routes.cublas_preferred)."""
+    return not needs_grad and residual is not None and 2.0 * M * N * K < RESIDUAL_KERNEL_BELOW
 
 
 def _plain_gemm_on_cublas(a2, b, bias, activation, backend) -> bool:
