@@ -724,48 +724,66 @@ def test_route_fuzz_against_torch(route):
     assert "AtenGemm" in _entries(gemm_ops._replays)
 
 
-def test_the_residual_kernel_rule():
-    """gemm.residual_keeps_kernel: only without autograd, only with a residual, only under the FLOPs limit."""
+def test_the_fused_launch_rule(monkeypatch):
+    """gemm.fused_launch_preferred: only without autograd, only with an epilogue, only under the FLOPs limit and the
+    ATen route's."""
     from tilewright.ops import gemm
 
-    r = torch.empty(1)
-    limit = gemm.RESIDUAL_KERNEL_BELOW
-    assert gemm.residual_keeps_kernel(False, r, 512, 2048, 5632)  # the Llama B1 down projection, 11.8 GFLOP
-    assert not gemm.residual_keeps_kernel(True, r, 512, 2048, 5632)  # autograd records: ATen's nodes
-    assert not gemm.residual_keeps_kernel(False, None, 512, 2048, 5632)  # no residual
-    assert not gemm.residual_keeps_kernel(False, r, 1024, 2048, 5632)  # 23.6 GFLOP, over 2^34
+    monkeypatch.delenv(_aten.ENV, raising=False)
+
+    t = torch.empty(1)
+    limit = gemm.FUSED_LAUNCH_BELOW
+    assert gemm.fused_launch_preferred(False, None, t, None, 512, 5632, 2048)  # the Llama B1 down projection
+    assert gemm.fused_launch_preferred(False, t, None, "gelu", 512, 1024, 4096)  # ViT-L B1 fc1
+    assert gemm.fused_launch_preferred(False, t, None, None, 512, 1024, 3072)  # a bias alone
+    assert not gemm.fused_launch_preferred(True, None, t, None, 512, 5632, 2048)  # autograd records: ATen's nodes
+    assert not gemm.fused_launch_preferred(False, None, None, None, 512, 5632, 2048)  # no epilogue: one launch anyway
+    assert not gemm.fused_launch_preferred(False, None, t, None, 1024, 5632, 2048)  # 23.6 GFLOP, over 2^34
     assert 2 * 512 * 4096 * 4096 == limit  # the bound itself is over
-    assert gemm.residual_keeps_kernel(False, r, 512, 4088, 4088) and not gemm.residual_keeps_kernel(False, r, 512, 4096,
-                                                                                                   4096)
+    assert gemm.fused_launch_preferred(False, None, t, None, 512, 4088, 4088)
+    assert not gemm.fused_launch_preferred(False, None, t, None, 512, 4096, 4096)
+    for off in ("0", "1e9"):  # the route off, or a limit under the call's 11.8 GFLOP
+        monkeypatch.setenv(_aten.ENV, off)
+        assert not gemm.fused_launch_preferred(False, None, t, None, 512, 5632, 2048)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("grad,shape,kernel", [(False, (512, 2048, 2048), True), (True, (512, 2048, 2048), False),
-                                               (False, (1024, 5632, 2048), False)])
-def test_gpu_small_residual_gemms_without_autograd_keep_the_kernel(monkeypatch, grad, shape, kernel):
-    """On an H100 / H200 (whose cuBLAS table prefers cuBLAS at these plain shapes): an eager residual linear under
-    the limit without autograd is recorded as the kernel's replay (one launch), with autograd - or over the limit -
-    as ATen's linear + add; either way within 2x torch's bf16 error of the float64 answer, on fresh inputs at the
-    replayed signature too."""
+@pytest.mark.parametrize("grad,shape,epilogue,kernel", [
+    (False, (512, 2048, 2048), "residual", True), (False, (512, 1024, 4096), "bias+gelu", True),
+    (False, (512, 1024, 3072), "bias", True), (True, (512, 2048, 2048), "residual", False),
+    (False, (1024, 5632, 2048), "residual", False), (False, (512, 1024, 4096), "plain", False)])
+def test_gpu_small_epilogue_gemms_without_autograd_take_one_launch(monkeypatch, grad, shape, epilogue, kernel):
+    """On an H100 / H200 (whose cuBLAS table prefers cuBLAS at these plain shapes): an eager linear with an epilogue
+    under the limit without autograd is recorded as the fused kernel's replay (one launch); with autograd, over the
+    limit or without an epilogue, as ATen's ops. Either way within 2x torch's bf16 error of the float64 answer, on
+    fresh inputs at the replayed signature too."""
     from tilewright.cublas_routes import cublas_preferred
     from tilewright.ops import gemm
 
     monkeypatch.delenv(_aten.ENV, raising=False)
     M, K, N = shape
     dev, dt = "cuda", torch.bfloat16
-    x = torch.randn(M, K, device=dev, dtype=dt)
     w = (torch.randn(N, K, device=dev, dtype=dt) / K ** 0.5).requires_grad_(grad)
-    if not cublas_preferred(x, w.detach().t())[0]:
+    bias = torch.randn(N, device=dev, dtype=dt) if "bias" in epilogue else None
+    act = "gelu" if "gelu" in epilogue else None
+    if not cublas_preferred(torch.empty(M, K, device=dev, dtype=dt), w.detach().t())[0]:
         pytest.skip("cuBLAS is not preferred for this plain GEMM on this GPU: the rule does not arise")
     _fast.invalidate()
     try:
         for _ in range(2):  # record, then replay on new inputs
             x = torch.randn(M, K, device=dev, dtype=dt)
-            r = torch.randn(M, N, device=dev, dtype=dt)
-            y = tilewright.linear(x, w, residual=r)
-            want = (x.double() @ w.detach().double().t() + r.double())
-            err, torch_err = ((y.double() - want).norm() / want.norm()).item(), \
-                (((F.linear(x, w) + r).double() - want).norm() / want.norm()).item()
+            r = torch.randn(M, N, device=dev, dtype=dt) if epilogue == "residual" else None
+            y = tilewright.linear(x, w, bias, residual=r, activation=act)
+
+            def torch_op(x=x, r=r, dtype=None):
+                xs, ws = (x, w) if dtype is None else (x.to(dtype), w.detach().to(dtype))
+                z = F.linear(xs, ws, None if bias is None else bias.to(xs.dtype))
+                z = F.gelu(z) if act else z
+                return z if r is None else z + r.to(z.dtype)
+
+            want = torch_op(dtype=torch.float64)
+            err = ((y.double() - want).norm() / want.norm()).item()
+            torch_err = ((torch_op().double() - want).norm() / want.norm()).item()
             assert err <= 2 * torch_err + 1e-6, (err, torch_err)
         (entry,) = gemm._replays.values()
         assert (type(entry) is _fast.Replay) == kernel, type(entry)

@@ -21,7 +21,9 @@ H200 decode / small-M and model-bench points; fp32 GEMMs stay: torch.mm's TF32 s
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import torch
 
@@ -231,6 +233,21 @@ def card_of(device: torch.device) -> str | None:
     return _CARD_NAMES[index]
 
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def fused_launch():
+    """No cuBLAS route for the GEMMs decided inside (this thread): an eager call that one fused launch serves better
+    at a host-bound size (ops/gemm.fused_launch_preferred) records the kernel's launch."""
+    before = getattr(_local, "fused", False)
+    _local.fused = True
+    try:
+        yield
+    finally:
+        _local.fused = before
+
+
 def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
                      epilogue=None) -> tuple[bool, str]:
     """Whether the router should hand ``act(a @ b (+ bias))`` to cuBLAS (and torch's activation) instead of a
@@ -242,6 +259,8 @@ def cublas_preferred(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None,
     perf/results/h200/rms_norm_linear/ops_2026-11-28_1250.txt)."""
     if epilogue is not None and not isinstance(epilogue, str):
         return False, f"fused epilogue ({epilogue})"
+    if getattr(_local, "fused", False):
+        return False, "a host-bound eager call: one fused launch (ops/gemm.fused_launch_preferred)"
     if residual is not None or a.dim() != 2 or b.dim() != 2 or not a.is_cuda:
         return False, "not a plain 2-D CUDA GEMM"
     if a.dtype not in (torch.bfloat16, torch.float16):

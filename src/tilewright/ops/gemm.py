@@ -11,12 +11,13 @@ autograd kernel registered per op (ops/_eager.register_fast_dispatch).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional
 
 import torch
 
-from .. import router
+from .. import cublas_routes, router
 from .._codes import ACTIVATIONS
 from .._env import interpreting
 from .._record import record
@@ -320,11 +321,14 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
     res3 = None if residual is None else _residual_3d(residual, out_shape)
     b_given = b if weight is None else weight  # the caller's layout, as the ATen route takes it
+    # a small eager call without autograd whose epilogue one launch fuses: the kernel, not cuBLAS + torch's ops
+    fused = key is not None and replay is None and backend is None and \
+        fused_launch_preferred(needs_grad, bias, residual, activation, *a2.shape, N)
     if key is not None and replay is None:
         # a small eager call: ATen's ops, decided once per signature (ops/_aten.py)
         aten = _aten.gemm(weight is not None, a, b_given, bias, residual, activation, out_dtype, backend, needs_grad)
         if aten is None and (residual is None or residual.dtype == a.dtype) and \
-                out_dtype in (None, a.dtype) and not residual_keeps_kernel(needs_grad, residual, *a2.shape, N) and \
+                out_dtype in (None, a.dtype) and not fused and \
                 _plain_gemm_on_cublas(a2, b, contiguous_vector(bias), activation, backend):
             # a GEMM (and activation) the router gives to cuBLAS (cublas_routes.py): F.linear / matmul and torch's
             # activation themselves, whose host cost is torch's - the op's replay of it (views of the recorded
@@ -338,7 +342,7 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
             # residual did not win the mainloop back (H200, inference, 30 rows M 256-4096: ours 0.45-0.98x cuBLAS +
             # add on 27 of the 28 such rows, 1.02x at 2048 x 4096 x 4096; the two rows cuBLAS is not preferred for,
             # 1.015 / 1.068x, keep the kernel; perf/results/h200/gemm/residual_small_2026-11-29_1621.txt) - except
-            # at host-bound sizes without autograd, where one launch beats two (residual_keeps_kernel).
+            # at host-bound sizes without autograd, where one launch beats two (fused_launch_preferred).
             aten = _aten.AtenGemm(weight is not None, activation, _aten.gemm_signature(a, bias, residual))
         if aten is not None:
             _fast.store(_replays, key, aten)
@@ -372,31 +376,35 @@ def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, 
     else:
         def outputs(result):
             return {"c_ptr": (0, result[0].view(out_shape))}
-    out, _ = _fast.run_recorded(_replays, key, lambda: call_op(gemm_op, *args),
-                                {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)},
-                                outputs)
+    with cublas_routes.fused_launch() if fused else contextlib.nullcontext():
+        out, _ = _fast.run_recorded(_replays, key, lambda: call_op(gemm_op, *args),
+                                    {"a_ptr": (0, a), "b_ptr": (1, b), "bias_ptr": (2, bias), "res_ptr": (3, residual)},
+                                    outputs)
     return output_view(out, out_shape)
 
 
-# Below this many FLOPs (2MNK) an eager residual GEMM that autograd does not record keeps tilewright's kernel where
-# its plain GEMM would go to cuBLAS: one replayed launch instead of F.linear and torch's add.
-RESIDUAL_KERNEL_BELOW = 2.0 ** 34
+# Below this many FLOPs (2MNK) an eager GEMM with an epilogue (bias, activation, residual) that autograd does not
+# record keeps tilewright's fused kernel where the router would give it to cuBLAS and torch's ops.
+FUSED_LAUNCH_BELOW = 2.0 ** 34
 
 
-def residual_keeps_kernel(needs_grad, residual, M: int, K: int, N: int) -> bool:
-    """Whether an eager call with a residual, without autograd, keeps the fused kernel rather than cuBLAS + torch's
-    add (:func:`_gemm`'s cuBLAS rule) - under :data:`RESIDUAL_KERNEL_BELOW` FLOPs.
+def fused_launch_preferred(needs_grad, bias, residual, activation, M: int, K: int, N: int) -> bool:
+    """Whether an eager call with an epilogue, without autograd, runs as one fused launch rather than cuBLAS and
+    torch's ops (the cuBLAS rules: :func:`_gemm`'s, cublas_routes.cublas_preferred) - under
+    :data:`FUSED_LAUNCH_BELOW` FLOPs and the ATen route's limit (``TILEWRIGHT_ATEN_BELOW``: the host-bound sizes; 0
+    turns this off with the route), no backend forced. A plain GEMM keeps the rules (one launch either way).
 
-    Why (H200 host, Llama / ViT-L blocks at B 1 x S 512, perf/results/h200/host/b1_epilogue_kernels_ab_s38.txt): at
-    these sizes the step is host-bound (~130 us of kernels under ~330 us of host a Llama forward), and the replayed
-    launch cost 11-16 us less host a call than the two ATen ops - 36-41 us against torch's own 38-42 for its linear
-    + add - taking the Llama forward from 0.92-1.05x to 1.05-1.07x torch eager and ViT-L's from 0.73-0.88x to
-    0.88-0.98x. The kernel's GPU time there is up to 2x cuBLAS + add's (512 x 2048 x 5632: 37.7 vs 25.4 us,
+    Why (H200 host, Llama / ViT-L blocks at B 1 x S 512, perf/results/h200/host/b1_epilogue_kernels_ab_s38*.txt): at
+    these sizes the step is host-bound (~130 us of kernels under ~330 us of host a Llama forward), and a replayed
+    launch cost less host than the ATen ops it replaces - residual GEMMs 31-43 us against 41-56 (torch's own linear
+    + add: 36-47), fc1 + GELU 36-39 against 53-60 (torch's: 40-45), qkv with its bias 36-38 against 41-43 - taking
+    the ViT-L forward from 0.71-0.88x to 0.88-0.98x torch eager with every such call on the kernels. The kernel's
+    GPU time there is up to 2x cuBLAS's (512 x 2048 x 5632 + residual: 37.7 vs 25.4 us,
     perf/results/h200/gemm/residual_small_2026-11-29_1621.txt), at most ~14 us more a call under this limit, about
-    what the host saves - so a step that is GPU-bound at these sizes loses little; above it cuBLAS + add keeps the
-    call. Calls with autograd keep ATen's route (its C++ nodes, ops/_aten.py); an activation without a residual
-    keeps cuBLAS and torch's activation (the router's own cuBLAS rule takes those, cublas_routes.cublas_preferred)."""
-    return not needs_grad and residual is not None and 2.0 * M * N * K < RESIDUAL_KERNEL_BELOW
+    what the host saves - so a step that is GPU-bound at these sizes loses little; above it the rules stand. Calls
+    with autograd keep ATen's route (its C++ nodes, ops/_aten.py)."""
+    return not needs_grad and (bias is not None or residual is not None or activation is not None) and \
+        2.0 * M * N * K < min(FUSED_LAUNCH_BELOW, _aten.limit())
 
 
 def _plain_gemm_on_cublas(a2, b, bias, activation, backend) -> bool:
