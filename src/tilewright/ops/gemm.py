@@ -396,9 +396,10 @@ def fused_launch_preferred(needs_grad, bias, residual, activation, M: int, K: in
 
     Why (H200 host, Llama / ViT-L blocks at B 1 x S 512, perf/results/h200/host/b1_epilogue_kernels_ab_s38*.txt): at
     these sizes the step is host-bound (~130 us of kernels under ~330 us of host a Llama forward), and a replayed
-    launch cost less host than the ATen ops it replaces - residual GEMMs 31-43 us against 41-56 (torch's own linear
-    + add: 36-47), fc1 + GELU 36-39 against 53-60 (torch's: 40-45), qkv with its bias 36-38 against 41-43 - taking
-    the ViT-L forward from 0.71-0.88x to 0.88-0.98x torch eager with every such call on the kernels. The kernel's
+    launch cost less host than the ATen ops it replaces - residual GEMMs 36-49 us against 51-61 (torch's own linear
+    + add: 38-45), fc1 + GELU 36-38 against 53-60 (torch's: 40-45), qkv with its bias 37-38 against 41-43 (torch's
+    nn.Linear: 29-30) - taking the ViT-L forward from 0.73-0.88x to 0.88-0.98x torch eager with every such call on
+    the kernels. The kernel's
     GPU time there is up to 2x cuBLAS's (512 x 2048 x 5632 + residual: 37.7 vs 25.4 us,
     perf/results/h200/gemm/residual_small_2026-11-29_1621.txt), at most ~14 us more a call under this limit, about
     what the host saves - so a step that is GPU-bound at these sizes loses little; above it the rules stand. Calls
