@@ -183,6 +183,12 @@ def test_a_route_without_steps_is_called(hits):
     bad._steps = ((F.linear, (-1, 2), None),)  # the previous result of a first step
     with pytest.raises(ValueError, match="out of range"):
         c_hit(*args)
+    bad._steps = ((F.linear, (0, ()), None),)  # an empty constant
+    with pytest.raises(ValueError, match="1-tuple"):
+        c_hit(*args)
+    bad._steps = ((F.linear, (0, 2)),)  # no keyword names
+    with pytest.raises(ValueError, match="not \\(fn"):
+        c_hit(*args)
     with pytest.raises(TypeError, match="hit"):
         c_hit(cache, (), (x,), (1e-5,), rms._TAIL_TYPES, True)  # tail and its types of different lengths
 

@@ -248,6 +248,11 @@ static PyObject *run_steps(PyObject *steps, PyObject *tensors) {
     Py_ssize_t n_steps = PyTuple_GET_SIZE(steps), n_tensors = PyTuple_GET_SIZE(tensors);
     for (Py_ssize_t s = 0; s < n_steps; s++) {
         PyObject *step = PyTuple_GET_ITEM(steps, s);
+        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(step, 1)) ||
+            (PyTuple_GET_ITEM(step, 2) != Py_None && !PyTuple_Check(PyTuple_GET_ITEM(step, 2)))) {
+            PyErr_SetString(PyExc_ValueError, "tilewright native route: a step is not (fn, sources, kwnames or None)");
+            goto fail;
+        }
         PyObject *fn = PyTuple_GET_ITEM(step, 0), *spec = PyTuple_GET_ITEM(step, 1), *kwnames = PyTuple_GET_ITEM(step, 2);
         Py_ssize_t n = PyTuple_GET_SIZE(spec), n_kw = kwnames == Py_None ? 0 : PyTuple_GET_SIZE(kwnames);
         PyObject *argv[MAX_STEP_ARGS];
@@ -258,6 +263,10 @@ static PyObject *run_steps(PyObject *steps, PyObject *tensors) {
         for (Py_ssize_t j = 0; j < n; j++) {
             PyObject *item = PyTuple_GET_ITEM(spec, j);
             if (PyTuple_Check(item)) {
+                if (PyTuple_GET_SIZE(item) != 1) {
+                    PyErr_SetString(PyExc_ValueError, "tilewright native route: a constant is not a 1-tuple");
+                    goto fail;
+                }
                 argv[j] = PyTuple_GET_ITEM(item, 0);
                 continue;
             }
