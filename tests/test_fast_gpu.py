@@ -417,3 +417,22 @@ def test_rotary_with_autograd_runs_its_node_not_a_replay():
     y.backward(g)
     want = op_rotary._rotate_torch(g, cos[None], sin[None], D, True)
     torch.testing.assert_close(x.grad, want)
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 64])
+def test_rotary_repeat_call_is_served_by_the_replay(monkeypatch, rotary_dim):
+    """The second call of a signature never reaches the op (its dispatch is made to fail): the one-call hit finds the
+    replay under the key of the arguments as given - rotary_dim None included, which the full path turns into D."""
+    S, D = 64, 64
+    cos, sin = _rope_tables(S, D)
+    with torch.no_grad():
+        tilewright.apply_rotary(_rand(1, S, 4, D), cos, sin, rotary_dim=rotary_dim)
+        assert len(op_rotary._replays) == 1
+
+        def no_full_path(*args, **kwargs):
+            raise AssertionError("the full path ran on a recorded signature")
+
+        monkeypatch.setattr(op_rotary, "call_op", no_full_path)
+        x = _rand(1, S, 4, D)
+        out = tilewright.apply_rotary(x, cos, sin, rotary_dim=rotary_dim)
+    torch.testing.assert_close(out, op_rotary._rotate_torch(x, cos[None], sin[None], D, False))
