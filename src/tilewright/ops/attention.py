@@ -655,7 +655,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
             return got
     if got is not None:
         replay, key = got
-    elif type(causal_align) is str and type(softcap) in (float, int, type(None)) and window is None:
+    elif type(causal_align) in _TAIL_TYPES[3] and type(softcap) in _TAIL_TYPES[4] and window is None:
         key = _replay_key(q, k, v, causal, scale, backend, causal_align, softcap)
         replay = None if key is None else _replays.get(key)
     if key is not None:
