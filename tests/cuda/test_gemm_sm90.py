@@ -452,6 +452,43 @@ def test_residual_map_rows():
     assert cg.residual_map_rows(M, N, v, 0, (M * N, N, 1), M) == 0  # no residual
 
 
+def test_a_fused_residual_takes_the_residual_tile(monkeypatch):
+    """A launch with a fused residual takes RESIDUAL_VARIANT (GemmFamily.residual_launch) after that variant's own
+    self-check - over the static pick and over a tuned plain winner; without a residual the plain choice stays; a
+    failed self-check or the user's named variant (TILEWRIGHT_CUDA_GEMM_VARIANT) keeps the plain choice."""
+    from tilewright.autotune import cache
+
+    a = torch.empty(8192, 4096, dtype=torch.bfloat16)
+    b = torch.empty(4096, 4096, dtype=torch.bfloat16)
+    r = torch.empty(1, 8192, 4096, dtype=torch.bfloat16)
+    out = torch.empty(8192, 4096, dtype=torch.bfloat16)
+    residual_tile = cg.VARIANTS[cg.RESIDUAL_VARIANT]
+    assert cg.pick_variant(8192, 4096, 4096) is not residual_tile  # (else this test shows nothing)
+    checked, failing = [], set()
+    monkeypatch.setattr(cg.FAMILY.guard, "check", lambda device, name, key, run, fallback="": (
+        checked.append(name), (name not in failing, "x"))[1])
+    launched = []
+    monkeypatch.setattr(cg.FAMILY.guard, "run", lambda fn, *args, **kw: launched.append(kw) or True)
+    monkeypatch.setattr(cache, "lookup", lambda *args: None)
+    assert cg.FAMILY.try_launch(a, b, out, residual=r)
+    assert launched[-1]["variant"] is residual_tile and checked == [residual_tile.name]
+    assert cg.FAMILY.try_launch(a, b, out)  # no residual: the static pick (no variant keyword)
+    assert "variant" not in launched[-1]
+    record = {"winner": "cuda", "backends": {"cuda": {"config": {"variant": "coop128x192s4", "tile_order": "row_major",
+                                                                 "group": 16}}}}
+    monkeypatch.setattr(cache, "lookup", lambda *args: record)
+    assert cg.FAMILY.try_launch(a, b, out, residual=r)  # over a tuned plain winner, its tile order with it
+    assert launched[-1] == {"bias": None, "residual": r, "activation": None, "variant": residual_tile}
+    assert cg.FAMILY.try_launch(a, b, out)
+    assert launched[-1]["variant"].name == "coop128x192s4"
+    failing.add(residual_tile.name)  # the residual tile's self-check fails: the plain choice
+    assert cg.FAMILY.residual_launch(a, b, r) == {}
+    assert cg.FAMILY.try_launch(a, b, out, residual=r) and launched[-1]["variant"].name == "coop128x192s4"
+    failing.clear()
+    monkeypatch.setenv("TILEWRIGHT_CUDA_GEMM_VARIANT", "coop256x128s3")  # the user's named variant wins
+    assert cg.FAMILY.residual_launch(a, b, r) == {}
+
+
 def test_a_tuned_cuda_winner_is_what_the_launch_runs(monkeypatch):
     """``tilewright tune``'s winning variant / tile order for a shape (the autotune cache's "cuda" record) is what the
     op layer's launch takes (GemmFamily.tuned_launch), after that variant's own self-check; the static pick when

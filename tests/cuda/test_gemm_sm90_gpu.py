@@ -316,3 +316,38 @@ def test_the_op_launches_the_tuned_winner(monkeypatch):
     assert any(v is not None and v.name == "pp128x128s5" and order == "row_major" for v, order in seen), seen
     ref = x.double() @ w.double().t()
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@needs_hopper
+@pytest.mark.parametrize("epilogue", ["residual", "bias+gelu+residual", "pos_embed"])
+def test_the_op_takes_the_residual_tile_with_a_fused_residual(monkeypatch, epilogue):
+    """The public matmul with a fused residual on backend "cuda" launches RESIDUAL_VARIANT (the pingpong tile;
+    GemmFamily.residual_launch) - full rows, with bias + GELU, a pos_embed repeated over the batch - and its result is
+    within 2x torch's own bf16 error of the float64 reference, on a NaN-poisoned output whose M and N tails are
+    not tile multiples."""
+    cg = _cg()
+    seen, real = [], cg.FAMILY.launch
+    monkeypatch.setattr(cg.FAMILY, "launch", lambda *a, **kw: (seen.append(kw.get("variant")), real(*a, **kw))[1])
+    g = torch.Generator(device="cuda").manual_seed(5)
+    M, N, K, S = 2 * 1480, 1000, 1024, 1480  # tails in M, N and the pos_embed's period (S % 128 = 72)
+    x = torch.randn(M, K, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(N, K, device="cuda", generator=g) / 32).bfloat16()
+    bias = torch.randn(N, device="cuda", generator=g).bfloat16() if "bias" in epilogue else None
+    act = "gelu" if "gelu" in epilogue else None
+    if epilogue == "pos_embed":
+        x = x.view(2, S, K)
+        res = torch.randn(S, N, device="cuda", generator=g).bfloat16()
+    else:
+        res = torch.randn(M, N, device="cuda", generator=g).bfloat16()
+    poison = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    del poison  # (the output's allocation reuses this block)
+    y = tilewright.matmul(x, w.t(), bias=bias, residual=res, activation=act, backend="cuda")
+    assert seen and seen[-1] is cg.VARIANTS[cg.RESIDUAL_VARIANT], seen
+
+    def unfused(x, w, bias, res):
+        h = x @ w.t() + (bias if bias is not None else 0)
+        return (torch.nn.functional.gelu(h) if act else h) + res
+    ref = unfused(x.double(), w.double(), None if bias is None else bias.double(), res.double())
+    err = (y.double() - ref).abs().max().item()
+    torch_err = (unfused(x, w, bias, res).double() - ref).abs().max().item()
+    assert not torch.isnan(y).any() and err <= 2 * torch_err + 1e-6, (err, torch_err)

@@ -104,6 +104,17 @@ def switched_variants(switch: str, suffix: str) -> dict:
     return {name: SwitchedVariant(v.bm, v.bn, v.stages, v.coop, switch, suffix) for name, v in VARIANTS.items()}
 DEFAULT_VARIANT = "coop128x256s3"  # large problems (H200 run 2: 1.003-1.073x cuBLAS on the 8 LLM/square shapes)
 SMALL_M_VARIANT = "pp128x128s5"    # M <= 256: fewer, smaller tiles; the fastest variant on decode16/decode128
+# A fused residual takes the pingpong 128 x 128 tile at every size (GemmFamily.residual_launch). Why: the cooperative
+# tiles share each tile between both consumers, so its epilogue - the residual's staging-tile round trip, the bias,
+# the activation - runs while no wgmma does; a pingpong consumer's epilogue runs under the other's mainloop. Measured
+# (H200, MEASURED_ON[8], interleaved graph replays, time / cuBLAS's plain GEMM, this tile vs the default's): with a
+# residual 1.003-1.127 vs 1.027-1.215 on 8 rows (4096^3 to 16384 x 1024 x 1024, M 8000 among them; one tie, 16384 x
+# 1024 x 4096 1.059 vs 1.058), with bias + GELU + residual 1.034-1.336 vs 1.141-1.662; the 4-stage build and the
+# 192-column tile lost to it on every row, and on this tile the residual's TMA path beat the element loads on every
+# row. A pos_embed (MEASURED_ON[9]) 1.025-1.104 vs 1.038-1.168 on 5 rows, the one loss 4096^3 (1.076 vs 1.063).
+# Without a residual the default keeps the epilogue: bias + GELU alone measured the pingpong tile 0.98-1.04x the
+# default's time (faster at K 1024 and 5632, slower at 4096^3 and 16384 x 2048 x 2048).
+RESIDUAL_VARIANT = "pp128x128s5"
 # compiled by build-check (CPU CI): the default and the other families, bf16 + one fp16 / K-major-B build;
 # (variant, a_mn, b_mn, fp16, act, bias, res)
 BUILD_CHECK_BUILDS = (
@@ -210,6 +221,8 @@ MEASURED_ON = (
     Measurement("H100", "perf/results/h100/model/gemm_floor_2026-11-27_0205_ab_floor36.csv", "2026-11-27"),
     Measurement("H100", "perf/results/h100/gemm/epilogue_loads_2026-11-27_2100.txt", "2026-11-27"),
     Measurement("H200", "perf/results/h200/gemm/residual_cublas_ab_2026-11-29_0845.txt", "2026-11-29"),
+    Measurement("H200", "perf/results/h200/gemm/epilogue_paths_ab_s39.txt", "2026-12-02"),
+    Measurement("H200", "perf/results/h200/gemm/epilogue_floor_s39.txt", "2026-12-02"),
 )
 PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
@@ -325,7 +338,8 @@ def tuned_variants() -> dict:
 
 
 FAMILY = gemm_common.GemmFamily(GUARD, constraints, pick_variant, launch_cuda_gemm, preferred,
-                                tuned_variants=tuned_variants(), variant_env="TILEWRIGHT_CUDA_GEMM_VARIANT")
+                                tuned_variants=tuned_variants(), variant_env="TILEWRIGHT_CUDA_GEMM_VARIANT",
+                                residual_variant=VARIANTS[RESIDUAL_VARIANT])
 ready, try_launch = FAMILY.ready, FAMILY.try_launch
 
 register(FAMILY.backend("gemm_sm90", "sm_90a WGMMA pingpong GEMM", (9,), env=("TILEWRIGHT_CUDA_GEMM_VARIANT",)))

@@ -297,12 +297,28 @@ class GemmFamily:
     bias=, residual=, activation=, variant=)`` and ``region(M, N, K, residual)`` (its measured win region);
     ``tuned_variants``: the variants ``tilewright tune`` sweeps for this family (name -> variant; None: it sweeps
     none), whose winner a launch then takes (:meth:`tuned_launch`) unless the environment variable ``variant_env``
-    names a variant (the user's choice wins)."""
+    names a variant (the user's choice wins); ``residual_variant``: the tile a launch with a fused residual takes
+    instead (None: the plain GEMM's), see :meth:`residual_launch`."""
 
     def __init__(self, guard, constraints, pick_variant, launch_fn, region, tuned_variants: dict | None = None,
-                 variant_env: str | None = None):
+                 variant_env: str | None = None, residual_variant=None):
         self.guard, self.constraints, self.pick_variant = guard, constraints, pick_variant
         self.launch, self.region, self.tuned_variants, self.variant_env = launch_fn, region, tuned_variants, variant_env
+        self.residual_variant = residual_variant
+
+    def residual_launch(self, a, b, residual) -> dict:
+        """The launch keywords of a call with a fused residual: ``{"variant": residual_variant}``, or {} (the plain
+        GEMM's choice, :meth:`tuned_launch`) without a residual, without such a variant, when ``variant_env`` names
+        one, or when its first-use self-check fails. Why a tile of its own: the plain GEMM's tune and static pick
+        time the mainloop alone, and a residual's epilogue changes the winner (the family's constant says where it
+        was measured) - so it overrides a tuned plain winner too."""
+        v = self.residual_variant
+        if residual is None or v is None or (self.variant_env and os.environ.get(self.variant_env)):
+            return {}
+        static = self.pick_variant(a.shape[0], b.shape[1], a.shape[1])
+        if v is not static and not self.variant_checked(a, b, v, fallback=f"variant {static.name}")[0]:
+            return {}
+        return {"variant": v}
 
     def tuned_launch(self, a, b) -> dict:
         """The launch keywords (variant, tile_order, group) of the ``tilewright tune`` winner the autotune cache
@@ -371,7 +387,7 @@ class GemmFamily:
         if preact is not None or out.dtype != a.dtype:
             return False
         return self.guard.run(self.launch, a, b, out, bias=bias, residual=residual, activation=activation,
-                              **self.tuned_launch(a, b))
+                              **(self.residual_launch(a, b, residual) or self.tuned_launch(a, b)))
 
     def backend(self, name: str, kernel: str, archs: tuple[int, ...], env: tuple[str, ...] = ()):
         """The family's "cuda" record for the gemm op: these hooks, its guard's measurements as provenance."""
