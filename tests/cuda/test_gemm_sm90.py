@@ -53,6 +53,55 @@ def test_bias_comes_by_async_copy_into_smem(cache):
 
 
 @needs_compiler
+def test_a_residual_build_compiles_one_path(cache):
+    """The launcher compiles the residual's path in (TW_RES_PATH): the TMA-tile build has neither the element loads'
+    code nor their global loads, and is far shorter than a build with both paths (measured: the unused path more than
+    doubled the epilogue and slowed the mainloop beside it); the element-load build has the loads."""
+    import re
+
+    v = cg.VARIANTS["coop128x256s3"]
+    texts = {}
+    for path in (0, 1, 2):
+        defines = {**v.defines(False, True, False, 0, True, True), **({"TW_RES_PATH": path} if path else {})}
+        texts[path] = build_check.sass(build.compile_source(cg.SOURCE, "sm_90a", defines).cubin)
+        if texts[path] is None:
+            pytest.skip("no cuobjdump to read SASS with")
+    count = {p: len(re.findall(r"/\*[0-9a-f]{4,}\*/", t)) for p, t in texts.items()}
+    loads = {p: len(re.findall(r"\bLDG\.E", t)) for p, t in texts.items()}
+    assert count[1] < 0.7 * count[0] and count[2] < count[0], count
+    assert loads[1] < loads[2] and loads[2] > 0, loads
+
+
+def test_the_launcher_picks_the_residual_path(monkeypatch):
+    """gemm_sm90.prepare compiles the TMA-tile path where the residual has a map (full rows, a pos_embed period that
+    whole tiles hold), the element loads otherwise (transposed, a period inside a tile), neither without a residual
+    or in a build that reads the residual element-wise anyway (the RMSNorm builds: residual_tma=False)."""
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record(*args, extra_defines=None, **kw):
+        seen.append(extra_defines)
+        raise Stop
+
+    monkeypatch.setattr(cg.gemm_common, "build_and_map_operands", record)
+    M, N, K = 4096, 1024, 512
+    a, b, out = torch.empty(M, K), torch.empty(K, N), torch.empty(M, N)
+    v = cg.VARIANTS["pp128x128s5"]
+    cases = [((1 << 20, (M * N, N, 1), M), True, {"TW_RES_PATH": 1}),  # full rows
+             ((1 << 20, (0, N, 1), 1024), True, {"TW_RES_PATH": 1}),  # a pos_embed, 1024 rows a period
+             ((1 << 20, (0, N, 1), 96), True, {"TW_RES_PATH": 2}),  # a period inside a tile
+             ((1 << 20, (M * N, 1, M), M), True, {"TW_RES_PATH": 2}),  # transposed
+             ((1 << 20, (M * N, N, 1), M), False, None),  # the RMSNorm builds
+             ((0, (0, 0, 0), 1), True, None)]  # no residual
+    for (res_ptr, rs, period), residual_tma, want in cases:
+        with pytest.raises(Stop):
+            cg.prepare(a, b, out, v, None, res_ptr, rs, period, 0, 0, 16, None, residual_tma=residual_tma)
+        assert seen[-1] == want, (rs, period, residual_tma, seen[-1])
+
+
+@needs_compiler
 def test_build_check_cli_exit_code(cache, capsys):
     # one kernel (the whole sm_90a set is test_build_check_sm90a_passes'): its rows only, the others not listed
     assert build_check.main_build_check(types.SimpleNamespace(arch=["sm_90a"], kernel=["gemm_sm90.cu"])) == 0

@@ -270,6 +270,17 @@
 #ifndef TW_STAGES
 #define TW_STAGES 4
 #endif
+// TW_RES_PATH (with TW_RES): 0 compiles both residual paths, chosen per launch by res_rows (the TMA tile or the
+// element loads); 1 the TMA tile alone, 2 the element loads alone - what the host builds (gemm_sm90.prepare picks the
+// path, then the build). Why: the epilogue is straight-line code unrolled over the accumulators, and the unused
+// path more than doubled it (pp128x128s5 with a residual: 4,680 SASS instructions, 2,120 with the TMA path alone,
+// 1,832 plain; bias + GELU + residual 7,528 vs 3,968) - and a long epilogue slows the mainloop beside it, whose warps
+// share the SM's instruction fetch with it: measured (H200), the cooperative tile's bias + GELU + residual ran
+// 1.089-1.364x cuBLAS's plain GEMM with one path against 1.138-1.682x with both, the pingpong tile's residual
+// 0.980-1.106x against 1.012-1.116x (perf/results/h200/gemm/epilogue_code_size_ab_s39.txt).
+#ifndef TW_RES_PATH
+#define TW_RES_PATH 0
+#endif
 #ifndef TW_COOP
 #define TW_COOP 0
 #endif
@@ -383,7 +394,9 @@ constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 // passes a map: res_rows > 0), then read back with ldmatrix in the accumulator layout, added, and overwritten in
 // place by stmatrix: the epilogue waits for nothing global. Not in the RMSNorm builds (their two-pass forward takes
 // the large sizes, and the -xf builds use the barrier slots after full/empty).
-constexpr bool RES_TMA = TW_RES != 0 && !NORM;
+constexpr bool RES_TMA = TW_RES != 0 && !NORM && TW_RES_PATH != 2;
+static_assert(TW_RES_PATH == 0 || (TW_RES && (TW_RES_PATH == 2 || RES_TMA)),
+              "TW_RES_PATH: 1 (TMA tile) or 2 (element loads) with a residual; 1 not in the RMSNorm builds");
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
 constexpr bool XF_READ_ONLY = TW_NORM_XFORM_RO != 0;
 // TW_NORM_XFORM_NOREAD=1 (debug, timing only: the host's "-noread" builds): the read-only transform warps keep their
@@ -645,6 +658,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B swizzle atoms need 1024-byte alignment
   const tw_u32 bar_full = sbase + BAR_OFFSET;
   const tw_u32 bar_empty = bar_full + STAGES * 8;
+  // a TMA-path build launched without a residual map would read through an empty map: stop rather than compute
+  if (TW_RES_PATH == 1 && res_rows <= 0) __trap();
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -878,7 +893,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const tw_u32 cbuf = sbase + STAGES * STAGE_BYTES + c * C_WG;
     const int atom0 = COOP ? c * MA : 0;  // first m64 atom of the CTA tile this consumer computes
     float acc[MA][BN / 2];
+#if TW_RES_PATH == 1
+    constexpr bool res_by_tma = true;  // (checked at entry: the launcher passed a map)
+#elif TW_RES_PATH == 2
+    constexpr bool res_by_tma = false;
+#else
     const bool res_by_tma = RES_TMA && res_rows > 0;
+#endif
     const tw_u32 res_full = sbase + RES_BAR_OFFSET + 8 * c;
 #if TW_NORM_XFORM || TW_NORM_A
     // (the RMSNorm builds keep register loads: no slot in the transform builds' layout, and the fragment mainloop

@@ -114,17 +114,26 @@ SMALL_M_VARIANT = "pp128x128s5"    # M <= 256: fewer, smaller tiles; the fastest
 # row. A pos_embed (MEASURED_ON[9]) 1.025-1.104 vs 1.038-1.168 on 5 rows, the one loss 4096^3 (1.076 vs 1.063).
 # Without a residual the default keeps the epilogue: bias + GELU alone measured the pingpong tile 0.98-1.04x the
 # default's time (faster at K 1024 and 5632, slower at 4096^3 and 16384 x 2048 x 2048).
+# Since the launcher compiles one residual path a build (the .cu's TW_RES_PATH; MEASURED_ON[10]) the cooperative tile
+# gained most (its bias + GELU + residual 1.089-1.364x, was 1.138-1.682x), and this tile still leads on 5 of 7 rows:
+# residual 0.980-1.106x vs 1.027-1.175x, bias + GELU + residual 1.024-1.308x vs 1.083-1.364x; where the default
+# leads (4096^3, 16384 x 1024 x 4096) it is by 1.0-1.5%.
 RESIDUAL_VARIANT = "pp128x128s5"
 # compiled by build-check (CPU CI): the default and the other families, bf16 + one fp16 / K-major-B build;
 # (variant, a_mn, b_mn, fp16, act, bias, res)
 BUILD_CHECK_BUILDS = (
     ("coop128x256s3", False, True, False, 0, False, False), ("coop128x256s3", False, False, True, 0, False, False),
     ("pp128x128s5", False, True, False, 0, False, False), ("pp64x256s4", False, True, False, 0, False, False),
-    # the residual epilogues (TMA residual into the staging tile, or element loads): default variant with bias, a
-    # pingpong one with GELU in fp16 - the register-heaviest epilogue
-    ("coop128x256s3", False, True, False, 0, True, True), ("pp128x128s5", False, True, True, 2, True, True),
+    # the residual epilogues as the launcher builds them, one path each (TW_RES_PATH: 1 the TMA residual into the
+    # staging tile, 2 element loads): default variant with bias; the residual tile with GELU in fp16 - the
+    # register-heaviest epilogue
+    ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 1}),
+    ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 2}),
+    ("pp128x128s5", False, True, True, 2, True, True, {"TW_RES_PATH": 1}),
+    ("pp128x128s5", False, True, True, 2, True, True, {"TW_RES_PATH": 2}),
     # the 192-column tile (both B layouts: a three-box N-major stage, a 192-row K-major box), with the residual
-    ("coop128x192s4", False, True, False, 0, True, True), ("coop128x192s4", False, False, False, 0, False, False),
+    ("coop128x192s4", False, True, False, 0, True, True, {"TW_RES_PATH": 1}),
+    ("coop128x192s4", False, False, False, 0, False, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")  # wgmma, TMA in and out, setmaxnreg
@@ -223,6 +232,7 @@ MEASURED_ON = (
     Measurement("H200", "perf/results/h200/gemm/residual_cublas_ab_2026-11-29_0845.txt", "2026-11-29"),
     Measurement("H200", "perf/results/h200/gemm/epilogue_paths_ab_s39.txt", "2026-12-02"),
     Measurement("H200", "perf/results/h200/gemm/epilogue_floor_s39.txt", "2026-12-02"),
+    Measurement("H200", "perf/results/h200/gemm/epilogue_code_size_ab_s39.txt", "2026-12-02"),
 )
 PREFER_MIN_M = 257
 PREFER_MIN_N = 1024
@@ -284,8 +294,13 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     TMA map (the kernel's RES_TMA; off in the RMSNorm builds, which get the element loads' arguments)."""
     M, K = a.shape
     N = b.shape[1]
+    res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if residual_tma else 0
+    # the residual's path is compiled in, not chosen in the kernel (the .cu's TW_RES_PATH says why): the TMA tile
+    # where there is a map, else the element loads; the RMSNorm builds have the element loads alone anyway
+    res_path = {"TW_RES_PATH": 1 if res_rows else 2} if res_ptr and residual_tma else None
     drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(source, kernel, "sm_90a", a, b, v,
-                                                                        activation, bias, res_ptr)
+                                                                        activation, bias, res_ptr,
+                                                                        extra_defines=res_path)
     with torch.cuda.device(a.device):
         tm_c = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,),
                                            (64, v.wm), 128), "c_ptr")
@@ -293,7 +308,6 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     pair = (not v.coop) and tiles >= 2 * sms
     grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
     epilogue = gemm_common.epilogue_args(bias, res_ptr, rs, res_period, M, N, K)
-    res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if residual_tma else 0
     if res_rows:
         with torch.cuda.device(a.device):
             tm_r = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), res_ptr, (N, res_rows), (rs[1] * 2,),

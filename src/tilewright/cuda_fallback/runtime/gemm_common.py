@@ -164,27 +164,30 @@ def prepared_key(a, b, out, v, bias, *rest) -> tuple:
             out.stride(), a.dtype, v, bias.data_ptr() if bias is not None else 0, *rest)
 
 
-def build_for(source: str, arch: str, a, b, v, activation, bias, res_ptr, fp16: bool | None = None):
+def build_for(source: str, arch: str, a, b, v, activation, bias, res_ptr, fp16: bool | None = None,
+              extra_defines: dict | None = None):
     """The cubin of ``v``'s build of ``source`` that :func:`build_and_map_operands` loads for these operands (their
     layouts and dtype, the epilogue), through the build cache - no GPU needed, so a tune can compile ahead (the
-    operands may be CPU tensors of the same strides). Returns (build, (a_mn, lda), (b_mn, ldb))."""
+    operands may be CPU tensors of the same strides). ``extra_defines``: -D macros beyond the variant's (a family's
+    per-launch build switches, e.g. the sm_90a kernel's residual path). Returns (build, (a_mn, lda), (b_mn, ldb))."""
     (a_mn, lda), _ = layout(a, "a")
     (b_kcontig_first, ldb), _ = layout(b, "b")
     b_mn = not b_kcontig_first  # b (K, N) with unit stride on N -> N-major
     fp16 = a.dtype == torch.float16 if fp16 is None else fp16
-    bld = build.compile_source(source, arch, v.defines(a_mn, b_mn, fp16, activation, bias is not None, res_ptr != 0))
+    defines = v.defines(a_mn, b_mn, fp16, activation, bias is not None, res_ptr != 0)
+    bld = build.compile_source(source, arch, {**defines, **(extra_defines or {})})
     return bld, (a_mn, lda), (b_mn, ldb)
 
 
 def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activation, bias, res_ptr,
-                           fp16: bool | None = None):
+                           fp16: bool | None = None, extra_defines: dict | None = None):
     """Compile ``v``'s build of ``source`` for ``arch`` (layouts, dtype and epilogue from the operands; ``fp16``: the
     build's 16-bit type when it is not a's - the FP8 builds' output), load ``kernel`` and encode A's and B's
     128B-swizzled TMA maps, whose K box is one 128-byte swizzle row (64 16-bit or 128 8-bit elements): a K-major
     box of (row, v.bm) for A and (row, v.bn) for B. Returns (driver, function, tm_a, tm_b, a_mn, b_mn, SM count)."""
     M, K = a.shape
     N = b.shape[1]
-    bld, (a_mn, lda), (b_mn, ldb) = build_for(source, arch, a, b, v, activation, bias, res_ptr, fp16)
+    bld, (a_mn, lda), (b_mn, ldb) = build_for(source, arch, a, b, v, activation, bias, res_ptr, fp16, extra_defines)
     dt, dt_b = launch.tma_dtype(a.dtype), launch.tma_dtype(b.dtype)  # (FP8: e4m3 x e5m2 may mix)
     es = a.element_size()
     row = 128 // es
@@ -226,14 +229,18 @@ def direct_store_args(tm_a, tm_b, out, bias, res_ptr, rs, res_period, M: int, N:
 # ------------------------------------------------------------------------------------------------ build-check
 def build_check_rows(builds, variants: dict, markers=None) -> list:
     """``tilewright build-check`` rows (label, defines, dynamic smem[, SASS markers]) of ``builds`` = (variant name,
-    a_mn, b_mn, fp16, act, bias, res) tuples; ``markers(variant)`` adds the markers one build must carry."""
+    a_mn, b_mn, fp16, act, bias, res[, extra defines]) tuples - the extra defines as the family's launcher adds them
+    (:func:`build_for`'s ``extra_defines``), named in the label; ``markers(variant)`` adds the markers one build must
+    carry."""
     out = []
-    for name, a_mn, b_mn, fp16, act, bias, res in builds:
+    for name, a_mn, b_mn, fp16, act, bias, res, *more in builds:
         v = variants[name]
+        extra = more[0] if more else {}
         epi = f" act{act}" * bool(act) + " bias" * bias + " res" * res
+        epi += "".join(f" {k}={val}" for k, val in extra.items())
         dt = ("fp8->" if getattr(v, "fp8", False) else "") + ("fp16" if fp16 else "bf16")
         label = f"{name} {dt} A:{'M' if a_mn else 'K'}-major B:{'N' if b_mn else 'K'}-major{epi}"
-        row = (label, v.defines(a_mn, b_mn, fp16, act, bias, res), v.smem_bytes())
+        row = (label, {**v.defines(a_mn, b_mn, fp16, act, bias, res), **extra}, v.smem_bytes())
         out.append(row + (tuple(markers(v)),) if markers else row)
     return out
 
