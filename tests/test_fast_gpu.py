@@ -402,21 +402,43 @@ def test_rotary_tables_copied_by_the_op_are_not_replayed():
     torch.testing.assert_close(out2, want)
 
 
-def test_rotary_with_autograd_runs_its_node_not_a_replay():
-    """A call autograd records is never recorded (its node saves the tables for the backward), and a recorded
-    inference signature does not serve it: the gradient is the rotation back."""
-    S, D = 64, 64
-    cos, sin = _rope_tables(S, D)
-    x = _rand(1, S, 4, D).requires_grad_(True)
+@pytest.mark.parametrize("layout", ["qk_view", "half_tables_3d"])
+def test_rotary_with_autograd_replays_inside_its_node(monkeypatch, layout):
+    """A call autograd records has a key of its own (a recorded inference signature does not serve it); its first call
+    records the launch inside the op's node, and so does the backward's rotation back. A repeat of both never reaches
+    the op (its full path is made to fail) and gives the same bits: the output, and the gradient - the rotation back
+    of the incoming gradient - on the strided q/k view of QKV heads, and with 3-D half tables."""
+    B, S, H, D = 2, 64, 4, 64
+    cos, sin = _rope_tables(S, D // 2 if layout == "half_tables_3d" else D)
+    if layout == "half_tables_3d":
+        cos, sin = cos[None], sin[None]
+
+    def make():
+        base = _rand(B, S, H + 2, D)
+        return (base[:, :, :H] if layout == "qk_view" else base[:, :, :H].contiguous()).requires_grad_(True)
     with torch.no_grad():
-        tilewright.apply_rotary(x, cos, sin)
+        tilewright.apply_rotary(make(), cos, sin)
     assert len(op_rotary._replays) == 1  # the inference signature
+    x = make()
+    g = _rand(B, S, H, D)
     y = tilewright.apply_rotary(x, cos, sin)
-    assert y.requires_grad and len(op_rotary._replays) == 1
-    g = _rand(1, S, 4, D)
+    assert y.requires_grad and len(op_rotary._replays) == 2  # + the forward recorded inside its node
     y.backward(g)
-    want = op_rotary._rotate_torch(g, cos[None], sin[None], D, True)
-    torch.testing.assert_close(x.grad, want)
+    assert len(op_rotary._replays) == 3  # + the backward's rotation
+    c3, s3 = (t if t.dim() == 3 else t[None] for t in (cos, sin))
+    torch.testing.assert_close(x.grad, op_rotary._rotate_torch(g, c3, s3, D, True))
+
+    def no_full_path(*args, **kwargs):
+        raise AssertionError("the full path ran on a recorded signature")
+    monkeypatch.setattr(op_rotary, "call_op", no_full_path)
+    x2 = x.detach().clone().requires_grad_(True)  # (a copy: same values, new storage, the strides of a fresh view)
+    if layout == "qk_view":
+        x2 = torch.empty(B, S, H + 2, D, device=DEV, dtype=BF16)[:, :, :H].copy_(x.detach()).requires_grad_(True)
+    y2 = tilewright.apply_rotary(x2, cos, sin)
+    y2.backward(g)
+    torch.testing.assert_close(y2, y, rtol=0, atol=0)
+    torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=0)
+    assert len(op_rotary._replays) == 3
 
 
 @pytest.mark.parametrize("rotary_dim", [None, 64])

@@ -18,7 +18,7 @@ import torch
 
 from .._env import interpreting
 from ._checks import check_same_device, check_same_dtype, check_tensor, traced_into_graph, unit_last
-from ._eager import call_op, register_fast_dispatch
+from ._eager import call_checked, call_op, register_fast_dispatch
 from . import _aten, _fast
 
 
@@ -70,8 +70,23 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy):
     cos, sin = ctx.saved_tensors
-    # the transposed rotation is the op run the other way: differentiable in turn
-    return call_op(rotary_op, dy, cos, sin, ctx.rotary_dim, not ctx.backward), None, None, None, None
+    # the transposed rotation is the op run the other way: differentiable in turn (a double backward records it)
+    return _rotated(dy, cos, sin, ctx.rotary_dim, not ctx.backward), None, None, None, None
+
+
+def _rotated(x, cos3, sin3, rotary_dim: int, backward: bool):
+    """``rotary_op(x, cos3, sin3, rotary_dim, backward)`` on checked arguments (the 3-D tables the op reads), through
+    an eager replay of the signature when autograd records nothing - the backward's rotation, which the autograd
+    engine calls once a step (a Python node: the op's dispatch and launch binding were most of its host time)."""
+    key = None if torch.compiler.is_compiling() else _fast.replay_key((backward,), (x, cos3, sin3), (rotary_dim,))
+    if key is None or key[-2]:
+        return call_op(rotary_op, x, cos3, sin3, rotary_dim, backward)
+    replay = _replays.get(key)
+    if replay is not None:
+        return replay(x.device, x, cos3, sin3)[0]
+    return _fast.run_recorded(_replays, key, lambda: (call_op(rotary_op, x, cos3, sin3, rotary_dim, backward),),
+                              {"x_ptr": (0, x), "cos_ptr": (1, cos3), "sin_ptr": (2, sin3)},
+                              lambda result: {"out_ptr": (0, result[0])})[0]
 
 
 rotary_op.register_autograd(_backward, setup_context=_setup_context)
@@ -111,10 +126,14 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
     """
     given_dim = rotary_dim  # (the key holds the argument as given: None and D are two keys of one launch)
     if not torch.compiler.is_compiling():
-        # an eager hit (ops/_fast.py): the recorded launch of this signature, when autograd does not record
+        # an eager hit (ops/_fast.py): the recorded launch of this signature - inside the op's autograd node when
+        # autograd records (the key says so: key[-2])
         got = _fast.hit(_replays, (), (x, cos, sin), (rotary_dim,), _TAIL_TYPES, False)
-        if got is not None and not got[1][-2]:
-            return got[0](x.device, x, cos, sin)[0]
+        if got is not None:
+            replay, key = got
+            if not key[-2]:
+                return replay(x.device, x, cos, sin)[0]
+            return _replayed_with_grad(replay, x, cos, sin, x.shape[-1] if rotary_dim is None else rotary_dim)
     check_tensor("x", x, dims=(4,))
     B, S, H, D = x.shape
     check_same_dtype("x", x, cos=cos, sin=sin)
@@ -140,14 +159,24 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
     if traced_into_graph(x) and x.numel() < _aten.COMPILED_ELEMENTWISE_MIN:
         return _rotate_torch(x, cos3, sin3, rotary_dim, False)
     key = _replay_key(x, cos, sin, given_dim)
-    if key is None or key[-2]:  # (with autograd: the op's node records the call; no replay)
+    if key is None:
         return call_op(rotary_op, x, cos3, sin3, rotary_dim, False)
     # The roles are the caller's x, cos, sin: the tables' 3-D views are at their addresses, and a copy made above or
     # in the op (a table strided differently from the other, an x without a unit last stride) is not - that launch
-    # does not replay (ops/_fast.build).
+    # does not replay (ops/_fast.build). With autograd recording, the launch recorded is the one inside the op's node.
     return _fast.run_recorded(_replays, key, lambda: (call_op(rotary_op, x, cos3, sin3, rotary_dim, False),),
                               {"x_ptr": (0, x), "cos_ptr": (1, cos), "sin_ptr": (2, sin)},
                               lambda result: {"out_ptr": (0, result[0])})[0]
+
+
+def _replayed_with_grad(replay, x, cos, sin, rotary_dim: int):
+    """A recorded forward launch inside the op's eager autograd node (ops/_eager.call_checked): the node saves the
+    tables as the op reads them - 3-D views of the caller's tables, which the replay's roles are (a table the full
+    path had to copy never recorded) - for the backward's rotation the other way."""
+    cos3 = cos if cos.dim() == 3 else cos.unsqueeze(0)
+    sin3 = sin if sin.dim() == 3 else sin.unsqueeze(0)
+    return call_checked(rotary_op, lambda *args: replay(x.device, x, cos, sin)[0], True, x, cos3, sin3, rotary_dim,
+                        False)
 
 
 _replays = _fast.new_cache()
