@@ -193,7 +193,7 @@ def test_a_route_without_steps_is_called(hits):
         c_hit(cache, (), (x,), (1e-5,), rms._TAIL_TYPES, True)  # tail and its types of different lengths
 
 
-@pytest.mark.parametrize("op", ["linear", "rms_norm_linear", "flash_attention"])
+@pytest.mark.parametrize("op", ["linear", "matmul", "rms_norm_linear", "flash_attention"])
 def test_the_public_ops_serve_hits_through_the_one_call(hits, monkeypatch, op):
     """The public functions ask ``_fast.hit`` first and return what it returns for an ATen route (here the C hit,
     counted): the second call of a signature makes no other lookup."""
@@ -209,6 +209,9 @@ def test_the_public_ops_serve_hits_through_the_one_call(hits, monkeypatch, op):
     if op == "linear":
         x, w = torch.randn(6, 16, requires_grad=True), torch.randn(12, 16, requires_grad=True)
         call, want = (lambda: tilewright.linear(x, w, activation="gelu")), F.gelu(F.linear(x, w))
+    elif op == "matmul":
+        a, b, bias = torch.randn(2, 6, 16, requires_grad=True), torch.randn(16, 12), torch.randn(12)
+        call, want = (lambda: tilewright.matmul(a, b, bias=bias, activation="relu")), F.relu(a @ b + bias)
     elif op == "rms_norm_linear":
         x, g, w = torch.randn(6, 16), torch.rand(16) + 0.5, torch.randn(12, 16)
         call, want = (lambda: tilewright.rms_norm_linear(x, g, w, eps=1e-5)), F.linear(F.rms_norm(x, (16,), g, 1e-5), w)

@@ -299,6 +299,7 @@ def _replay_key(a, b, bias, residual, activation, out_dtype, backend, entry: str
 # other type - never replays. _fast.hit makes the same test.
 _GEMM_TAIL_TYPES = ((str, type(None)), (torch.dtype, type(None)), (str, type(None)))
 _LINEAR_HEAD = ("linear",)
+_MATMUL_HEAD = ("matmul",)  # (_replay_key's head for matmul's calls: its ``entry`` default)
 
 
 def _gemm(a, b, bias, residual, activation, out_dtype, backend, a_name, b_name, b_shape_text, key=(),
@@ -468,6 +469,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     torch's activation and residual add - exactly ``F.gelu(F.linear(x, w, b)) + r``'s result (a residual of another
     dtype keeps the kernels); ``TILEWRIGHT_CUBLAS=0`` keeps those on the kernels too.
     """
+    if not torch.compiler.is_compiling():
+        # an eager hit in one call (ops/_fast.hit), as linear's: an ATen route's result, or the kernel replay and its
+        # key (the replay inside the op's autograd node when autograd records: _gemm)
+        got = _fast.hit(_replays, _MATMUL_HEAD, (a, b, bias, residual), (activation, out_dtype, backend),
+                        _GEMM_TAIL_TYPES, False)
+        if got is not None:
+            if type(got) is not tuple:
+                return got
+            replay, key = got
+            if not key[-2]:
+                return replay(a.device, a, b, bias, residual)[0]
+            return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)", key, replay)
     return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)")
 
 
