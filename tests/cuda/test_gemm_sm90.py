@@ -70,12 +70,19 @@ def test_a_residual_build_compiles_one_path(cache):
     loads = {p: len(re.findall(r"\bLDG\.E", t)) for p, t in texts.items()}
     assert count[1] < 0.7 * count[0] and count[2] < count[0], count
     assert loads[1] < loads[2] and loads[2] > 0, loads
+    # the bias alike (TW_BIAS_PATH): the smem slice alone has no register-load copies of the epilogue
+    alone = build_check.sass(build.compile_source(cg.SOURCE, "sm_90a", {**v.defines(False, True, False, 0, True, False),
+                                                                        "TW_BIAS_PATH": 1}).cubin)
+    both = build_check.sass(build.compile_source(cg.SOURCE, "sm_90a", v.defines(False, True, False, 0, True, False)).cubin)
+    n_alone, n_both = (len(re.findall(r"/\*[0-9a-f]{4,}\*/", t)) for t in (alone, both))
+    assert n_alone < 0.9 * n_both and re.search(r"\bLDGSTS\b", alone), (n_alone, n_both)
 
 
-def test_the_launcher_picks_the_residual_path(monkeypatch):
+def test_the_launcher_picks_the_epilogue_paths(monkeypatch):
     """gemm_sm90.prepare compiles the TMA-tile path where the residual has a map (full rows, a pos_embed period that
     whole tiles hold), the element loads otherwise (transposed, a period inside a tile), neither without a residual
-    or in a build that reads the residual element-wise anyway (the RMSNorm builds: residual_tma=False)."""
+    or in a build that reads the residual element-wise anyway (the RMSNorm builds: residual_tma=False); a 4-byte
+    aligned bias's smem path, else its register loads (gemm_sm90.epilogue_paths)."""
     seen = []
 
     class Stop(Exception):
@@ -93,12 +100,22 @@ def test_the_launcher_picks_the_residual_path(monkeypatch):
              ((1 << 20, (0, N, 1), 1024), True, {"TW_RES_PATH": 1}),  # a pos_embed, 1024 rows a period
              ((1 << 20, (0, N, 1), 96), True, {"TW_RES_PATH": 2}),  # a period inside a tile
              ((1 << 20, (M * N, 1, M), M), True, {"TW_RES_PATH": 2}),  # transposed
-             ((1 << 20, (M * N, N, 1), M), False, None),  # the RMSNorm builds
-             ((0, (0, 0, 0), 1), True, None)]  # no residual
+             ((1 << 20, (M * N, N, 1), M), False, {}),  # the RMSNorm builds
+             ((0, (0, 0, 0), 1), True, {})]  # no residual
     for (res_ptr, rs, period), residual_tma, want in cases:
         with pytest.raises(Stop):
             cg.prepare(a, b, out, v, None, res_ptr, rs, period, 0, 0, 16, None, residual_tma=residual_tma)
         assert seen[-1] == want, (rs, period, residual_tma, seen[-1])
+    storage = torch.empty(N + 2)
+    aligned, odd = storage[:N], storage[1:N + 1]  # fp32: 4-byte aligned either way; 2-byte elements below
+    half = torch.empty(N + 1, dtype=torch.bfloat16)
+    for bias, residual_tma, want in [(aligned, True, {"TW_BIAS_PATH": 1}), (odd, True, {"TW_BIAS_PATH": 1}),
+                                     (half[:N], True, {"TW_BIAS_PATH": 1}), (half[1:], True, {"TW_BIAS_PATH": 2}),
+                                     (half[1:], False, {})]:
+        assert (bias.data_ptr() % 4 == 0) == (want.get("TW_BIAS_PATH") == 1) or not want
+        with pytest.raises(Stop):
+            cg.prepare(a, b, out, v, bias, 0, (0, 0, 0), 1, 0, 0, 16, None, residual_tma=residual_tma)
+        assert seen[-1] == want, (bias.data_ptr() % 4, residual_tma, seen[-1])
 
 
 @needs_compiler

@@ -281,6 +281,13 @@
 #ifndef TW_RES_PATH
 #define TW_RES_PATH 0
 #endif
+// TW_BIAS_PATH (with TW_BIAS), alike: 0 both bias paths, chosen per launch by the bias's alignment; 1 the smem slice
+// alone (a 4-byte aligned bias: the launcher checks, the kernel traps otherwise), 2 the register loads alone. The
+// register path's unswitched copies cost the bias builds 310-590 SASS instructions (coop128x256s3 with a bias 2,688
+// vs 2,096; pp128x128s5 2,160 vs 1,848; nvcc 13.0).
+#ifndef TW_BIAS_PATH
+#define TW_BIAS_PATH 0
+#endif
 #ifndef TW_COOP
 #define TW_COOP 0
 #endif
@@ -397,6 +404,8 @@ constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 constexpr bool RES_TMA = TW_RES != 0 && !NORM && TW_RES_PATH != 2;
 static_assert(TW_RES_PATH == 0 || (TW_RES && (TW_RES_PATH == 2 || RES_TMA)),
               "TW_RES_PATH: 1 (TMA tile) or 2 (element loads) with a residual; 1 not in the RMSNorm builds");
+static_assert(TW_BIAS_PATH == 0 || (TW_BIAS && (TW_BIAS_PATH == 2 || !(TW_NORM_XFORM || TW_NORM_A))),
+              "TW_BIAS_PATH: 1 (smem slice) or 2 (register loads) with a bias; 1 not in the RMSNorm builds");
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
 constexpr bool XF_READ_ONLY = TW_NORM_XFORM_RO != 0;
 // TW_NORM_XFORM_NOREAD=1 (debug, timing only: the host's "-noread" builds): the read-only transform warps keep their
@@ -658,7 +667,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const tw_u32 sbase = (raw + 1023) & ~1023u;  // 128B swizzle atoms need 1024-byte alignment
   const tw_u32 bar_full = sbase + BAR_OFFSET;
   const tw_u32 bar_empty = bar_full + STAGES * 8;
-  // a TMA-path build launched without a residual map would read through an empty map: stop rather than compute
+  // a build compiled for one epilogue path launched outside it (a TMA-path residual without a map, an smem-path
+  // bias not 4-byte aligned) would read wrong memory: stop rather than compute
   if (TW_RES_PATH == 1 && res_rows <= 0) __trap();
 
   const int wg = threadIdx.x / 128;
@@ -666,6 +676,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   // the epilogue's operands in 32-bit pairs where every pair it reads is 4-byte aligned (columns are even)
   const bool bias_vec = (reinterpret_cast<unsigned long long>(bias) & 3) == 0;
   const bool res_vec = rs2 == 1 && (reinterpret_cast<unsigned long long>(res) & 3) == 0 && ((rs0 | rs1) & 1) == 0;
+  if (TW_BIAS_PATH == 1 && !bias_vec) __trap();
   const int num_m = (M + BM - 1) / BM;
   const int num_n = (N + BN - 1) / BN;
   const int num_tiles = num_m * num_n;
@@ -908,7 +919,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const tw_u32 bias_s = 0;
 #else
     // a 4-byte aligned bias (every pair a cp.async can take) comes through the consumer's smem slice
+#if TW_BIAS_PATH == 1
+    constexpr bool bias_smem = true;  // (checked at entry: a 4-byte aligned bias)
+#elif TW_BIAS_PATH == 2
+    constexpr bool bias_smem = false;
+#else
     const bool bias_smem = TW_BIAS && bias_vec;
+#endif
     const tw_u32 bias_s = sbase + BIAS_OFFSET + c * BN * 2;
 #endif
     tw_u32 res_phase = 0;

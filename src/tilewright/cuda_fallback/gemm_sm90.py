@@ -127,12 +127,13 @@ BUILD_CHECK_BUILDS = (
     # the residual epilogues as the launcher builds them, one path each (TW_RES_PATH: 1 the TMA residual into the
     # staging tile, 2 element loads): default variant with bias; the residual tile with GELU in fp16 - the
     # register-heaviest epilogue
-    ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 1}),
-    ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 2}),
-    ("pp128x128s5", False, True, True, 2, True, True, {"TW_RES_PATH": 1}),
-    ("pp128x128s5", False, True, True, 2, True, True, {"TW_RES_PATH": 2}),
+    # and the bias's (TW_BIAS_PATH: 1 the smem slice, 2 register loads)
+    ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
+    ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 2, "TW_BIAS_PATH": 2}),
+    ("pp128x128s5", False, True, True, 2, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
+    ("pp128x128s5", False, True, True, 2, True, True, {"TW_RES_PATH": 2, "TW_BIAS_PATH": 2}),
     # the 192-column tile (both B layouts: a three-box N-major stage, a 192-row K-major box), with the residual
-    ("coop128x192s4", False, True, False, 0, True, True, {"TW_RES_PATH": 1}),
+    ("coop128x192s4", False, True, False, 0, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
     ("coop128x192s4", False, False, False, 0, False, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
@@ -295,12 +296,9 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     M, K = a.shape
     N = b.shape[1]
     res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if residual_tma else 0
-    # the residual's path is compiled in, not chosen in the kernel (the .cu's TW_RES_PATH says why): the TMA tile
-    # where there is a map, else the element loads; the RMSNorm builds have the element loads alone anyway
-    res_path = {"TW_RES_PATH": 1 if res_rows else 2} if res_ptr and residual_tma else None
-    drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(source, kernel, "sm_90a", a, b, v,
-                                                                        activation, bias, res_ptr,
-                                                                        extra_defines=res_path)
+    drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(
+        source, kernel, "sm_90a", a, b, v, activation, bias, res_ptr,
+        extra_defines=epilogue_paths(bias, res_ptr, res_rows, residual_tma))
     with torch.cuda.device(a.device):
         tm_c = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,),
                                            (64, v.wm), 128), "c_ptr")
@@ -318,6 +316,20 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     args = [tm_a, tm_b, tm_c, *epilogue, ctypes.c_int32(activation), ctypes.c_int32(tile_order),
             ctypes.c_int32(group), ctypes.c_int32(int(pair)), tm_r, ctypes.c_int32(res_rows)]
     return fn, grid, args
+
+
+def epilogue_paths(bias, res_ptr: int, res_rows: int, plain_epilogue: bool = True) -> dict:
+    """The epilogue paths a launch's build compiles in, not chosen in the kernel (the .cu's TW_RES_PATH and
+    TW_BIAS_PATH say why: the unused path's code slowed the mainloop): the residual's TMA tile where it has a map
+    (``res_rows``), else its element loads; a 4-byte aligned bias's smem slice, else its register loads. Empty for
+    the builds that read both element-wise anyway (``plain_epilogue`` False: the RMSNorm builds) and for an absent
+    operand."""
+    paths = {}
+    if plain_epilogue and res_ptr:
+        paths["TW_RES_PATH"] = 1 if res_rows else 2
+    if plain_epilogue and bias is not None:
+        paths["TW_BIAS_PATH"] = 1 if bias.data_ptr() % 4 == 0 else 2
+    return paths
 
 
 def residual_map_rows(M: int, N: int, v: Variant, res_ptr: int, rs, res_period: int) -> int:

@@ -28,11 +28,11 @@ SOURCE = "gemm_sumsq_sm90.cu"
 KERNEL = "tw_gemm_sumsq_sm90"
 # build-check (CPU CI): the residual epilogue of the default and the small-M tile (what a pre-norm block's output
 # projection runs), and the register-heaviest epilogue (fp16 GELU + bias + residual)
-# (with a residual of full rows, the TMA path the launcher compiles in: gemm_sm90.prepare's TW_RES_PATH)
+# (with a residual of full rows and an aligned bias, the paths the launcher compiles in: gemm_sm90.epilogue_paths)
 BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res, extra defines)
     ("coop128x256s3", False, False, False, 0, False, True, {"TW_RES_PATH": 1}),
-    ("pp128x128s5", False, False, False, 0, True, True, {"TW_RES_PATH": 1}),
-    ("coop128x256s3", False, True, True, 2, True, True, {"TW_RES_PATH": 1}),
+    ("pp128x128s5", False, False, False, 0, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
+    ("coop128x256s3", False, True, True, 2, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
