@@ -124,10 +124,9 @@ RESIDUAL_VARIANT = "pp128x128s5"
 BUILD_CHECK_BUILDS = (
     ("coop128x256s3", False, True, False, 0, False, False), ("coop128x256s3", False, False, True, 0, False, False),
     ("pp128x128s5", False, True, False, 0, False, False), ("pp64x256s4", False, True, False, 0, False, False),
-    # the residual epilogues as the launcher builds them, one path each (TW_RES_PATH: 1 the TMA residual into the
-    # staging tile, 2 element loads): default variant with bias; the residual tile with GELU in fp16 - the
-    # register-heaviest epilogue
-    # and the bias's (TW_BIAS_PATH: 1 the smem slice, 2 register loads)
+    # the residual epilogues as the launcher builds them, one path each for the residual (TW_RES_PATH: 1 the TMA
+    # tile into the staging buffer, 2 element loads) and the bias (TW_BIAS_PATH: 1 the smem slice, 2 register loads):
+    # the default variant, and the residual tile with GELU in fp16 - the register-heaviest epilogue
     ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
     ("coop128x256s3", False, True, False, 0, True, True, {"TW_RES_PATH": 2, "TW_BIAS_PATH": 2}),
     ("pp128x128s5", False, True, True, 2, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
@@ -292,7 +291,8 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     """(function, grid, kernel arguments) of one launch of ``kernel`` in ``source`` - this kernel body, or a build
     of it such as rmsnorm_gemm_sm90.cu, which appends its own arguments: the A/B/out tensor maps, the epilogue,
     the tile order and the pingpong pairing. ``residual_tma``: whether the build can read the residual through a
-    TMA map (the kernel's RES_TMA; off in the RMSNorm builds, which get the element loads' arguments)."""
+    TMA map (the kernel's RES_TMA; off in the RMSNorm builds, which get the element loads' arguments) - and so
+    whether its epilogue paths are compiled in (:func:`epilogue_paths`)."""
     M, K = a.shape
     N = b.shape[1]
     res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if residual_tma else 0
