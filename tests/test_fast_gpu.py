@@ -439,6 +439,10 @@ def test_rotary_with_autograd_replays_inside_its_node(monkeypatch, layout):
     torch.testing.assert_close(y2, y, rtol=0, atol=0)
     torch.testing.assert_close(x2.grad, x.grad, rtol=0, atol=0)
     assert len(op_rotary._replays) == 3
+    # a table that requires grad has the same key (some argument requires grad) but is the full path's error
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="constants"):
+        tilewright.apply_rotary(x2.detach(), cos.clone().requires_grad_(True), sin)
 
 
 @pytest.mark.parametrize("rotary_dim", [None, 64])

@@ -133,7 +133,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
             replay, key = got
             if not key[-2]:
                 return replay(x.device, x, cos, sin)[0]
-            return _replayed_with_grad(replay, x, cos, sin, x.shape[-1] if rotary_dim is None else rotary_dim)
+            # (the key says only that some argument requires grad: a table that does is the full path's error)
+            if not (cos.requires_grad or sin.requires_grad):
+                return _replayed_with_grad(replay, x, cos, sin, x.shape[-1] if rotary_dim is None else rotary_dim)
     check_tensor("x", x, dims=(4,))
     B, S, H, D = x.shape
     check_same_dtype("x", x, cos=cos, sin=sin)
