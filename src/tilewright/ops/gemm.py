@@ -470,18 +470,27 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     dtype keeps the kernels); ``TILEWRIGHT_CUBLAS=0`` keeps those on the kernels too.
     """
     if not torch.compiler.is_compiling():
-        # an eager hit in one call (ops/_fast.hit), as linear's: an ATen route's result, or the kernel replay and its
-        # key (the replay inside the op's autograd node when autograd records: _gemm)
-        got = _fast.hit(_replays, _MATMUL_HEAD, (a, b, bias, residual), (activation, out_dtype, backend),
-                        _GEMM_TAIL_TYPES, False)
-        if got is not None:
-            if type(got) is not tuple:
-                return got
-            replay, key = got
-            if not key[-2]:
-                return replay(a.device, a, b, bias, residual)[0]
+        served, got, replay, key = _gemm_hit(_MATMUL_HEAD, a, b, bias, residual, activation, out_dtype, backend)
+        if served:
+            return got
+        if replay is not None:  # (the replay inside the op's autograd node: _gemm)
             return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)", key, replay)
     return _gemm(a, b, bias, residual, activation, out_dtype, backend, "a", "b", "(K, N)")
+
+
+def _gemm_hit(head, a, b, bias, residual, activation, out_dtype, backend):
+    """matmul's / linear's eager hit in one call (ops/_fast.hit): ``(True, result, None, None)`` for a call served
+    here - an ATen route's result, or a kernel replay autograd does not record - else ``(False, None, replay,
+    key)``, the replay (and its key) autograd records, or ``(False, None, None, None)`` for no hit."""
+    got = _fast.hit(_replays, head, (a, b, bias, residual), (activation, out_dtype, backend), _GEMM_TAIL_TYPES, False)
+    if got is None:
+        return False, None, None, None
+    if type(got) is not tuple:
+        return True, got, None, None
+    replay, key = got
+    if not key[-2]:
+        return True, replay(a.device, a, b, bias, residual)[0], None, None
+    return False, None, replay, key
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -504,15 +513,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     key = replay = None
     if return_sumsq is False and not torch.compiler.is_compiling():
-        # an eager hit in one call (ops/_fast.hit): an ATen route's result, or the kernel replay and its key
-        got = _fast.hit(_replays, _LINEAR_HEAD, (x, weight, bias, residual), (activation, None, backend),
-                        _GEMM_TAIL_TYPES, False)
-        if got is not None:
-            if type(got) is not tuple:
-                return got
-            replay, key = got
-            if not key[-2]:
-                return replay(x.device, x, weight, bias, residual)[0]
+        served, got, replay, key = _gemm_hit(_LINEAR_HEAD, x, weight, bias, residual, activation, None, backend)
+        if served:
+            return got
     if replay is None:
         served, key_or_result, replay = _linear_lookup(x, weight, bias, residual, activation, backend, return_sumsq)
         if served:
