@@ -78,6 +78,49 @@ def test_a_residual_build_compiles_one_path(cache):
     assert n_alone < 0.9 * n_both and re.search(r"\bLDGSTS\b", alone), (n_alone, n_both)
 
 
+@needs_compiler
+def test_the_swiglu_build_loads_b_in_two_halves_and_stores_half_the_columns(cache):
+    """TW_GLU: each k-block's B comes as two boxes (gate and up halves: one TMA load more a stage than the plain
+    build), the tile stores BN / 2 columns (half the TMA stores and stmatrix), the silu is the fast exponent and
+    division (one MUFU.EX2 an output element: 64 a thread in the cooperative 64 x 128 output), and the epilogue stays
+    small: 0 spills, under 1.4x the plain build's SASS."""
+    v = cg.VARIANTS["coop128x256s3"]
+    stats = {}
+    for glu in (False, True):
+        defines = {**v.defines(False, False, False, 0, False, False), **({"TW_GLU": 1} if glu else {})}
+        bld = build.compile_source(cg.SOURCE, "sm_90a", defines)
+        text = build_check.sass(bld.cubin)
+        if text is None:
+            pytest.skip("no cuobjdump to read SASS with")
+        assert "0 bytes spill stores" in bld.log, bld.log
+        stats[glu] = {k: len(re.findall(p, text)) for k, p in (
+            ("n", r"/\*[0-9a-f]{4,}\*/"), ("ldg", r"\bUTMALDG"), ("stg", r"\bUTMASTG"), ("stsm", r"\bSTSM"),
+            ("ex2", r"MUFU\.EX2"))}
+    plain, glu = stats[False], stats[True]
+    assert glu["ldg"] > plain["ldg"] and glu["stg"] * 2 == plain["stg"] and glu["stsm"] * 2 == plain["stsm"], stats
+    assert plain["ex2"] == 0 and glu["ex2"] == 64 and glu["n"] < 1.4 * plain["n"], stats
+
+
+def test_the_swiglu_build_refuses_odd_tiles_and_outputs():
+    """The gated-linear launcher's own errors, seen without a GPU: tiles of 128 or 256 columns only (the halves are
+    whole 64-column chunks), out of (M, N) for b's 2N columns, an even column count; the tile pick never gives the
+    192-column wave tile."""
+    a = torch.empty(256, 512, dtype=torch.bfloat16)
+    b = torch.empty(1024, 512, dtype=torch.bfloat16).t()
+    with pytest.raises(ValueError, match="variant coop128x192s4"):
+        cg.launch_cuda_swiglu(a, b, torch.empty(256, 512, dtype=torch.bfloat16), variant="coop128x192s4")
+    with pytest.raises(ValueError, match="out must be"):
+        cg.launch_cuda_swiglu(a, b, torch.empty(256, 1024, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="even count"):
+        cg.launch_cuda_swiglu(a, torch.empty(1009, 512, dtype=torch.bfloat16).t(),
+                              torch.empty(256, 504, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="N = 505"):
+        cg.launch_cuda_swiglu(a, torch.empty(1010, 512, dtype=torch.bfloat16).t(),
+                              torch.empty(256, 505, dtype=torch.bfloat16))
+    assert cg.glu_variant(16384, 11264, 2048).bn % 128 == 0
+    assert cg.glu_variant(3000, 10240, 5120).name == cg.DEFAULT_VARIANT  # (the wave tile's 192 columns do not halve)
+
+
 def test_the_launcher_picks_the_epilogue_paths(monkeypatch):
     """gemm_sm90.prepare compiles the TMA-tile path where the residual has a map (full rows, a pos_embed period that
     whole tiles hold), the element loads otherwise (transposed, a period inside a tile), neither without a residual

@@ -288,6 +288,19 @@
 #ifndef TW_BIAS_PATH
 #define TW_BIAS_PATH 0
 #endif
+// TW_GLU=1: the gated-linear epilogue out = silu(gate) * up of a fused gate/up projection (SwiGLU), whose B holds
+// 2N columns - gate in [0, N), up in [N, 2N) - for an (M, N) output. Each tile's B stage takes its BN/2 gate columns
+// from [n0, n0 + BN/2) and the same BN/2 up columns from [N + n0, ...) (two TMA boxes a k-block, the bytes of one),
+// so the accumulator's first half is the gate and its second the up of the same output columns - and a thread's
+// fragment holds column c and c + BN/2 (the wgmma layout repeats every 8 columns), so the pairing is register-local.
+// The tile stores BN/2 columns. Why fused: the unfused pair writes the (M, 2N) projection, then reads it back and
+// writes (M, N) - 3x the output's bytes again (Llama B8 x S2048, N 5632: ~0.74 GB, ~0.13 ms of a 2.7 ms forward, the
+// SwiGLU pass's own time). A gate tile past N reads up columns (in bounds: its outputs lie past N and the store
+// clips them); an up tile past 2N reads TMA's zeros. Rstd (the norm builds) scales both halves, as the unfused
+// GEMM's output would be scaled before the SwiGLU. Not with a bias, residual, activation code, FP8 or the sums out.
+#ifndef TW_GLU
+#define TW_GLU 0
+#endif
 #ifndef TW_COOP
 #define TW_COOP 0
 #endif
@@ -321,6 +334,8 @@ constexpr int BK = 128 / ELEM_BYTES;  // one 128-byte swizzle row: 64 16-bit or 
 constexpr int K_STEPS = 4;            // wgmmas per k-block (k16 of 16-bit, k32 of fp8): each 32 bytes into the row
 constexpr int STAGES = TW_STAGES;
 constexpr bool COOP = TW_COOP != 0;
+constexpr bool GLU = TW_GLU != 0;
+constexpr int OBN = GLU ? BN / 2 : BN;  // output columns of a tile (header: TW_GLU)
 constexpr int SCALE_AHEAD = TW_FP8_SCALE_AHEAD;
 constexpr bool SCALE_STAGE = TW_FP8_SCALE_STAGE != 0;
 constexpr bool A_MN = TW_A_MN != 0;
@@ -407,6 +422,9 @@ static_assert(TW_RES_PATH == 0 || (TW_RES && (TW_RES_PATH == 2 || RES_TMA)),
 static_assert(TW_BIAS_PATH == 0 || (TW_BIAS && (TW_BIAS_PATH == 2 || !(TW_NORM_XFORM || TW_NORM_A))),
               "TW_BIAS_PATH: 1 (smem slice) or 2 (register loads) with a bias; 1 not in the RMSNorm builds");
 static_assert(!NORM_XFORM || NORM, "TW_NORM_XFORM is a variant of the TW_NORM_A build");
+// the gate and up halves are whole 64-column chunks of the output staging tile; the GLU is the only epilogue op
+static_assert(!GLU || (BN % 128 == 0 && !FP8 && !TW_BIAS && !TW_RES && TW_ACT == 0 && !TW_SUMSQ_OUT),
+              "TW_GLU: BN 128 or 256, 16-bit, no bias, residual, activation code or sums out");
 constexpr bool XF_READ_ONLY = TW_NORM_XFORM_RO != 0;
 // TW_NORM_XFORM_NOREAD=1 (debug, timing only: the host's "-noread" builds): the read-only transform warps keep their
 // barrier protocol but read nothing (the sums stay 0, the output is wrong) - what the in-kernel sums cost the
@@ -678,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const bool res_vec = rs2 == 1 && (reinterpret_cast<unsigned long long>(res) & 3) == 0 && ((rs0 | rs1) & 1) == 0;
   if (TW_BIAS_PATH == 1 && !bias_vec) __trap();
   const int num_m = (M + BM - 1) / BM;
-  const int num_n = (N + BN - 1) / BN;
+  const int num_n = (N + OBN - 1) / OBN;
   const int num_tiles = num_m * num_n;
 #if TW_SCALE == 3
   const int num_nb = (N + 127) / 128;  // scale_b's blocks per K row
@@ -740,7 +758,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         if (t >= num_tiles) break;
         int pm, pn;
         coords(t, pm, pn);
-        const int m0 = pm * BM, n0 = pn * BN;
+        const int m0 = pm * BM, n0 = pn * OBN;
         for (int kb = 0; kb < kt; ++kb) {
           const tw_u32 full = bar_full + 8 * s;
           mbar_wait(bar_empty + 8 * s, phase ^ 1);  // first pass over the ring succeeds at once
@@ -748,7 +766,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           const tw_u32 sa = sbase + s * STAGE_BYTES;
           const tw_u32 sb = sa + A_STAGE;
           const int k0 = kb * BK;
-          tma_load_stage<A_MN, B_MN, BM, BN, BK>(sa, sb, &tm_a, &tm_b, full, m0, n0, k0);
+          tma_load_stage<A_MN, B_MN, BM, BN, BK, GLU>(sa, sb, &tm_a, &tm_b, full, m0, n0, k0, N);
           if (++s == STAGES) {
             s = 0;
             phase ^= 1;
@@ -985,7 +1003,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       if (t >= num_tiles) break;
       int pm, pn;
       coords(t, pm, pn);
-      const int n0 = pn * BN;
+      const int n0 = pn * OBN;
       const int row0 = pm * BM + (COOP ? c * WM : 0);
 #if TW_SCALE == 3 && TW_FP8_SCALE_AHEAD
       const ScaleSource tile_scales = scale_source(row0, n0);  // (this lane's block scales of the tile)
@@ -1335,7 +1353,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       for (int ma = 0; ma < MA; ++ma) out_sq[ma][0] = out_sq[ma][1] = 0.0f;
 #endif
 #pragma unroll
-      for (int j0 = 0; j0 < BN / 8; j0 += RES_J) {
+      for (int j0 = 0; j0 < OBN / 8; j0 += RES_J) {
         tw_u32 bias_pk[RES_J];
         tw_u32 res_pk[MA][2][RES_J];
 #if TW_FP8
@@ -1378,7 +1396,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int ma = 0; ma < MA; ++ma) {
 #pragma unroll
               for (int h = 0; h < 2; ++h) {
+#if TW_GLU
+                // silu(gate) * up of output columns (j + jj) * 8 + ...: the up half sits OBN / 8 blocks further
+                constexpr int UP = 4 * (OBN / 8);
+                const int e = 4 * (j + jj) + 2 * h;
 #if TW_NORM_A || TW_NORM_SUMSQ
+                const float s = rstd[ma][h];
+#else
+                const float s = 1.0f;
+#endif
+                float v0 = silu_fast(acc[ma][e] * s) * (acc[ma][e + UP] * s);
+                float v1 = silu_fast(acc[ma][e + 1] * s) * (acc[ma][e + 1 + UP] * s);
+#elif TW_NORM_A || TW_NORM_SUMSQ
                 // rstd before the bias, as the Triton kernel (acc * rstd, then the GEMM epilogue)
                 float v0 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h] * rstd[ma][h] + b0);
                 float v1 = activation<TW_ACT>(acc[ma][4 * (j + jj) + 2 * h + 1] * rstd[ma][h] + b1);
@@ -1433,7 +1462,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         mbar_arrive(sbase + RSTD_BAR_OFFSET + 16 + 8 * (it & 1));  // all 128 threads read their rstd (barrier above)
 #endif
 #pragma unroll
-        for (int b = 0; b < BN / 64; ++b) tma_store_2d(&tm_c, cbuf + b * WM * 128, n0 + 64 * b, row0);
+        for (int b = 0; b < OBN / 64; ++b) tma_store_2d(&tm_c, cbuf + b * WM * 128, n0 + 64 * b, row0);
         bulk_commit_group();
       }
     }

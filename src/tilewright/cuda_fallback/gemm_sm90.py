@@ -25,7 +25,7 @@ from ..backends import Measurement, register
 from .._env import REFERENCE_SMS, SMEM_OPTIN_BYTES, sm_count
 from .runtime import gemm_common, launch
 from .runtime.gemm_common import ACTIVATIONS, TILE_ORDERS  # noqa: F401 - part of this module's launch contract
-from .runtime.guard import Guard
+from .runtime.guard import Guard, relative_error, run_self_check, synchronize
 
 SOURCE = "gemm_sm90.cu"
 KERNEL = "tw_gemm_sm90"
@@ -134,6 +134,10 @@ BUILD_CHECK_BUILDS = (
     # the 192-column tile (both B layouts: a three-box N-major stage, a 192-row K-major box), with the residual
     ("coop128x192s4", False, True, False, 0, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
     ("coop128x192s4", False, False, False, 0, False, False),
+    # the gated-linear epilogue (TW_GLU: B's stage in two halves, silu(gate) * up): the default tile on a K-major
+    # fused gate/up weight (the nn.Linear layout), the pingpong tile in fp16 on an N-major B
+    ("coop128x256s3", False, False, False, 0, False, False, {"TW_GLU": 1}),
+    ("pp128x128s5", False, True, True, 0, False, False, {"TW_GLU": 1}),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")  # wgmma, TMA in and out, setmaxnreg
@@ -287,22 +291,26 @@ _prepared: dict = {}  # launch-ready (function, grid, kernel arguments) per prep
 
 
 def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, tile_order, group, num_ctas,
-            source: str = SOURCE, kernel: str = KERNEL, residual_tma: bool = True) -> tuple:
+            source: str = SOURCE, kernel: str = KERNEL, residual_tma: bool = True, glu: bool = False) -> tuple:
     """(function, grid, kernel arguments) of one launch of ``kernel`` in ``source`` - this kernel body, or a build
     of it such as rmsnorm_gemm_sm90.cu, which appends its own arguments: the A/B/out tensor maps, the epilogue,
     the tile order and the pingpong pairing. ``residual_tma``: whether the build can read the residual through a
     TMA map (the kernel's RES_TMA; off in the RMSNorm builds, which get the element loads' arguments) - and so
-    whether its epilogue paths are compiled in (:func:`epilogue_paths`)."""
+    whether its epilogue paths are compiled in (:func:`epilogue_paths`). ``glu``: the gated-linear build (the .cu's
+    TW_GLU): b holds [gate | up] over 2N columns for out's N, each tile's B stage two boxes of v.bn / 2 rows."""
     M, K = a.shape
-    N = b.shape[1]
+    N = b.shape[1] // 2 if glu else b.shape[1]
     res_rows = residual_map_rows(M, N, v, res_ptr, rs, res_period) if residual_tma else 0
+    defines = epilogue_paths(bias, res_ptr, res_rows, residual_tma)
+    if glu:
+        defines["TW_GLU"] = 1
     drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(
-        source, kernel, "sm_90a", a, b, v, activation, bias, res_ptr,
-        extra_defines=epilogue_paths(bias, res_ptr, res_rows, residual_tma))
+        source, kernel, "sm_90a", a, b, v, activation, bias, res_ptr, extra_defines=defines,
+        b_box_rows=v.bn // 2 if glu else None)
     with torch.cuda.device(a.device):
         tm_c = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,),
                                            (64, v.wm), 128), "c_ptr")
-    tiles = -(-M // v.bm) * -(-N // v.bn)
+    tiles = -(-M // v.bm) * -(-N // (v.bn // 2 if glu else v.bn))
     pair = (not v.coop) and tiles >= 2 * sms
     grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
     epilogue = gemm_common.epilogue_args(bias, res_ptr, rs, res_period, M, N, K)
@@ -316,6 +324,101 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     args = [tm_a, tm_b, tm_c, *epilogue, ctypes.c_int32(activation), ctypes.c_int32(tile_order),
             ctypes.c_int32(group), ctypes.c_int32(int(pair)), tm_r, ctypes.c_int32(res_rows)]
     return fn, grid, args
+
+
+# ------------------------------------------------------------------------------------------------ gated linear
+def glu_variant(M: int, N2: int, K: int) -> Variant:
+    """The tile of a gated-linear launch whose B has ``N2`` (= 2N) columns: the plain GEMM's static pick for the same
+    (M, 2N, K) mainloop (its FLOPs and operand tiles are the plain GEMM's), or the default where that pick's columns do
+    not halve into whole 64-column chunks (the 192-column tile). ``TILEWRIGHT_CUDA_GEMM_VARIANT`` is honoured as in
+    :func:`pick_variant`."""
+    v = pick_variant(M, N2, K)
+    return v if v.bn % 128 == 0 else VARIANTS[DEFAULT_VARIANT]
+
+
+def glu_constraints(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:
+    """Whether the gated-linear build can take ``a`` (M, K) and ``b`` (K, 2N) = [gate | up]: the plain GEMM's operand
+    rules, an even column count, and out rows (N elements) of whole 16 bytes (the TMA store)."""
+    if b.dim() == 2 and b.shape[1] % 2:
+        return False, f"b has {b.shape[1]} columns: [gate | up] needs an even count"
+    if b.dim() == 2 and (b.shape[1] // 2 * a.element_size()) % 16:
+        return False, f"N = {b.shape[1] // 2}: output rows are not a multiple of 16 bytes (TMA store)"
+    ok, why = constraints(a, b)
+    if not ok:
+        return ok, why
+    return True, "bf16/fp16 with 16-byte aligned strides (TMA), [gate | up] columns"
+
+
+_prepared_glu: dict = {}
+
+
+def launch_cuda_swiglu(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, variant: Variant | str | None = None,
+                       tile_order: str | int = "grouped", group: int = 16, num_ctas: int | None = None) -> torch.Tensor:
+    """``out = silu(a @ b[:, :N]) * (a @ b[:, N:])`` with the gated-linear build (the .cu's TW_GLU): a (M, K), b (K,
+    2N) holding [gate | up] (a fused gate/up weight W (2N, K) as ``W.t()``), out (M, N) row-major, 16-byte aligned.
+    Raises ValueError naming what does not fit; no checks beyond :func:`glu_constraints` and out's layout."""
+    ok, why = glu_constraints(a, b)
+    if not ok:
+        raise ValueError(f"cuda swiglu gemm: {why}")
+    M, K = a.shape
+    N = b.shape[1] // 2
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % 16 or \
+            out.data_ptr() % 16:
+        raise ValueError("cuda swiglu gemm: out must be a row-major (M, N) tensor of a's dtype with 16-byte aligned "
+                         "rows, N = b's columns / 2")
+    v = VARIANTS[variant] if isinstance(variant, str) else (variant or glu_variant(M, 2 * N, K))
+    if v.bn % 128:
+        raise ValueError(f"cuda swiglu gemm: variant {v.name}: the gate and up halves need a tile of 128 or 256 "
+                         "columns")
+    if isinstance(tile_order, str):
+        tile_order = TILE_ORDERS[tile_order]
+    if tile_order in (2, 3) and group & (group - 1):
+        raise ValueError("cuda swiglu gemm: morton/hilbert tile orders need a power-of-two group")
+    key = gemm_common.prepared_key(a, b, out, v, None, tile_order, group, num_ctas, "glu")
+    launch.launch_cached(_prepared_glu, key,
+                         lambda: prepare(a, b, out, v, None, 0, (0, 0, 0), 1, 0, tile_order, group, num_ctas,
+                                         glu=True),
+                         a.device, 384, v.smem_bytes(), {"a_ptr": a, "b_ptr": b, "c_ptr": out})
+    return out
+
+
+def _glu_self_check(device, v: Variant, b_mn: bool, dtype) -> tuple[bool, str]:
+    """First-use check of the gated-linear build of ``v``: tails in M, N (a gate tile that reads past N into the up
+    columns) and K, NaN-filled outputs, against the fp32 formula."""
+    g = torch.Generator(device="cpu").manual_seed(4321)
+
+    def measure(M, N, K):
+        a = torch.randn(M, K, generator=g).to(device=device, dtype=dtype)
+        w = (torch.randn(2 * N, K, generator=g) / K ** 0.5).to(device=device, dtype=dtype)
+        b = w.t().contiguous() if b_mn else w.t()
+        out = torch.full((M, N), float("nan"), device=device, dtype=dtype)
+        launch_cuda_swiglu(a, b, out, variant=v)
+        h = a.float() @ w.float().t()
+        ref = torch.nn.functional.silu(h[:, :N]) * h[:, N:]
+        synchronize(device)
+        return {"relative error": (relative_error(out, ref), 2e-2)}
+
+    shapes = ((296, 136, 200), (8, 64, 72), (2 * v.bm + 8, 3 * (v.bn // 2) + 8, 1000))
+    return run_self_check(v.name + "-glu", ((f"({M}, {N}, {K})", lambda c=(M, N, K): measure(*c))
+                                            for M, N, K in shapes))
+
+
+def glu_ready(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:
+    """Constraints, toolchain and the first-use self-check of the gated-linear build this call would take (once per
+    process and device model; a failure sends such calls to the unfused pair, with one warning)."""
+    blocked = GLU_GUARD.blocked(glu_constraints(a, b))
+    if blocked:
+        return blocked
+    v = glu_variant(a.shape[0], b.shape[1], a.shape[1])
+    (b_first, _), _ = gemm_common.layout(b, "b")
+    return GLU_GUARD.check(a.device, v.name + "-glu", (not b_first, a.dtype),
+                       lambda: _glu_self_check(a.device, v, not b_first, a.dtype), fallback="the unfused GEMM + SwiGLU")
+
+
+def try_launch_swiglu(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
+    """The op layer's entry to :func:`launch_cuda_swiglu`: launches, or False after one warning on a failure (the
+    caller then runs the unfused pair); never raises."""
+    return GLU_GUARD.run(launch_cuda_swiglu, a, b, out)
 
 
 def epilogue_paths(bias, res_ptr: int, res_rows: int, plain_epilogue: bool = True) -> dict:
@@ -357,6 +460,9 @@ def cuda_gemm(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None, activa
 
 # ------------------------------------------------------------------------------------------------ router record
 GUARD = Guard("CUDA GEMM", measured=MEASURED_ON)
+# The gated-linear build's own switch: a failure there sends SwiGLU projections to the unfused pair and leaves the
+# plain GEMM on (not yet measured on a GPU: its reasons say so)
+GLU_GUARD = Guard("CUDA SwiGLU GEMM")
 def tuned_variants() -> dict:
     """The variants ``tilewright tune`` sweeps (tools/tuner.py) and a tuned launch may take (name -> variant): those
     that fit the shared memory, less the ones not yet run on a GPU (AB_ONLY)."""

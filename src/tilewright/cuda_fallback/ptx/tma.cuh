@@ -52,9 +52,12 @@ TW_DEVICE void tma_load_box(tw_u32 dst, const TwTensorMap* map, tw_u32 bar, int 
 // One k-block of the GEMM operands into a ring stage (A at smem `sa`, B at `sb`), completing on mbarrier `full`.
 // Boxes are one 128-byte swizzle row wide (BK = 64 16-bit elements): a K-major operand is a single (BK x BM|BN) box;
 // an MN-major one is BM/64 (BN/64) boxes of 64 x BK placed BK * 128 bytes apart, the layout the MMA descriptors expect.
-template <bool A_MN, bool B_MN, int BM, int BN, int BK>
+// SPLIT_B (the gated-linear epilogue, gemm_sm90.cu TW_GLU): B's first BN/2 columns come from n0 and its last BN/2 from
+// n_up + n0 - a K-major B as two (BK x BN/2) boxes (the host's map has that box), BN/2 rows apart in smem, which is
+// the one-box layout exactly (whole 8-row swizzle atoms); an MN-major B picks each 64-column box's origin.
+template <bool A_MN, bool B_MN, int BM, int BN, int BK, bool SPLIT_B = false>
 TW_DEVICE void tma_load_stage(tw_u32 sa, tw_u32 sb, const TwTensorMap* tm_a, const TwTensorMap* tm_b, tw_u32 full,
-                              int m0, int n0, int k0) {
+                              int m0, int n0, int k0, int n_up = 0) {
   if constexpr (A_MN) {
 #pragma unroll
     for (int j = 0; j < BM / 64; ++j) tma_load_box(sa + j * BK * 128, tm_a, full, m0 + 64 * j, k0);
@@ -63,7 +66,14 @@ TW_DEVICE void tma_load_stage(tw_u32 sa, tw_u32 sb, const TwTensorMap* tm_a, con
   }
   if constexpr (B_MN) {
 #pragma unroll
-    for (int j = 0; j < BN / 64; ++j) tma_load_box(sb + j * BK * 128, tm_b, full, n0 + 64 * j, k0);
+    for (int j = 0; j < BN / 64; ++j) {
+      const int n = SPLIT_B && j >= BN / 128 ? n_up + n0 + 64 * (j - BN / 128) : n0 + 64 * j;
+      tma_load_box(sb + j * BK * 128, tm_b, full, n, k0);
+    }
+  } else if constexpr (SPLIT_B) {
+    static_assert(BN % 16 == 0, "each half a whole number of 8-row swizzle atoms");
+    tma_load_box(sb, tm_b, full, k0, n0);
+    tma_load_box(sb + (BN / 2) * 128, tm_b, full, k0, n_up + n0);
   } else {
     tma_load_box(sb, tm_b, full, k0, n0);
   }

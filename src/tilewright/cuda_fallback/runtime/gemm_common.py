@@ -180,11 +180,13 @@ def build_for(source: str, arch: str, a, b, v, activation, bias, res_ptr, fp16: 
 
 
 def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activation, bias, res_ptr,
-                           fp16: bool | None = None, extra_defines: dict | None = None):
+                           fp16: bool | None = None, extra_defines: dict | None = None, b_box_rows: int | None = None):
     """Compile ``v``'s build of ``source`` for ``arch`` (layouts, dtype and epilogue from the operands; ``fp16``: the
     build's 16-bit type when it is not a's - the FP8 builds' output), load ``kernel`` and encode A's and B's
     128B-swizzled TMA maps, whose K box is one 128-byte swizzle row (64 16-bit or 128 8-bit elements): a K-major
-    box of (row, v.bm) for A and (row, v.bn) for B. Returns (driver, function, tm_a, tm_b, a_mn, b_mn, SM count)."""
+    box of (row, v.bm) for A and (row, ``b_box_rows`` or v.bn) for B - a build that loads its B tile in pieces (the
+    gated-linear epilogue's two halves) passes the piece's rows. Returns (driver, function, tm_a, tm_b, a_mn, b_mn,
+    SM count)."""
     M, K = a.shape
     N = b.shape[1]
     bld, (a_mn, lda), (b_mn, ldb) = build_for(source, arch, a, b, v, activation, bias, res_ptr, fp16, extra_defines)
@@ -201,7 +203,7 @@ def build_and_map_operands(source: str, kernel: str, arch: str, a, b, v, activat
         if b_mn:
             tm_b = drv.encode_tiled(dt_b, b.data_ptr(), (N, K), (ldb * es,), (row, 64), 128)
         else:
-            tm_b = drv.encode_tiled(dt_b, b.data_ptr(), (K, N), (ldb * es,), (row, v.bn), 128)
+            tm_b = drv.encode_tiled(dt_b, b.data_ptr(), (K, N), (ldb * es,), (row, b_box_rows or v.bn), 128)
         launch.tag(tm_a, "a_ptr")
         launch.tag(tm_b, "b_ptr")
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count
