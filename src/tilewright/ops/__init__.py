@@ -6,6 +6,7 @@ from .rms_norm_linear import clear_folded, rms_norm_linear, rms_norm_linears
 from .rotary import apply_rotary
 from .scaled_mm import quantize_fp8, scaled_mm
 from .swiglu import swiglu
+from .swiglu_linear import swiglu_linear
 from .varlen import flash_attention_varlen
 from ._opaque import opaque_to_dynamo
 
@@ -18,4 +19,4 @@ del _fn
 
 __all__ = ["linear", "matmul", "rms_norm_linear", "rms_norm_linears", "scaled_mm", "quantize_fp8", "flash_attention",
            "scaled_dot_product_attention",
-           "flash_attention_with_kvcache", "flash_attention_varlen", "swiglu", "apply_rotary"]
+           "flash_attention_with_kvcache", "flash_attention_varlen", "swiglu", "swiglu_linear", "apply_rotary"]

@@ -1,0 +1,77 @@
+"""Issue 14, what the gated-linear GEMM (tilewright.swiglu_linear) would give the Llama B8 inference forward, before
+the norm-fused projection takes it: the model bench's tilewright block as it is (RMSNormLinear - the folded norm
+GEMM - then tilewright.swiglu) against the same block whose MLP input is F.rms_norm's output (a pass that writes the
+normalised copy) projected and gated by swiglu_linear in one GEMM. Same weights, one process, forward under no_grad;
+eager and compiled; torch eager / torch.compile beside them. Each provider's queued loop of 20 steps (no sync inside)
+timed 7 rounds in rotating order, medians. Also max |diff| of each block's output against the torch block's.
+Run from the repository root: `PYTHONPATH=src python perf/results/h200/model/swiglu_linear_ab_2026-12-02.py`."""
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_steps import case_inputs, step_of  # noqa: E402
+
+import tilewright  # noqa: E402
+from tilewright.bench.model import TilewrightLlamaBlock  # noqa: E402
+
+ROUNDS, STEPS = 7, 20
+print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+
+
+class GluBlock(torch.nn.Module):
+    """The tilewright block with its MLP's gate/up GEMM and SwiGLU as one swiglu_linear call (no_grad calls only)."""
+
+    def __init__(self, base: TilewrightLlamaBlock):
+        super().__init__()
+        self.base = base
+
+    def forward(self, x):
+        b = self.base
+        c = b.dims
+        B, S, _ = x.shape
+        heads = b.attn_norm_qkv(x).view(B, S, c.n_heads + 2 * c.n_kv_heads, c.head_dim)
+        qk, v = heads.split([c.n_heads + c.n_kv_heads, c.n_kv_heads], dim=2)
+        q, k = tilewright.apply_rotary(qk, b.rope_cos[:, 0], b.rope_sin[:, 0]).split([c.n_heads, c.n_kv_heads], dim=2)
+        o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        h = b.wo(o.transpose(1, 2).reshape(B, S, -1), residual=x)
+        u = F.rms_norm(h, (c.d_model,), b.ffn_norm_gate_up.norm_weight, c.eps)
+        return b.w_down(tilewright.swiglu_linear(u, b.ffn_norm_gate_up.weight), residual=h)
+
+
+t_start = time.time()
+case, ref, ours, x = case_inputs("llama-prefill")
+glu = GluBlock(ours)
+providers = {"torch_eager": ref, "torch_compile": torch.compile(ref), "tw_eager": ours, "tw_eager_glu": glu,
+             "tw_compile": torch.compile(ours), "tw_compile_glu": torch.compile(glu)}
+with torch.no_grad():
+    want = ref(x).double()
+    for name, blk in providers.items():
+        print(f"  {name:16s} max |diff| vs torch eager {(blk(x).double() - want).abs().max().item():.3g}", flush=True)
+for name, blk in providers.items():  # warm-up: compile, tune, record replays
+    for _ in range(3):
+        step_of(blk, x, "fwd")()
+torch.cuda.synchronize()
+times = {n: [] for n in providers}
+names = list(providers)
+for r in range(ROUNDS):
+    for name in names[r % len(names):] + names[:r % len(names)]:
+        step = step_of(providers[name], x, "fwd")
+        step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(STEPS):
+            step()
+        torch.cuda.synchronize()
+        times[name].append((time.perf_counter() - t0) / STEPS * 1e3)
+med = {n: statistics.median(v) for n, v in times.items()}
+print("llama-prefill fwd: " + ", ".join(f"{n} {t:.3f} ms" for n, t in med.items()), flush=True)
+for n in names[2:]:
+    print(f"   {n:16s} {med['torch_eager'] / med[n]:.3f}x eager, {med['torch_compile'] / med[n]:.3f}x compile",
+          flush=True)
+print(f"   glu / as-is: eager {med['tw_eager'] / med['tw_eager_glu']:.3f}x, compiled "
+      f"{med['tw_compile'] / med['tw_compile_glu']:.3f}x; t={time.time() - t_start:.0f}s", flush=True)
