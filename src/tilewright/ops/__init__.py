@@ -13,7 +13,7 @@ from ._opaque import opaque_to_dynamo
 # one torch.compile graph node each (_opaque.py); not the KV-cache op (it writes new tokens into its cache arguments)
 # nor the FP8 ones and varlen (not traced by the model blocks yet; they keep dynamo's tracing)
 for _fn in (linear, matmul, rms_norm_linear, rms_norm_linears, flash_attention, scaled_dot_product_attention,
-            apply_rotary, swiglu):
+            apply_rotary, swiglu, swiglu_linear):
     opaque_to_dynamo(_fn)
 del _fn
 
