@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import tilewright
-from tilewright.ops.swiglu_linear import FUSED_ENV, fused_applies, swiglu_linear_op
+from tilewright.ops.swiglu_linear import FUSED_ENV, fused_applies, rms_norm_swiglu_linear_op, swiglu_linear_op
 
 
 def _rand(shape, dtype, seed, scale=1.0):
@@ -108,3 +108,59 @@ def test_op_passes_opcheck_and_compiles():
     xd = x.double().requires_grad_()
     (2 * _reference(xd, w.double())).sum().backward()
     assert _err(xg.grad, xd.grad) < 1e-4
+
+
+# ------------------------------------------------------------------------------------------------ with the RMSNorm
+def _norm_reference(x, g, w, eps, bias=None):
+    return _reference(F.rms_norm(x, (x.shape[-1],), g, eps), w, bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("grad", [False, True])
+def test_rms_norm_linear_swiglu_matches_float64(dtype, grad):
+    x = _rand((3, 7, 48), dtype, 10, scale=2.0)
+    g = (1 + 0.1 * _rand((48,), torch.float32, 11)).to(dtype)
+    w = _rand((80, 48), dtype, 12, scale=48 ** -0.5)
+    xd, gd, wd = (t.double().requires_grad_() for t in (x, g, w))
+    ref = _norm_reference(xd, gd, wd, 1e-5)
+    own = _norm_reference(x, g, w, 1e-5)
+    floor = {torch.float32: 1e-5, torch.float16: 3e-3}[dtype]
+    if not grad:
+        with torch.no_grad():
+            y = tilewright.rms_norm_linear(x, g, w, eps=1e-5, activation="swiglu")
+        assert y.shape == (3, 7, 40) and _err(y, ref) <= max(2 * _err(own, ref), floor)
+        return
+    xs, gs, ws = (t.clone().requires_grad_() for t in (x, g, w))
+    y = tilewright.rms_norm_linear(xs, gs, ws, eps=1e-5, activation="swiglu")
+    assert _err(y, ref) <= max(2 * _err(own, ref), floor)
+    dy = _rand(y.shape, dtype, 13)
+    y.backward(dy)
+    ref.backward(dy.double())
+    gfloor = {torch.float32: 1e-4, torch.float16: 5e-2}[dtype]
+    for got, want in ((xs.grad, xd.grad), (gs.grad, gd.grad), (ws.grad, wd.grad)):
+        assert _err(got, want) <= gfloor * max(1.0, want.abs().max().item())
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    (dict(activation="gelu"), ValueError, "activation: unsupported 'gelu'"),
+    (dict(activation=1), TypeError, "activation: expected a string"),
+    (dict(weight=torch.randn(7, 6)), ValueError, "weight: with activation='swiglu'"),
+    (dict(weight=torch.randn(8, 5)), ValueError, "weight: expected shape"),
+    (dict(eps=-1.0), ValueError, "eps: must be"),
+])
+def test_rms_norm_linear_swiglu_bad_inputs_name_the_argument(kwargs, err, match):
+    args = dict(x=torch.randn(4, 6), norm_weight=torch.ones(6), weight=torch.randn(8, 6), activation="swiglu")
+    args.update(kwargs)
+    with pytest.raises(err, match=match):
+        tilewright.rms_norm_linear(args.pop("x"), args.pop("norm_weight"), args.pop("weight"), **args)
+
+
+def test_rms_norm_swiglu_op_passes_opcheck_and_compiles():
+    x, g, w = _rand((5, 16), torch.float32, 14), 1 + 0.1 * _rand((16,), torch.float32, 15), \
+        _rand((12, 16), torch.float32, 16)
+    torch.library.opcheck(rms_norm_swiglu_linear_op, (x, g, w, 1e-6),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+    compiled = torch.compile(lambda t: tilewright.rms_norm_linear(t, g, w, activation="swiglu"), fullgraph=True,
+                             backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), _norm_reference(x, g, w, 1e-6), atol=1e-5, rtol=1e-5)

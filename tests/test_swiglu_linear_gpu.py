@@ -123,3 +123,22 @@ def test_op_captures_in_a_cuda_graph_after_its_first_call():
         torch.cuda.synchronize()
     ref = _reference(x, w)
     assert _err(y, ref) <= 2 * _err(_torch_pipeline(x, w), ref) + 1e-3
+
+
+@sm90
+def test_rms_norm_linear_swiglu_takes_the_norm_pass_and_the_fused_gemm(monkeypatch):
+    from tilewright.cuda_fallback import gemm_sm90
+
+    launches = []
+    real = gemm_sm90.try_launch_swiglu
+    monkeypatch.setattr(gemm_sm90, "try_launch_swiglu", lambda *a: launches.append(1) or real(*a))
+    x, w = _operands(4096, 5632, 2048, torch.bfloat16, seed=17)
+    x = x * 3
+    g = (1 + 0.1 * torch.randn(2048, device="cuda")).to(torch.bfloat16)
+    with torch.no_grad():
+        y = tilewright.rms_norm_linear(x.view(2, 2048, 2048), g, w, eps=1e-6, activation="swiglu")
+    assert launches and y.shape == (2, 2048, 5632)
+    u64 = F.rms_norm(x.double(), (2048,), g.double(), 1e-6)
+    ref = _reference(u64, w)
+    own = _torch_pipeline(F.rms_norm(x, (2048,), g, 1e-6), w)
+    assert _err(y.reshape(4096, 5632), ref) <= 2 * _err(own, ref) + 1e-3

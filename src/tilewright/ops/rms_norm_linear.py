@@ -31,8 +31,8 @@ import torch
 from .. import router
 from .._env import interpreting
 from ..reference import rms_norm_linear_reference
-from ._checks import (check_backend, check_optional_tensor, check_same_device, check_same_dtype, check_tensor,
-                      contiguous_vector, dense_grad, output_view, traced_into_graph, unit_last)
+from ._checks import (check_backend, check_choice, check_optional_tensor, check_same_device, check_same_dtype,
+                      check_tensor, contiguous_vector, dense_grad, output_view, traced_into_graph, unit_last)
 from . import _aten, _dtensor, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import gemm_op, linear, plain_gemm
@@ -669,7 +669,8 @@ def _autograd_records(*tensors) -> bool:
 
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
                     bias: torch.Tensor | None = None, *, eps: float = 1e-6,
-                    backend: str | None = None, sumsq: torch.Tensor | None = None) -> torch.Tensor:
+                    backend: str | None = None, sumsq: torch.Tensor | None = None,
+                    activation: str | None = None) -> torch.Tensor:
     """``F.linear(F.rms_norm(x, (K,), norm_weight, eps), weight, bias)`` with the norm fused into the GEMM.
 
     Args:
@@ -690,6 +691,11 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             calls whose GEMM cuBLAS runs) does not read them - ``F.rms_norm`` sums x there, as fast. They must be
             x's own sums: the result is the norm of x only if they are. Under autograd, x's gradient includes rstd's
             dependence on x as without ``sumsq``, and ``sumsq`` gets none. Not with DTensor arguments.
+        activation: None, or "swiglu": ``tilewright.swiglu`` of the projection - weight (2F, K) holds the gate's
+            rows then the up's, the result is (..., F). A call autograd does not record on an H100 / H200 (bf16 /
+            fp16, no bias, sumsq or backend, the GEMM's measured region) runs the norm pass and one GEMM whose
+            epilogue stores ``silu(gate) * up`` alone (:func:`tilewright.swiglu_linear`); every other call runs this
+            function, then ``swiglu``.
     Returns:
         (..., N) in x's dtype; differentiable in x, norm_weight, weight and bias.
 
@@ -724,6 +730,11 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     of 64): the op would run the same unfused pair there, under Python autograd nodes (3000 x 5120 x 5120 on an H200:
     0.73x eager's training step before).
     """
+    if activation is not None:
+        check_choice("activation", activation, (None, "swiglu"))
+        from .swiglu_linear import rms_norm_swiglu_linear
+
+        return rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq)
     got = None
     if sumsq is None and not torch.compiler.is_compiling():
         # an eager hit in one call (ops/_fast.hit): an ATen route's result, or the replay and its key

@@ -1,7 +1,8 @@
 """Issue 14, what the gated-linear GEMM (tilewright.swiglu_linear) would give the Llama B8 inference forward, before
 the norm-fused projection takes it: the model bench's tilewright block as it is (RMSNormLinear - the folded norm
 GEMM - then tilewright.swiglu) against the same block whose MLP input is F.rms_norm's output (a pass that writes the
-normalised copy) projected and gated by swiglu_linear in one GEMM. Same weights, one process, forward under no_grad;
+normalised copy) projected and gated by swiglu_linear in one GEMM ("glu"), and the same through
+rms_norm_linear(..., activation="swiglu") (tilewright's norm pass, then that GEMM: "glu_norm"). Same weights, one process, forward under no_grad;
 eager and compiled; torch eager / torch.compile beside them. Each provider's queued loop of 20 steps (no sync inside)
 timed 7 rounds in rotating order, medians. Also max |diff| of each block's output against the torch block's.
 Run from the repository root: `PYTHONPATH=src python perf/results/h200/model/swiglu_linear_ab_2026-12-02.py`."""
@@ -26,9 +27,9 @@ print(torch.cuda.get_device_name(), torch.__version__, flush=True)
 class GluBlock(torch.nn.Module):
     """The tilewright block with its MLP's gate/up GEMM and SwiGLU as one swiglu_linear call (no_grad calls only)."""
 
-    def __init__(self, base: TilewrightLlamaBlock):
+    def __init__(self, base: TilewrightLlamaBlock, norm_op: bool):
         super().__init__()
-        self.base = base
+        self.base, self.norm_op = base, norm_op
 
     def forward(self, x):
         b = self.base
@@ -39,15 +40,20 @@ class GluBlock(torch.nn.Module):
         q, k = tilewright.apply_rotary(qk, b.rope_cos[:, 0], b.rope_sin[:, 0]).split([c.n_heads, c.n_kv_heads], dim=2)
         o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         h = b.wo(o.transpose(1, 2).reshape(B, S, -1), residual=x)
-        u = F.rms_norm(h, (c.d_model,), b.ffn_norm_gate_up.norm_weight, c.eps)
-        return b.w_down(tilewright.swiglu_linear(u, b.ffn_norm_gate_up.weight), residual=h)
+        m = b.ffn_norm_gate_up
+        if self.norm_op:  # tilewright's norm pass and the gated GEMM in one call
+            a = tilewright.rms_norm_linear(h, m.norm_weight, m.weight, eps=c.eps, activation="swiglu")
+        else:
+            a = tilewright.swiglu_linear(F.rms_norm(h, (c.d_model,), m.norm_weight, c.eps), m.weight)
+        return b.w_down(a, residual=h)
 
 
 t_start = time.time()
 case, ref, ours, x = case_inputs("llama-prefill")
-glu = GluBlock(ours)
+glu, glu_norm = GluBlock(ours, False), GluBlock(ours, True)
 providers = {"torch_eager": ref, "torch_compile": torch.compile(ref), "tw_eager": ours, "tw_eager_glu": glu,
-             "tw_compile": torch.compile(ours), "tw_compile_glu": torch.compile(glu)}
+             "tw_eager_glu_norm": glu_norm, "tw_compile": torch.compile(ours), "tw_compile_glu": torch.compile(glu),
+             "tw_compile_glu_norm": torch.compile(glu_norm)}
 with torch.no_grad():
     want = ref(x).double()
     for name, blk in providers.items():
@@ -73,5 +79,6 @@ print("llama-prefill fwd: " + ", ".join(f"{n} {t:.3f} ms" for n, t in med.items(
 for n in names[2:]:
     print(f"   {n:16s} {med['torch_eager'] / med[n]:.3f}x eager, {med['torch_compile'] / med[n]:.3f}x compile",
           flush=True)
-print(f"   glu / as-is: eager {med['tw_eager'] / med['tw_eager_glu']:.3f}x, compiled "
-      f"{med['tw_compile'] / med['tw_compile_glu']:.3f}x; t={time.time() - t_start:.0f}s", flush=True)
+for v in ("glu", "glu_norm"):
+    print(f"   {v} / as-is: eager {med['tw_eager'] / med[f'tw_eager_{v}']:.3f}x, compiled "
+          f"{med['tw_compile'] / med[f'tw_compile_{v}']:.3f}x; t={time.time() - t_start:.0f}s", flush=True)
