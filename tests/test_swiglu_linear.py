@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import tilewright
-from tilewright.ops.swiglu_linear import FUSED_ENV, fused_applies, rms_norm_swiglu_linear_op, swiglu_linear_op
+from tilewright.ops.rms_norm_linear import rms_norm_swiglu_linear_op
+from tilewright.ops.swiglu_linear import FUSED_ENV, fused_applies, swiglu_linear_op
 
 
 def _rand(shape, dtype, seed, scale=1.0):

@@ -36,6 +36,8 @@ from ._checks import (check_backend, check_choice, check_optional_tensor, check_
 from . import _aten, _dtensor, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import gemm_op, linear, plain_gemm
+from .swiglu import swiglu
+from .swiglu_linear import fused_applies, fused_or_pair, records_grad
 
 
 @torch.library.custom_op("tilewright::rms_norm_linear", mutates_args=())
@@ -732,9 +734,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     """
     if activation is not None:
         check_choice("activation", activation, (None, "swiglu"))
-        from .swiglu_linear import rms_norm_swiglu_linear
-
-        return rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq)
+        return _rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq)
     got = None
     if sumsq is None and not torch.compiler.is_compiling():
         # an eager hit in one call (ops/_fast.hit): an ATen route's result, or the replay and its key
@@ -800,6 +800,48 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     y, _ = _fast.run_recorded(_replays, key, call, lambda: _replay_roles(folded[0], x, norm_weight, weight, bias),
                               _output_roles, _LAUNCHES, wrap=lambda replay: _fold_replay(replay, folded[0]))
     return output_view(y, (*x.shape[:-1], N))
+
+
+# ------------------------------------------------------------------------------------------------ with the RMSNorm
+@torch.library.custom_op("tilewright::rms_norm_swiglu_linear", mutates_args=())
+def rms_norm_swiglu_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                              eps: float) -> torch.Tensor:
+    """2-D core, inference only: ``swiglu(rms_norm_linear(x, norm_weight, weight))`` as the norm pass (``u = x * rstd *
+    g``, rounded once: the two-pass forward's first launch) and the gated-linear GEMM on u where
+    :func:`fused_applies`, else the pair of ops."""
+    if x.is_cuda and fused_applies(x, weight)[0]:
+        from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
+
+        rstd = torch.empty((x.shape[0],), device=x.device, dtype=torch.float32)
+        u = launch_rmsnorm_fwd(unit_last(x), contiguous_vector(norm_weight), rstd, eps)
+        return fused_or_pair(u, weight)
+    return swiglu(rms_norm_linear(x, norm_weight, weight, eps=eps))
+
+
+@rms_norm_swiglu_linear_op.register_fake
+def _(x, norm_weight, weight, eps):
+    return x.new_empty((x.shape[0], weight.shape[0] // 2))
+
+
+register_fast_dispatch(rms_norm_swiglu_linear_op)
+
+
+def _rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq) -> torch.Tensor:
+    """:func:`tilewright.rms_norm_linear` with ``activation="swiglu"``: ``swiglu(rms_norm_linear(...))``, the norm
+    pass and one gated-linear GEMM for a call autograd does not record where that GEMM applies (no bias, sums or
+    forced backend), else the two ops."""
+    _check_norm_input(x, norm_weight)
+    _check_projection(x, weight, bias)
+    eps = _check_eps(eps)
+    if weight.shape[0] % 2:
+        raise ValueError(f"weight: with activation='swiglu' its rows hold [gate; up] and must be even in number, "
+                         f"got {tuple(weight.shape)}")
+    if bias is not None or sumsq is not None or backend is not None or x.numel() == 0 or weight.numel() == 0 \
+            or records_grad(x, norm_weight, weight) or x.dtype == torch.float32:
+        return swiglu(rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend, sumsq=sumsq))
+    lead = x.shape[:-1]
+    y = call_op(rms_norm_swiglu_linear_op, x.reshape(math.prod(lead), x.shape[-1]), norm_weight, weight, eps)
+    return output_view(y, (*lead, y.shape[-1]))
 
 
 def _rms_norm_linear_sumsq(x, sumsq, norm_weight, weight, bias, eps, backend) -> torch.Tensor:

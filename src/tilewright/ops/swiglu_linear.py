@@ -56,7 +56,7 @@ def swiglu_linear_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """2-D core: x (M, K), weight (2F, K) -> (M, F) = silu(x @ Wg^T) * (x @ Wu^T); the fused kernel where
     :func:`fused_applies`, else the pair."""
     if fused_applies(x, weight)[0]:
-        return _fused_or_pair(x, weight)
+        return fused_or_pair(x, weight)
     return swiglu(linear(x, weight))
 
 
@@ -68,7 +68,8 @@ def _(x, weight):
 register_fast_dispatch(swiglu_linear_op)
 
 
-def _records_grad(*tensors) -> bool:
+def records_grad(*tensors) -> bool:
+    """Whether autograd records a call on these tensors (grad mode on and one of them requires grad)."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
@@ -104,65 +105,19 @@ def swiglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
         raise ValueError(f"weight: its rows hold [gate; up] and must be even in number, got {tuple(weight.shape)}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"bias: expected ({weight.shape[0]},), got {tuple(bias.shape)}")
-    if bias is not None or _records_grad(x, weight, bias) or x.numel() == 0 or weight.numel() == 0:
+    if bias is not None or records_grad(x, weight, bias) or x.numel() == 0 or weight.numel() == 0:
         return swiglu(linear(x, weight, bias))
     lead = x.shape[:-1]
     y = call_op(swiglu_linear_op, x.reshape(math.prod(lead), x.shape[-1]), weight)
     return output_view(y, (*lead, y.shape[-1]))
 
 
-# ------------------------------------------------------------------------------------------------ with the RMSNorm
-@torch.library.custom_op("tilewright::rms_norm_swiglu_linear", mutates_args=())
-def rms_norm_swiglu_linear_op(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
-                              eps: float) -> torch.Tensor:
-    """2-D core, inference only: ``swiglu(rms_norm_linear(x, norm_weight, weight))`` as the norm pass (``u = x * rstd *
-    g``, rounded once: the two-pass forward's first launch) and the gated-linear GEMM on u where
-    :func:`fused_applies`, else the pair of ops."""
-    from .rms_norm_linear import rms_norm_linear
-
-    if x.is_cuda and fused_applies(x, weight)[0]:
-        from ..triton_kernels.rmsnorm_gemm import launch_rmsnorm_fwd
-        from ._checks import contiguous_vector, unit_last
-
-        rstd = torch.empty((x.shape[0],), device=x.device, dtype=torch.float32)
-        u = launch_rmsnorm_fwd(unit_last(x), contiguous_vector(norm_weight), rstd, eps)
-        return _fused_or_pair(u, weight)
-    return swiglu(rms_norm_linear(x, norm_weight, weight, eps=eps))
-
-
-def _fused_or_pair(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """:func:`swiglu_linear_op`'s body on an input already known to fit (its launch can still decline)."""
+def fused_or_pair(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The gated-linear GEMM on a 2-D x already known to fit (:func:`fused_applies`), or the pair where its launch
+    declines."""
     from ..cuda_fallback import gemm_sm90
 
     y = torch.empty((x.shape[0], weight.shape[0] // 2), device=x.device, dtype=x.dtype)
     if gemm_sm90.try_launch_swiglu(x, weight.t(), y):
         return y
     return swiglu(linear(x, weight))
-
-
-@rms_norm_swiglu_linear_op.register_fake
-def _(x, norm_weight, weight, eps):
-    return x.new_empty((x.shape[0], weight.shape[0] // 2))
-
-
-register_fast_dispatch(rms_norm_swiglu_linear_op)
-
-
-def rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq) -> torch.Tensor:
-    """:func:`tilewright.rms_norm_linear` with ``activation="swiglu"``: ``swiglu(rms_norm_linear(...))``, the norm
-    pass and one gated-linear GEMM for a call autograd does not record where that GEMM applies (no bias, sums or
-    forced backend), else the two ops."""
-    from .rms_norm_linear import _check_eps, _check_norm_input, _check_projection, rms_norm_linear
-
-    _check_norm_input(x, norm_weight)
-    _check_projection(x, weight, bias)
-    eps = _check_eps(eps)
-    if weight.shape[0] % 2:
-        raise ValueError(f"weight: with activation='swiglu' its rows hold [gate; up] and must be even in number, "
-                         f"got {tuple(weight.shape)}")
-    if bias is not None or sumsq is not None or backend is not None or x.numel() == 0 or weight.numel() == 0 \
-            or _records_grad(x, norm_weight, weight) or x.dtype == torch.float32:
-        return swiglu(rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend, sumsq=sumsq))
-    lead = x.shape[:-1]
-    y = call_op(rms_norm_swiglu_linear_op, x.reshape(math.prod(lead), x.shape[-1]), norm_weight, weight, eps)
-    return output_view(y, (*lead, y.shape[-1]))
