@@ -165,3 +165,16 @@ def test_rms_norm_swiglu_op_passes_opcheck_and_compiles():
                              backend="aot_eager")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), _norm_reference(x, g, w, 1e-6), atol=1e-5, rtol=1e-5)
+
+
+def test_rms_norm_linear_module_with_swiglu():
+    m = tilewright.nn.RMSNormLinear(16, 24, bias=False, eps=1e-5, activation="swiglu")
+    with torch.no_grad():
+        m.norm_weight.copy_(1 + 0.1 * _rand((16,), torch.float32, 20))
+    x = _rand((2, 3, 16), torch.float32, 21)
+    torch.testing.assert_close(m(x), _norm_reference(x, m.norm_weight, m.weight, 1e-5), atol=1e-5, rtol=1e-5)
+    assert "activation='swiglu'" in repr(m)
+    with pytest.raises(ValueError, match="out_features: with activation='swiglu'"):
+        tilewright.nn.RMSNormLinear(16, 25, activation="swiglu")
+    with pytest.raises(ValueError, match="activation: unsupported 'relu'"):
+        tilewright.nn.RMSNormLinear(16, 24, activation="relu")

@@ -57,17 +57,25 @@ class RMSNormLinear(torch.nn.Module):
     """``nn.RMSNorm`` followed by ``nn.Linear``, computed by one fused kernel (``tilewright.rms_norm_linear``).
 
     Parameters: ``norm_weight`` (in_features,), ``weight`` (out_features, in_features), ``bias`` (out_features,) or
-    None. ``eps=None`` means ``torch.finfo(x.dtype).eps`` at call time, as in ``torch.nn.RMSNorm``.
+    None. ``eps=None`` means ``torch.finfo(x.dtype).eps`` at call time, as in ``torch.nn.RMSNorm``. ``activation``:
+    None, or "swiglu" for a fused gate/up projection - ``weight`` holds the gate's out_features / 2 rows then the
+    up's, and the output is ``silu(gate) * up``, (..., out_features / 2) (``tilewright.rms_norm_linear``'s
+    ``activation``: one gated GEMM for inference on sm_90).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, eps: float | None = 1e-6,
-                 device=None, dtype=None, backend: str | None = None):
+                 device=None, dtype=None, backend: str | None = None, activation: str | None = None):
         check_backend(backend)
+        check_choice("activation", activation, (None, "swiglu"))
+        if activation == "swiglu" and out_features % 2:
+            raise ValueError(f"out_features: with activation='swiglu' the weight holds [gate; up] rows and must be "
+                             f"even, got {out_features}")
         if eps is not None:
             _check_eps(eps)
         super().__init__()
         kw = {"device": device, "dtype": dtype}
         self.in_features, self.out_features, self.eps, self.backend = in_features, out_features, eps, backend
+        self.activation = activation
         self.norm_weight = torch.nn.Parameter(torch.ones(in_features, **kw))
         linear_init = torch.nn.Linear(in_features, out_features, bias=bias, **kw)  # nn.Linear's initialisation
         self.weight = linear_init.weight
@@ -93,7 +101,7 @@ class RMSNormLinear(torch.nn.Module):
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = linear_module.in_features, linear_module.out_features
-        new.eps, new.backend = rmsnorm.eps, None
+        new.eps, new.backend, new.activation = rmsnorm.eps, None, None
         if rmsnorm.weight is not None:
             new.norm_weight = rmsnorm.weight
         else:
@@ -109,8 +117,9 @@ class RMSNormLinear(torch.nn.Module):
         :func:`tilewright.rms_norm_linear`)."""
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         return rms_norm_linear(x, self.norm_weight, self.weight, self.bias, eps=eps, backend=self.backend,
-                               sumsq=sumsq)
+                               sumsq=sumsq, activation=self.activation)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, eps={self.eps}")
+                f"bias={self.bias is not None}, eps={self.eps}"
+                + (f", activation={self.activation!r}" if self.activation else ""))
