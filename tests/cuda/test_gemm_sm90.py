@@ -117,8 +117,15 @@ def test_the_swiglu_build_refuses_odd_tiles_and_outputs():
     with pytest.raises(ValueError, match="N = 505"):
         cg.launch_cuda_swiglu(a, torch.empty(1010, 512, dtype=torch.bfloat16).t(),
                               torch.empty(256, 505, dtype=torch.bfloat16))
-    assert cg.glu_variant(16384, 11264, 2048).bn % 128 == 0
-    assert cg.glu_variant(3000, 10240, 5120).name == cg.DEFAULT_VARIANT  # (the wave tile's 192 columns do not halve)
+    assert cg.glu_variant(16384, 11264, 2048).name == cg.GLU_VARIANT == "pp128x128s5"
+    assert cg.glu_variant(3000, 10240, 5120).name == cg.GLU_VARIANT  # (not the wave tile: 192 columns do not halve)
+
+
+def test_the_swiglu_tile_follows_the_variant_variable_when_it_halves(monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CUDA_GEMM_VARIANT", "coop128x256s3")
+    assert cg.glu_variant(16384, 11264, 2048).name == "coop128x256s3"
+    monkeypatch.setenv("TILEWRIGHT_CUDA_GEMM_VARIANT", "coop128x192s4")
+    assert cg.glu_variant(16384, 11264, 2048).name == cg.GLU_VARIANT
 
 
 def test_the_launcher_picks_the_epilogue_paths(monkeypatch):

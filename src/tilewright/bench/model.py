@@ -16,8 +16,10 @@ The two blocks (``build_blocks``):
   RoPE and SwiGLU as the eager formulas model code writes (slices, a concatenation, products; ``F.silu(gate) * up``).
   tilewright build: ``tilewright.nn.RMSNormLinear`` for norm + QKV and norm + gate/up (the norm fused into the GEMM),
   ``tilewright.apply_rotary`` on the q and k heads of the QKV output (one strided view, one pass),
-  ``tilewright.flash_attention`` (GQA without repeating K/V), ``tilewright.swiglu`` on the gate/up output (one pass,
-  its backward writes the gate/up gradient whole), ``tilewright.nn.Linear(..., residual=)`` for the output and down
+  ``tilewright.flash_attention`` (GQA without repeating K/V), the norm + gate/up projection with
+  ``activation="swiglu"`` (inference on sm_90: the norm pass and one GEMM whose epilogue stores ``silu(gate) * up``
+  alone; with autograd, or elsewhere, the norm-fused GEMM then ``tilewright.swiglu``, one pass whose backward writes
+  the gate/up gradient whole), ``tilewright.nn.Linear(..., residual=)`` for the output and down
   projections (residual add fused into the GEMM epilogue). Under torch.compile the two elementwise ops emit their
   torch formulas, which inductor fuses as it does the torch build's.
 * ``vit`` - patch embedding + pre-norm encoder block: linear patch embedding + pos_embed -> LayerNorm -> QKV (bias)
@@ -267,7 +269,8 @@ class TilewrightLlamaBlock(_LlamaBase):
         self.attn_norm_qkv = tilewright.nn.RMSNormLinear(d, (dims.n_heads + 2 * dims.n_kv_heads) * hd, bias=False,
                                                          eps=dims.eps, **kw)
         self.wo = tilewright.nn.Linear(dims.n_heads * hd, d, bias=False, **kw)
-        self.ffn_norm_gate_up = tilewright.nn.RMSNormLinear(d, 2 * dims.ffn, bias=False, eps=dims.eps, **kw)
+        self.ffn_norm_gate_up = tilewright.nn.RMSNormLinear(d, 2 * dims.ffn, bias=False, eps=dims.eps,
+                                                            activation="swiglu", **kw)
         self.w_down = tilewright.nn.Linear(dims.ffn, d, bias=False, **kw)
 
     def canonical_params(self) -> dict[str, torch.Tensor]:
@@ -293,8 +296,10 @@ class TilewrightLlamaBlock(_LlamaBase):
         # q's layout, so the transpose back below is a free view, not a copy
         o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         h = self.wo(o.transpose(1, 2).reshape(B, S, -1), residual=x)
-        # silu(gate) * up of the fused gate/up output in one pass (its backward writes the gate_up gradient whole)
-        return self.w_down(tilewright.swiglu(self.ffn_norm_gate_up(h)), residual=h)
+        # silu(gate) * up of the fused gate/up projection: in its GEMM's epilogue without autograd (sm_90), else one
+        # pass after it (whose backward writes the gate_up gradient whole). Measured in one process (H200, Llama B8
+        # forward, perf/results/h200/model/swiglu_linear_ab_s40.txt): 1.013x eager, 1.033x compiled the pair's speed
+        return self.w_down(self.ffn_norm_gate_up(h), residual=h)
 
 
 class _ViTBase(nn.Module):

@@ -327,13 +327,22 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
 
 
 # ------------------------------------------------------------------------------------------------ gated linear
+# The gated-linear build's tile: the pingpong 128 x 128 (64 output columns a tile). Why: one consumer's epilogue (the
+# silu, the product, the stores) runs under the other's mainloop, where the cooperative tiles share each tile and run
+# it while no wgmma does. Measured (H200, interleaved graph replays, perf/results/h200/gemm/swiglu_linear_s40.txt):
+# 1030 vs 1087 us at 16384 x F 5632 x K 2048 (cuBLAS's plain (M, 2F) GEMM alone: 1087), 254 vs 263 at 4096 rows,
+# 2740 vs 2822 at 8192 x 14336 x 4096 (cuBLAS 2743) - 0.95-1.00x cuBLAS's GEMM without the SwiGLU; pp64x256s4
+# 1.00-1.05x.
+GLU_VARIANT = "pp128x128s5"
+
+
 def glu_variant(M: int, N2: int, K: int) -> Variant:
-    """The tile of a gated-linear launch whose B has ``N2`` (= 2N) columns: the plain GEMM's static pick for the same
-    (M, 2N, K) mainloop (its FLOPs and operand tiles are the plain GEMM's), or the default where that pick's columns do
-    not halve into whole 64-column chunks (the 192-column tile). ``TILEWRIGHT_CUDA_GEMM_VARIANT`` is honoured as in
-    :func:`pick_variant`."""
-    v = pick_variant(M, N2, K)
-    return v if v.bn % 128 == 0 else VARIANTS[DEFAULT_VARIANT]
+    """The tile of a gated-linear launch whose B has ``N2`` (= 2N) columns: GLU_VARIANT, or the variant
+    ``TILEWRIGHT_CUDA_GEMM_VARIANT`` names when its columns halve into whole 64-column chunks (128 or 256)."""
+    forced = os.environ.get("TILEWRIGHT_CUDA_GEMM_VARIANT")
+    if forced and VARIANTS[forced].bn % 128 == 0:
+        return VARIANTS[forced]
+    return VARIANTS[GLU_VARIANT]
 
 
 def glu_constraints(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, str]:

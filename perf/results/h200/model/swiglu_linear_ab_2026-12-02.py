@@ -1,6 +1,6 @@
 """Issue 14, what the gated-linear GEMM (tilewright.swiglu_linear) would give the Llama B8 inference forward, before
-the norm-fused projection takes it: the model bench's tilewright block as it is (RMSNormLinear - the folded norm
-GEMM - then tilewright.swiglu) against the same block whose MLP input is F.rms_norm's output (a pass that writes the
+the norm-fused projection takes it: the model bench's tilewright block with its session-39 MLP ("tw_eager" /
+"tw_compile": rms_norm_linear - the folded norm GEMM - then tilewright.swiglu) against the same block whose MLP input is F.rms_norm's output (a pass that writes the
 normalised copy) projected and gated by swiglu_linear in one GEMM ("glu"), and the same through
 rms_norm_linear(..., activation="swiglu") (tilewright's norm pass, then that GEMM: "glu_norm"). Same weights, one process, forward under no_grad;
 eager and compiled; torch eager / torch.compile beside them. Each provider's queued loop of 20 steps (no sync inside)
@@ -27,9 +27,9 @@ print(torch.cuda.get_device_name(), torch.__version__, flush=True)
 class GluBlock(torch.nn.Module):
     """The tilewright block with its MLP's gate/up GEMM and SwiGLU as one swiglu_linear call (no_grad calls only)."""
 
-    def __init__(self, base: TilewrightLlamaBlock, norm_op: bool):
+    def __init__(self, base: TilewrightLlamaBlock, mode: str):
         super().__init__()
-        self.base, self.norm_op = base, norm_op
+        self.base, self.mode = base, mode
 
     def forward(self, x):
         b = self.base
@@ -41,18 +41,20 @@ class GluBlock(torch.nn.Module):
         o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         h = b.wo(o.transpose(1, 2).reshape(B, S, -1), residual=x)
         m = b.ffn_norm_gate_up
-        if self.norm_op:  # tilewright's norm pass and the gated GEMM in one call
+        if self.mode == "glu_norm":  # tilewright's norm pass and the gated GEMM in one call
             a = tilewright.rms_norm_linear(h, m.norm_weight, m.weight, eps=c.eps, activation="swiglu")
-        else:
+        elif self.mode == "glu":
             a = tilewright.swiglu_linear(F.rms_norm(h, (c.d_model,), m.norm_weight, c.eps), m.weight)
+        else:  # the pair: the norm-fused GEMM (folded in inference), then the SwiGLU pass
+            a = tilewright.swiglu(tilewright.rms_norm_linear(h, m.norm_weight, m.weight, eps=c.eps))
         return b.w_down(a, residual=h)
 
 
 t_start = time.time()
 case, ref, ours, x = case_inputs("llama-prefill")
-glu, glu_norm = GluBlock(ours, False), GluBlock(ours, True)
-providers = {"torch_eager": ref, "torch_compile": torch.compile(ref), "tw_eager": ours, "tw_eager_glu": glu,
-             "tw_eager_glu_norm": glu_norm, "tw_compile": torch.compile(ours), "tw_compile_glu": torch.compile(glu),
+pair, glu, glu_norm = (GluBlock(ours, m) for m in ("pair", "glu", "glu_norm"))
+providers = {"torch_eager": ref, "torch_compile": torch.compile(ref), "tw_eager": pair, "tw_eager_glu": glu,
+             "tw_eager_glu_norm": glu_norm, "tw_compile": torch.compile(pair), "tw_compile_glu": torch.compile(glu),
              "tw_compile_glu_norm": torch.compile(glu_norm)}
 with torch.no_grad():
     want = ref(x).double()
