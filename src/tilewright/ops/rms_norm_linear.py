@@ -37,7 +37,7 @@ from . import _aten, _dtensor, _fast
 from ._eager import call_checked, call_op, register_fast_dispatch
 from .gemm import gemm_op, linear, plain_gemm
 from .swiglu import swiglu
-from .swiglu_linear import fused_applies, fused_or_pair, records_grad
+from .swiglu_linear import fused_applies, fused_or_pair, fused_region, records_grad
 
 
 @torch.library.custom_op("tilewright::rms_norm_linear", mutates_args=())
@@ -830,15 +830,17 @@ def _rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq) -
     """:func:`tilewright.rms_norm_linear` with ``activation="swiglu"``: ``swiglu(rms_norm_linear(...))``, the norm
     pass and one gated-linear GEMM for a call autograd does not record where that GEMM applies (no bias, sums or
     forced backend), else the two ops."""
-    _check_norm_input(x, norm_weight)
-    _check_projection(x, weight, bias)
-    eps = _check_eps(eps)
+    check_tensor("weight", weight, dims=(2,))
     if weight.shape[0] % 2:
         raise ValueError(f"weight: with activation='swiglu' its rows hold [gate; up] and must be even in number, "
                          f"got {tuple(weight.shape)}")
-    if bias is not None or sumsq is not None or backend is not None or x.numel() == 0 or weight.numel() == 0 \
-            or records_grad(x, norm_weight, weight) or x.dtype == torch.float32:
+    if bias is not None or sumsq is not None or backend is not None or not isinstance(x, torch.Tensor) \
+            or x.numel() == 0 or records_grad(x, norm_weight, weight) or not fused_region(x, weight)[0]:
+        # (rms_norm_linear checks the rest; a small call keeps its routes - ATen's ops, fused under compile)
         return swiglu(rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend, sumsq=sumsq))
+    _check_norm_input(x, norm_weight)
+    _check_projection(x, weight, bias)
+    eps = _check_eps(eps)
     lead = x.shape[:-1]
     y = call_op(rms_norm_swiglu_linear_op, x.reshape(math.prod(lead), x.shape[-1]), norm_weight, weight, eps)
     return output_view(y, (*lead, y.shape[-1]))

@@ -31,11 +31,13 @@ from .swiglu import swiglu
 FUSED_ENV = "TILEWRIGHT_SWIGLU_FUSED"
 
 
-def fused_applies(x: torch.Tensor, weight: torch.Tensor) -> tuple[bool, str]:
-    """Whether a 2-D call that autograd does not record takes the fused kernel, and why (not): a CUDA tensor on an
-    sm_90 device in bf16 / fp16, ``TILEWRIGHT_SWIGLU_FUSED`` not "0", the plain GEMM's measured win region for the
-    (M, 2F, K) problem (outside it cuBLAS or Triton runs the projection faster than this kernel's mainloop), and the
-    gated-linear build's constraints and first-use self-check."""
+def fused_region(x: torch.Tensor, weight: torch.Tensor) -> tuple[bool, str]:
+    """The shape-and-device part of :func:`fused_applies`, decidable while torch.compile traces (x of any rank): a
+    CUDA tensor on an sm_90 device in bf16 / fp16, ``TILEWRIGHT_SWIGLU_FUSED`` not "0", and the plain GEMM's measured
+    win region for the (M, 2F, K) problem - outside it cuBLAS or Triton runs the projection faster than this kernel's
+    mainloop, and a call there is the pair itself, with the pair's routes (a small call's ATen ops, which a compiled
+    graph fuses: measured, the Llama B1 forward lost 0.97x -> 0.61x torch.compile's speed with every call inside this
+    op's node, perf/results/h200/model/model_2026-12-02_s40.csv)."""
     if os.environ.get(FUSED_ENV) == "0":
         return False, f"{FUSED_ENV}=0"
     if not x.is_cuda or x.dtype not in (torch.bfloat16, torch.float16):
@@ -44,10 +46,17 @@ def fused_applies(x: torch.Tensor, weight: torch.Tensor) -> tuple[bool, str]:
         return False, "the fused kernel is the sm_90a GEMM's (an H100 / H200)"
     from ..cuda_fallback import gemm_sm90
 
-    M, K = x.shape
-    ok, why = gemm_sm90.preferred(M, weight.shape[0], K)
+    return gemm_sm90.preferred(math.prod(x.shape[:-1]), weight.shape[0], x.shape[-1])
+
+
+def fused_applies(x: torch.Tensor, weight: torch.Tensor) -> tuple[bool, str]:
+    """Whether a 2-D call that autograd does not record takes the fused kernel, and why (not): :func:`fused_region`,
+    and the gated-linear build's constraints and first-use self-check."""
+    ok, why = fused_region(x, weight)
     if not ok:
-        return False, why
+        return ok, why
+    from ..cuda_fallback import gemm_sm90
+
     return gemm_sm90.glu_ready(x, weight.t())
 
 
@@ -86,7 +95,7 @@ def swiglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
         ``(..., F)`` in x's dtype, differentiable in x, weight and bias.
 
     Where it runs: a call autograd does not record (inference, ``torch.no_grad()``) on an H100 / H200 in bf16 / fp16
-    with a problem in the sm_90a GEMM's measured region takes the fused kernel - the (..., 2F) projection is never
+    with a problem in the sm_90a GEMM's measured region (:func:`fused_region`) takes the fused kernel - the (..., 2F) projection is never
     written (module docstring). Every other call runs :func:`tilewright.linear` then :func:`tilewright.swiglu`, with
     their routes, kernels and autograd.
 
@@ -105,7 +114,7 @@ def swiglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
         raise ValueError(f"weight: its rows hold [gate; up] and must be even in number, got {tuple(weight.shape)}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"bias: expected ({weight.shape[0]},), got {tuple(bias.shape)}")
-    if bias is not None or records_grad(x, weight, bias) or x.numel() == 0 or weight.numel() == 0:
+    if bias is not None or records_grad(x, weight, bias) or x.numel() == 0 or not fused_region(x, weight)[0]:
         return swiglu(linear(x, weight, bias))
     lead = x.shape[:-1]
     y = call_op(swiglu_linear_op, x.reshape(math.prod(lead), x.shape[-1]), weight)
