@@ -385,6 +385,22 @@ def test_try_launch_never_raises(fresh_guard, failing_compiler):
     assert cg.try_launch(a, b, out, preact=out) is False
 
 
+def test_try_launch_swiglu_never_raises_and_leaves_the_plain_gemm_on(fresh_guard, failing_compiler):
+    """A failing gated-linear launch disables that build alone (its own guard), with one warning naming what serves
+    instead; the plain GEMM's switch stays as it was."""
+    fresh_guard(cg.GLU_GUARD)
+    fresh_guard(cg.GUARD)
+    a = torch.randn(256, 256, dtype=torch.bfloat16)
+    b = torch.randn(512, 256, dtype=torch.bfloat16).t()
+    out = torch.empty(256, 256, dtype=torch.bfloat16)
+    with pytest.warns(RuntimeWarning, match="the unfused GEMM \\+ SwiGLU serves"):
+        assert cg.try_launch_swiglu(a, b, out) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cg.try_launch_swiglu(a, b, out) is False
+    assert cg.GLU_GUARD.disabled and not cg.GUARD.disabled
+
+
 # ------------------------------------------------------------------------------------------------ constraints
 def test_constraints():
     bf = torch.bfloat16

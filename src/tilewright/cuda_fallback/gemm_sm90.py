@@ -470,8 +470,9 @@ def cuda_gemm(a: torch.Tensor, b: torch.Tensor, bias=None, residual=None, activa
 # ------------------------------------------------------------------------------------------------ router record
 GUARD = Guard("CUDA GEMM", measured=MEASURED_ON)
 # The gated-linear build's own switch: a failure there sends SwiGLU projections to the unfused pair and leaves the
-# plain GEMM on (not yet measured on a GPU: its reasons say so)
-GLU_GUARD = Guard("CUDA SwiGLU GEMM")
+# plain GEMM on
+GLU_MEASURED_ON = (Measurement("H200", "perf/results/h200/gemm/swiglu_linear_pp_s40.txt", "2026-12-02"),)
+GLU_GUARD = Guard("CUDA SwiGLU GEMM", "sm_90a SwiGLU GEMM ", GLU_MEASURED_ON, fallback="the unfused GEMM + SwiGLU")
 def tuned_variants() -> dict:
     """The variants ``tilewright tune`` sweeps (tools/tuner.py) and a tuned launch may take (name -> variant): those
     that fit the shared memory, less the ones not yet run on a GPU (AB_ONLY)."""

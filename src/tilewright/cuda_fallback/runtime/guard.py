@@ -80,8 +80,10 @@ class Guard:
     that call falls back without disabling the family.
     """
 
-    def __init__(self, name: str, prefix: str = "", measured: tuple = (), declines: tuple = ()):
+    def __init__(self, name: str, prefix: str = "", measured: tuple = (), declines: tuple = (),
+                 fallback: str = "Triton"):
         self.name, self.prefix, self.measured, self.declines = name, prefix, measured, declines
+        self.fallback = fallback  # what serves the calls once a launch failure disabled the family (its warning)
         self.checked: dict = {}  # (device model, variant, *key) -> (ok, message)
         self._disabled: str | None = None
         self.lock = threading.Lock()
@@ -156,5 +158,6 @@ class Guard:
             return False
         except Exception as e:  # noqa: BLE001
             self.disabled = f"launch failed: {type(e).__name__}: {e}"
-            warn_once(f"{self.name}-launch", f"tilewright: {self.name} launch failed ({e}); Triton serves from now on")
+            warn_once(f"{self.name}-launch",
+                      f"tilewright: {self.name} launch failed ({e}); {self.fallback} serves from now on")
             return False
