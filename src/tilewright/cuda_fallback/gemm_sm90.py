@@ -134,10 +134,10 @@ BUILD_CHECK_BUILDS = (
     # the 192-column tile (both B layouts: a three-box N-major stage, a 192-row K-major box), with the residual
     ("coop128x192s4", False, True, False, 0, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
     ("coop128x192s4", False, False, False, 0, False, False),
-    # the gated-linear epilogue (TW_GLU: B's stage in two halves, silu(gate) * up): the default tile on a K-major
-    # fused gate/up weight (the nn.Linear layout), the pingpong tile in fp16 on an N-major B
-    ("coop128x256s3", False, False, False, 0, False, False, {"TW_GLU": 1}),
-    ("pp128x128s5", False, True, True, 0, False, False, {"TW_GLU": 1}),
+    # the gated-linear epilogue (TW_GLU: B's stage in two halves, silu(gate) * up): its tile (GLU_VARIANT) on a
+    # K-major fused gate/up weight (the nn.Linear layout), the cooperative tile in fp16 on an N-major B
+    ("pp128x128s5", False, False, False, 0, False, False, {"TW_GLU": 1}),
+    ("coop128x256s3", False, True, True, 0, False, False, {"TW_GLU": 1}),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
 BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")  # wgmma, TMA in and out, setmaxnreg
