@@ -117,9 +117,9 @@ class RMSNormLinear(torch.nn.Module):
         :func:`tilewright.rms_norm_linear`)."""
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         return rms_norm_linear(x, self.norm_weight, self.weight, self.bias, eps=eps, backend=self.backend,
-                               sumsq=sumsq, activation=self.activation)
+                               sumsq=sumsq, activation=getattr(self, "activation", None))  # (modules saved before it)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, eps={self.eps}"
-                + (f", activation={self.activation!r}" if self.activation else ""))
+                + (f", activation={self.activation!r}" if getattr(self, "activation", None) else ""))

@@ -835,7 +835,8 @@ def _rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq) -
         raise ValueError(f"weight: with activation='swiglu' its rows hold [gate; up] and must be even in number, "
                          f"got {tuple(weight.shape)}")
     if bias is not None or sumsq is not None or backend is not None or not isinstance(x, torch.Tensor) \
-            or x.numel() == 0 or records_grad(x, norm_weight, weight) or not fused_region(x, weight)[0]:
+            or x.numel() == 0 or records_grad(x, norm_weight, weight) or _dtensor.is_dtensor(x) \
+            or _dtensor.is_dtensor(weight) or not fused_region(x, weight)[0]:
         # (rms_norm_linear checks the rest; a small call keeps its routes - ATen's ops, fused under compile)
         return swiglu(rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend, sumsq=sumsq))
     _check_norm_input(x, norm_weight)

@@ -23,6 +23,7 @@ from typing import Optional
 
 import torch
 
+from . import _dtensor
 from ._checks import check_optional_tensor, check_same_device, check_same_dtype, check_tensor, output_view
 from ._eager import call_op, register_fast_dispatch
 from .gemm import linear
@@ -114,8 +115,9 @@ def swiglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
         raise ValueError(f"weight: its rows hold [gate; up] and must be even in number, got {tuple(weight.shape)}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"bias: expected ({weight.shape[0]},), got {tuple(bias.shape)}")
-    if bias is not None or records_grad(x, weight, bias) or x.numel() == 0 or not fused_region(x, weight)[0]:
-        return swiglu(linear(x, weight, bias))
+    if bias is not None or records_grad(x, weight, bias) or x.numel() == 0 or _dtensor.is_dtensor(x) \
+            or _dtensor.is_dtensor(weight) or not fused_region(x, weight)[0]:
+        return swiglu(linear(x, weight, bias))  # (DTensor arguments: the pair's sharding strategies)
     lead = x.shape[:-1]
     y = call_op(swiglu_linear_op, x.reshape(math.prod(lead), x.shape[-1]), weight)
     return output_view(y, (*lead, y.shape[-1]))
