@@ -96,8 +96,8 @@ def swiglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
         ``(..., F)`` in x's dtype, differentiable in x, weight and bias.
 
     Where it runs: a call autograd does not record (inference, ``torch.no_grad()``) on an H100 / H200 in bf16 / fp16
-    with a problem in the sm_90a GEMM's measured region (:func:`fused_region`) takes the fused kernel - the (..., 2F) projection is never
-    written (module docstring). Every other call runs :func:`tilewright.linear` then :func:`tilewright.swiglu`, with
+    with a problem in the sm_90a GEMM's measured region (:func:`fused_region`) takes the fused kernel - the (..., 2F)
+    projection is never written (module docstring). Every other call runs :func:`tilewright.linear` then :func:`tilewright.swiglu`, with
     their routes, kernels and autograd.
 
     Numerics: the fused kernel forms ``silu(gate) * up`` from the fp32 accumulators and rounds once; the pair rounds
