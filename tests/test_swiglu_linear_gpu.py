@@ -33,6 +33,18 @@ def _reference(x, w):
     return F.silu(h[:, :F_]) * h[:, F_:]
 
 
+@pytest.fixture
+def glu_launches(monkeypatch):
+    """A list that gets one entry for every gated-linear launch the ops ask for (gemm_sm90.try_launch_swiglu), which
+    still runs."""
+    from tilewright.cuda_fallback import gemm_sm90
+
+    launches = []
+    real = gemm_sm90.try_launch_swiglu
+    monkeypatch.setattr(gemm_sm90, "try_launch_swiglu", lambda *a: launches.append(1) or real(*a))
+    return launches
+
+
 def _torch_pipeline(x, w):
     gate, up = F.linear(x, w).chunk(2, dim=-1)
     return F.silu(gate) * up
@@ -74,13 +86,10 @@ def test_kernel_reads_a_strided_x_and_writes_a_strided_out():
 
 
 @sm90
-def test_op_takes_the_fused_kernel_without_grad_and_the_pair_with_grad(monkeypatch):
-    from tilewright.cuda_fallback import gemm_sm90
+def test_op_takes_the_fused_kernel_without_grad_and_the_pair_with_grad(monkeypatch, glu_launches):
     from tilewright.ops.swiglu_linear import fused_applies
 
-    launches = []
-    real = gemm_sm90.try_launch_swiglu
-    monkeypatch.setattr(gemm_sm90, "try_launch_swiglu", lambda *a: launches.append(1) or real(*a))
+    launches = glu_launches
     x, w = _operands(4096, 5632, 2048, torch.bfloat16, seed=11)
     assert fused_applies(x, w)[0], fused_applies(x, w)[1]
     with torch.no_grad():
@@ -126,12 +135,8 @@ def test_op_captures_in_a_cuda_graph_after_its_first_call():
 
 
 @sm90
-def test_rms_norm_linear_swiglu_takes_the_norm_pass_and_the_fused_gemm(monkeypatch):
-    from tilewright.cuda_fallback import gemm_sm90
-
-    launches = []
-    real = gemm_sm90.try_launch_swiglu
-    monkeypatch.setattr(gemm_sm90, "try_launch_swiglu", lambda *a: launches.append(1) or real(*a))
+def test_rms_norm_linear_swiglu_takes_the_norm_pass_and_the_fused_gemm(glu_launches):
+    launches = glu_launches
     x, w = _operands(4096, 5632, 2048, torch.bfloat16, seed=17)
     x = x * 3
     g = (1 + 0.1 * torch.randn(2048, device="cuda")).to(torch.bfloat16)

@@ -16,5 +16,6 @@ from .router import explain, use_backend
 __version__ = "0.1.0"
 __all__ = ["matmul", "linear", "rms_norm_linear", "rms_norm_linears", "scaled_mm", "quantize_fp8", "flash_attention",
            "scaled_dot_product_attention",
-           "flash_attention_with_kvcache", "flash_attention_varlen", "swiglu", "swiglu_linear", "apply_rotary", "nn", "router",
+           "flash_attention_with_kvcache", "flash_attention_varlen", "swiglu", "swiglu_linear", "apply_rotary", "nn",
+           "router",
            "explain", "use_backend", "clear_folded", "__version__"]

@@ -371,18 +371,12 @@ def launch_cuda_swiglu(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, *, v
         raise ValueError(f"cuda swiglu gemm: {why}")
     M, K = a.shape
     N = b.shape[1] // 2
-    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % 16 or \
-            out.data_ptr() % 16:
-        raise ValueError("cuda swiglu gemm: out must be a row-major (M, N) tensor of a's dtype with 16-byte aligned "
-                         "rows, N = b's columns / 2")
+    gemm_common.check_out("cuda swiglu gemm (N = b's columns / 2)", a, out, M, N, 16)
     v = VARIANTS[variant] if isinstance(variant, str) else (variant or glu_variant(M, 2 * N, K))
     if v.bn % 128:
         raise ValueError(f"cuda swiglu gemm: variant {v.name}: the gate and up halves need a tile of 128 or 256 "
                          "columns")
-    if isinstance(tile_order, str):
-        tile_order = TILE_ORDERS[tile_order]
-    if tile_order in (2, 3) and group & (group - 1):
-        raise ValueError("cuda swiglu gemm: morton/hilbert tile orders need a power-of-two group")
+    tile_order = gemm_common.tile_order_code("cuda swiglu gemm", tile_order, group)
     key = gemm_common.prepared_key(a, b, out, v, None, tile_order, group, num_ctas, "glu")
     launch.launch_cached(_prepared_glu, key,
                          lambda: prepare(a, b, out, v, None, 0, (0, 0, 0), 1, 0, tile_order, group, num_ctas,

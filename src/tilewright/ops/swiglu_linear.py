@@ -97,8 +97,8 @@ def swiglu_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
 
     Where it runs: a call autograd does not record (inference, ``torch.no_grad()``) on an H100 / H200 in bf16 / fp16
     with a problem in the sm_90a GEMM's measured region (:func:`fused_region`) takes the fused kernel - the (..., 2F)
-    projection is never written (module docstring). Every other call runs :func:`tilewright.linear` then :func:`tilewright.swiglu`, with
-    their routes, kernels and autograd.
+    projection is never written (module docstring). Every other call runs :func:`tilewright.linear` then
+    :func:`tilewright.swiglu`, with their routes, kernels and autograd.
 
     Numerics: the fused kernel forms ``silu(gate) * up`` from the fp32 accumulators and rounds once; the pair rounds
     the projection to x's dtype first, as torch's ``F.silu(gate) * up`` does (which also rounds silu's output). The

@@ -80,22 +80,35 @@ def launch_args(label: str, a, b, out, bias, residual, activation, tile_order, g
     ok, why = operand_rules(a, b, bias, residual)
     if not ok:
         raise ValueError(f"{label}: {why}")
-    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % out_align or \
-            out.data_ptr() % out_align:
-        raise ValueError(f"{label}: out must be a row-major (M, N) tensor of a's dtype with {out_align}-byte "
-                         "aligned rows")
+    check_out(label, a, out, M, N, out_align)
     if isinstance(activation, str) or activation is None:
         activation = ACTIVATIONS[activation]
-    if isinstance(tile_order, str):
-        tile_order = TILE_ORDERS[tile_order]
-    if tile_order in (2, 3) and group & (group - 1):
-        raise ValueError(f"{label}: morton/hilbert tile orders need a power-of-two group")
+    tile_order = tile_order_code(label, tile_order, group)
     if residual is None:
         return activation, tile_order, (0, 0, 0), 0, 1
     r0, p, rn = residual.shape
     if r0 * p != M or rn != N:
         raise ValueError(f"{label}: residual must be (R0, P, N) with R0 * P == M")
     return activation, tile_order, residual.stride(), residual.data_ptr(), p
+
+
+def check_out(label: str, a, out, M: int, N: int, out_align: int) -> None:
+    """ValueError unless ``out`` is a row-major (M, N) tensor of a's dtype whose base and rows are ``out_align``-byte
+    aligned (what the kernels' stores need)."""
+    if out.shape != (M, N) or out.stride(1) != 1 or out.dtype != a.dtype or (out.stride(0) * 2) % out_align or \
+            out.data_ptr() % out_align:
+        raise ValueError(f"{label}: out must be a row-major ({M}, {N}) tensor of a's dtype with {out_align}-byte "
+                         "aligned rows")
+
+
+def tile_order_code(label: str, tile_order, group: int) -> int:
+    """A TILE_ORDERS name or code as its code; ValueError for a morton / hilbert order with a group that is no power
+    of two."""
+    if isinstance(tile_order, str):
+        tile_order = TILE_ORDERS[tile_order]
+    if tile_order in (2, 3) and group & (group - 1):
+        raise ValueError(f"{label}: morton/hilbert tile orders need a power-of-two group")
+    return tile_order
 
 
 def resolve_variant(variants: dict, pick, variant, M: int, N: int, K: int):
