@@ -1,10 +1,12 @@
-"""Issue 14, what the gated-linear GEMM (tilewright.swiglu_linear) would give the Llama B8 inference forward, before
-the norm-fused projection takes it: the model bench's tilewright block with its session-39 MLP ("tw_eager" /
-"tw_compile": rms_norm_linear - the folded norm GEMM - then tilewright.swiglu) against the same block whose MLP input is F.rms_norm's output (a pass that writes the
+"""Issue 14, what the gated-linear GEMM (tilewright.swiglu_linear) gives the Llama B8 inference forward: the model
+bench's tilewright block with its session-39 MLP ("tw_eager" / "tw_compile": rms_norm_linear - the folded norm GEMM -
+then tilewright.swiglu) against the same block whose MLP input is F.rms_norm's output (a pass that writes the
 normalised copy) projected and gated by swiglu_linear in one GEMM ("glu"), and the same through
-rms_norm_linear(..., activation="swiglu") (tilewright's norm pass, then that GEMM: "glu_norm"). Same weights, one process, forward under no_grad;
-eager and compiled; torch eager / torch.compile beside them. Each provider's queued loop of 20 steps (no sync inside)
-timed 7 rounds in rotating order, medians. Also max |diff| of each block's output against the torch block's.
+rms_norm_linear(..., activation="swiglu") (tilewright's norm pass, then that GEMM: "glu_norm"). Same weights, one
+process, forward under no_grad; eager and compiled; torch eager / torch.compile beside them. Each provider's queued
+loop of 20 steps (no sync inside) timed 7 rounds in rotating order, medians. Also max |diff| of each block's output
+against the torch block's. (The first run, model/swiglu_linear_ab_s40.txt, had "tw_eager" as the bench block itself,
+which then was the session-39 MLP; the second, _pp_s40, this file's explicit pair.)
 Run from the repository root: `PYTHONPATH=src python perf/results/h200/model/swiglu_linear_ab_2026-12-02.py`."""
 import os
 import statistics
