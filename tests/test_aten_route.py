@@ -269,6 +269,56 @@ def test_rms_norm_linear_takes_aten(route):
         tilewright.rms_norm_linear(x, g, w, b, eps=1e-5)
 
 
+def test_rms_norm_swiglu_linear_repeats_through_one_route(route):
+    """A small gated call (rms_norm_linear with activation="swiglu") runs the pair on torch's ops and keeps them as one
+    route for its signature: the repeat never enters the gated path's Python, and first call and repeat equal
+    torch's five ops in values and gradients, with autograd recording and without. A call whose norm + GEMM is not on
+    the ATen route (here: a forced backend) stores nothing."""
+    _no_kernels(route)
+    route.setenv("TRITON_INTERPRET", "0")  # (swiglu's formula is for calls off the interpreter; no kernel runs here)
+    route.setattr(_fast, "hit", _fast.python_hit)  # (the C hit's key takes CUDA tensors: test_native_hit.py)
+    route.setattr(_aten, "swiglu_formula_eager", lambda t: t.numel() < _aten.COMPILED_ELEMENTWISE_MIN)
+    x, g, w = torch.randn(2, 3, 16), torch.rand(16) + 0.5, torch.randn(8, 16)
+
+    def ours(x, g, w):
+        return tilewright.rms_norm_linear(x, g, w, eps=1e-5, activation="swiglu")
+
+    def torch_ops(x, g, w):
+        gate, up = F.linear(F.rms_norm(x, (16,), g, 1e-5), w).chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    leaves = [t.requires_grad_(True) for t in (x, g, w)]  # (the same tensors every call: their alignment is keyed)
+
+    def agree():
+        dy = torch.linspace(-1, 1, 24).reshape(2, 3, 4)
+        out, ref_out = ours(x, g, w), torch_ops(x, g, w)
+        torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
+        for got, want in zip(torch.autograd.grad(out, leaves, dy), torch.autograd.grad(ref_out, leaves, dy)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x, g, w), torch_ops(x, g, w), rtol=0, atol=0)
+
+    agree()  # first calls: the full path, with and without autograd (two keys)
+    assert _entries(rms_ops._swiglu_routes) == ["AtenRmsNormSwigluLinear"] * 2
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the gated path's Python ran on a repeat")
+
+    route.setattr(rms_ops, "_rms_norm_swiglu_linear", boom)
+    agree()  # repeats: the stored route only
+    route.undo()
+    _no_kernels(route)
+    route.setenv("TRITON_INTERPRET", "0")
+    route.setattr(_fast, "eligible", lambda *tensors: True)
+    route.setattr(_fast, "replay_key", _fast.python_replay_key)
+    route.setattr(_fast, "_native_pending", False)
+    route.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    _fast.invalidate()
+    with torch.no_grad(), pytest.raises(AssertionError, match="kernel"):
+        tilewright.rms_norm_linear(x, g, w, eps=1e-5, activation="swiglu", backend="triton")
+    assert not rms_ops._swiglu_routes
+
+
 def test_rms_norm_linear_training_takes_aten_where_cublas_runs_the_gemm(route):
     """A training call (autograd records) over the small-problem limit takes ATen's pair where the op's GEMM would go
     to cuBLAS anyway (cublas_routes.cublas_preferred, asked about the 2-D x and the (K, N) weight view); not without
@@ -790,3 +840,40 @@ def test_gpu_small_epilogue_gemms_without_autograd_take_one_launch(monkeypatch, 
         assert (type(entry) is _aten.AtenGemm) == (not kernel)
     finally:
         _fast.invalidate()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grad", [False, True])
+def test_gpu_small_gated_norm_linear_repeats_through_one_route(monkeypatch, grad):
+    """The Llama B1 x S512 layer's norm + gate/up + SwiGLU (512 x 2048 -> 2 x 5632, bf16, the C key and hit): the first
+    call stores the combined ATen route, the repeat takes it without the gated path's Python, and both are bit-equal
+    to torch's five ops - values and, with autograd, gradients."""
+    monkeypatch.delenv(_aten.ENV, raising=False)
+    _fast.invalidate()
+    torch.manual_seed(5)
+    dev, dt = "cuda", torch.bfloat16
+    x = torch.randn(1, 512, 2048, device=dev, dtype=dt).requires_grad_(grad)
+    g = (1 + 0.1 * torch.randn(2048, device=dev, dtype=dt)).requires_grad_(grad)
+    w = (torch.randn(11264, 2048, device=dev, dtype=dt) / 45).requires_grad_(grad)
+    leaves = (x, g, w)
+
+    def torch_ops():
+        gate, up = F.linear(F.rms_norm(x, (2048,), g, 1e-5), w).chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    def ours():
+        return tilewright.rms_norm_linear(x, g, w, eps=1e-5, activation="swiglu")
+
+    want = torch_ops()
+    want_grads = torch.autograd.grad(want.float().square().sum(), leaves) if grad else ()
+    for repeat in (False, True):
+        if repeat:
+            assert _entries(rms_ops._swiglu_routes) == ["AtenRmsNormSwigluLinear"]
+            monkeypatch.setattr(rms_ops, "_rms_norm_swiglu_linear",
+                                lambda *a: pytest.fail("the gated path's Python ran on a repeat"))
+        got = ours()
+        assert torch.equal(got, want)
+        if grad:
+            for a, b in zip(torch.autograd.grad(got.float().square().sum(), leaves), want_grads):
+                assert torch.equal(a, b)
+    _fast.invalidate()

@@ -115,6 +115,24 @@ def test_rms_norm_linear_route_steps_match_its_call(hits, has_bias, grad):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_rms_norm_swiglu_route_steps_match_its_call(hits, monkeypatch, grad):
+    """rms_norm_linear(activation="swiglu")'s combined ATen route (stored after a small call ran the pair on ATen's
+    ops): its C steps - torch.rms_norm, F.linear, _aten.swiglu_halves - equal its __call__ and the first call."""
+    python_hit, c_hit = hits
+    monkeypatch.setattr(_aten, "swiglu_formula_eager", lambda t: t.numel() < _aten.COMPILED_ELEMENTWISE_MIN)
+    x = torch.randn(2, 5, 16, requires_grad=grad)
+    g = torch.rand(16, requires_grad=grad) + 0.5
+    w = torch.randn(12, 16, requires_grad=grad)
+    want = tilewright.rms_norm_linear(x, g, w, eps=1e-5, activation="swiglu")
+    entry = next(iter(rms._swiglu_routes.values()))
+    assert type(entry) is _aten.AtenRmsNormSwigluLinear and entry._steps is not None
+    tensors = (x, g, w, None)
+    args = (rms._swiglu_routes, (), tensors, (1e-5, None), rms._TAIL_TYPES, True)
+    got = _agree(python_hit, c_hit, args, tensors, grad=grad)
+    assert torch.equal(got, want) and got.shape == (2, 5, 6)
+
+
 @pytest.mark.parametrize("causal,scale,hkv", [(True, None, 4), (False, 0.3, 4), (True, None, 2), (False, 0.5, 1)])
 def test_attention_route_steps_match_its_call(hits, causal, scale, hkv):
     """SDPA's two keyword forms: is_causal alone, and with scale / enable_gqa."""

@@ -112,7 +112,7 @@ def python_replay_key(head: tuple, tensors: tuple, tail: tuple):
 
 replay_key = python_replay_key  # the C key once tilewright/_native has loaded it (_adopt_native)
 _native_pending = not _native.disabled()
-ROUTE_TYPES = (_aten.AtenGemm, _aten.AtenRmsNormLinear, _aten.AtenAttention)
+ROUTE_TYPES = (_aten.AtenGemm, _aten.AtenRmsNormLinear, _aten.AtenRmsNormSwigluLinear, _aten.AtenAttention)
 
 
 def python_hit(cache: dict, head: tuple, tensors: tuple, tail: tuple, tail_types: tuple, capture: bool):

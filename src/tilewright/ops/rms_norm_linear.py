@@ -697,7 +697,8 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
             rows then the up's, the result is (..., F). A call autograd does not record on an H100 / H200 (bf16 /
             fp16, no bias, sumsq or backend, the GEMM's measured region) runs the norm pass and one GEMM whose
             epilogue stores ``silu(gate) * up`` alone (:func:`tilewright.swiglu_linear`); every other call runs this
-            function, then ``swiglu``.
+            function, then ``swiglu`` - for a small call torch's ops both (``F.rms_norm``, ``F.linear``,
+            ``F.silu(gate) * up``), which its repeats then run from one eager hit.
     Returns:
         (..., N) in x's dtype; differentiable in x, norm_weight, weight and bias.
 
@@ -733,6 +734,12 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     0.73x eager's training step before).
     """
     if activation is not None:
+        if activation == "swiglu" and sumsq is None and not torch.compiler.is_compiling():
+            # a repeat of a small call, whose gated path ran torch's ops: those ops from one C hit
+            # (_aten.AtenRmsNormSwigluLinear; the only entries _swiglu_routes holds)
+            got = _fast.hit(_swiglu_routes, (), (x, norm_weight, weight, bias), (eps, backend), _TAIL_TYPES, True)
+            if got is not None and type(got) is not tuple:
+                return got
         check_choice("activation", activation, (None, "swiglu"))
         return _rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq)
     got = None
@@ -826,6 +833,23 @@ def _(x, norm_weight, weight, eps):
 register_fast_dispatch(rms_norm_swiglu_linear_op)
 
 
+# rms_norm_linear(activation="swiglu")'s ATen routes by signature (the _replays key): see _remember_aten_pair
+_swiglu_routes = _fast.new_cache()
+
+
+def _remember_aten_pair(x, norm_weight, weight, bias, eps, backend, h) -> None:
+    """After an eager gated call ran the pair: where both of its calls took torch's ops - rms_norm_linear's ATen route
+    (which that call has just stored under this very key) and ``swiglu``'s formula on h - keep the two as one route
+    for the signature (:class:`_aten.AtenRmsNormSwigluLinear`), which the next call's C hit runs directly. Anything
+    else (a kernel route, a call that may not replay) stores nothing and keeps the full path."""
+    key = _replay_key(x, norm_weight, weight, bias, eps, backend)
+    if key is None or type(_replays.get(key)) is not _aten.AtenRmsNormLinear:
+        return
+    if interpreting() or traced_into_graph(h) or not _aten.swiglu_formula_eager(h):
+        return  # (swiglu's own test for its formula, on the tensor it was given)
+    _fast.store(_swiglu_routes, key, _aten.AtenRmsNormSwigluLinear(eps, x.shape[-1]))
+
+
 def _rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq) -> torch.Tensor:
     """:func:`tilewright.rms_norm_linear` with ``activation="swiglu"``: ``swiglu(rms_norm_linear(...))``, the norm
     pass and one gated-linear GEMM for a call autograd does not record where that GEMM applies (no bias, sums or
@@ -838,7 +862,11 @@ def _rms_norm_swiglu_linear(x, norm_weight, weight, bias, eps, backend, sumsq) -
             or x.numel() == 0 or records_grad(x, norm_weight, weight) or _dtensor.is_dtensor(x) \
             or _dtensor.is_dtensor(weight) or not fused_region(x, weight)[0]:
         # (rms_norm_linear checks the rest; a small call keeps its routes - ATen's ops, fused under compile)
-        return swiglu(rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend, sumsq=sumsq))
+        h = rms_norm_linear(x, norm_weight, weight, bias, eps=eps, backend=backend, sumsq=sumsq)
+        y = swiglu(h)
+        if sumsq is None:
+            _remember_aten_pair(x, norm_weight, weight, bias, eps, backend, h)
+        return y
     _check_norm_input(x, norm_weight)
     _check_projection(x, weight, bias)
     eps = _check_eps(eps)
