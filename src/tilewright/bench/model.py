@@ -15,7 +15,8 @@ The two blocks (``build_blocks``):
   torch build: ``nn.RMSNorm`` + ``nn.Linear`` + ``F.scaled_dot_product_attention(is_causal=True, enable_gqa=True)``,
   RoPE and SwiGLU as the eager formulas model code writes (slices, a concatenation, products; ``F.silu(gate) * up``).
   tilewright build: ``tilewright.nn.RMSNormLinear`` for norm + QKV and norm + gate/up (the norm fused into the GEMM),
-  ``tilewright.apply_rotary`` on the q and k heads of the QKV output (one strided view, one pass),
+  ``tilewright.apply_rotary`` on the q and k heads of the QKV output (eager: one strided view, one pass; traced:
+  q and k in calls of their own, each written in the layout its attention reads),
   ``tilewright.flash_attention`` (GQA without repeating K/V), the norm + gate/up projection with
   ``activation="swiglu"`` (inference on sm_90: the norm pass and one GEMM whose epilogue stores ``silu(gate) * up``
   alone; with autograd, or elsewhere, the norm-fused GEMM then ``tilewright.swiglu``, one pass whose backward writes
@@ -285,13 +286,22 @@ class TilewrightLlamaBlock(_LlamaBase):
         B, S, _ = x.shape
         c = self.dims
         heads = self.attn_norm_qkv(x).view(B, S, c.n_heads + 2 * c.n_kv_heads, c.head_dim)
+        # the tables are the torch block's (S, 1, D) ones viewed as (S, D), so both builds use the same angles
+        cos, sin = self.rope_cos[:, 0], self.rope_sin[:, 0]
         # split, not slicing: the backward of a split is one concatenation, that of each slice a zero-filled full
         # buffer, a copy and an add (8 extra kernels a step in the first version's profile)
-        qk, v = heads.split([c.n_heads + c.n_kv_heads, c.n_kv_heads], dim=2)
-        # the q and k heads of the QKV output, rotated as one strided (B, S, Hq + Hkv, D) view in one launch; the
-        # tables are the torch block's (S, 1, D) ones viewed as (S, D), so both builds use the same angles
-        q, k = tilewright.apply_rotary(qk, self.rope_cos[:, 0], self.rope_sin[:, 0]).split([c.n_heads, c.n_kv_heads],
-                                                                                            dim=2)
+        if torch.compiler.is_compiling():
+            # traced: q and k rotated in calls of their own, so that each result is a buffer inductor lays out for
+            # the attention that reads it - the rotated (B, S, Hq + Hkv, D) view of one call is a buffer q and k
+            # share, which the attention's layout then copies (one kernel more; the B 1 x S 512 compiled forward
+            # 0.980x torch.compile that way, 1.006x this way: perf/results/h200/model/b1_compiled_code_s42.py)
+            q, k, v = heads.split([c.n_heads, c.n_kv_heads, c.n_kv_heads], dim=2)
+            q, k = tilewright.apply_rotary(q, cos, sin), tilewright.apply_rotary(k, cos, sin)
+        else:
+            # eager: the q and k heads of the QKV output rotated as one strided (B, S, Hq + Hkv, D) view in one
+            # launch (the B 1 step is host-bound: one call's host time less)
+            qk, v = heads.split([c.n_heads + c.n_kv_heads, c.n_kv_heads], dim=2)
+            q, k = tilewright.apply_rotary(qk, cos, sin).split([c.n_heads, c.n_kv_heads], dim=2)
         # flash_attention reads the (B, H, S, D) views of the (B, S, H, D) tensors in place and writes its output in
         # q's layout, so the transpose back below is a free view, not a copy
         o = tilewright.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)

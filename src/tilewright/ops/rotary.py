@@ -123,6 +123,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
         A new contiguous ``(B, S, H, D)`` tensor in x's dtype: ``out[..., :R/2] = x1 c1 - x2 s1``,
         ``out[..., R/2:R] = x2 c2 + x1 s2``. Under torch.compile a small call emits the formula in torch ops
         (module docstring).
+
+    Eager, one call on the joint ``(B, S, Hq + Hkv, D)`` view of q and k costs one launch's host time where two
+    calls cost two. Under torch.compile, rotate q and k in calls of their own: the joint call's result is one buffer
+    both share, which an attention reading q and k in its own layout then copies (a kernel more a step).
     """
     given_dim = rotary_dim  # (the key holds the argument as given: None and D are two keys of one launch)
     if not torch.compiler.is_compiling():
