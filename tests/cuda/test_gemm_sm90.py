@@ -30,8 +30,48 @@ def test_build_check_sm90a_passes(cache):
         assert r["spills"] == 0 and r["stack"] == 0, table
         assert r["smem"] <= cg.SMEM_LIMIT, table
         if "not checked" not in r["markers"]:  # a disassembler ships with triton, so normally checked
-            for marker in ("HGMMA", "UTMALDG", "USETMAXREG", "UTMASTG"):
+            store = ("LDS.128", "STG.E.NA.128") if "TW_STORE_DIRECT=1" in r["build"] else ("UTMASTG",)
+            for marker in ("HGMMA", "UTMALDG", "USETMAXREG") + store:
                 assert f"{marker}:0" not in r["markers"] and marker in r["markers"], table
+    assert any("TW_STORE_DIRECT=1" in r["build"] for r in built)
+
+
+@needs_compiler
+def test_the_direct_store_build_stores_by_its_threads_and_the_default_by_tma(cache):
+    """TW_STORE_DIRECT: no TMA store in the build, the staged tile read back 16 bytes at a time and stored by
+    16-byte global stores (16-bit ones for an N tail); the default build the other way round."""
+    v = cg.VARIANTS["coop128x256s3"]
+    texts = {}
+    for direct in (0, 1):
+        defines = {**v.defines(False, True, False, 0, False, False), **({"TW_STORE_DIRECT": 1} if direct else {})}
+        texts[direct] = build_check.sass(build.compile_source(cg.SOURCE, "sm_90a", defines).cubin)
+        if texts[direct] is None:
+            pytest.skip("no cuobjdump to read SASS with")
+    count = {d: {m: len(re.findall(rf"\b{re.escape(m)}\b", t)) for m in ("UTMASTG", "STG.E.NA.128", "LDS.128")}
+             for d, t in texts.items()}
+    assert count[0]["UTMASTG"] > 0 and count[0]["STG.E.NA.128"] == 0, count
+    assert count[1]["UTMASTG"] == 0 and count[1]["STG.E.NA.128"] > 0 and count[1]["LDS.128"] > 0, count
+    assert re.search(r"\bSTG\.E\.NA\.U16\b", texts[1]), "the N tail's 16-bit stores"
+
+
+def _line_aligned(rows: int, cols: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """A (rows, cols) tensor whose base lies on the 128-byte grid (CPU allocations need not: CUDA ones do)."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    storage = torch.empty(rows * cols + 128 // size, dtype=dtype)
+    off = (-storage.data_ptr() % 128) // size
+    return storage[off:off + rows * cols].view(rows, cols)
+
+
+def test_odd_pitches_and_bases_take_the_direct_store():
+    """gemm_sm90.direct_store: a base or (over more than one row) a row pitch off the 128-byte grid."""
+    buf = _line_aligned(8, 2048)
+    assert not cg.direct_store(buf[:, :1000])  # pitch 4096 bytes: TMA, whatever N is
+    assert cg.direct_store(_line_aligned(8, 1000))  # pitch 2000 bytes
+    assert not cg.direct_store(_line_aligned(8, 1024))
+    assert cg.direct_store(buf[:, 8:1008])  # base 16 bytes past the grid
+    assert not cg.direct_store(buf[:, 64:1064])  # 128 bytes past
+    assert not cg.direct_store(_line_aligned(1, 1000))  # one row: no pitch
+    assert cg.direct_store(_line_aligned(4, 1000, torch.float32)[:, :-1])  # 4000-byte pitch
 
 
 @needs_compiler
@@ -40,7 +80,7 @@ def test_bias_comes_by_async_copy_into_smem(cache):
     from shared memory; a build without bias has no such copy."""
     import re
 
-    builds = {label: defines for label, defines, _ in cg.build_check_builds()}
+    builds = {label: defines for label, defines, *_ in cg.build_check_builds()}
     with_bias = next(d for label, d in builds.items() if "bias" in label)
     without = next(d for label, d in builds.items() if "bias" not in label)
     counts = []
@@ -144,7 +184,7 @@ def test_the_launcher_picks_the_epilogue_paths(monkeypatch):
 
     monkeypatch.setattr(cg.gemm_common, "build_and_map_operands", record)
     M, N, K = 4096, 1024, 512
-    a, b, out = torch.empty(M, K), torch.empty(K, N), torch.empty(M, N)
+    a, b, out = torch.empty(M, K), torch.empty(K, N), _line_aligned(M, N, torch.float32)  # (the TMA store)
     v = cg.VARIANTS["pp128x128s5"]
     cases = [((1 << 20, (M * N, N, 1), M), True, {"TW_RES_PATH": 1}),  # full rows
              ((1 << 20, (0, N, 1), 1024), True, {"TW_RES_PATH": 1}),  # a pos_embed, 1024 rows a period
@@ -166,6 +206,46 @@ def test_the_launcher_picks_the_epilogue_paths(monkeypatch):
         with pytest.raises(Stop):
             cg.prepare(a, b, out, v, bias, 0, (0, 0, 0), 1, 0, 0, 16, None, residual_tma=residual_tma)
         assert seen[-1] == want, (bias.data_ptr() % 4, residual_tma, seen[-1])
+
+
+def test_the_launcher_passes_an_odd_pitch_output_by_pointer(monkeypatch):
+    """prepare: the direct store's build (TW_STORE_DIRECT) for an odd-pitch output of the plain GEMM, with out's
+    address and row stride as the last two arguments - the pointer tagged with out's role, the unread map not
+    (a bound launch rewrites the pointer per call) -; the TMA map otherwise, and never in the builds of other
+    sources (the RMSNorm / sums ones) or the gated one."""
+    seen = []
+
+    class Driver:
+        def encode_tiled(self, *args):
+            m = launch.TensorMap()
+            m.ptr = args[1]
+            return m
+
+    def fake_build(*args, extra_defines=None, **kw):
+        seen.append(dict(extra_defines))
+        return Driver(), "fn", launch.TensorMap(), launch.TensorMap(), None, None, 132
+
+    monkeypatch.setattr(cg.gemm_common, "build_and_map_operands", fake_build)
+    M, N, K = 1000, 1000, 256
+    a, b = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(K, N, dtype=torch.bfloat16)
+    v = cg.VARIANTS["coop128x256s3"]
+    odd = _line_aligned(M, N)  # pitch 2000 bytes
+    fn, grid, args = cg.prepare(a, b, odd, v, None, 0, (0, 0, 0), 1, 0, 0, 16, None)
+    assert seen[-1] == {"TW_STORE_DIRECT": 1}
+    tagged = [(i, x) for i, x in enumerate(args) if getattr(x, "role", None) == "c_ptr"]
+    assert len(tagged) == 1 and tagged[0][0] == len(args) - 2 and tagged[0][1].value == odd.data_ptr()
+    assert args[-1].value == N and getattr(args[2], "role", None) is None
+    wide = _line_aligned(M, 1024)[:, :N]  # pitch 2048 bytes: the TMA store
+    monkeypatch.setattr(cg.torch.cuda, "device", lambda d: __import__("contextlib").nullcontext())
+    fn, grid, args = cg.prepare(a, b, wide, v, None, 0, (0, 0, 0), 1, 0, 0, 16, None)
+    assert seen[-1] == {} and args[2].role == "c_ptr" and args[2].ptr == wide.data_ptr()
+    assert not any(getattr(x, "role", None) == "c_ptr" for x in args[3:])
+    cg.prepare(a, b, odd, v, None, 0, (0, 0, 0), 1, 0, 0, 16, None, source="rmsnorm_gemm_sm90.cu",
+               residual_tma=False)
+    assert "TW_STORE_DIRECT" not in seen[-1]
+    cg.prepare(a, torch.empty(K, 2 * N, dtype=torch.bfloat16), odd, cg.VARIANTS["pp128x128s5"], None, 0, (0, 0, 0),
+               1, 0, 0, 16, None, glu=True)
+    assert seen[-1] == {"TW_GLU": 1}
 
 
 @needs_compiler

@@ -162,6 +162,52 @@ def test_residual_paths(shape, res, variant):
     _check(cg, M, N, K, torch.bfloat16, variant=variant, bias=True, res=res)
 
 
+# (N, buffer pitch, first column) of an output view: a contiguous 1000-wide output (2,000-byte pitch), a view of a
+# buffer 8 columns wider than it, one 8 columns into a 64-multiple buffer (base off the 128-byte grid), and an N tail
+# that is no whole 16-byte chunk (B K-major: an N-major B of 1003 columns cannot take TMA)
+DIRECT_STORE_CASES = {"contiguous": (1000, 1000, 0), "wide_pitch": (2000, 2008, 0), "base_offset": (1024, 1088, 8),
+                      "n_tail": (1003, 1016, 8)}
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", ["coop128x256s3", "pp128x128s5", "coop128x192s4"])
+@pytest.mark.parametrize("case", list(DIRECT_STORE_CASES))
+@pytest.mark.parametrize("epilogue", ["plain", "bias+gelu+residual"])
+def test_odd_pitch_outputs_take_the_direct_store(variant, case, epilogue):
+    """An output whose pitch or base is off the 128-byte grid is written by the consumers' own stores
+    (TW_STORE_DIRECT): every element of the view once, bit-equal to the TMA store's output into an aligned buffer,
+    nothing outside the view touched (the NaN poison around it survives), within 2x torch's error against fp64."""
+    cg = _cg()
+    M, K = 1000 + 37, 328  # an M tail in every tile height
+    N, pitch, col0 = DIRECT_STORE_CASES[case]
+    dtype = torch.bfloat16
+    a, b = _inputs(M, N, K, dtype, b_mn=False)
+    bias = res2d = None
+    if epilogue != "plain":
+        bias = torch.randn(N, device=DEV, dtype=dtype)
+        res2d = torch.randn(M, N, device=DEV, dtype=dtype)
+    buf = torch.full((M + 1, pitch), float("nan"), device=DEV, dtype=dtype)
+    out = buf[:M, col0:col0 + N]
+    assert cg.direct_store(out)
+    aligned = torch.full((M, -(-N // 64) * 64), float("nan"), device=DEV, dtype=dtype)[:, :N]
+    assert not cg.direct_store(aligned)
+    act = None if epilogue == "plain" else "gelu"
+    for o in (out, aligned):
+        cg.launch_cuda_gemm(a, b, o, bias=bias, residual=None if res2d is None else res2d.unsqueeze(0),
+                            activation=act, variant=variant)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all(), "an output element left unwritten"
+    assert torch.equal(out, aligned), "the direct store's output differs from the TMA store's"
+    outside = torch.ones_like(buf, dtype=torch.bool)
+    outside[:M, col0:col0 + N] = False
+    assert torch.isnan(buf[outside]).all(), "written outside the output view"
+    ref = gemm_reference(a.double(), b.double(), None if bias is None else bias.double(),
+                         None if res2d is None else res2d.double(), act)
+    ours = (out.double() - ref).norm() / ref.norm()
+    theirs = (gemm_reference(a, b, bias, res2d, act, dtype).double() - ref).norm() / ref.norm()
+    assert ours <= 2 * theirs + 1e-5, f"{case} {variant} err {ours:.3e} vs torch {theirs:.3e}"
+
+
 @needs_hopper
 @pytest.mark.parametrize("build", SWEEP_BUILDS, ids=_build_id)
 def test_sweep_builds_shapes_epilogues(build):

@@ -9,8 +9,10 @@
 //       the other's MMAs.
 //     COOPERATIVE (TW_COOP=1): both consumers share every tile, each taking BM/2 rows.
 //   Epilogue: + bias, activation, + residual (row r read at (r / P, r % P) with arbitrary strides) in fp32, one
-//   rounding, stmatrix into a 128B-swizzled smem tile, TMA store (which clips the M/N tails).
-// Tails: TMA zero-fills out-of-bounds loads (M, N and K tails), TMA stores clip, bias/residual loads are masked.
+//   rounding, stmatrix into a 128B-swizzled smem tile, TMA store (which clips the M/N tails) - or, for an output
+//   whose pitch or base is off the 128-byte grid, the consumer's own 16-byte stores from that tile (TW_STORE_DIRECT).
+// Tails: TMA zero-fills out-of-bounds loads (M, N and K tails), TMA stores clip, bias/residual loads are masked, the
+// direct stores are masked.
 // Tile order: row-major, grouped (bands of `group` tile rows) or Hilbert/Morton inside group x group squares -
 // the same mapping as triton_kernels/tile_order.py, evaluated identically by every role.
 // Descriptors: before a tile's mainloop a consumer builds its A and B wgmma descriptors of stage 0, k step 0 once,
@@ -206,6 +208,7 @@
 #include "ptx/gemm_common.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/stmatrix.cuh"
+#include "ptx/st_global.cuh"  // st_global_* (TW_STORE_DIRECT)
 #include "ptx/sync.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/wgmma.cuh"
@@ -287,6 +290,15 @@
 // vs 2,096; pp128x128s5 2,160 vs 1,848; nvcc 13.0).
 #ifndef TW_BIAS_PATH
 #define TW_BIAS_PATH 0
+#endif
+// TW_STORE_DIRECT=1 (plain GEMM builds): the staged tile goes to global memory by the consumer's own 16-byte
+// stores (c_out, ldc) instead of the TMA store. For outputs whose row pitch (or base) is no multiple of 128 bytes:
+// every 128-byte row of a TMA store box then straddles two L2 lines, each written in part - measured (H200), the
+// 3000 x 5000 x 4096 GEMM (10,000-byte pitch) ran 1.088-1.102x cuBLAS's time, the same kernel storing into a view of
+// a 5056- or 5120-wide buffer 1.050 / 1.052x (perf/results/h200/gemm/odd_pitch_probe_s36.txt). A warp's stores
+// here cover 512 contiguous bytes of a row (up to the row's end), so only a run's two ends are partial lines.
+#ifndef TW_STORE_DIRECT
+#define TW_STORE_DIRECT 0
 #endif
 // TW_GLU=1: the gated-linear epilogue out = silu(gate) * up of a fused gate/up projection (SwiGLU), whose B holds
 // 2N columns - gate in [0, N), up in [N, 2N) - for an (M, N) output. Each tile's B stage takes its BN/2 gate columns
@@ -411,6 +423,8 @@ static_assert(!FP8_PROMOTE || MA * BN / 2 <= 64, "TW_FP8_PROMOTE: consumer tiles
 static_assert(!NORM || !A_MN, "the RMSNorm prologue reads x rows with ldmatrix: A must be K-major");
 static_assert(!TW_NORM_SUMSQ || (!FP8 && !NORM), "TW_NORM_SUMSQ: a 16-bit build without the norm prologue");
 static_assert(!TW_SUMSQ_OUT || (!FP8 && !NORM && !TW_NORM_SUMSQ), "TW_SUMSQ_OUT: a plain 16-bit GEMM build");
+static_assert(!TW_STORE_DIRECT || (!NORM && !TW_NORM_SUMSQ && !GLU),
+              "TW_STORE_DIRECT: the plain GEMM's builds (its two arguments follow res_rows)");
 constexpr bool NORM_XFORM = TW_NORM_XFORM != 0;
 // The residual tile by TMA into the consumer's output staging buffer while its mainloop runs (when the launcher
 // passes a map: res_rows > 0), then read back with ldmatrix in the accumulator layout, added, and overwritten in
@@ -653,6 +667,8 @@ using namespace tw;
 // tm_r, res_rows (RES_TMA builds): res_rows > 0 -> the residual is read through tm_r, a map over (N, res_rows) rows
 // with the output's box and swizzle, at row (r % res_rows) - the whole output (res_rows = M) or a period that every
 // consumer tile lies within (a pos_embed repeated over the batch); 0 -> element loads through res / rs* as above.
+// TW_STORE_DIRECT: c_out, ldc - the output's address and row stride in elements (16-byte aligned base and pitch);
+// tm_c is not read then.
 // TW_NORM_A: norm_w (K,) the RMSNorm weight g (4-byte aligned), rstd_out (M,) fp32 or null, eps; row_counts (the
 // -roov builds' sums once a row block, see TW_NORM_XFORM_RO): ceil(M / BM) u32 counters, zero at launch, or null
 // (used with rstd_out only).
@@ -668,6 +684,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  const unsigned short* __restrict__ res, long long rs0, long long rs1, long long rs2, int res_period,
                  int M, int N, int K, int act, int tile_order, int group, int pair_tiles,
                  const __grid_constant__ TwTensorMap tm_r, int res_rows
+#if TW_STORE_DIRECT
+                 , unsigned short* __restrict__ c_out, long long ldc
+#endif
 #if TW_NORM_A
                  , const unsigned short* __restrict__ norm_w, float* __restrict__ rstd_out, float eps,
                  unsigned* __restrict__ row_counts
@@ -1455,6 +1474,35 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             sumsq_part[(long long)pn * M + row0 + ma * 64 + warp * 16 + (lane >> 2) + 8 * h] = row_sq;
         }
 #endif
+#if TW_STORE_DIRECT
+      named_barrier_sync(EPI_BAR + c, 128);  // every thread's stmatrix landed in cbuf
+      {
+        // 16-byte chunk i of the tile: row i / ROW_CHUNKS, chunk i % ROW_CHUNKS of it - consecutive threads take
+        // consecutive chunks of a row, so a warp's stores are one contiguous run (two rows' where a row ends)
+        constexpr int ROW_CHUNKS = OBN / 8;
+#pragma unroll 4
+        for (int i = tid; i < WM * ROW_CHUNKS; i += 128) {
+          const int rloc = i / ROW_CHUNKS, chunk = i % ROW_CHUNKS;
+          const int r = row0 + rloc, col = n0 + 8 * chunk;
+          if (r >= M || col >= N) continue;
+          // the chunk as stmatrix stored it: 64-column box chunk / 8, 16-byte slot (chunk % 8) ^ (row % 8)
+          tw_u32 w[4];
+          ld_shared_v4_b32(cbuf + (chunk >> 3) * (WM * 128) + rloc * 128 + (((chunk & 7) ^ (rloc & 7)) << 4), w);
+          unsigned short* dst = c_out + (long long)r * ldc + col;
+          if (col + 8 <= N) {
+            st_global_v4_b32(dst, w[0], w[1], w[2], w[3]);
+          } else {  // the N tail: the chunk's columns below N, one 16-bit value each
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              if (col + e < N) st_global_b16(dst + e, (unsigned short)(w[e >> 1] >> (16 * (e & 1))));
+          }
+        }
+      }
+      // cbuf's next writes (the next tile's stmatrix, or its residual by TMA - the async proxy) wait for every
+      // thread's reads above
+      fence_proxy_async_smem();
+      named_barrier_sync(EPI_BAR + c, 128);
+#else
       fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA store (async proxy)
       named_barrier_sync(EPI_BAR + c, 128);
       if (tid == 0) {
@@ -1465,6 +1513,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         for (int b = 0; b < OBN / 64; ++b) tma_store_2d(&tm_c, cbuf + b * WM * 128, n0 + 64 * b, row0);
         bulk_commit_group();
       }
+#endif
     }
     if (tid == 0) bulk_wait_group<0>();  // stores done before the CTA's shared memory goes away
   }

@@ -138,14 +138,22 @@ BUILD_CHECK_BUILDS = (
     # K-major fused gate/up weight (the nn.Linear layout), the cooperative tile in fp16 on an N-major B
     ("pp128x128s5", False, False, False, 0, False, False, {"TW_GLU": 1}),
     ("coop128x256s3", False, True, True, 0, False, False, {"TW_GLU": 1}),
+    # the direct store of odd-pitch outputs (TW_STORE_DIRECT, :func:`direct_store`): the default tile, and the
+    # residual tile with its TMA-path residual (whose loads into the staging buffer follow the stores' reads)
+    ("coop128x256s3", False, True, False, 0, False, False, {"TW_STORE_DIRECT": 1}),
+    ("pp128x128s5", False, True, False, 0, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1, "TW_STORE_DIRECT": 1}),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
-BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "STSM")  # wgmma, TMA in and out, setmaxnreg
+BUILD_CHECK_MARKERS = ("HGMMA", "UTMALDG", "USETMAXREG", "STSM")  # wgmma, TMA in, setmaxnreg, stmatrix
+# the output's way out: the TMA store, or (TW_STORE_DIRECT) 16-byte shared loads and global stores
+STORE_MARKERS = {0: ("UTMASTG",), 1: ("LDS.128", "STG.E.NA.128")}
 
 
 def build_check_builds() -> list:
-    """``tilewright build-check`` rows (label, defines, dynamic smem) of BUILD_CHECK_BUILDS."""
-    return gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS)
+    """``tilewright build-check`` rows (label, defines, dynamic smem, SASS markers of the row's store path) of
+    BUILD_CHECK_BUILDS."""
+    return [row + (STORE_MARKERS[row[1].get("TW_STORE_DIRECT", 0)],)
+            for row in gemm_common.build_check_rows(BUILD_CHECK_BUILDS, VARIANTS)]
 
 
 # Wave balance. The kernel's grid is persistent (one CTA per SM walking the tiles), so a GEMM costs about
@@ -304,12 +312,18 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
     defines = epilogue_paths(bias, res_ptr, res_rows, residual_tma)
     if glu:
         defines["TW_GLU"] = 1
+    direct = source == SOURCE and not glu and direct_store(out)
+    if direct:
+        defines["TW_STORE_DIRECT"] = 1
     drv, fn, tm_a, tm_b, _, _, sms = gemm_common.build_and_map_operands(
         source, kernel, "sm_90a", a, b, v, activation, bias, res_ptr, extra_defines=defines,
         b_box_rows=v.bn // 2 if glu else None)
-    with torch.cuda.device(a.device):
-        tm_c = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M), (out.stride(0) * 2,),
-                                           (64, v.wm), 128), "c_ptr")
+    if direct:  # (the map is not read: the pointer argument below holds out's role)
+        tm_c = launch.TensorMap()
+    else:
+        with torch.cuda.device(a.device):
+            tm_c = launch.tag(drv.encode_tiled(launch.tma_dtype(a.dtype), out.data_ptr(), (N, M),
+                                               (out.stride(0) * 2,), (64, v.wm), 128), "c_ptr")
     tiles = -(-M // v.bm) * -(-N // (v.bn // 2 if glu else v.bn))
     pair = (not v.coop) and tiles >= 2 * sms
     grid = num_ctas or min(sms, -(-tiles // (2 if pair else 1)))
@@ -323,7 +337,23 @@ def prepare(a, b, out, v: Variant, bias, res_ptr, rs, res_period, activation, ti
         tm_r = launch.TensorMap()
     args = [tm_a, tm_b, tm_c, *epilogue, ctypes.c_int32(activation), ctypes.c_int32(tile_order),
             ctypes.c_int32(group), ctypes.c_int32(int(pair)), tm_r, ctypes.c_int32(res_rows)]
+    if direct:
+        args += [launch.pointer("c_ptr", out), ctypes.c_int64(out.stride(0))]
     return fn, grid, args
+
+
+# Output row pitches (and bases) the TMA store writes in whole 128-byte lines; others take the direct store.
+STORE_LINE_BYTES = 128
+
+
+def direct_store(out: torch.Tensor) -> bool:
+    """Whether a plain GEMM launch writes ``out`` by the consumers' own 16-byte stores (the .cu's TW_STORE_DIRECT
+    says why) instead of the TMA store: a base or, over more than one row, a row pitch that is no multiple of
+    :data:`STORE_LINE_BYTES` (e.g. a contiguous output with N % 64 != 0 in 16 bits). Both ways store the same
+    values; the choice is speed only (the launch family already requires 16-byte aligned bases and pitches)."""
+    if out.data_ptr() % STORE_LINE_BYTES:
+        return True
+    return out.shape[0] > 1 and (out.stride(0) * out.element_size()) % STORE_LINE_BYTES != 0
 
 
 # ------------------------------------------------------------------------------------------------ gated linear

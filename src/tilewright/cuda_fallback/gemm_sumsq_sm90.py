@@ -35,7 +35,7 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res, extra defi
     ("coop128x256s3", False, True, True, 2, True, True, {"TW_RES_PATH": 1, "TW_BIAS_PATH": 1}),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
-BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
+BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS + gemm_sm90.STORE_MARKERS[0]  # (TMA-stored builds)
 
 
 # the plain GEMM's tiles built with the sums-of-squares epilogue (TW_SUMSQ_OUT)

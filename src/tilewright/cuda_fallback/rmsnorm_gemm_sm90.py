@@ -138,7 +138,7 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
 BUILD_CHECK_ARCHS = ("sm_90a",)
 # the sm_90 GEMM's: HGMMA, TMA in and out, setmaxnreg, stmatrix; per variant (build_markers) LDSM for the
 # register-A builds, LDS.128/STS.128 for -xf
-BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
+BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS + gemm_sm90.STORE_MARKERS[0]  # (TMA-stored builds)
 
 
 def build_check_builds() -> list:

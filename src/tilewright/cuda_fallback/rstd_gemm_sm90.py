@@ -35,7 +35,7 @@ BUILD_CHECK_BUILDS = (  # (variant, a_mn, b_mn, fp16, act, bias, res)
     ("pp128x128s5", False, False, False, 0, True, False),
 )
 BUILD_CHECK_ARCHS = ("sm_90a",)
-BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS
+BUILD_CHECK_MARKERS = gemm_sm90.BUILD_CHECK_MARKERS + gemm_sm90.STORE_MARKERS[0]  # (TMA-stored builds)
 
 
 # the plain GEMM's tiles built with the rstd epilogue (TW_NORM_SUMSQ)

@@ -40,6 +40,13 @@ TW_DEVICE tw_u32 ld_shared_b32(tw_u32 addr) {
   return v;
 }
 
+// 16 bytes from a 32-bit shared-window address (16-byte aligned) in one LDS.128 (gemm_sm90.cu's TW_STORE_DIRECT:
+// a staged output chunk on its way to global memory).
+TW_DEVICE void ld_shared_v4_b32(tw_u32 addr, tw_u32 (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(addr)
+               : "memory");
+}
+
 // Two adjacent fp32 from a shared-window address (8-byte aligned) in one LDS.64 (gemm_sm90.cu's block scales: a
 // lane's two rows' scale_a side by side, TW_FP8_SCALE_AHEAD).
 TW_DEVICE void ld_shared_f32x2(tw_u32 addr, float& lo, float& hi) {
