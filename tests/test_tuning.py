@@ -993,9 +993,19 @@ def test_cuda_builds_ahead_compile_what_the_sweep_launches(monkeypatch):
     monkeypatch.setattr(tuner, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(build, "compiler_missing", lambda: None)
-    thread = tuner.build_cuda_ahead(torch.bfloat16, "cuda")
+    thread = tuner.build_cuda_ahead(torch.bfloat16, "cuda", [(4096, 4096, 4096), (1, 1000, 512)])
     thread.join(10)
     assert len(fitting) >= 2 and sorted(map(repr, asked)) == sweep_builds
+    # a swept shape whose contiguous output rows are off the 128-byte grid (N 1000 in bf16): its launches take the
+    # direct-store builds (gemm_sm90.direct_store), compiled ahead beside the TMA-store ones
+    asked[:] = []
+    odd_out = torch.empty(300, 1000, dtype=torch.bfloat16)
+    assert cg.direct_store(odd_out)
+    for v in fitting:
+        gemm_common.build_for(cg.SOURCE, "sm_90a", a, b, v, 0, None, 0, extra_defines={"TW_STORE_DIRECT": 1})
+    direct_builds, asked[:] = sorted(map(repr, asked)), []
+    tuner.build_cuda_ahead(torch.bfloat16, "cuda", [(4096, 4096, 4096), (3000, 1000, 512)]).join(10)
+    assert sorted(map(repr, asked)) == sorted(sweep_builds + direct_builds)
 
     def failing(source, arch, defines):
         raise RuntimeError("nvcc: error")

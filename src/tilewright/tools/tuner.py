@@ -311,7 +311,7 @@ def tune_gemm(shapes, *, dtype=None, device=None, backends=None, timer=None, pro
     todo = [s for s in shapes if not (reuse and cache.lookup("gemm", device, dtype, *s))]
     if jobs and todo and device.type == "cuda":  # (started first: the pool's start-up runs under the peak's timing)
         if backends is None or "cuda" in backends:
-            builds = build_cuda_ahead(dtype, device)
+            builds = build_cuda_ahead(dtype, device, todo)
         if backends is None or "triton" in backends:
             ahead, ready = _precompile_ahead(todo, dtype, device, jobs, max_configs, log)
     if peak is None and timer is default_timer:
@@ -506,7 +506,7 @@ def tune_gemm_multi(shapes, devices, *, jobs: int = 0, log=print, **kwargs):
         order = [part[i] for i in range(max(map(len, parts))) for part in parts if i < len(part)]
         todo = [s for s in order if not (reuse and cache.lookup("gemm", device, dtype, *s))]
         if jobs and todo and (backends is None or "cuda" in backends):
-            builds = build_cuda_ahead(dtype, device)  # (the workers' builds wait on the build cache's file locks)
+            builds = build_cuda_ahead(dtype, device, todo)  # (the workers' builds wait on the build cache's file locks)
         if jobs and todo and (backends is None or "triton" in backends):
             pool = multi_pool_size(jobs, len(devices), len(procs))
             precompile_triton(todo, dtype, device, pool, kwargs.get("max_configs"), progress=False, log=log,
@@ -562,10 +562,11 @@ def _precompile_ahead(shapes, dtype, device, jobs: int, max_configs, log):
     return thread, ready
 
 
-def build_cuda_ahead(dtype, device):
+def build_cuda_ahead(dtype, device, shapes=()):
     """Start compiling the sm_90a GEMM variants that the sweep's CUDA candidates launch (bf16 / fp16, both operands
-    row-major as the sweep builds them, no epilogue), one thread each, and return the thread that waits for them
-    (None where no CUDA candidate runs). Each build is an nvcc process and lands in the build cache, whose per-key
+    row-major as the sweep builds them, no epilogue; also their direct-store builds where one of the ``shapes``
+    (M, N, K) gives a contiguous output whose rows are off the 128-byte grid: gemm_sm90.direct_store), one thread
+    each, and return the thread that waits for them (None where no CUDA candidate runs). Each build is an nvcc process and lands in the build cache, whose per-key
     locks (threads and processes) make a sweep that reaches a variant first wait for this build instead of running
     its own. Why: with an empty cache the first shape's sweep ran the five builds one after the other - 15 s for
     that shape against 6-7 s for the others (H200, one-GPU tune of the default suite)."""
@@ -582,16 +583,20 @@ def build_cuda_ahead(dtype, device):
     if not variants or build.compiler_missing():
         return None
     a = torch.empty(64, 64, dtype=dtype)  # only the layouts and the dtype pick the build (CPU tensors do)
+    line = cg.STORE_LINE_BYTES // a.element_size()
+    stores = [{}] + ([{"TW_STORE_DIRECT": 1}] if any(M > 1 and N % line for M, N, _ in shapes) else [])
+    builds = [(v, store) for v in variants for store in stores]
 
-    def compile_one(v):
+    def compile_one(v_store):
+        v, store = v_store
         try:
-            gemm_common.build_for(cg.SOURCE, "sm_90a", a, a, v, 0, None, 0)
+            gemm_common.build_for(cg.SOURCE, "sm_90a", a, a, v, 0, None, 0, extra_defines=store)
         except Exception:  # noqa: BLE001 - the sweep's own build of this variant fails again and is recorded
             pass
 
     def run():
-        with cf.ThreadPoolExecutor(len(variants)) as pool:
-            list(pool.map(compile_one, variants))
+        with cf.ThreadPoolExecutor(len(builds)) as pool:
+            list(pool.map(compile_one, builds))
 
     thread = threading.Thread(target=run, name="tilewright-cuda-builds", daemon=True)
     thread.start()
