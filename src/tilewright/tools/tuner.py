@@ -566,9 +566,9 @@ def build_cuda_ahead(dtype, device, shapes=()):
     """Start compiling the sm_90a GEMM variants that the sweep's CUDA candidates launch (bf16 / fp16, both operands
     row-major as the sweep builds them, no epilogue; also their direct-store builds where one of the ``shapes``
     (M, N, K) gives a contiguous output whose rows are off the 128-byte grid: gemm_sm90.direct_store), one thread
-    each, and return the thread that waits for them (None where no CUDA candidate runs). Each build is an nvcc process and lands in the build cache, whose per-key
-    locks (threads and processes) make a sweep that reaches a variant first wait for this build instead of running
-    its own. Why: with an empty cache the first shape's sweep ran the five builds one after the other - 15 s for
+    each, and return the thread that waits for them (None where no CUDA candidate runs). Each build is an nvcc
+    process and lands in the build cache, whose per-key locks (threads and processes) make a sweep that reaches a
+    variant first wait for this build instead of running its own. Why: with an empty cache the first shape's sweep ran the five builds one after the other - 15 s for
     that shape against 6-7 s for the others (H200, one-GPU tune of the default suite)."""
     import concurrent.futures as cf
     import threading
