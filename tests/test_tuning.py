@@ -999,8 +999,8 @@ def test_cuda_builds_ahead_compile_what_the_sweep_launches(monkeypatch):
     # a swept shape whose contiguous output rows are off the 128-byte grid (N 1000 in bf16): its launches take the
     # direct-store builds (gemm_sm90.direct_store), compiled ahead beside the TMA-store ones
     asked[:] = []
-    odd_out = torch.empty(300, 1000, dtype=torch.bfloat16)
-    assert cg.direct_store(odd_out)
+    assert cg.direct_store_contiguous(3000, 1000, 2) and not cg.direct_store_contiguous(4096, 4096, 2)
+    assert not cg.direct_store_contiguous(1, 1000, 2)
     for v in fitting:
         gemm_common.build_for(cg.SOURCE, "sm_90a", a, b, v, 0, None, 0, extra_defines={"TW_STORE_DIRECT": 1})
     direct_builds, asked[:] = sorted(map(repr, asked)), []

@@ -2,6 +2,7 @@
 constraints, and the router's decisions for faked capabilities. No GPU needed; build tests need nvcc or NVRTC."""
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import types
@@ -72,6 +73,9 @@ def test_odd_pitches_and_bases_take_the_direct_store():
     assert not cg.direct_store(buf[:, 64:1064])  # 128 bytes past
     assert not cg.direct_store(_line_aligned(1, 1000))  # one row: no pitch
     assert cg.direct_store(_line_aligned(4, 1000, torch.float32)[:, :-1])  # 4000-byte pitch
+    # the same rule from a contiguous output's shape (what a tune launches)
+    assert cg.direct_store_contiguous(8, 1000, 2) and not cg.direct_store_contiguous(8, 1024, 2)
+    assert not cg.direct_store_contiguous(1, 1000, 2) and cg.direct_store_contiguous(8, 1000, 4)
 
 
 @needs_compiler
@@ -236,7 +240,7 @@ def test_the_launcher_passes_an_odd_pitch_output_by_pointer(monkeypatch):
     assert len(tagged) == 1 and tagged[0][0] == len(args) - 2 and tagged[0][1].value == odd.data_ptr()
     assert args[-1].value == N and getattr(args[2], "role", None) is None
     wide = _line_aligned(M, 1024)[:, :N]  # pitch 2048 bytes: the TMA store
-    monkeypatch.setattr(cg.torch.cuda, "device", lambda d: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(cg.torch.cuda, "device", lambda d: contextlib.nullcontext())  # (no CUDA device here)
     fn, grid, args = cg.prepare(a, b, wide, v, None, 0, (0, 0, 0), 1, 0, 0, 16, None)
     assert seen[-1] == {} and args[2].role == "c_ptr" and args[2].ptr == wide.data_ptr()
     assert not any(getattr(x, "role", None) == "c_ptr" for x in args[3:])

@@ -294,7 +294,9 @@ class TilewrightLlamaBlock(_LlamaBase):
             # traced: q and k rotated in calls of their own, so that each result is a buffer inductor lays out for
             # the attention that reads it - the rotated (B, S, Hq + Hkv, D) view of one call is a buffer q and k
             # share, which the attention's layout then copies (one kernel more; the B 1 x S 512 compiled forward
-            # 0.980x torch.compile that way, 1.006x this way: perf/results/h200/model/b1_compiled_code_s42.py)
+            # 0.980x torch.compile that way, 1.006x this way in session 42's probe,
+            # perf/results/h200/model/b1_compiled_code_s42.py, whose output was lost - perf/LOG.md; the in-process
+            # A/B to re-measure it: model/rotary_split_ab_2026-12-08.py)
             q, k, v = heads.split([c.n_heads, c.n_kv_heads, c.n_kv_heads], dim=2)
             q, k = tilewright.apply_rotary(q, cos, sin), tilewright.apply_rotary(k, cos, sin)
         else:

@@ -351,9 +351,17 @@ def direct_store(out: torch.Tensor) -> bool:
     says why) instead of the TMA store: a base or, over more than one row, a row pitch that is no multiple of
     :data:`STORE_LINE_BYTES` (e.g. a contiguous output with N % 64 != 0 in 16 bits). Both ways store the same
     values; the choice is speed only (the launch family already requires 16-byte aligned bases and pitches)."""
-    if out.data_ptr() % STORE_LINE_BYTES:
-        return True
-    return out.shape[0] > 1 and (out.stride(0) * out.element_size()) % STORE_LINE_BYTES != 0
+    return _off_line_grid(out.data_ptr(), out.shape[0], out.stride(0) * out.element_size())
+
+
+def direct_store_contiguous(M: int, N: int, element_size: int) -> bool:
+    """:func:`direct_store` of a new contiguous (M, N) output (CUDA allocations start on the grid), from its shape
+    alone - e.g. which builds a tune of (M, N, K) will launch."""
+    return _off_line_grid(0, M, N * element_size)
+
+
+def _off_line_grid(base: int, rows: int, pitch_bytes: int) -> bool:
+    return base % STORE_LINE_BYTES != 0 or (rows > 1 and pitch_bytes % STORE_LINE_BYTES != 0)
 
 
 # ------------------------------------------------------------------------------------------------ gated linear

@@ -568,8 +568,9 @@ def build_cuda_ahead(dtype, device, shapes=()):
     (M, N, K) gives a contiguous output whose rows are off the 128-byte grid: gemm_sm90.direct_store), one thread
     each, and return the thread that waits for them (None where no CUDA candidate runs). Each build is an nvcc
     process and lands in the build cache, whose per-key locks (threads and processes) make a sweep that reaches a
-    variant first wait for this build instead of running its own. Why: with an empty cache the first shape's sweep ran the five builds one after the other - 15 s for
-    that shape against 6-7 s for the others (H200, one-GPU tune of the default suite)."""
+    variant first wait for this build instead of running its own. Why: with an empty cache the first shape's sweep
+    ran the five builds one after the other - 15 s for that shape against 6-7 s for the others (H200, one-GPU tune
+    of the default suite)."""
     import concurrent.futures as cf
     import threading
 
@@ -583,8 +584,8 @@ def build_cuda_ahead(dtype, device, shapes=()):
     if not variants or build.compiler_missing():
         return None
     a = torch.empty(64, 64, dtype=dtype)  # only the layouts and the dtype pick the build (CPU tensors do)
-    line = cg.STORE_LINE_BYTES // a.element_size()
-    stores = [{}] + ([{"TW_STORE_DIRECT": 1}] if any(M > 1 and N % line for M, N, _ in shapes) else [])
+    odd_pitch = any(cg.direct_store_contiguous(M, N, a.element_size()) for M, N, _ in shapes)
+    stores = [{}] + ([{"TW_STORE_DIRECT": 1}] if odd_pitch else [])
     builds = [(v, store) for v in variants for store in stores]
 
     def compile_one(v_store):
